@@ -1,0 +1,2 @@
+"""The distir dialects: ``dist`` (meshes, distributed tensors, primitives, local ops) and
+``coll`` (collectives, fused collectives, overlap)."""

@@ -1,0 +1,1117 @@
+"""The ``dist`` dialect: meshes, distributed tensor types, functional primitives and the
+local (communication-free) computations of distir.
+
+Values of type ``!dist.tensor<SHAPExELT, @mesh, [placements]>`` carry their logical
+(global) shape and one placement per mesh axis (see ``placements.py``). The functional
+primitives of CoCoNet change the placement on one mesh axis (``axis``, default 0)::
+
+    dist.slice {dim}  unplaced -> sliced<dim>      dist.join    sliced<d> -> unplaced
+    dist.repl         unplaced -> replicated       dist.drop    replicated -> unplaced
+    dist.store {rank} unplaced -> at<rank>         dist.load    at<r> -> unplaced
+    dist.reduce {op}  local -> unplaced (element-wise over the ranks of the axis)
+
+and the local ops compute without communication: ``dist.map``, ``dist.take_slice``,
+``dist.matmul``, ``dist.reduce_tensor``, ``dist.cast``, ``dist.dropout``,
+``dist.embedding_bag`` and ``dist.remesh``. Every op verifies shapes, element types,
+meshes and placements, and reports a broken rule as
+``'dist.op' op <what was expected>, got <what was found>``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar, NoReturn
+
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    ArrayAttr,
+    DenseArrayBase,
+    IntAttr,
+    IntegerType,
+    StringAttr,
+    SymbolRefAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.traits import HasParent, IsTerminator, Pure, SymbolOpInterface, SymbolTable
+from xdsl.utils.exceptions import VerifyException
+
+from distir.dialects import layout
+from distir.dialects.format import REDUCTIONS, FormattedOp, Kw
+from distir.dialects.placements import (
+    LOCAL,
+    REPLICATED,
+    UNPLACED,
+    At,
+    Local,
+    Placement,
+    Replicated,
+    Sliced,
+    Unplaced,
+    parse_placement,
+)
+
+# ======================================================================================
+# Types
+# ======================================================================================
+
+
+def is_scalar_type(t: Attribute) -> bool:
+    """Builtin scalar element types distir computes with (f16, bf16, f32, f64, iN)."""
+    return isinstance(t, (IntegerType, AnyFloat))
+
+
+@irdl_attr_definition
+class TensorType(ParametrizedAttribute, TypeAttribute):
+    """A distributed tensor: logical shape, element type, mesh and one placement per mesh
+    axis, e.g. ``!dist.tensor<1024x768xf16, @world, [sliced<0>]>``. A 0-d tensor is
+    written with no dims: ``!dist.tensor<f32, @world, [local]>``."""
+
+    name = "dist.tensor"
+
+    shape: ArrayAttr[IntAttr]
+    element_type: Attribute
+    mesh: SymbolRefAttr
+    placements: ArrayAttr[Placement]
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        element_type: Attribute,
+        mesh: str | SymbolRefAttr,
+        placements: Sequence[Placement],
+    ):
+        if isinstance(mesh, str):
+            mesh = SymbolRefAttr(mesh)
+        super().__init__(ArrayAttr([IntAttr(d) for d in shape]), element_type, mesh, ArrayAttr(placements))
+
+    # --- accessors ------------------------------------------------------------------
+    def get_shape(self) -> tuple[int, ...]:
+        return tuple(d.data for d in self.shape.data)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape.data)
+
+    @property
+    def mesh_name(self) -> str:
+        return self.mesh.root_reference.data
+
+    def get_placements(self) -> tuple[Placement, ...]:
+        return tuple(self.placements.data)
+
+    def with_(
+        self,
+        shape: Sequence[int] | None = None,
+        element_type: Attribute | None = None,
+        mesh: str | None = None,
+        placements: Sequence[Placement] | None = None,
+    ) -> TensorType:
+        return TensorType(
+            self.get_shape() if shape is None else shape,
+            self.element_type if element_type is None else element_type,
+            self.mesh if mesh is None else mesh,
+            self.get_placements() if placements is None else placements,
+        )
+
+    def format_shape(self) -> str:
+        return "x".join(str(d) for d in self.get_shape()) or "scalar"
+
+    # --- syntax ---------------------------------------------------------------------
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        parser.parse_punctuation("<")
+        dims, elt = parser.parse_ranked_shape()
+        if any(d < 0 for d in dims):
+            parser.raise_error("!dist.tensor shapes are static: '?' is allowed only in mesh shapes")
+        parser.parse_punctuation(",")
+        mesh = parser.parse_optional_symbol_name()
+        if mesh is None:
+            parser.raise_error("expected a mesh symbol such as @world")
+        parser.parse_punctuation(",")
+        placements = parser.parse_comma_separated_list(
+            parser.Delimiter.SQUARE, lambda: parse_placement(parser), " in the placement list"
+        )
+        parser.parse_punctuation(">")
+        return (ArrayAttr([IntAttr(d) for d in dims]), elt, SymbolRefAttr(mesh), ArrayAttr(placements))
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string("<")
+        for d in self.get_shape():
+            printer.print_string(f"{d}x")
+        printer.print_attribute(self.element_type)
+        printer.print_string(f", @{self.mesh_name}, [")
+        printer.print_string(", ".join(str(p) for p in self.get_placements()))
+        printer.print_string("]>")
+
+    def verify(self) -> None:
+        if not is_scalar_type(self.element_type):
+            raise VerifyException(f"!dist.tensor element type must be an integer or float type, got {self.element_type}")
+        for p in self.get_placements():
+            if isinstance(p, Sliced) and p.dim.data >= self.rank:
+                raise VerifyException(f"!dist.tensor of rank {self.rank} cannot be sliced on dim {p.dim.data}")
+        why = layout.check_orders(self.get_placements())
+        if why:
+            raise VerifyException(f"!dist.tensor {why}")
+
+
+# ======================================================================================
+# Meshes
+# ======================================================================================
+
+
+@irdl_op_definition
+class MeshOp(IRDLOperation):
+    """A named grid of ranks, numbered row-major.
+
+    ``dist.mesh @grid shape = [2, ?] axes = ["pp", "tp"]`` declares a 2x? grid (``?`` is
+    fixed when the program runs). A view of another mesh covers the same ranks with axes
+    that are row-major products of the parent's axes, in the order listed, so axes can be
+    merged, split and permuted; ranks keep the parent's numbering::
+
+        dist.mesh @hw shape = [2, 4] axes = ["node", "gpu"]
+        dist.mesh @world shape = [8] view @hw [[0, 1]]
+    """
+
+    name = "dist.mesh"
+
+    sym_name = prop_def(StringAttr)
+    shape = prop_def(DenseArrayBase)
+    axes = opt_prop_def(ArrayAttr[StringAttr])
+    view = opt_prop_def(SymbolRefAttr)
+    factors = opt_prop_def(ArrayAttr[DenseArrayBase])
+
+    traits = traits_def(SymbolOpInterface())
+
+    @staticmethod
+    def create_mesh(
+        name: str,
+        sizes: Sequence[int | None],
+        axis_names: Sequence[str] | None = None,
+        view: str | None = None,
+        factors: Sequence[Sequence[int]] | None = None,
+    ) -> MeshOp:
+        props: dict[str, Attribute] = {
+            "sym_name": StringAttr(name),
+            "shape": DenseArrayBase.from_list(i64, [-1 if s is None else s for s in sizes]),
+        }
+        if axis_names is not None:
+            props["axes"] = ArrayAttr([StringAttr(a) for a in axis_names])
+        if view is not None:
+            props["view"] = SymbolRefAttr(view)
+            props["factors"] = ArrayAttr([DenseArrayBase.from_list(i64, list(f)) for f in factors or []])
+        return MeshOp.build(properties=props)
+
+    # --- accessors ------------------------------------------------------------------
+    @property
+    def mesh_name(self) -> str:
+        return self.sym_name.data
+
+    @property
+    def declared_sizes(self) -> tuple[int | None, ...]:
+        return tuple(None if s < 0 else s for s in self.shape.get_values())  # type: ignore[operator]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape.get_values())
+
+    @property
+    def axis_names(self) -> tuple[str, ...] | None:
+        return None if self.axes is None else tuple(a.data for a in self.axes.data)
+
+    @property
+    def factor_lists(self) -> tuple[tuple[int, ...], ...]:
+        if self.factors is None:
+            return ()
+        return tuple(tuple(f.get_values()) for f in self.factors.data)  # type: ignore[misc]
+
+    def parent_mesh(self) -> MeshOp | None:
+        if self.view is None:
+            return None
+        p = _lookup(self, self.view)
+        return p if isinstance(p, MeshOp) else None
+
+    def sizes(self) -> tuple[int | None, ...]:
+        """Axis sizes as far as they are known before running (`?` left as None)."""
+        own = self.declared_sizes
+        parent = self.parent_mesh()
+        if parent is None:
+            return own
+        psizes = parent.sizes()
+        out = []
+        for s, f in zip(own, self.factor_lists):
+            if s is None and f and all(psizes[a] is not None for a in f if a < len(psizes)):
+                s = math.prod(psizes[a] for a in f if a < len(psizes))  # type: ignore[misc]
+            out.append(s)
+        return tuple(out)
+
+    def grid(self, ranks: int) -> layout.MeshGrid:
+        """The mesh with its sizes fixed for a run on ``ranks`` ranks."""
+        parent = self.parent_mesh()
+        if parent is None:
+            return layout.base_grid(self.mesh_name, layout.resolve_sizes(self.declared_sizes, ranks))
+        g = layout.view_grid(self.mesh_name, parent.grid(ranks), self.factor_lists)
+        for a, (want, got) in enumerate(zip(self.declared_sizes, g.sizes)):
+            if want is not None and want != got:
+                raise layout.LayoutError(f"axis {a} of view @{self.mesh_name} has size {want}, its factors give {got}")
+        return g
+
+    def root(self) -> MeshOp:
+        return self.parent_mesh() or self
+
+    def to_root(self, placements: Sequence[Placement]) -> list[Placement]:
+        """The same layout seen on the root mesh (the parent of a view)."""
+        parent = self.parent_mesh()
+        if parent is None:
+            return list(placements)
+        return layout.view_to_parent(placements, self.factor_lists, parent.sizes(), parent.rank)
+
+    # --- syntax ---------------------------------------------------------------------
+    @classmethod
+    def parse(cls, parser: Parser) -> MeshOp:
+        name = parser.parse_symbol_name()
+        parser.parse_keyword("shape")
+        parser.parse_punctuation("=")
+        sizes = parser.parse_comma_separated_list(
+            parser.Delimiter.SQUARE, lambda: None if parser.parse_optional_punctuation("?") else parser.parse_integer()
+        )
+        axis_names = None
+        if parser.parse_optional_keyword("axes"):
+            parser.parse_punctuation("=")
+            axis_names = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_str_literal)
+        view = factors = None
+        if parser.parse_optional_keyword("view"):
+            view = parser.parse_symbol_name().data
+            factors = parser.parse_comma_separated_list(
+                parser.Delimiter.SQUARE,
+                lambda: parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer),
+            )
+        attrs = parser.parse_optional_attr_dict()
+        op = cls.create_mesh(name.data, sizes, axis_names, view, factors)
+        op.attributes.update(attrs)
+        return op
+
+    def print(self, printer: Printer):
+        printer.print_string(f" @{self.mesh_name} shape = [")
+        printer.print_string(", ".join("?" if s is None else str(s) for s in self.declared_sizes))
+        printer.print_string("]")
+        if self.axis_names is not None:
+            printer.print_string(" axes = [" + ", ".join(f'"{a}"' for a in self.axis_names) + "]")
+        if self.view is not None:
+            printer.print_string(f" view @{self.view.root_reference.data} [")
+            printer.print_string(", ".join("[" + ", ".join(map(str, f)) + "]" for f in self.factor_lists))
+            printer.print_string("]")
+        printer.print_op_attributes(self.attributes)
+
+    def verify_(self) -> None:
+        sizes = self.declared_sizes
+        if not sizes:
+            fail(self, "mesh must have at least one axis")
+        if any(s is not None and s < 1 for s in self.shape.get_values() if s != -1):  # type: ignore[operator]
+            fail(self, f"mesh axis sizes must be positive or '?', got {layout.format_sizes(sizes)}")
+        if self.axis_names is not None:
+            if len(self.axis_names) != len(sizes):
+                fail(self, f"mesh has {len(sizes)} axes but {len(self.axis_names)} axis names")
+            if len(set(self.axis_names)) != len(self.axis_names):
+                fail(self, "mesh axis names must be distinct")
+        if self.view is None:
+            if self.factors is not None:
+                fail(self, "mesh factors are given only with 'view'")
+            if sum(s is None for s in sizes) > 1:
+                fail(self, "a mesh may leave only one axis size as '?'")
+            return
+        parent = _lookup(self, self.view)
+        if not isinstance(parent, MeshOp):
+            fail(self, f"view parent @{self.view.root_reference.data} is not a mesh")
+        if parent.view is not None:
+            fail(self, f"view parent @{parent.mesh_name} must not itself be a view")
+        factors = self.factor_lists
+        if len(factors) != len(sizes):
+            fail(self, f"view has {len(sizes)} axes but {len(factors)} factor lists")
+        used = [a for f in factors for a in f]
+        for f in factors:
+            if not f:
+                fail(self, "each view axis must be the product of at least one parent axis")
+        if sorted(used) != list(range(parent.rank)):
+            fail(
+                self,
+                f"view axes must be products of distinct parent axes covering all {parent.rank} axes of "
+                f"@{parent.mesh_name}, got {[list(f) for f in factors]}",
+            )
+        psizes = parent.declared_sizes
+        for a, (s, f) in enumerate(zip(sizes, factors)):
+            fs = [psizes[b] for b in f]
+            if s is not None and all(x is not None for x in fs) and s != math.prod(fs):  # type: ignore[arg-type]
+                fail(
+                    self,
+                    f"view axis {a} has size {s} but parent axes {list(f)} of @{parent.mesh_name} "
+                    f"have {math.prod(fs)} ranks",  # type: ignore[arg-type]
+                )
+
+
+# ======================================================================================
+# Shared verification helpers
+# ======================================================================================
+
+
+class RuleError(Exception):
+    """A broken placement rule; the message omits the op name (``fail`` adds it)."""
+
+
+def fail(op: Operation, msg: str) -> NoReturn:
+    raise VerifyException(f"'{op.name}' op {msg}")
+
+
+def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:
+    try:
+        return SymbolTable.lookup_symbol(op, ref)
+    except ValueError:
+        return None
+
+
+def lookup_mesh(op: Operation, t: TensorType) -> MeshOp:
+    mesh = _lookup(op, t.mesh)
+    if not isinstance(mesh, MeshOp):
+        fail(op, f"unknown mesh @{t.mesh_name}: declare it with dist.mesh")
+    return mesh
+
+
+def check_tensor(op: Operation, t: Attribute, what: str) -> None:
+    """Check a tensor type against its mesh: one placement per axis, ranks in range, sliced
+    dims divisible by the ranks slicing them."""
+    if not isinstance(t, TensorType):
+        return
+    mesh = lookup_mesh(op, t)
+    sizes = mesh.sizes()
+    n = len(t.get_placements())
+    if n != len(sizes):
+        fail(op, f"{what} has {n} placement(s) but mesh @{mesh.mesh_name} has {len(sizes)} axes")
+    for a, p in enumerate(t.get_placements()):
+        if isinstance(p, At) and sizes[a] is not None and p.rank.data >= sizes[a]:  # type: ignore[operator]
+            fail(op, f"{what} is at<{p.rank.data}> on axis {a}, which has only {sizes[a]} ranks")
+    why = layout.divisibility_error(t.get_shape(), t.get_placements(), sizes)
+    if why:
+        fail(op, why)
+
+
+def expect_type(op: Operation, what: str, found: Attribute, expected: Attribute) -> None:
+    """Compare a declared type with the type the op's rule gives; layouts compare by
+    meaning (``sliced<0>`` equals ``sliced<0, 0>``)."""
+    if isinstance(found, TensorType) and isinstance(expected, TensorType):
+        if found.get_shape() != expected.get_shape():
+            fail(op, f"{what} shape must be {expected.format_shape()}, got {found.format_shape()}")
+        if found.element_type != expected.element_type:
+            fail(op, f"{what} element type must be {expected.element_type}, got {found.element_type}")
+        if found.mesh_name != expected.mesh_name:
+            fail(op, f"{what} must be on mesh @{expected.mesh_name}, got @{found.mesh_name}")
+        if not layout.same_layout(found.get_placements(), expected.get_placements()):
+            fail(
+                op,
+                f"{what} placements must be {layout.format_placements(expected.get_placements())}, "
+                f"got {layout.format_placements(found.get_placements())}",
+            )
+    elif found != expected:
+        fail(op, f"{what} type must be {expected}, got {found}")
+
+
+def need_tensor(t: Attribute, what: str) -> TensorType:
+    if not isinstance(t, TensorType):
+        raise RuleError(f"{what} must be a !dist.tensor, got {t}")
+    return t
+
+
+def need_placement(t: TensorType, axis: int, kind: type[Placement], what: str = "operand") -> Placement:
+    p = t.get_placements()[axis]
+    if not isinstance(p, kind):
+        word = {Sliced: "sliced", At: "at<r>"}.get(kind, kind.name.removeprefix("dist."))  # type: ignore[attr-defined]
+        raise RuleError(f"{what} must be {word} on axis {axis}, got {p}")
+    return p
+
+
+def check_axis(axis: int, t: TensorType) -> None:
+    if not 0 <= axis < len(t.get_placements()):
+        raise RuleError(
+            f"0-based mesh axis index {axis} is out of bounds: the mesh @{t.mesh_name} has "
+            f"{len(t.get_placements())} axes"
+        )
+
+
+def check_axes(axes: Sequence[int], t: TensorType) -> None:
+    if not axes:
+        raise RuleError("axes must name at least one mesh axis")
+    if len(set(axes)) != len(axes):
+        raise RuleError(f"axes must be distinct, got {list(axes)}")
+    for a in axes:
+        check_axis(a, t)
+
+
+def check_dim(dim: int, t: TensorType, what: str = "dim") -> None:
+    if not 0 <= dim < t.rank:
+        raise RuleError(f"{what} {dim} is out of range for a tensor of rank {t.rank}")
+
+
+def group_rank_digits(rank: int, sizes: Sequence[int | None], axes: Sequence[int], what: str) -> list[int] | None:
+    """Digits of a rank of the group over ``axes``; None if the sizes are not static."""
+    gs = [sizes[a] for a in axes]
+    if any(s is None for s in gs):
+        if len(axes) == 1:
+            return [rank]
+        return None
+    n = math.prod(gs)  # type: ignore[arg-type]
+    if not 0 <= rank < n:
+        raise RuleError(f"{what} {rank} is out of range for a group of {n} ranks")
+    return layout.at_digits(rank, gs)  # type: ignore[arg-type]
+
+
+class DistOp(FormattedOp):
+    """Base of ops whose result types follow from their operands: subclasses implement
+    ``infer`` (a classmethod, so that builders and passes can use it before the op
+    exists) and verification compares it with the declared result types."""
+
+    INFER: ClassVar[bool] = True
+
+    def options(self) -> dict[str, Any]:
+        out = {kw.keyword: self.option(kw.keyword) for kw in self.KEYWORDS}
+        if self.KIND is not None:
+            out[self.KIND] = self.option(self.KIND)
+        return out
+
+    # Subclasses with INFER define
+    #   @classmethod infer(cls, in_types, sizes, options) -> list[Attribute]
+    # raising RuleError when the operands break the op's rule; `sizes` are the mesh axis
+    # sizes (None where unknown, or None altogether).
+
+    @classmethod
+    def of(cls, *operands, sizes: Sequence[int | None] | None = None, **options: Any):
+        """Build the op with inferred result types: ``AllReduceOp.of(x, op="sum")``."""
+        full = {kw.keyword: kw.default for kw in cls.KEYWORDS if kw.default is not None}
+        full.update(options)
+        try:
+            types = cls.infer([o.type for o in operands], sizes, full)
+        except RuleError as e:
+            raise VerifyException(f"'{cls.name}' op {e}") from None
+        return cls.make(list(operands), types, **options)
+
+    def mesh_sizes(self) -> tuple[int | None, ...] | None:
+        for v in (*self.operands, *self.results):
+            if isinstance(v.type, TensorType):
+                return lookup_mesh(self, v.type).sizes()
+        return None
+
+    def verify_(self) -> None:
+        for i, v in enumerate(self.operands):
+            check_tensor(self, v.type, "operand" if len(self.operands) == 1 else f"operand {i}")
+        for i, v in enumerate(self.results):
+            check_tensor(self, v.type, "result" if len(self.results) == 1 else f"result {i}")
+        if self.KIND is not None and self.option(self.KIND) not in REDUCTIONS:
+            fail(self, f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.option(self.KIND)}")
+        try:
+            self.verify_rule()
+        except RuleError as e:
+            fail(self, str(e))
+
+    def verify_rule(self) -> None:
+        if not self.INFER:
+            return
+        expected = self.infer(self.operand_types, self.mesh_sizes(), self.options())
+        for i, (found, want) in enumerate(zip(self.result_types, expected, strict=True)):
+            expect_type(self, "result" if len(expected) == 1 else f"result {i}", found, want)
+
+
+def same_mesh(types: Sequence[Attribute]) -> str | None:
+    meshes = {t.mesh_name for t in types if isinstance(t, TensorType)}
+    if len(meshes) > 1:
+        raise RuleError(f"operands must be on one mesh, got {', '.join('@' + m for m in sorted(meshes))}")
+    return next(iter(meshes), None)
+
+
+# ======================================================================================
+# Functional primitives
+# ======================================================================================
+
+AXIS = Kw("axis", "int", 0)
+
+
+class PrimitiveOp(DistOp):
+    """A functional primitive on one mesh axis; the other axes keep their placements."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    # Each primitive defines
+    #   @classmethod transition(cls, t, axis, sizes, options) -> list[Placement]
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        t = need_tensor(in_types[0], "operand")
+        axis = options.get("axis", 0)
+        check_axis(axis, t)
+        return [t.with_(placements=cls.transition(t, axis, sizes, options))]
+
+
+@irdl_op_definition
+class ReduceOp(PrimitiveOp):
+    """``reduce``: the element-wise reduction over the ranks of ``axis`` of a local value;
+    the result is the logical value, held by no rank.
+
+    ``%r = dist.reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [unplaced]>``
+    """
+
+    name = "dist.reduce"
+    KIND: ClassVar[str | None] = "op"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXIS,)
+
+    @classmethod
+    def transition(cls, t, axis, sizes, options):
+        need_placement(t, axis, Local)
+        return layout.replace_axes(t.get_placements(), [axis], UNPLACED)
+
+
+@irdl_op_definition
+class SliceOp(PrimitiveOp):
+    """``slice``: split dim ``dim`` of an unplaced value in equal blocks; rank i of ``axis``
+    holds block i.
+
+    ``%s = dist.slice %x dim 0 : !dist.tensor<64xf32, @world, [unplaced]> -> !dist.tensor<64xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.slice"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), AXIS)
+
+    @classmethod
+    def transition(cls, t, axis, sizes, options):
+        need_placement(t, axis, Unplaced)
+        check_dim(options["dim"], t)
+        return layout.add_slicing(t.get_placements(), options["dim"], [axis])
+
+
+def _innermost(t: TensorType, axes: Sequence[int], what: str = "operand") -> int:
+    for a in axes:
+        need_placement(t, a, Sliced, what)
+    dim = layout.innermost_slicing(t.get_placements(), axes)
+    if dim is None:
+        raise RuleError(
+            f"{what} axes {list(axes)} must be the innermost slicing of one dim, got "
+            f"{layout.format_placements(t.get_placements())}"
+        )
+    return dim
+
+
+@irdl_op_definition
+class JoinOp(PrimitiveOp):
+    """``join``: concatenate the blocks of a value sliced on ``axis`` into the logical value.
+
+    ``%j = dist.join %s : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<64xf32, @world, [unplaced]>``
+    """
+
+    name = "dist.join"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXIS,)
+
+    @classmethod
+    def transition(cls, t, axis, sizes, options):
+        _innermost(t, [axis])
+        return layout.replace_axes(t.get_placements(), [axis], UNPLACED)
+
+
+@irdl_op_definition
+class ReplOp(PrimitiveOp):
+    """``repl``: every rank of ``axis`` gets a copy of the logical value.
+
+    ``%r = dist.repl %x : !dist.tensor<64xf32, @world, [unplaced]> -> !dist.tensor<64xf32, @world, [replicated]>``
+    """
+
+    name = "dist.repl"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXIS,)
+
+    @classmethod
+    def transition(cls, t, axis, sizes, options):
+        need_placement(t, axis, Unplaced)
+        return layout.replace_axes(t.get_placements(), [axis], REPLICATED)
+
+
+@irdl_op_definition
+class DropOp(PrimitiveOp):
+    """``drop``: forget the replicas of a replicated value (inverse of ``repl``).
+
+    ``%d = dist.drop %x : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [unplaced]>``
+    """
+
+    name = "dist.drop"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXIS,)
+
+    @classmethod
+    def transition(cls, t, axis, sizes, options):
+        need_placement(t, axis, Replicated)
+        return layout.replace_axes(t.get_placements(), [axis], UNPLACED)
+
+
+@irdl_op_definition
+class StoreOp(PrimitiveOp):
+    """``store``: put the logical value on rank ``rank`` of ``axis`` only.
+
+    ``%s = dist.store %x rank 0 : !dist.tensor<64xf32, @world, [unplaced]> -> !dist.tensor<64xf32, @world, [at<0>]>``
+    """
+
+    name = "dist.store"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("rank", "int"), AXIS)
+
+    @classmethod
+    def transition(cls, t, axis, sizes, options):
+        need_placement(t, axis, Unplaced)
+        rank = options["rank"]
+        if sizes is not None:
+            group_rank_digits(rank, sizes, [axis], "rank")
+        if rank < 0:
+            raise RuleError(f"rank must be non-negative, got {rank}")
+        return layout.replace_axes(t.get_placements(), [axis], At(rank))
+
+
+@irdl_op_definition
+class LoadOp(PrimitiveOp):
+    """``load``: the logical value of a value held by one rank of ``axis``.
+
+    ``%l = dist.load %x : !dist.tensor<64xf32, @world, [at<0>]> -> !dist.tensor<64xf32, @world, [unplaced]>``
+    """
+
+    name = "dist.load"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXIS,)
+
+    @classmethod
+    def transition(cls, t, axis, sizes, options):
+        need_placement(t, axis, At)
+        return layout.replace_axes(t.get_placements(), [axis], UNPLACED)
+
+
+# ======================================================================================
+# Local computation
+# ======================================================================================
+
+
+def broadcast_shapes(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+    """PyTorch/numpy broadcasting of logical shapes, or None if they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
+        big = dims - {1}
+        if len(big) > 1:
+            return None
+        out.append(big.pop() if big else 1)
+    return tuple(out)
+
+
+def operand_placements(result: TensorType, shape: Sequence[int]) -> list[Placement]:
+    """Placements a map operand of logical ``shape`` must have so that it lines up with a
+    result placed as ``result``: sliced dims map through broadcasting, and an operand that
+    broadcasts along a sliced dim must be replicated there."""
+    rshape, rp = result.get_shape(), result.get_placements()
+    shift = len(rshape) - len(shape)
+    out: list[Placement] = []
+    orders: dict[int, list[int]] = {}
+    for a, p in enumerate(rp):
+        if isinstance(p, Sliced):
+            j = p.dim.data - shift
+            if j >= 0 and shape[j] == rshape[p.dim.data]:
+                out.append(Sliced(j))
+                orders.setdefault(j, [x for x in layout.slicing_axes(rp, p.dim.data)])
+            else:
+                out.append(REPLICATED)
+        else:
+            out.append(p)
+    return layout.with_orders(out, orders)
+
+
+@irdl_op_definition
+class MapOp(DistOp):
+    """``map``: a pointwise computation. The body computes one element from the scalar
+    elements of the operands (``arith``/``math`` ops, ended by ``dist.yield``). Tensor
+    operands broadcast as in PyTorch; builtin scalars (``f32``) are replicated scalars.
+    All operands share the result's placements (an operand broadcast along a sliced dim
+    is replicated there). ``map`` commutes with every functional primitive.
+
+    ::
+
+        %c = dist.map(%a, %s) : (!dist.tensor<64xf32, @world, [sliced<0>]>, f32) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+        ^bb0(%x: f32, %y: f32):
+          %z = arith.mulf %x, %y : f32
+          dist.yield %z : f32
+        }
+    """
+
+    name = "dist.map"
+    PAREN_OPERANDS: ClassVar[bool] = True
+    INFER: ClassVar[bool] = False
+    inputs = var_operand_def()
+    outputs = var_result_def(TensorType)
+    body = region_def("single_block")
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        if not self.outputs:
+            raise RuleError("must have at least one result")
+        mesh = same_mesh([*self.operand_types, *self.result_types])
+        res0: TensorType = self.result_types[0]  # type: ignore[assignment]
+        for i, t in enumerate(self.result_types):
+            assert isinstance(t, TensorType)
+            if t.get_shape() != res0.get_shape() or not layout.same_layout(t.get_placements(), res0.get_placements()):
+                raise RuleError(f"results must share shape and placements, result {i} differs from result 0")
+        for i, t in enumerate(self.operand_types):
+            if not isinstance(t, TensorType) and not is_scalar_type(t):
+                raise RuleError(f"operand {i} must be a !dist.tensor or a scalar, got {t}")
+        shapes = [t.get_shape() for t in self.operand_types if isinstance(t, TensorType)]
+        if mesh is not None:
+            bshape = broadcast_shapes(shapes) if shapes else ()
+            if bshape is None:
+                raise RuleError(f"operand shapes {', '.join('x'.join(map(str, s)) or 'scalar' for s in shapes)} do not broadcast")
+            if bshape != res0.get_shape() and broadcast_shapes([bshape, res0.get_shape()]) != res0.get_shape():
+                raise RuleError(
+                    f"result shape {res0.format_shape()} is not the broadcast of the operand shapes "
+                    f"{'x'.join(map(str, bshape)) or 'scalar'}"
+                )
+        for i, t in enumerate(self.operand_types):
+            if isinstance(t, TensorType):
+                want = operand_placements(res0, t.get_shape())
+                if not layout.same_layout(t.get_placements(), want):
+                    raise RuleError(
+                        f"operands must have the same placements as the result: operand {i} is "
+                        f"{layout.format_placements(t.get_placements())}, expected {layout.format_placements(want)}"
+                    )
+        self._verify_body()
+
+    def _verify_body(self) -> None:
+        block = self.body.block
+        if len(block.args) != len(self.inputs):
+            raise RuleError(f"body must have {len(self.inputs)} arguments (one per operand), got {len(block.args)}")
+        for i, (arg, t) in enumerate(zip(block.args, self.operand_types)):
+            elt = t.element_type if isinstance(t, TensorType) else t
+            if arg.type != elt:
+                raise RuleError(f"body argument {i} must be {elt}, got {arg.type}")
+        for op in block.ops:
+            if not (op.name.startswith(("arith.", "math.")) or isinstance(op, YieldOp)):
+                raise RuleError(f"body may hold only arith and math ops, got '{op.name}'")
+        term = block.last_op
+        if not isinstance(term, YieldOp):
+            raise RuleError("body must end with dist.yield")
+        if len(term.values) != len(self.outputs):
+            raise RuleError(f"body yields {len(term.values)} value(s) for {len(self.outputs)} result(s)")
+        for i, (v, t) in enumerate(zip(term.values, self.result_types)):
+            if v.type != t.element_type:  # type: ignore[attr-defined]
+                raise RuleError(f"body yields {v.type} for result {i} of element type {t.element_type}")  # type: ignore[attr-defined]
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Terminator of a ``dist.map`` body: the scalar results of one element."""
+
+    name = "dist.yield"
+    values = var_operand_def()
+    traits = traits_def(IsTerminator(), HasParent(MapOp))
+    assembly_format = "attr-dict ($values^ `:` type($values))?"
+
+
+@irdl_op_definition
+class TakeSliceOp(DistOp):
+    """``take_slice``: each rank of ``axis`` keeps its block of a replicated value along
+    ``dim`` (no communication): ``slice(drop(x))``.
+
+    ``%s = dist.take_slice %p dim 0 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.take_slice"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), AXIS)
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        t = need_tensor(in_types[0], "operand")
+        axis = options.get("axis", 0)
+        check_axis(axis, t)
+        need_placement(t, axis, Replicated)
+        check_dim(options["dim"], t)
+        return [t.with_(placements=layout.add_slicing(t.get_placements(), options["dim"], [axis]))]
+
+
+@irdl_op_definition
+class MatmulOp(DistOp):
+    """``matmul``: ``lhs[..., M, K] x rhs[K, N] -> [..., M, N]`` (``rhs`` may carry the same
+    batch dims as ``lhs``). Placement rules per mesh axis, after CoCoNet and DTensor:
+    both sliced on the contracted dim -> ``local`` (partial sums); ``lhs`` sliced on a
+    batch or row dim x replicated -> sliced on that dim; replicated x ``rhs`` sliced on
+    its last dim -> sliced on the last dim; local x replicated (either side) -> local;
+    equal replicated / at<r> / unplaced placements are kept.
+
+    ``%y = dist.matmul %x, %w : (!dist.tensor<8x64xf32, @world, [sliced<1>]>, !dist.tensor<64x32xf32, @world, [sliced<0>]>) -> !dist.tensor<8x32xf32, @world, [local]>``
+    """
+
+    name = "dist.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        a = need_tensor(in_types[0], "lhs")
+        b = need_tensor(in_types[1], "rhs")
+        same_mesh([a, b])
+        sa, sb = a.get_shape(), b.get_shape()
+        if len(sa) < 2 or len(sb) < 2:
+            raise RuleError(f"operands must have rank >= 2, got {a.format_shape()} and {b.format_shape()}")
+        if len(sb) != 2 and sb[:-2] != sa[:-2]:
+            raise RuleError(f"rhs must be 2-d or share the batch dims of lhs, got {a.format_shape()} and {b.format_shape()}")
+        if sa[-1] != sb[-2]:
+            raise RuleError(f"contracted dims differ: lhs {a.format_shape()} has {sa[-1]}, rhs {b.format_shape()} has {sb[-2]}")
+        if a.element_type != b.element_type:
+            raise RuleError(f"operand element types differ: {a.element_type} and {b.element_type}")
+        rshape = (*sa[:-1], sb[-1])
+        ra, rb, rr = len(sa), len(sb), len(rshape)
+        pa, pb = a.get_placements(), b.get_placements()
+        out: list[Placement] = []
+        orders: dict[int, list[int]] = {}
+        for axis, (x, y) in enumerate(zip(pa, pb)):
+            r = cls._rule(x, y, ra, rb, rr)
+            if r is None:
+                raise RuleError(f"no matmul placement rule for lhs {x} and rhs {y} on axis {axis}")
+            out.append(r)
+        for d in layout.sliced_dims(out):
+            src = pa if d < rr - 1 else pb
+            sd = d if d < rr - 1 else rb - 1
+            orders[d] = [ax for ax in layout.slicing_axes(src, sd) if isinstance(out[ax], Sliced)]
+        return [TensorType(rshape, a.element_type, a.mesh, layout.with_orders(out, orders))]
+
+    @staticmethod
+    def _rule(x: Placement, y: Placement, ra: int, rb: int, rr: int) -> Placement | None:
+        xs = x.dim.data if isinstance(x, Sliced) else None
+        ys = y.dim.data if isinstance(y, Sliced) else None
+        if xs == ra - 1 and ys == rb - 2:
+            return LOCAL
+        if xs is not None and xs < ra - 1:
+            if isinstance(y, Replicated) and (rb == 2 or xs == ra - 2):
+                return Sliced(xs)
+            if rb > 2 and ys == xs and xs < ra - 2:
+                return Sliced(xs)
+            return None
+        if isinstance(x, Replicated) and ys == rb - 1:
+            return Sliced(rr - 1)
+        if isinstance(x, Local) and isinstance(y, Replicated) or isinstance(x, Replicated) and isinstance(y, Local):
+            return LOCAL
+        if isinstance(x, (Replicated, Unplaced)) and x == y:
+            return x
+        if isinstance(x, At) and x == y:
+            return x
+        return None
+
+
+@irdl_op_definition
+class ReduceTensorOp(DistOp):
+    """``reduce_tensor``: reduce a tensor over its own ``dims`` (CoCoNet's ReduceTensor and
+    Norm). A dim that is sliced on an axis leaves partial results there (``local``), which
+    a ``coll.all_reduce`` of the same kind completes.
+
+    ``%n = dist.reduce_tensor sum %x dims [0] : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<f32, @world, [local]>``
+    """
+
+    name = "dist.reduce_tensor"
+    KIND: ClassVar[str | None] = "op"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dims", "ints"),)
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        t = need_tensor(in_types[0], "operand")
+        dims = list(options["dims"])
+        if len(set(dims)) != len(dims):
+            raise RuleError(f"dims must be distinct, got {dims}")
+        for d in dims:
+            check_dim(d, t, "reduced dim")
+        keep = [d for d in range(t.rank) if d not in dims]
+        shape = [t.get_shape()[d] for d in keep]
+        out: list[Placement] = []
+        orders: dict[int, list[int]] = {}
+        for p in t.get_placements():
+            if isinstance(p, Sliced):
+                out.append(LOCAL if p.dim.data in dims else Sliced(keep.index(p.dim.data)))
+            else:
+                out.append(p)
+        for d in layout.sliced_dims(t.get_placements()):
+            if d not in dims:
+                orders[keep.index(d)] = layout.slicing_axes(t.get_placements(), d)
+        return [t.with_(shape=shape, placements=layout.with_orders(out, orders))]
+
+
+@irdl_op_definition
+class CastOp(DistOp):
+    """``cast``: convert the element type; the layout is unchanged.
+
+    ``%h = dist.cast %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf16, @world, [local]>``
+    """
+
+    name = "dist.cast"
+    INFER: ClassVar[bool] = False
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        t, r = self.input.type, self.result.type
+        assert isinstance(t, TensorType) and isinstance(r, TensorType)
+        expect_type(self, "result", r, t.with_(element_type=r.element_type))
+
+
+@irdl_op_definition
+class DropoutOp(DistOp):
+    """``dropout``: zero each element with probability ``p`` and scale the others by
+    1/(1-p). The mask comes from a counter-based generator keyed by (``seed``, logical
+    element index), so slicing commutes with dropout.
+
+    ``%d = dist.dropout %x p 0.1 seed 7 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [replicated]>``
+    """
+
+    name = "dist.dropout"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("p", "float"), Kw("seed", "int"))
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        t = need_tensor(in_types[0], "operand")
+        if not 0.0 <= options["p"] < 1.0:
+            raise RuleError(f"p must be in [0, 1), got {options['p']}")
+        if not isinstance(t.element_type, AnyFloat):
+            raise RuleError(f"operand element type must be a float type, got {t.element_type}")
+        return [t]
+
+
+@irdl_op_definition
+class EmbeddingBagOp(DistOp):
+    """``embedding_bag``: ``table[..., R, D]``, ``indices[..., B, L]`` -> ``[..., B, D]``: row
+    ``b`` of the result combines (``mode`` sum, mean or max) the ``L`` table rows listed
+    in ``indices[..., b, :]``; an optional leading dim indexes several tables.
+    Placements per axis: equal placements are kept (both sliced on the table dim stays
+    sliced there); replicated table x indices sliced on the bag dim -> sliced on the bag
+    dim; a table sliced on its rows x replicated indices -> ``local`` (sum mode only:
+    each rank adds the rows it holds).
+
+    ``%e = dist.embedding_bag %t, %i mode sum : (!dist.tensor<4x100x16xf32, @world, [sliced<0>]>, !dist.tensor<4x32x2xi32, @world, [sliced<0>]>) -> !dist.tensor<4x32x16xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.embedding_bag"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("mode", "word", "sum", ("sum", "mean", "max")),)
+    table = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        t = need_tensor(in_types[0], "table")
+        i = need_tensor(in_types[1], "indices")
+        same_mesh([t, i])
+        st, si = t.get_shape(), i.get_shape()
+        if len(st) not in (2, 3) or len(si) != len(st):
+            raise RuleError(f"table and indices must both be 2-d or both 3-d, got {t.format_shape()} and {i.format_shape()}")
+        lead = len(st) - 2
+        if st[:lead] != si[:lead]:
+            raise RuleError(f"table and indices must agree on the table dim, got {st[0]} and {si[0]}")
+        if not isinstance(i.element_type, IntegerType):
+            raise RuleError(f"indices must have an integer element type, got {i.element_type}")
+        out: list[Placement] = []
+        for axis, (x, y) in enumerate(zip(t.get_placements(), i.get_placements())):
+            xs = x.dim.data if isinstance(x, Sliced) else None
+            ys = y.dim.data if isinstance(y, Sliced) else None
+            if x == y and not (xs is not None and xs >= lead):
+                out.append(x)
+            elif isinstance(x, Replicated) and ys == lead:
+                out.append(Sliced(lead))
+            elif xs == lead and isinstance(y, Replicated) and options["mode"] == "sum":
+                out.append(LOCAL)
+            else:
+                raise RuleError(f"no embedding_bag placement rule for table {x} and indices {y} on axis {axis}")
+        shape = (*si[:-1], st[-1])
+        return [TensorType(shape, t.element_type, t.mesh, layout.tidy(out))]
+
+
+@irdl_op_definition
+class RemeshOp(DistOp):
+    """``remesh``: see a value on a view of its mesh, or on the parent of a view. No data
+    moves: the layout on the common parent mesh must be the same (``local``,
+    ``replicated`` and ``unplaced`` hold on every factor axis, ``sliced<d>`` becomes
+    ``sliced<d>`` on each factor with the first factor outermost, ``at<r>`` becomes
+    ``at<>`` at the digits of r).
+
+    ``%h = dist.remesh %x : !dist.tensor<1024xf32, @world, [local]> -> !dist.tensor<1024xf32, @hw, [local, local]>``
+    """
+
+    name = "dist.remesh"
+    INFER: ClassVar[bool] = False
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        t, r = self.input.type, self.result.type
+        assert isinstance(t, TensorType) and isinstance(r, TensorType)
+        if t.get_shape() != r.get_shape() or t.element_type != r.element_type:
+            raise RuleError(
+                f"result must keep shape and element type {t.format_shape()}x{t.element_type}, "
+                f"got {r.format_shape()}x{r.element_type}"
+            )
+        mt, mr = lookup_mesh(self, t), lookup_mesh(self, r)
+        if mt.root() is not mr.root():
+            raise RuleError(f"meshes @{mt.mesh_name} and @{mr.mesh_name} are not views of one mesh")
+        try:
+            pt, pr = mt.to_root(t.get_placements()), mr.to_root(r.get_placements())
+        except layout.LayoutError as e:
+            raise RuleError(str(e)) from None
+        if not layout.same_layout(pt, pr):
+            raise RuleError(
+                f"placements {layout.format_placements(r.get_placements())} on @{mr.mesh_name} do not describe "
+                f"the layout {layout.format_placements(t.get_placements())} on @{mt.mesh_name} "
+                f"(on @{mt.root().mesh_name}: {layout.format_placements(pr)} vs {layout.format_placements(pt)})"
+            )
+
+
+Dist = Dialect(
+    "dist",
+    [
+        MeshOp,
+        ReduceOp,
+        SliceOp,
+        JoinOp,
+        ReplOp,
+        DropOp,
+        StoreOp,
+        LoadOp,
+        MapOp,
+        YieldOp,
+        TakeSliceOp,
+        MatmulOp,
+        ReduceTensorOp,
+        CastOp,
+        DropoutOp,
+        EmbeddingBagOp,
+        RemeshOp,
+    ],
+    [TensorType, Replicated, Sliced, Local, At, Unplaced],
+)

@@ -1,0 +1,305 @@
+"""Placement arithmetic shared by the verifiers, the interpreter, the passes and lowering.
+
+A tensor type gives one placement per mesh axis. This module answers, for a list of
+placements: which mesh axes slice a dim and in which nesting order, what shape a rank's
+buffer has, which block of the logical tensor a rank holds, and whether two placement
+lists describe the same layout. It knows nothing about IR operations.
+
+Nesting order: when several mesh axes slice the same dim, the first in mesh-axis order
+gives the outermost block index, unless the placements say otherwise with
+``sliced<d, k>`` (k = 0 is outermost). A rank's block index along that dim is then the
+mixed-radix number whose digits are the rank's coordinates on those axes, outermost first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from distir.dialects.placements import UNPLACED, At, Placement, Sliced, Unplaced
+
+Sizes = Sequence[int | None]
+"""Mesh axis sizes; None is a size fixed only when the program runs (`?`)."""
+
+
+class LayoutError(Exception):
+    """A placement list that no rank assignment can realise (message says why)."""
+
+
+# --------------------------------------------------------------------------------------
+# Nesting order of sliced dims
+# --------------------------------------------------------------------------------------
+
+
+def sliced_dims(placements: Sequence[Placement]) -> set[int]:
+    return {p.dim.data for p in placements if isinstance(p, Sliced)}
+
+
+def slicing_axes(placements: Sequence[Placement], dim: int) -> list[int]:
+    """Mesh axes slicing ``dim``, outermost block index first."""
+    axes = [a for a, p in enumerate(placements) if isinstance(p, Sliced) and p.dim.data == dim]
+    explicit = [a for a in axes if placements[a].order.data >= 0]  # type: ignore[union-attr]
+    if not explicit:
+        return axes
+    return sorted(axes, key=lambda a: (placements[a].order.data, a))  # type: ignore[union-attr]
+
+
+def check_orders(placements: Sequence[Placement]) -> str | None:
+    """Return why the explicit nesting orders are inconsistent, or None."""
+    for d in sorted(sliced_dims(placements)):
+        axes = [a for a, p in enumerate(placements) if isinstance(p, Sliced) and p.dim.data == d]
+        orders = [placements[a].order.data for a in axes]  # type: ignore[union-attr]
+        given = [o for o in orders if o >= 0]
+        if not given:
+            continue
+        if len(given) != len(orders):
+            return f"dim {d} is sliced by axes {_axes_str(axes)}: give the nesting order on all of them or none"
+        if sorted(given) != list(range(len(axes))):
+            return f"nesting orders of dim {d} must be 0..{len(axes) - 1}, got {', '.join(map(str, orders))}"
+    return None
+
+
+def with_orders(placements: Sequence[Placement], orders: dict[int, list[int]]) -> list[Placement]:
+    """Placements with the nesting order of each dim in ``orders`` (axes, outermost first),
+    written in the shortest form: plain ``sliced<d>`` where the order is the default."""
+    out = list(placements)
+    for dim, axes in orders.items():
+        default = sorted(axes) == axes
+        for k, a in enumerate(axes):
+            out[a] = Sliced(dim, -1 if default else k)
+    return out
+
+
+def tidy(placements: Sequence[Placement]) -> list[Placement]:
+    """The shortest spelling of the same layout."""
+    return with_orders(placements, {d: slicing_axes(placements, d) for d in sliced_dims(placements)})
+
+
+def canonical(placements: Sequence[Placement]) -> tuple[tuple[str | int, ...], ...]:
+    """A hashable key equal for two placement lists exactly when they mean the same layout."""
+    key: list[tuple[str | int, ...]] = []
+    for axis, p in enumerate(placements):
+        if isinstance(p, Sliced):
+            d = p.dim.data
+            key.append(("sliced", d, slicing_axes(placements, d).index(axis)))
+        elif isinstance(p, At):
+            key.append(("at", p.rank.data))
+        else:
+            key.append((p.word,))
+    return tuple(key)
+
+
+def same_layout(a: Sequence[Placement], b: Sequence[Placement]) -> bool:
+    return len(a) == len(b) and canonical(a) == canonical(b)
+
+
+def format_placements(placements: Sequence[Placement]) -> str:
+    return "[" + ", ".join(str(p) for p in placements) + "]"
+
+
+def _axes_str(axes: Sequence[int]) -> str:
+    return ", ".join(str(a) for a in axes)
+
+
+# --------------------------------------------------------------------------------------
+# Placement transitions used by the collectives (DTensor's transition table, for us):
+#   local      -> replicated : all_reduce       local -> sliced<d> : reduce_scatter
+#   sliced<d>  -> replicated : all_gather       local -> at<r>     : reduce
+#   at<r>      -> replicated : broadcast        at<r> -> at<t>     : send
+#   sliced<d>  -> sliced<e>  : all_to_all
+# --------------------------------------------------------------------------------------
+
+
+def add_slicing(placements: Sequence[Placement], dim: int, axes: Sequence[int]) -> list[Placement]:
+    """Slice ``dim`` along ``axes`` (group order = order listed), nested inside any axes that
+    already slice it."""
+    order = slicing_axes(placements, dim) + list(axes)
+    out = list(placements)
+    for a in axes:
+        out[a] = Sliced(dim)
+    return with_orders(out, {dim: order})
+
+
+def innermost_slicing(placements: Sequence[Placement], axes: Sequence[int]) -> int | None:
+    """If ``axes`` all slice one dim and are its innermost slicing axes in the listed
+    order, return that dim; else None."""
+    if not axes or not all(isinstance(placements[a], Sliced) for a in axes):
+        return None
+    dims = {placements[a].dim.data for a in axes}  # type: ignore[union-attr]
+    if len(dims) != 1:
+        return None
+    (dim,) = dims
+    order = slicing_axes(placements, dim)
+    if order[len(order) - len(axes):] != list(axes):
+        return None
+    return dim
+
+
+def replace_axes(placements: Sequence[Placement], axes: Sequence[int], new: Placement) -> list[Placement]:
+    """Set ``axes`` to ``new`` and keep the remaining slicing orders consistent."""
+    out = list(placements)
+    orders = {d: [a for a in slicing_axes(placements, d) if a not in axes] for d in sliced_dims(placements)}
+    for a in axes:
+        out[a] = new
+    return with_orders(out, {d: o for d, o in orders.items() if o})
+
+
+def at_digits(rank: int, sizes: Sequence[int]) -> list[int]:
+    """Row-major digits of a group rank over axes of the given sizes."""
+    digits = []
+    for s in reversed(sizes):
+        digits.append(rank % s)
+        rank //= s
+    return digits[::-1]
+
+
+def group_size(sizes: Sizes, axes: Sequence[int]) -> int | None:
+    vals = [sizes[a] for a in axes]
+    if any(v is None for v in vals):
+        return None
+    return math.prod(vals)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------
+# Shapes and blocks
+# --------------------------------------------------------------------------------------
+
+
+def divisibility_error(shape: Sequence[int], placements: Sequence[Placement], sizes: Sizes) -> str | None:
+    """Why a sliced dim is not divisible by the ranks slicing it, or None."""
+    for d in sorted(sliced_dims(placements)):
+        if d >= len(shape):
+            continue
+        axes = slicing_axes(placements, d)
+        n = group_size(sizes, axes)
+        if n is not None and shape[d] % n:
+            what = f"axis {axes[0]}" if len(axes) == 1 else f"axes {_axes_str(sorted(axes))}"
+            return f"dim {d} of size {shape[d]} is not divisible by the {n} ranks of {what}"
+    return None
+
+
+def local_shape(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int]) -> tuple[int, ...]:
+    """Shape of one rank's buffer: every sliced dim divided by the ranks slicing it."""
+    out = list(shape)
+    for d in sliced_dims(placements):
+        out[d] //= math.prod(sizes[a] for a in slicing_axes(placements, d))
+    return tuple(out)
+
+
+def block_index(placements: Sequence[Placement], sizes: Sequence[int], coords: Sequence[int], dim: int) -> tuple[int, int]:
+    """(block index, number of blocks) of the rank at ``coords`` along ``dim``."""
+    idx, n = 0, 1
+    for a in slicing_axes(placements, dim):
+        idx = idx * sizes[a] + coords[a]
+        n *= sizes[a]
+    return idx, n
+
+
+def block(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], coords: Sequence[int]) -> tuple[slice, ...]:
+    """Index of the block of the logical tensor held by the rank at ``coords``."""
+    index = []
+    for d, extent in enumerate(shape):
+        i, n = block_index(placements, sizes, coords, d)
+        step = extent // n
+        index.append(slice(i * step, (i + 1) * step))
+    return tuple(index)
+
+
+def holds(placements: Sequence[Placement], coords: Sequence[int]) -> bool:
+    """Whether the rank at ``coords`` holds a buffer of a value with these placements."""
+    for a, p in enumerate(placements):
+        if isinstance(p, Unplaced):
+            return False
+        if isinstance(p, At) and coords[a] != p.rank.data:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# Meshes and views
+# --------------------------------------------------------------------------------------
+
+
+def resolve_sizes(sizes: Sizes, ranks: int) -> tuple[int, ...]:
+    """Fix the `?` sizes of a mesh for a run on ``ranks`` ranks."""
+    known = math.prod(s for s in sizes if s is not None)
+    unknown = [a for a, s in enumerate(sizes) if s is None]
+    if not unknown:
+        if known != ranks:
+            raise LayoutError(f"the mesh has {known} ranks, the run has {ranks}")
+        return tuple(sizes)  # type: ignore[arg-type]
+    if len(unknown) > 1:
+        raise LayoutError("a mesh may leave only one axis size as '?'")
+    if ranks % known:
+        raise LayoutError(f"{ranks} ranks do not fill a mesh of shape {format_sizes(sizes)}")
+    return tuple(ranks // known if s is None else s for s in sizes)
+
+
+def format_sizes(sizes: Sizes) -> str:
+    return "[" + ", ".join("?" if s is None else str(s) for s in sizes) + "]"
+
+
+@dataclass(frozen=True)
+class MeshGrid:
+    """A mesh with fixed sizes: ``grid[coords]`` is the global rank at those coordinates."""
+
+    name: str
+    sizes: tuple[int, ...]
+    grid: np.ndarray
+
+    @property
+    def ranks(self) -> int:
+        return int(self.grid.size)
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        where = np.argwhere(self.grid == rank)
+        return tuple(int(c) for c in where[0])
+
+    def groups(self, axes: Sequence[int]) -> list[list[int]]:
+        """Rank groups that differ only on ``axes``; inside a group ranks are ordered
+        row-major over ``axes`` in the order listed."""
+        others = [a for a in range(len(self.sizes)) if a not in axes]
+        g = self.grid.transpose(others + list(axes))
+        return [list(map(int, row)) for row in g.reshape(-1, group_size(self.sizes, axes) or 1)]
+
+
+def base_grid(name: str, sizes: Sequence[int]) -> MeshGrid:
+    n = math.prod(sizes)
+    return MeshGrid(name, tuple(sizes), np.arange(n).reshape(tuple(sizes)))
+
+
+def view_grid(name: str, parent: MeshGrid, factors: Sequence[Sequence[int]]) -> MeshGrid:
+    """A view whose axis i is the row-major product of parent axes ``factors[i]``."""
+    perm = [a for f in factors for a in f]
+    sizes = tuple(math.prod(parent.sizes[a] for a in f) for f in factors)
+    return MeshGrid(name, sizes, parent.grid.transpose(perm).reshape(sizes))
+
+
+def view_to_parent(placements: Sequence[Placement], factors: Sequence[Sequence[int]], parent_sizes: Sizes, parent_rank: int) -> list[Placement]:
+    """Placements on the parent mesh of a value placed so on a view of it (`dist.remesh`):
+    local, replicated and unplaced hold on every factor, sliced<d> becomes sliced<d> on
+    each factor (the first factor is the outer block index), at<r> becomes at<> on each
+    factor at the digits of r."""
+    out: list[Placement] = [UNPLACED] * parent_rank
+    for i, p in enumerate(placements):
+        f = factors[i]
+        if isinstance(p, At):
+            fs = [parent_sizes[a] for a in f]
+            if any(s is None for s in fs):
+                raise LayoutError(f"at<{p.rank.data}> on a view axis needs static factor sizes")
+            for a, digit in zip(f, at_digits(p.rank.data, fs)):  # type: ignore[arg-type]
+                out[a] = At(digit)
+        elif isinstance(p, Sliced):
+            for a in f:
+                out[a] = Sliced(p.dim.data)
+        else:
+            for a in f:
+                out[a] = p
+    orders = {}
+    for d in sliced_dims(placements):
+        orders[d] = [a for i in slicing_axes(placements, d) for a in factors[i]]
+    return with_orders(out, orders)
+
