@@ -1,0 +1,18 @@
+# lit configuration for distir's FileCheck suite (test/<area>/*.mlir).
+import os
+import sys
+
+import lit.formats
+
+config.name = "distir"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir"]
+config.test_source_root = os.path.dirname(__file__)
+config.excludes = ["Output", "__pycache__", "lit.cfg.py"]
+
+# The tools live next to the interpreter running lit (the venv's bin/), which need not
+# be on PATH when lit is started by absolute path.
+bindir = os.path.dirname(sys.executable)
+config.environment["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("%examples", os.path.join(os.path.dirname(config.test_source_root), "examples")))
