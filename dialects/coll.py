@@ -240,7 +240,7 @@ class SendOp(CollectiveOp):
     @classmethod
     def rule(cls, t, axes, sizes, options):
         _need_all(t, axes, At)
-        return _place_at(t, axes, sizes, options["to"], "to")
+        return _place_at(t, axes, sizes, options["to"], "target rank")
 
 
 @irdl_op_definition

@@ -148,7 +148,11 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         placements = parser.parse_comma_separated_list(
             parser.Delimiter.SQUARE, lambda: parse_placement(parser), " in the placement list"
         )
+        end = parser.pos
         parser.parse_punctuation(">")
+        why = cls.layout_error(len(dims), placements)
+        if why:
+            parser.raise_error(f"!dist.tensor {why}", end)
         return (ArrayAttr([IntAttr(d) for d in dims]), elt, SymbolRefAttr(mesh), ArrayAttr(placements))
 
     def print_parameters(self, printer: Printer) -> None:
@@ -160,13 +164,18 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         printer.print_string(", ".join(str(p) for p in self.get_placements()))
         printer.print_string("]>")
 
+    @staticmethod
+    def layout_error(rank: int, placements: Sequence[Placement]) -> str | None:
+        """Why placements cannot describe a tensor of this rank (mesh-independent), or None."""
+        for p in placements:
+            if isinstance(p, Sliced) and p.dim.data >= rank:
+                return f"of rank {rank} cannot be sliced on dim {p.dim.data}"
+        return layout.check_orders(placements)
+
     def verify(self) -> None:
         if not is_scalar_type(self.element_type):
             raise VerifyException(f"!dist.tensor element type must be an integer or float type, got {self.element_type}")
-        for p in self.get_placements():
-            if isinstance(p, Sliced) and p.dim.data >= self.rank:
-                raise VerifyException(f"!dist.tensor of rank {self.rank} cannot be sliced on dim {p.dim.data}")
-        why = layout.check_orders(self.get_placements())
+        why = self.layout_error(self.rank, self.get_placements())
         if why:
             raise VerifyException(f"!dist.tensor {why}")
 
@@ -1085,10 +1094,12 @@ class RemeshOp(DistOp):
         except layout.LayoutError as e:
             raise RuleError(str(e)) from None
         if not layout.same_layout(pt, pr):
+            fmt = layout.format_placements
+            root = mt.root().mesh_name
+            seen = "" if mr.mesh_name == root else f" (that is {fmt(pr)} on @{root})"
             raise RuleError(
-                f"placements {layout.format_placements(r.get_placements())} on @{mr.mesh_name} do not describe "
-                f"the layout {layout.format_placements(t.get_placements())} on @{mt.mesh_name} "
-                f"(on @{mt.root().mesh_name}: {layout.format_placements(pr)} vs {layout.format_placements(pt)})"
+                f"result placements {fmt(r.get_placements())} on @{mr.mesh_name}{seen} do not keep the operand's "
+                f"layout {fmt(t.get_placements())} on @{mt.mesh_name}, which is {fmt(pt)} on @{root}"
             )
 
 

@@ -97,6 +97,8 @@ class DistirOptMain(xDSLOptMain):
         return module
 
     def get_input_stream(self):
+        if self.args.input_file == "-":
+            self.args.input_file = None  # read standard input
         try:
             return super().get_input_stream()
         except OSError as e:
