@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, math
+from xdsl.dialects import arith, builtin, func, math, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
 
 def make_context() -> Context:
-    """A context with builtin, func, arith, math, dist and coll (and nccl/rt when present)."""
+    """A context with builtin, func, arith, math, memref, scf (lowered programs) and the
+    distir dialects (dist, coll, nccl, rt)."""
     from distir.tools.universe import DISTIR_DIALECTS
 
     ctx = Context()
-    for d in (builtin.Builtin, func.Func, arith.Arith, math.Math):
+    for d in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf):
         ctx.load_dialect(d)
     for name, factory in DISTIR_DIALECTS.items():
         ctx.register_dialect(name, factory)
