@@ -16,12 +16,24 @@ def _coll():
     return Coll
 
 
+def _nccl():
+    from distir.dialects.nccl import Nccl
+
+    return Nccl
+
+
+def _rt():
+    from distir.dialects.rt import Rt
+
+    return Rt
+
+
 def all_passes():
     from distir.passes import registry
 
     return registry.ALL_PASSES
 
 
-DISTIR_DIALECTS = {"dist": _dist, "coll": _coll}
+DISTIR_DIALECTS = {"dist": _dist, "coll": _coll, "nccl": _nccl, "rt": _rt}
 
 DISTIR_UNIVERSE = Universe(all_dialects=DISTIR_DIALECTS, all_passes=all_passes())

@@ -1,0 +1,741 @@
+"""The ``rt`` dialect: the runtime level of a lowered distir program.
+
+A lowered function is one SPMD program that every rank runs on its own buffers. Values
+are rank-local buffers (builtin ``memref`` types, of the rank's local shape), scalars,
+indices and the handles below; the mesh ops (``dist.mesh``) stay in the module as the
+description of the ranks. ``rt`` holds everything that is not a library call to NCCL
+(those are the ``nccl`` dialect):
+
+* where a rank is: ``rt.comm`` (the communicator of this rank's group over some mesh
+  axes: NCCL's ``ncclCommSplit`` with color = index on the other axes, key = index on
+  the axes), ``rt.group_rank`` (this rank's index in such a group, optionally shifted),
+  ``rt.holds`` (whether this rank holds a value placed ``at<r>``);
+* buffers: ``rt.alloc``, ``rt.block`` (a view of one of ``count`` equal blocks along a
+  dim), ``rt.copy``;
+* streams and events: ``rt.stream``, ``rt.event_record``, ``rt.stream_wait``,
+  ``rt.stream_sync`` (CUDA's model; host backends run stream 0 in order on the rank's
+  thread and other streams asynchronously);
+* computation: ``rt.kernel`` (a ``gpu.func``-style element-wise kernel over memref
+  arguments, translated to Numba), ``rt.launch``, and library calls ``rt.matmul``,
+  ``rt.reduce_tensor``, ``rt.embedding_bag``;
+* ``rt.fused``: a group of calls forming one fused collective (reduce-scatter, kernel on
+  this rank's slice, all-gather), which shared-memory backends may run as one zero-copy
+  kernel.
+
+Ops that run on a stream take it as their last operand. Every op prints in the same
+``: operand-types -> result-types`` syntax as the ``dist`` and ``coll`` ops::
+
+    %c = rt.comm @world axes [0] : !rt.comm
+    %s = rt.stream 0 : !rt.stream
+    %i = rt.group_rank @world axes [0] : index
+    %b = rt.alloc : () -> memref<256xf32>
+    %v = rt.block %p, %i dim 0 count 4 : (memref<1024xf32>, index) -> memref<256xf32>
+    rt.launch @k0(%b, %v, %lr, %s) : (memref<256xf32>, memref<256xf32>, f32, !rt.stream) -> ()
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    StringAttr,
+    SymbolRefAttr,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import NoTerminator, SymbolOpInterface
+from xdsl.utils.exceptions import VerifyException
+
+from distir.dialects.format import REDUCTIONS, FormattedOp, Kw, parse_type_signature, print_type_list
+from distir.dialects.placements import Placement, parse_placement
+
+# ======================================================================================
+# Types
+# ======================================================================================
+
+
+@irdl_attr_definition
+class CommType(ParametrizedAttribute, TypeAttribute):
+    """A communicator (``ncclComm_t``): the ranks of one group, numbered 0..n-1."""
+
+    name = "rt.comm"
+
+
+@irdl_attr_definition
+class StreamType(ParametrizedAttribute, TypeAttribute):
+    """An in-order queue of work (``cudaStream_t``)."""
+
+    name = "rt.stream"
+
+
+@irdl_attr_definition
+class EventType(ParametrizedAttribute, TypeAttribute):
+    """A point in a stream (``cudaEvent_t``)."""
+
+    name = "rt.event"
+
+
+COMM = CommType()
+STREAM = StreamType()
+EVENT = EventType()
+INDEX = IndexType()
+
+
+def fail(op: IRDLOperation, msg: str):
+    raise VerifyException(f"'{op.name}' op {msg}")
+
+
+def memref_count(t: Attribute) -> int:
+    """Number of elements of a memref type."""
+    assert isinstance(t, MemRefType)
+    return math.prod(t.get_shape())
+
+
+def need_memref(op: IRDLOperation, t: Attribute, what: str) -> MemRefType:
+    if not isinstance(t, MemRefType):
+        fail(op, f"{what} must be a memref, got {t}")
+    return t  # type: ignore[return-value]
+
+
+def need_type(op: IRDLOperation, t: Attribute, want: Attribute, what: str) -> None:
+    if t != want:
+        fail(op, f"{what} must be {want}, got {t}")
+
+
+class RtOp(FormattedOp):
+    """Base of the ``rt`` ops written in the shared ``dist``/``coll`` syntax; the
+    operand and result lists are flat (``make`` spreads them)."""
+
+    def verify_(self) -> None:
+        if self.KIND is not None and self.option(self.KIND) not in REDUCTIONS:
+            fail(self, f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.option(self.KIND)}")
+        self.verify_types()
+
+    def verify_types(self) -> None:
+        pass
+
+
+def _stream_last(op: IRDLOperation) -> None:
+    if not op.operands or op.operands[-1].type != STREAM:
+        fail(op, "takes the stream it runs on as its last operand")
+
+
+# ======================================================================================
+# Where a rank is: communicators, group ranks, holders
+# ======================================================================================
+
+
+class MeshRefOp(IRDLOperation):
+    """Ops naming a mesh and some of its axes: ``rt.op @mesh axes [..] ... : T``."""
+
+    mesh = prop_def(SymbolRefAttr)
+    axes = prop_def(DenseArrayBase)
+
+    @property
+    def mesh_name(self) -> str:
+        return self.mesh.root_reference.data
+
+    @property
+    def axis_list(self) -> tuple[int, ...]:
+        return tuple(self.axes.get_values())  # type: ignore[arg-type]
+
+    def _verify_axes(self) -> None:
+        from distir.dialects.dist import MeshOp, _lookup
+
+        mesh = _lookup(self, self.mesh)
+        if not isinstance(mesh, MeshOp):
+            fail(self, f"unknown mesh @{self.mesh_name}: declare it with dist.mesh")
+        axes = self.axis_list
+        if not axes or len(set(axes)) != len(axes) or not all(0 <= a < mesh.rank for a in axes):
+            fail(self, f"axes must be distinct axes of @{self.mesh_name} (rank {mesh.rank}), got {list(axes)}")
+
+
+@irdl_op_definition
+class CommOp(MeshRefOp):
+    """``rt.comm @mesh axes [..]``: the communicator of this rank's group, the ranks that
+    differ from it only on ``axes`` (NCCL: ``ncclCommSplit(world, color, key)`` with color =
+    this rank's index on the other axes, key = its index on ``axes``, row-major in the
+    order listed). Every rank of the mesh executes it.
+
+    ``%c = rt.comm @grid axes [1] : !rt.comm``
+    """
+
+    name = "rt.comm"
+    result = result_def(CommType)
+
+    @classmethod
+    def get(cls, mesh: str, axes: Sequence[int]) -> CommOp:
+        return cls.build(
+            properties={"mesh": SymbolRefAttr(mesh), "axes": DenseArrayBase.from_list(i64, list(axes))},
+            result_types=[COMM],
+        )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> CommOp:
+        mesh = parser.parse_symbol_name().data
+        parser.parse_keyword("axes")
+        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        parser.parse_punctuation(":")
+        parser.parse_type()
+        return cls.get(mesh, axes)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.mesh_name} axes [{', '.join(map(str, self.axis_list))}] : !rt.comm")
+
+    def verify_(self) -> None:
+        self._verify_axes()
+
+
+@irdl_op_definition
+class GroupRankOp(MeshRefOp):
+    """``rt.group_rank @mesh axes [..] shift s``: (this rank's index in its group over
+    ``axes`` + ``s``) mod the group size. The block of a value sliced over those axes that
+    this rank holds, the peers of P2P exchanges and rank-dependent chunk orders are all
+    group ranks.
+
+    ``%next = rt.group_rank @world axes [0] shift 1 : index``
+    """
+
+    name = "rt.group_rank"
+    shift = prop_def(IntegerAttr)
+    result = result_def(IndexType)
+
+    @classmethod
+    def get(cls, mesh: str, axes: Sequence[int], shift: int = 0) -> GroupRankOp:
+        return cls.build(
+            properties={
+                "mesh": SymbolRefAttr(mesh),
+                "axes": DenseArrayBase.from_list(i64, list(axes)),
+                "shift": IntegerAttr(shift, i64),
+            },
+            result_types=[INDEX],
+        )
+
+    @property
+    def shift_value(self) -> int:
+        return self.shift.value.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> GroupRankOp:
+        mesh = parser.parse_symbol_name().data
+        parser.parse_keyword("axes")
+        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        shift = 0
+        if parser.parse_optional_keyword("shift"):
+            shift = parser.parse_integer()
+        parser.parse_punctuation(":")
+        parser.parse_type()
+        return cls.get(mesh, axes, shift)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.mesh_name} axes [{', '.join(map(str, self.axis_list))}]")
+        if self.shift_value:
+            printer.print_string(f" shift {self.shift_value}")
+        printer.print_string(" : index")
+
+    def verify_(self) -> None:
+        self._verify_axes()
+
+
+@irdl_op_definition
+class HoldsOp(IRDLOperation):
+    """``rt.holds @mesh [placements]``: true on the ranks that hold a value placed so,
+    i.e. whose coordinate is r on every axis placed ``at<r>``. Ops on such values run
+    under ``scf.if`` of it.
+
+    ``%h = rt.holds @grid [at<1>, replicated] : i1``
+    """
+
+    name = "rt.holds"
+    mesh = prop_def(SymbolRefAttr)
+    placements = prop_def(Attribute)
+    result = result_def(IntegerType)
+
+    @classmethod
+    def get(cls, mesh: str, placements: Sequence[Placement]) -> HoldsOp:
+        from xdsl.dialects.builtin import ArrayAttr
+
+        return cls.build(
+            properties={"mesh": SymbolRefAttr(mesh), "placements": ArrayAttr(list(placements))},
+            result_types=[i1],
+        )
+
+    @property
+    def mesh_name(self) -> str:
+        return self.mesh.root_reference.data
+
+    def placement_list(self) -> tuple[Placement, ...]:
+        return tuple(self.placements.data)  # type: ignore[attr-defined]
+
+    @classmethod
+    def parse(cls, parser: Parser) -> HoldsOp:
+        mesh = parser.parse_symbol_name().data
+        placements = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_placement(parser))
+        parser.parse_punctuation(":")
+        parser.parse_type()
+        return cls.get(mesh, placements)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.mesh_name} [{', '.join(str(p) for p in self.placement_list())}] : i1")
+
+
+# ======================================================================================
+# Streams and events
+# ======================================================================================
+
+
+@irdl_op_definition
+class StreamOp(IRDLOperation):
+    """``rt.stream N``: stream number N of this rank (0 computes; the lowering puts the
+    communication of ``coll.overlap`` on stream 1).
+
+    ``%s = rt.stream 0 : !rt.stream``
+    """
+
+    name = "rt.stream"
+    index = prop_def(IntegerAttr)
+    result = result_def(StreamType)
+
+    @classmethod
+    def get(cls, index: int) -> StreamOp:
+        return cls.build(properties={"index": IntegerAttr(index, i64)}, result_types=[STREAM])
+
+    @property
+    def number(self) -> int:
+        return self.index.value.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> StreamOp:
+        n = parser.parse_integer()
+        parser.parse_punctuation(":")
+        parser.parse_type()
+        return cls.get(n)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.number} : !rt.stream")
+
+
+@irdl_op_definition
+class EventRecordOp(RtOp):
+    """``rt.event_record %s``: an event that completes when the work queued on ``%s`` so
+    far has completed.
+
+    ``%e = rt.event_record %s : !rt.stream -> !rt.event``
+    """
+
+    name = "rt.event_record"
+    args = var_operand_def()
+    result = result_def(EventType)
+
+    def verify_types(self) -> None:
+        if len(self.args) != 1 or self.args[0].type != STREAM:
+            fail(self, "takes one stream")
+
+
+@irdl_op_definition
+class StreamWaitOp(RtOp):
+    """``rt.stream_wait %s, %e``: work queued on ``%s`` after this waits for ``%e``.
+
+    ``rt.stream_wait %s1, %e : (!rt.stream, !rt.event) -> ()``
+    """
+
+    name = "rt.stream_wait"
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        if [a.type for a in self.args] != [STREAM, EVENT]:
+            fail(self, "takes a stream and an event")
+
+
+@irdl_op_definition
+class StreamSyncOp(RtOp):
+    """``rt.stream_sync %s``: the host waits until the work queued on ``%s`` is done.
+
+    ``rt.stream_sync %s : !rt.stream -> ()``
+    """
+
+    name = "rt.stream_sync"
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        if [a.type for a in self.args] != [STREAM]:
+            fail(self, "takes one stream")
+
+
+# ======================================================================================
+# Buffers
+# ======================================================================================
+
+
+@irdl_op_definition
+class AllocOp(RtOp):
+    """``rt.alloc``: a new rank-local buffer (contents undefined).
+
+    ``%b = rt.alloc : () -> memref<256xf32>``
+    """
+
+    name = "rt.alloc"
+    args = var_operand_def()
+    result = result_def(MemRefType)
+
+    def verify_types(self) -> None:
+        if self.args:
+            fail(self, "takes no operands")
+
+
+@irdl_op_definition
+class BlockOp(RtOp):
+    """``rt.block %buf, %i dim d count n``: a view of block ``%i`` of ``n`` equal blocks of
+    ``%buf`` along dim ``d`` (no copy; strided when ``d`` is not the outermost dim of
+    extent > 1).
+
+    ``%v = rt.block %p, %i dim 0 count 4 : (memref<1024xf32>, index) -> memref<256xf32>``
+    """
+
+    name = "rt.block"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("count", "int"))
+    args = var_operand_def()
+    result = result_def(MemRefType)
+
+    def verify_types(self) -> None:
+        if len(self.args) != 2 or self.args[1].type != INDEX:
+            fail(self, "takes a buffer and an index")
+        t = need_memref(self, self.args[0].type, "operand 0")
+        r = need_memref(self, self.result.type, "result")
+        d, n = self.option("dim"), self.option("count")
+        shape = list(t.get_shape())
+        if not 0 <= d < len(shape):
+            fail(self, f"dim {d} is out of range for {t}")
+        if n < 1 or shape[d] % n:
+            fail(self, f"dim {d} of size {shape[d]} is not divisible into {n} blocks")
+        shape[d] //= n
+        if list(r.get_shape()) != shape or r.element_type != t.element_type:
+            fail(self, f"result must be memref<{'x'.join(map(str, shape))}x{t.element_type}>, got {r}")
+
+    @staticmethod
+    def contiguous(shape: Sequence[int], dim: int) -> bool:
+        """Whether a block along ``dim`` of a contiguous buffer of ``shape`` is contiguous."""
+        return all(s == 1 for s in shape[:dim])
+
+
+@irdl_op_definition
+class CopyOp(RtOp):
+    """``rt.copy %src, %dst, %s``: copy the elements of ``%src`` into ``%dst`` in row-major
+    order (the shapes may differ, the element counts and types may not).
+
+    ``rt.copy %a, %b, %s : (memref<4x8xf32>, memref<1x4x8xf32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.copy"
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        if len(self.args) != 3:
+            fail(self, "takes a source, a destination and a stream")
+        a = need_memref(self, self.args[0].type, "source")
+        b = need_memref(self, self.args[1].type, "destination")
+        if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
+            fail(self, f"source {a} and destination {b} must have the same element count and type")
+
+
+# ======================================================================================
+# Computation
+# ======================================================================================
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """``rt.kernel @name shape [d0, ..]``: a ``gpu.func``-style element-wise kernel. Its
+    block arguments are the kernel parameters (memrefs and scalars) followed by one
+    ``index`` per dim of ``shape``, the iteration space: the body runs once per index
+    tuple, loads elements with ``memref.load``, computes with ``arith``/``math`` ops and
+    writes with ``memref.store`` (several outputs allowed). Broadcast operands are
+    loaded with fewer indices or constant 0. The translation to Numba gives a
+    ``numba.cuda.jit`` kernel (one thread per index tuple) or an ``njit(parallel=True)``
+    loop nest; arithmetic runs in the widest type involved (f16 and bf16 in f32).
+
+    ::
+
+        rt.kernel @k0 shape [256] {
+        ^bb0(%g: memref<256xf32>, %p: memref<256xf32>, %lr: f32, %i: index):
+          %gi = memref.load %g[%i] : memref<256xf32>
+          %pi = memref.load %p[%i] : memref<256xf32>
+          %u = arith.mulf %lr, %gi : f32
+          %n = arith.subf %pi, %u : f32
+          memref.store %n, %p[%i] : memref<256xf32>
+        }
+    """
+
+    name = "rt.kernel"
+    sym_name = prop_def(StringAttr)
+    shape = prop_def(DenseArrayBase)
+    body = region_def("single_block")
+    traits = traits_def(SymbolOpInterface(), NoTerminator())
+
+    @classmethod
+    def get(cls, name: str, shape: Sequence[int], body: Region) -> KernelOp:
+        return cls.build(
+            properties={"sym_name": StringAttr(name), "shape": DenseArrayBase.from_list(i64, list(shape))},
+            regions=[body],
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        return self.sym_name.data
+
+    @property
+    def space(self) -> tuple[int, ...]:
+        return tuple(self.shape.get_values())  # type: ignore[arg-type]
+
+    @property
+    def params(self):
+        args = self.body.block.args
+        return args[: len(args) - len(self.space)]
+
+    @property
+    def indices(self):
+        args = self.body.block.args
+        return args[len(args) - len(self.space) :]
+
+    @classmethod
+    def parse(cls, parser: Parser) -> KernelOp:
+        name = parser.parse_symbol_name().data
+        parser.parse_keyword("shape")
+        shape = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        region = parser.parse_region()
+        return cls.get(name, shape, region)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.kernel_name} shape [{', '.join(map(str, self.space))}] ")
+        printer.print_region(self.body, print_entry_block_args=True, print_block_terminators=True)
+
+    def verify_(self) -> None:
+        block = self.body.block
+        n = len(self.space)
+        if len(block.args) < n:
+            fail(self, f"needs {n} index block argument(s) for shape {list(self.space)}, got {len(block.args)} argument(s)")
+        for a in self.indices:
+            if a.type != INDEX:
+                fail(self, f"the last {n} block arguments must be indices, got {a.type}")
+        from distir.dialects.dist import is_scalar_type
+
+        for i, a in enumerate(self.params):
+            if not (isinstance(a.type, MemRefType) or is_scalar_type(a.type) or a.type == INDEX):
+                fail(self, f"parameter {i} must be a memref, a scalar or an index, got {a.type}")
+        for op in block.ops:
+            if not op.name.startswith(("arith.", "math.", "memref.load", "memref.store", "rt.random")):
+                fail(self, f"body may hold only arith, math, memref.load/store and rt.random ops, got '{op.name}'")
+
+
+@irdl_op_definition
+class LaunchOp(IRDLOperation):
+    """``rt.launch @kernel(%args.., %stream)``: run a kernel over its whole iteration space
+    on a stream.
+
+    ``rt.launch @k0(%g, %p, %lr, %s) : (memref<256xf32>, memref<256xf32>, f32, !rt.stream) -> ()``
+    """
+
+    name = "rt.launch"
+    kernel = prop_def(SymbolRefAttr)
+    args = var_operand_def()
+
+    @classmethod
+    def get(cls, kernel: str, args) -> LaunchOp:
+        return cls.build(properties={"kernel": SymbolRefAttr(kernel)}, operands=[list(args)])
+
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel.root_reference.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> LaunchOp:
+        name = parser.parse_symbol_name().data
+        unresolved = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_unresolved_operand)
+        parser.parse_punctuation(":")
+        pos = parser.pos
+        ins, outs = parse_type_signature(parser)
+        if len(ins) != len(unresolved) or outs:
+            parser.raise_error(f"'rt.launch' has {len(unresolved)} operand(s); expected as many types and no results", pos)
+        return cls.get(name, [parser.resolve_operand(u, t) for u, t in zip(unresolved, ins)])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.kernel_name}(")
+        printer.print_list(self.args, printer.print_operand)
+        printer.print_string(") : ")
+        print_type_list(printer, [a.type for a in self.args], parens=True)
+        printer.print_string(" -> ()")
+
+    def verify_(self) -> None:
+        from distir.dialects.dist import _lookup
+
+        _stream_last(self)
+        k = _lookup(self, self.kernel)
+        if not isinstance(k, KernelOp):
+            fail(self, f"unknown kernel @{self.kernel_name}")
+        want = [a.type for a in k.params] + [STREAM]
+        got = [a.type for a in self.args]
+        if want != got:
+            fail(self, f"arguments of @{self.kernel_name} must have types ({', '.join(map(str, want))}), got ({', '.join(map(str, got))})")
+
+
+@irdl_op_definition
+class MatmulOp(RtOp):
+    """``rt.matmul %a, %b, %c, %s``: ``c = a @ b`` on this rank's blocks (``a[..., M, K]``,
+    ``b[K, N]`` or batched like ``a``). numpy/BLAS on the CPU, a tiled numba-cuda kernel
+    on the GPU.
+
+    ``rt.matmul %a, %b, %c, %s : (memref<8x64xf32>, memref<64x32xf32>, memref<8x32xf32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.matmul"
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        if len(self.args) != 4:
+            fail(self, "takes lhs, rhs, result and a stream")
+        a, b, c = (need_memref(self, v.type, w) for v, w in zip(self.args, ("lhs", "rhs", "result")))
+        sa, sb, sc = a.get_shape(), b.get_shape(), c.get_shape()
+        if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2] or tuple(sc) != (*sa[:-1], sb[-1]):
+            fail(self, f"shapes {a}, {b} -> {c} do not form a matmul")
+
+
+@irdl_op_definition
+class ReduceTensorOp(RtOp):
+    """``rt.reduce_tensor sum %a, %out, %s dims [..]``: reduce this rank's block over
+    ``dims`` (``avg`` divides by the block's extent).
+
+    ``rt.reduce_tensor sum %a, %n, %s dims [0] : (memref<256xf32>, memref<f32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.reduce_tensor"
+    KIND: ClassVar[str | None] = "op"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dims", "ints"),)
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        if len(self.args) != 3:
+            fail(self, "takes an input, an output and a stream")
+        a = need_memref(self, self.args[0].type, "input")
+        o = need_memref(self, self.args[1].type, "output")
+        dims = self.option("dims")
+        keep = [s for d, s in enumerate(a.get_shape()) if d not in dims]
+        if list(o.get_shape()) != keep:
+            fail(self, f"output must have shape {keep}, got {list(o.get_shape())}")
+
+
+@irdl_op_definition
+class EmbeddingBagOp(RtOp):
+    """``rt.embedding_bag %table, %indices, %row0, %out, %s mode sum``: combine the rows
+    listed by ``indices`` (global row numbers) from this rank's block of the table, whose
+    first row is global row ``%row0``; rows outside the block count as absent (their
+    sum is completed by an all-reduce).
+
+    ``rt.embedding_bag %t, %i, %r0, %o, %s mode sum : (memref<2x100x16xf32>, memref<2x32x4xi32>, index, memref<2x32x16xf32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.embedding_bag"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("mode", "word", "sum", ("sum", "mean", "max")),)
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        if len(self.args) != 5 or self.args[2].type != INDEX:
+            fail(self, "takes a table, indices, a first-row index, an output and a stream")
+
+
+@irdl_op_definition
+class RandomOp(RtOp):
+    """``rt.random %seed, %index``: inside a kernel, the uniform [0, 1) number of the
+    counter-based generator for (seed, logical element index); ``dist.dropout`` keeps an
+    element when it is >= p.
+
+    ``%u = rt.random %seed, %lin : (i64, i64) -> f64``
+    """
+
+    name = "rt.random"
+    args = var_operand_def()
+    result = result_def(Attribute)
+
+
+@irdl_op_definition
+class FusedOp(IRDLOperation):
+    """``rt.fused { .. }``: the calls of one fused collective (CoCoNet's FusedAllReduce):
+    a ``nccl.reduce_scatter``, the kernel on this rank's slice, and the in-place
+    ``nccl.all_gather`` of the results to gather. It means exactly the ops it holds, in
+    order; a backend with shared memory across ranks may run them as one zero-copy kernel
+    that reduces its slice straight from the peers' buffers and writes gathered results
+    straight into every peer's buffer.
+
+    ::
+
+        rt.fused {
+          nccl.reduce_scatter avg %g, %rs, %c, %s count 256 : (...) -> ()
+          rt.launch @k0(%rs, %pv, %lr, %s) : (...) -> ()
+          nccl.all_gather %pv, %p, %c, %s count 256 : (...) -> ()
+        }
+    """
+
+    name = "rt.fused"
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator())
+
+    @classmethod
+    def parse(cls, parser: Parser) -> FusedOp:
+        region = parser.parse_region()
+        op = cls.build(regions=[region])
+        op.attributes.update(parser.parse_optional_attr_dict())
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False, print_block_terminators=True)
+        printer.print_op_attributes(self.attributes)
+
+
+Rt = Dialect(
+    "rt",
+    [
+        CommOp,
+        GroupRankOp,
+        HoldsOp,
+        StreamOp,
+        EventRecordOp,
+        StreamWaitOp,
+        StreamSyncOp,
+        AllocOp,
+        BlockOp,
+        CopyOp,
+        KernelOp,
+        LaunchOp,
+        MatmulOp,
+        ReduceTensorOp,
+        EmbeddingBagOp,
+        RandomOp,
+        FusedOp,
+    ],
+    [CommType, StreamType, EventType],
+)
