@@ -1,0 +1,196 @@
+"""``expand-collectives``: every ``coll`` op becomes the ``dist`` functional primitives it
+is defined by (CoCoNet's functional primitives; DESIGN §3).
+
+Each collective over ``axes`` is a first phase (one primitive per axis) followed by a
+second phase (one primitive per axis, in the order listed); this table is the whole
+definition, and ``form-collectives`` reads it backwards::
+
+    collective          first phase              second phase
+    all_reduce {op}     reduce {op}              repl
+    reduce_scatter      reduce {op}              slice {dim}
+    all_gather          join (innermost first)   repl
+    reduce {root}       reduce {op}              store {rank: digit of root}
+    broadcast           load                     repl
+    all_to_all {dim}    join (innermost first)   slice {dim}
+    send {to}           load                     store {rank: digit of to}
+
+A fused collective becomes its ``FIRST`` collective's expansion on each operand, its region
+inlined, and its ``FINISH`` collective's expansion on each result whose ``gather`` flag
+is set. A ``coll.overlap`` means exactly the chain it holds, which is inlined. Example::
+
+    %y = coll.all_reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+
+becomes::
+
+    %y_reduce = dist.reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [unplaced]>
+    %y = dist.repl %y_reduce : !dist.tensor<64xf32, @world, [unplaced]> -> !dist.tensor<64xf32, @world, [replicated]>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint
+
+from distir.dialects import coll, dist
+from distir.dialects.dist import TensorType, group_rank_digits
+from distir.passes.support import mesh_sizes, set_name
+
+# collective -> (first phase, second phase); the primitive words name dist ops.
+EXPANSION: dict[type[coll.CollectiveOp], tuple[str, str]] = {
+    coll.AllReduceOp: ("reduce", "repl"),
+    coll.ReduceScatterOp: ("reduce", "slice"),
+    coll.AllGatherOp: ("join", "repl"),
+    coll.ReduceOp: ("reduce", "store"),
+    coll.BroadcastOp: ("load", "repl"),
+    coll.AllToAllOp: ("join", "slice"),
+    coll.SendOp: ("load", "store"),
+}
+
+PRIMITIVES: dict[str, type[dist.PrimitiveOp]] = {
+    "reduce": dist.ReduceOp,
+    "slice": dist.SliceOp,
+    "join": dist.JoinOp,
+    "repl": dist.ReplOp,
+    "drop": dist.DropOp,
+    "store": dist.StoreOp,
+    "load": dist.LoadOp,
+}
+
+
+def _digits(rank: int, sizes, axes: Sequence[int], what: str) -> list[int]:
+    digits = group_rank_digits(rank, sizes or [None] * (max(axes) + 1), axes, what)
+    if digits is None:  # several axes of unknown size: the verifier rejects this already
+        raise ValueError(f"{what} over several axes of unknown size")
+    return digits
+
+
+def expand_collective(
+    cls: type[coll.CollectiveOp], x: SSAValue, options: dict, sizes, base: str | None
+) -> tuple[list[Operation], SSAValue]:
+    """The primitive ops computing ``cls`` (with ``options``) on ``x``, and the result."""
+    first, second = EXPANSION[cls]
+    axes = list(options.get("axes", (0,)))
+    ops: list[Operation] = []
+    cur = x
+
+    def add(op: Operation, word: str) -> None:
+        nonlocal cur
+        ops.append(op)
+        cur = op.results[0]
+        set_name(cur, base, f"_{word}")
+
+    first_axes = list(reversed(axes)) if first == "join" else axes
+    for a in first_axes:
+        if first == "reduce":
+            add(dist.ReduceOp.of(cur, sizes=sizes, op=options["op"], axis=a), first)
+        else:
+            add(PRIMITIVES[first].of(cur, sizes=sizes, axis=a), first)
+    if second == "store":
+        t = x.type
+        assert isinstance(t, TensorType)
+        rank = options["root"] if cls is coll.ReduceOp else options["to"]
+        digits = _digits(rank, sizes, axes, "root" if cls is coll.ReduceOp else "to")
+    for i, a in enumerate(axes):
+        if second == "slice":
+            add(dist.SliceOp.of(cur, sizes=sizes, dim=options["dim"], axis=a), second)
+        elif second == "store":
+            add(dist.StoreOp.of(cur, sizes=sizes, rank=digits[i], axis=a), second)
+        else:
+            add(PRIMITIVES[second].of(cur, sizes=sizes, axis=a), second)
+    return ops, cur
+
+
+def _sizes(op: Operation, v: SSAValue):
+    t = v.type
+    return mesh_sizes(op, t) if isinstance(t, TensorType) else None
+
+
+class ExpandCollective(RewritePattern):
+    """A plain collective -> its first and second phase of primitives."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
+        if type(op) not in EXPANSION:
+            return
+        assert isinstance(op, coll.CollectiveOp)
+        ops, result = expand_collective(type(op), op.input, op.options(), _sizes(op, op.input), op.result.name_hint)
+        result.name_hint = op.result.name_hint
+        rewriter.replace(op, ops, [result])
+
+
+class ExpandFusedCollective(RewritePattern):
+    """fused(x) { region } -> FIRST's primitives on x, the region inlined, FINISH's
+    primitives on the gathered results."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: coll.FusedCollectiveOp, rewriter: PatternRewriter, /):
+        sizes = _sizes(op, op.inputs[0])
+        opts = op.options()
+        args: list[SSAValue] = []
+        for x in op.inputs:
+            if op.FIRST is None:
+                args.append(x)
+                continue
+            ops, v = expand_collective(op.FIRST, x, op.first_options(), sizes, x.name_hint)
+            rewriter.insert_op(ops, InsertPoint.before(op))
+            args.append(v)
+        block = op.body.block
+        term = block.last_op
+        assert isinstance(term, coll.YieldOp)
+        yielded = list(term.values)
+        rewriter.erase(term, safe_erase=False)
+        rewriter.inline_block(block, InsertPoint.before(op), args)
+        results: list[SSAValue] = []
+        for v, res, g in zip(yielded, op.outputs, op.gather_flags()):
+            if not g:
+                results.append(v)
+                continue
+            assert op.FINISH is not None
+            ops, out = expand_collective(op.FINISH, v, {"axes": opts["axes"]}, sizes, res.name_hint)
+            rewriter.insert_op(ops, InsertPoint.before(op))
+            out.name_hint = res.name_hint
+            results.append(out)
+        rewriter.replace(op, [], results)
+
+
+class InlineOverlap(RewritePattern):
+    """overlap { chain } -> chain (the overlap means exactly its chain)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: coll.OverlapOp, rewriter: PatternRewriter, /):
+        block = op.body.block
+        term = block.last_op
+        assert isinstance(term, coll.YieldOp)
+        yielded = list(term.values)
+        rewriter.erase(term, safe_erase=False)
+        rewriter.inline_block(block, InsertPoint.before(op))
+        for v, res in zip(yielded, op.outputs):
+            if res.name_hint and not v.name_hint:
+                v.name_hint = res.name_hint
+        rewriter.replace(op, [], yielded)
+
+
+@dataclass(frozen=True)
+class ExpandCollectivesPass(ModulePass):
+    """Rewrite every ``coll`` op (fused ones and ``coll.overlap`` included) into ``dist``
+    functional primitives; see the module docstring for the definitions."""
+
+    name = "expand-collectives"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([InlineOverlap(), ExpandFusedCollective(), ExpandCollective()], dce_enabled=False),
+            apply_recursively=True,
+        ).rewrite_module(op)
