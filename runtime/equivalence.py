@@ -1,0 +1,226 @@
+"""Do two programs mean the same thing? Run both on the same inputs and compare.
+
+``equivalent(module_a, module_b, ranks)`` runs function ``func_a`` of ``module_a`` and
+``func_b`` of ``module_b`` (default: each module's only function, or the function of
+``module_b`` with ``func_a``'s name) on ``trials`` sets of random inputs (seeds ``seed``,
+``seed + 1``, ...) and compares the outputs; it returns an ``EquivalenceReport`` that is
+truthy when they agree and whose ``message`` reports the first mismatching output and
+element, both values and the tolerance otherwise. Inputs are matched by position, so
+the two functions need the same argument types (names may differ).
+
+Tolerances, by element type (``TOLERANCES``): integers and booleans must be equal;
+floats agree at an element when
+
+    |a - b| <= rtol * |b| + atol * max|b| + tiny
+
+where ``max|b|`` is the largest finite magnitude of that output of the second program
+(a norm-wise floor for values that cancel) and ``tiny`` the type's smallest normal
+number. NaN agrees with NaN and an infinity with the same infinity.
+
+=========  =======  =======  ==============================================
+type       rtol     atol     why
+=========  =======  =======  ==============================================
+f16        1e-2     1e-3     11-bit significand, rounded once per op
+bf16       4e-2     8e-3     8-bit significand
+f32        1e-5     1e-6     reassociated sums (e.g. hierarchical reductions)
+f64        1e-12    1e-13
+=========  =======  =======  ==============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from distir.runtime import npz
+from distir.runtime.backend import get_backend
+from distir.runtime.values import BFLOAT16
+from distir.tools.diagnostics import ResultsDiffer
+
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (4e-2, 8e-3),
+    "float32": (1e-5, 1e-6),
+    "float64": (1e-12, 1e-13),
+}
+
+
+def tolerance(dtype: np.dtype) -> tuple[float, float] | None:
+    """(rtol, atol) for a float dtype; None for exact comparison."""
+    return TOLERANCES.get(np.dtype(dtype).name)
+
+
+def describe_tolerance(dtype: np.dtype) -> str:
+    tol = tolerance(dtype)
+    if tol is None:
+        return "exact"
+    return f"rtol {tol[0]:g} + atol {tol[1]:g} x max|ref|"
+
+
+@dataclass
+class Comparison:
+    """The result of comparing two output lists."""
+
+    ok: bool
+    message: str
+    max_abs_diff: float = 0.0
+    tolerance: str = "exact"
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or dtype == BFLOAT16
+
+
+def compare_arrays(a: np.ndarray, b: np.ndarray, what: str) -> Comparison:
+    """Compare output ``a`` (first program) with ``b`` (second, the reference)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return Comparison(False, f"{what}: shapes differ: {a.shape} vs {b.shape}")
+    if a.dtype != b.dtype:
+        return Comparison(False, f"{what}: dtypes differ: {a.dtype.name} vs {b.dtype.name}")
+    tol = tolerance(a.dtype)
+    if tol is None:
+        bad = a != b
+        diff = 0.0
+        if a.size and a.dtype != np.bool_:
+            diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+        if not bad.any():
+            return Comparison(True, f"{what}: equal", diff, "exact")
+        i = tuple(int(k) for k in np.argwhere(bad)[0])
+        return Comparison(False, f"{what} differs at {list(i)}: {a[i]!r} vs {b[i]!r} (tolerance: exact)", diff, "exact")
+    rtol, atol = tol
+    work = np.float64 if a.dtype == np.float64 else np.float32
+    x, y = a.astype(work), b.astype(work)
+    finite = np.isfinite(y)
+    scale = float(np.max(np.abs(y[finite]))) if finite.any() else 0.0
+    tiny = float(np.finfo(np.float16 if a.dtype == np.float16 else work).tiny)
+    if a.dtype == BFLOAT16:
+        tiny = float(np.finfo(np.float32).tiny)
+    with np.errstate(all="ignore"):
+        d = np.abs(x - y)
+        allowed = rtol * np.abs(y) + (atol * scale + tiny)
+        same = (x == y) | (np.isnan(x) & np.isnan(y))
+        bad = ~same & ~(d <= allowed)
+    both = np.isfinite(x) & finite
+    diff = float(np.max(d[both])) if both.any() else 0.0
+    desc = f"rtol {rtol:g} + atol {atol:g} x max|ref| {scale:.6g}"
+    if not bad.any():
+        return Comparison(True, f"{what}: agree", diff, desc)
+    i = tuple(int(k) for k in np.argwhere(bad)[0])
+    return Comparison(
+        False,
+        f"{what} differs at {list(i)}: {x[i]!r} vs {y[i]!r} (abs diff {d[i]:.6g} > tolerance {allowed[i]:.6g}: {desc})",
+        diff,
+        desc,
+    )
+
+
+def compare_outputs(outs_a: Sequence[np.ndarray], outs_b: Sequence[np.ndarray], label_a: str = "a", label_b: str = "b") -> Comparison:
+    """Compare two output lists element by element; the first mismatch is reported."""
+    if len(outs_a) != len(outs_b):
+        return Comparison(False, f"{label_a} has {len(outs_a)} results, {label_b} has {len(outs_b)}")
+    worst, tol = 0.0, "exact"
+    for i, (a, b) in enumerate(zip(outs_a, outs_b)):
+        c = compare_arrays(a, b, f"result{i}")
+        if not c:
+            return Comparison(False, f"{c.message} [{label_a} vs {label_b}]", c.max_abs_diff, c.tolerance)
+        if c.max_abs_diff >= worst:
+            worst, tol = c.max_abs_diff, c.tolerance
+    return Comparison(True, f"results agree (max abs diff {worst:.3g}, tolerance {tol})", worst, tol)
+
+
+@dataclass
+class EquivalenceReport:
+    """Truthy when the two programs agreed on every trial; ``message`` says why not."""
+
+    ok: bool
+    message: str
+    trials: int
+    max_abs_diff: float = 0.0
+    tolerance: str = "exact"
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _types_message(fa, fb, grids_a, grids_b) -> str | None:
+    sa, sb = npz.signature(fa), npz.signature(fb)
+    if len(sa) != len(sb):
+        return f"@{fa.sym_name.data} takes {len(sa)} arguments, @{fb.sym_name.data} takes {len(sb)}"
+    for i, ((na, ta), (nb, tb)) in enumerate(zip(sa, sb)):
+        ea, eb = npz.expected_array(ta, grids_a), npz.expected_array(tb, grids_b)
+        if ea != eb:
+            return (
+                f"argument {i} differs: '{na}' takes a {npz._fmt_shape(ea[0])} {ea[1].name} array, "
+                f"'{nb}' a {npz._fmt_shape(eb[0])} {eb[1].name} array"
+            )
+    ra, rb = npz.result_types(fa), npz.result_types(fb)
+    if len(ra) != len(rb):
+        return f"@{fa.sym_name.data} has {len(ra)} results, @{fb.sym_name.data} has {len(rb)}"
+    return None
+
+
+def equivalent(
+    module_a: ModuleOp | str,
+    module_b: ModuleOp | str | None,
+    ranks: int,
+    trials: int = 3,
+    seed: int = 0,
+    func_a: str | None = None,
+    func_b: str | None = None,
+    backend_a: str = "interpret",
+    backend_b: str = "interpret",
+) -> EquivalenceReport:
+    """Run ``func_a`` of ``module_a`` and ``func_b`` of ``module_b`` (``None``: the same
+    module) on the same random inputs, ``trials`` times, and compare (see the module
+    doc for the tolerances)."""
+    from distir.runtime.interpreter import as_module
+
+    ma = as_module(module_a)
+    mb = ma if module_b is None else as_module(module_b)
+    fa = npz.select_function(ma, func_a, "func_a")
+    if func_b is None and mb is not ma and len(npz.functions(mb)) > 1:
+        func_b = fa.sym_name.data
+    fb = npz.select_function(mb, func_b, "func_b")
+    label_a, label_b = f"@{fa.sym_name.data}", f"@{fb.sym_name.data}"
+    grids_a, grids_b = npz.resolve_grids(ma, ranks), npz.resolve_grids(mb, ranks)
+    why = _types_message(fa, fb, grids_a, grids_b)
+    if why:
+        return EquivalenceReport(False, f"signatures differ: {why}", 0)
+    run_a, run_b = get_backend(backend_a), get_backend(backend_b)
+    npz.check_sizes(fb, grids_b, ranks)
+    bounds = npz.index_bounds(fa)
+    names_a, names_b = npz.argument_names(fa), npz.argument_names(fb)
+    for nb, hi in npz.index_bounds(fb).items():
+        na = names_a[names_b.index(nb)]
+        bounds[na] = min(hi, bounds.get(na, hi))
+    worst, tol = 0.0, "exact"
+    for trial in range(trials):
+        inputs = npz.prepare_inputs(ma, fa, ranks, None, seed + trial, grids=grids_a, bounds=bounds)
+        inputs_b = {nb: inputs[na] for na, nb in zip(names_a, names_b)}
+        try:
+            outs_a = run_a.run(ma, fa.sym_name.data, inputs, ranks, seed + trial)
+            outs_b = run_b.run(mb, fb.sym_name.data, inputs_b, ranks, seed + trial)
+        except ResultsDiffer as e:
+            return EquivalenceReport(False, f"trial {trial} (seed {seed + trial}): {e}", trial + 1)
+        c = compare_outputs(outs_a, outs_b, label_a, label_b)
+        if not c:
+            return EquivalenceReport(False, f"trial {trial} (seed {seed + trial}): {c.message}", trial + 1, c.max_abs_diff, c.tolerance)
+        if c.max_abs_diff >= worst:
+            worst, tol = c.max_abs_diff, c.tolerance
+    return EquivalenceReport(
+        True,
+        f"{label_a} and {label_b} agree on {trials} trial(s) on {ranks} rank(s) (max abs diff {worst:.3g}, tolerance {tol})",
+        trials,
+        worst,
+        tol,
+    )
