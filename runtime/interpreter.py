@@ -670,7 +670,7 @@ def as_module(module: ModuleOp | str) -> ModuleOp:
     """A module, parsing and verifying text."""
     if isinstance(module, ModuleOp):
         return module
-    from distir.dialects.parsing import parse_module
+    from distir.dialects.context import parse_module
 
     return parse_module(module)
 
