@@ -152,7 +152,9 @@ class EquivalenceReport:
         return self.message
 
 
-def _types_message(fa, fb, grids_a, grids_b) -> str | None:
+def signature_mismatch(fa, fb, grids_a, grids_b) -> str | None:
+    """Why two functions cannot run on the same inputs (argument arrays by position,
+    result count), or None."""
     sa, sb = npz.signature(fa), npz.signature(fb)
     if len(sa) != len(sb):
         return f"@{fa.sym_name.data} takes {len(sa)} arguments, @{fb.sym_name.data} takes {len(sb)}"
@@ -193,7 +195,7 @@ def equivalent(
     fb = npz.select_function(mb, func_b, "func_b")
     label_a, label_b = f"@{fa.sym_name.data}", f"@{fb.sym_name.data}"
     grids_a, grids_b = npz.resolve_grids(ma, ranks), npz.resolve_grids(mb, ranks)
-    why = _types_message(fa, fb, grids_a, grids_b)
+    why = signature_mismatch(fa, fb, grids_a, grids_b)
     if why:
         return EquivalenceReport(False, f"signatures differ: {why}", 0)
     run_a, run_b = get_backend(backend_a), get_backend(backend_b)

@@ -136,10 +136,10 @@ def static_ranks(module: ModuleOp) -> int | None:
 
 def _type_error(t: TensorType, grid: layout.MeshGrid) -> str | None:
     if len(t.get_placements()) != len(grid.sizes):
-        return f"has {len(t.get_placements())} placements but mesh @{grid.name} has {len(grid.sizes)} axes"
+        return f"it has {len(t.get_placements())} placements but mesh @{grid.name} has {len(grid.sizes)} axes"
     for a, p in enumerate(t.get_placements()):
         if isinstance(p, At) and p.rank.data >= grid.sizes[a]:
-            return f"is at<{p.rank.data}> on axis {a} of @{grid.name}, which has {grid.sizes[a]} ranks"
+            return f"it is at<{p.rank.data}> on axis {a} of @{grid.name}, which has {grid.sizes[a]} ranks"
     return layout.divisibility_error(t.get_shape(), t.get_placements(), grid.sizes)
 
 
@@ -151,14 +151,14 @@ def check_sizes(func: FuncOp, grids: Mapping[str, layout.MeshGrid], ranks: int) 
         if isinstance(t, TensorType):
             why = _type_error(t, grid_of(grids, t))
             if why:
-                raise InputRejected(f"argument '{name}' of type {t} {why} (--ranks {ranks})")
+                raise InputRejected(f"argument '{name}' ({t}): {why} (--ranks {ranks})")
     for op in func.walk():
         for i, r in enumerate(op.results):
             if isinstance(r.type, TensorType):
                 why = _type_error(r.type, grid_of(grids, r.type))
                 if why:
                     what = f"result {i}" if len(op.results) > 1 else "result"
-                    raise InputRejected(f"'{op.name}' op {what} {why} (--ranks {ranks})")
+                    raise InputRejected(f"'{op.name}' op {what} ({r.type}): {why} (--ranks {ranks})")
 
 
 def grid_of(grids: Mapping[str, layout.MeshGrid], t: TensorType) -> layout.MeshGrid:
@@ -327,6 +327,8 @@ def prepare_inputs(module: ModuleOp, func: FuncOp, ranks: int, given: Mapping[st
 def load_npz(path: str) -> dict[str, np.ndarray]:
     """Read an npz file; unreadable files are rejected with the reason."""
     try:
+        if not zipfile.is_zipfile(path):
+            raise InputRejected(f"cannot read {path}: not an npz (zip) archive")
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except FileNotFoundError:
