@@ -368,7 +368,7 @@ class FormCollectivesPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([FormCollective(), FormFusedCollective(), FormTakeSlice()], dce_enabled=False),
+            GreedyRewritePatternApplier([FormCollective(), FormFusedCollective(), FormTakeSlice()]),
             apply_recursively=True,
         ).rewrite_module(op)
 

@@ -28,3 +28,28 @@ def _form_collectives():
 
 
 ALL_PASSES["form-collectives"] = _form_collectives
+
+
+def _cancel_primitives():
+    from distir.passes.cancel_primitives import CancelPrimitivesPass
+
+    return CancelPrimitivesPass
+
+
+def _commute_maps():
+    from distir.passes.commute_maps import CommuteMapsPass
+
+    return CommuteMapsPass
+
+
+ALL_PASSES["cancel-primitives"] = _cancel_primitives
+ALL_PASSES["commute-maps"] = _commute_maps
+
+
+def _fuse_maps():
+    from distir.passes.fuse_maps import FuseMapsPass
+
+    return FuseMapsPass
+
+
+ALL_PASSES["fuse-maps"] = _fuse_maps
