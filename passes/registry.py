@@ -53,3 +53,32 @@ def _fuse_maps():
 
 
 ALL_PASSES["fuse-maps"] = _fuse_maps
+
+
+# The lowering passes (lowering/registry.py): fix-mesh-sizes, lower-to-kernels, lower-collectives.
+from distir.lowering.registry import LOWERING_PASSES  # noqa: E402
+
+ALL_PASSES.update(LOWERING_PASSES)
+
+
+def _split_allreduce():
+    from distir.passes.split_allreduce import SplitAllReducePass
+
+    return SplitAllReducePass
+
+
+def _reorder_allgather():
+    from distir.passes.reorder_allgather import ReorderAllGatherPass
+
+    return ReorderAllGatherPass
+
+
+def _reorder_broadcast():
+    from distir.passes.reorder_broadcast import ReorderBroadcastPass
+
+    return ReorderBroadcastPass
+
+
+ALL_PASSES["split-allreduce"] = _split_allreduce
+ALL_PASSES["reorder-allgather"] = _reorder_allgather
+ALL_PASSES["reorder-broadcast"] = _reorder_broadcast
