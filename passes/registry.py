@@ -82,3 +82,26 @@ def _reorder_broadcast():
 ALL_PASSES["split-allreduce"] = _split_allreduce
 ALL_PASSES["reorder-allgather"] = _reorder_allgather
 ALL_PASSES["reorder-broadcast"] = _reorder_broadcast
+
+
+def _reorder_send():
+    from distir.passes.reorder_send import ReorderSendPass
+
+    return ReorderSendPass
+
+
+def _slice_state():
+    from distir.passes.slice_state import SliceStatePass
+
+    return SliceStatePass
+
+
+def _fuse_allreduce():
+    from distir.passes.fuse_allreduce import FuseAllReducePass
+
+    return FuseAllReducePass
+
+
+ALL_PASSES["reorder-send"] = _reorder_send
+ALL_PASSES["slice-state"] = _slice_state
+ALL_PASSES["fuse-allreduce"] = _fuse_allreduce

@@ -1,0 +1,183 @@
+"""Planning and execution shared by ``fuse-allreduce`` and ``fuse-collectives``: which
+computations go into a fused collective's region, and how the fused op replaces them.
+
+A *forward* plan starts at a collective ``first`` (ReduceScatter, Reduce, AllToAll) and
+takes, in block order, every computation reading what it produces (directly or through
+computations already taken): the region runs on ``first``'s result. With a finishing
+collective kind (AllGather for a fused all-reduce), the finishing collectives of region
+values over the same axes are absorbed as the fused op's gather. An op that reads
+region values but cannot be taken (a send, a fused op, a gathered value) is *tainted*:
+so is everything reading it, and it will follow the fused op.
+
+A *backward* plan starts at a finishing collective (AllGather, Broadcast) and takes the
+computations whose results only feed it or each other.
+
+Computations are the local ``dist`` ops (maps, dropout, cast, take_slice, matmul,
+reduce_tensor) plus inner all_reduces in a forward plan (LAMB's norms), and a
+``coll.send`` in a backward plan (the pipeline's fused P2P + computation). A forward
+plan also takes the take_slices of outer values that only region ops read.
+
+Execution (``fuse``) moves the taken ops into the region in order, places the fused op
+after the last of them and moves after it the ops that read its results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from distir.dialects import coll, dist
+from distir.passes.support import make_yield
+
+LOCAL_COMPUTATIONS = (
+    dist.MapOp,
+    dist.DropoutOp,
+    dist.CastOp,
+    dist.TakeSliceOp,
+    dist.MatmulOp,
+    dist.ReduceTensorOp,
+)
+
+
+@dataclass
+class Plan:
+    """The ops a fused collective takes in: ``region`` (block order) and ``finishes``
+    (finishing collectives of region values, absorbed as the fused op's gather)."""
+
+    block: Block
+    region: list[Operation] = field(default_factory=list)
+    finishes: list[Operation] = field(default_factory=list)
+
+
+def ancestor_in(op: Operation, block: Block) -> Operation | None:
+    cur: Operation | None = op
+    while cur is not None and cur.parent_block() is not block:
+        cur = cur.parent_op()
+    return cur
+
+
+def all_operands(op: Operation) -> list[SSAValue]:
+    """Operands of ``op`` and of the ops nested in its regions."""
+    out = list(op.operands)
+    for r in op.regions:
+        for inner in r.walk():
+            out.extend(inner.operands)
+    return out
+
+
+def _takeable_forward(op: Operation) -> bool:
+    if isinstance(op, dist.MapOp):
+        return True
+    return isinstance(op, (*LOCAL_COMPUTATIONS, coll.AllReduceOp)) and not op.regions
+
+
+def forward_plan(first: Operation, finish_kind: type | None = None, finish_axes: Sequence[int] = ()) -> Plan:
+    block = first.parent_block()
+    assert block is not None
+    plan = Plan(block)
+    inside: set[SSAValue] = set(first.results)
+    tainted: set[SSAValue] = set()
+    ops = list(block.ops)
+    for op in ops[ops.index(first) + 1 :]:
+        operands = all_operands(op)
+        reads_inside = any(v in inside for v in operands)
+        reads_tainted = any(v in tainted for v in operands)
+        if not reads_inside and not reads_tainted:
+            continue
+        if reads_tainted:
+            tainted.update(op.results)
+        elif (
+            finish_kind is not None
+            and isinstance(op, finish_kind)
+            and list(op.axes) == list(finish_axes)
+            and op.operands[0] in inside
+        ):
+            plan.finishes.append(op)
+            tainted.update(op.results)  # the gathered value exists only after the fused op
+        elif _takeable_forward(op):
+            plan.region.append(op)
+            inside.update(op.results)
+        else:
+            tainted.update(op.results)
+    members = set(plan.region)
+    for op in ops:
+        if isinstance(op, dist.TakeSliceOp) and op not in members:
+            users = {ancestor_in(u.operation, block) for u in op.result.uses}
+            if users and users <= members:
+                plan.region.append(op)
+                members.add(op)
+    order = {op: i for i, op in enumerate(ops)}
+    plan.region.sort(key=lambda o: order[o])
+    return plan
+
+
+def backward_plan(finish: Operation, allow_send: bool = True) -> Plan:
+    block = finish.parent_block()
+    assert block is not None
+    plan = Plan(block)
+    members: set[Operation] = {finish}
+    kinds = (*LOCAL_COMPUTATIONS, coll.SendOp) if allow_send else LOCAL_COMPUTATIONS
+    ops = list(block.ops)
+    for op in reversed(ops[: ops.index(finish)]):
+        if not isinstance(op, kinds) or (op.regions and not isinstance(op, dist.MapOp)) or not op.results:
+            continue
+        users = {ancestor_in(u.operation, block) for r in op.results for u in r.uses}
+        if users and users <= members:
+            members.add(op)
+            plan.region.insert(0, op)
+    return plan
+
+
+def fuse(
+    plan: Plan,
+    args: Sequence[SSAValue],
+    yields: Sequence[SSAValue],
+    make: Callable[[Region, Sequence[Attribute]], Operation],
+    result_types: Sequence[Attribute],
+    replaced: Sequence[SSAValue],
+    erase: Sequence[Operation],
+) -> Operation:
+    """Build the fused op (``make(region, result_types)``) whose region runs
+    ``plan.region`` with ``args`` as block arguments and yields ``yields``; every use of
+    ``replaced[i]`` outside the region becomes a use of result i; ``erase`` (the first
+    and finishing collectives) goes away."""
+    block = plan.block
+    taken = set(plan.region) | set(plan.finishes) | set(erase)
+    ops = list(block.ops)
+    last = max(ops.index(o) for o in taken)
+    anchor = next(o for o in ops[last + 1 :] if o not in taken)
+
+    body = Block(arg_types=[a.type for a in args])
+    for v, a in zip(args, body.args):
+        a.name_hint = v.name_hint
+    for op in plan.region:
+        op.detach()
+        body.add_op(op)
+    inner = {v: a for v, a in zip(args, body.args)}
+    for v, a in inner.items():
+        v.replace_uses_with_if(a, lambda use: ancestor_in(use.operation, body) is not None)
+    body.add_op(make_yield(coll.YieldOp, [inner.get(y, y) for y in yields]))
+    fused = make(Region(body), result_types)
+    block.insert_op_before(fused, anchor)
+    for old, new in zip(replaced, fused.results):
+        new.name_hint = old.name_hint
+        old.replace_uses_with_if(new, lambda use: ancestor_in(use.operation, body) is None)
+    for op in reversed(list(erase)):
+        op.detach()
+        op.erase()
+    # ops before the fused op that read its results (the tainted ones) now follow it
+    produced = set(fused.results)
+    ops = list(block.ops)
+    after: list[Operation] = []
+    for op in ops[: ops.index(fused)]:
+        if any(v in produced for v in all_operands(op)):
+            after.append(op)
+            produced.update(op.results)
+    prev = fused
+    for op in after:
+        op.detach()
+        block.insert_op_after(op, prev)
+        prev = op
+    return fused
