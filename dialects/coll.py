@@ -47,6 +47,7 @@ from xdsl.traits import IsTerminator
 
 from distir.dialects import layout
 from distir.dialects.dist import (
+    DistCanonicalization,
     DistOp,
     RuleError,
     TensorType,
@@ -70,6 +71,7 @@ class CollectiveOp(DistOp):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(DistCanonicalization())
 
     @property
     def axes(self) -> tuple[int, ...]:
@@ -274,6 +276,7 @@ class FusedCollectiveOp(DistOp):
     inputs = var_operand_def(TensorType)
     outputs = var_result_def()
     body = region_def("single_block")
+    traits = traits_def(DistCanonicalization())
 
     def gather_flags(self) -> tuple[bool, ...]:
         if self.FINISH is None:
@@ -425,6 +428,7 @@ class OverlapOp(DistOp):
     KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("chunks", "int"), Kw("order", "word", "natural", ORDERS))
     outputs = var_result_def()
     body = region_def("single_block")
+    traits = traits_def(DistCanonicalization())
 
     def verify_rule(self) -> None:
         if self.option("chunks") < 1:

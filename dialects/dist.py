@@ -49,7 +49,14 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.traits import HasParent, IsTerminator, Pure, SymbolOpInterface, SymbolTable
+from xdsl.traits import (
+    HasCanonicalizationPatternsTrait,
+    HasParent,
+    IsTerminator,
+    Pure,
+    SymbolOpInterface,
+    SymbolTable,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
@@ -543,6 +550,22 @@ class DistOp(FormattedOp):
             expect_type(self, "result" if len(expected) == 1 else f"result {i}", found, want)
 
 
+class DistCanonicalization(HasCanonicalizationPatternsTrait):
+    """The canonicalization patterns of the ``dist``/``coll`` ops, which xDSL's
+    ``canonicalize`` pass applies; they live in ``passes/canonicalize.py``."""
+
+    def get_patterns(self, op: type[Operation]):
+        from distir.passes.canonicalize import patterns_for
+
+        return patterns_for(op)
+
+    @classmethod
+    def get_canonicalization_patterns(cls):
+        from distir.passes.canonicalize import all_patterns
+
+        return all_patterns()
+
+
 def same_mesh(types: Sequence[Attribute]) -> str | None:
     meshes = {t.mesh_name for t in types if isinstance(t, TensorType)}
     if len(meshes) > 1:
@@ -770,7 +793,7 @@ class MapOp(DistOp):
     inputs = var_operand_def()
     outputs = var_result_def(TensorType)
     body = region_def("single_block")
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DistCanonicalization())
 
     def verify_rule(self) -> None:
         if not self.outputs:
@@ -847,7 +870,7 @@ class TakeSliceOp(DistOp):
     KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), AXIS)
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DistCanonicalization())
 
     @classmethod
     def infer(cls, in_types, sizes, options):
@@ -1001,6 +1024,7 @@ class DropoutOp(DistOp):
     KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("p", "float"), Kw("seed", "int"))
     input = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(DistCanonicalization())
 
     @classmethod
     def infer(cls, in_types, sizes, options):
