@@ -105,3 +105,19 @@ def _fuse_allreduce():
 ALL_PASSES["reorder-send"] = _reorder_send
 ALL_PASSES["slice-state"] = _slice_state
 ALL_PASSES["fuse-allreduce"] = _fuse_allreduce
+
+
+def _fuse_collectives():
+    from distir.passes.fuse_collectives import FuseCollectivesPass
+
+    return FuseCollectivesPass
+
+
+def _overlap():
+    from distir.passes.overlap import OverlapPass
+
+    return OverlapPass
+
+
+ALL_PASSES["fuse-collectives"] = _fuse_collectives
+ALL_PASSES["overlap"] = _overlap
