@@ -601,6 +601,59 @@ class LaunchOp(IRDLOperation):
 
 
 @irdl_op_definition
+class CallOp(IRDLOperation):
+    """``rt.call @kernel(%operands)``: a kernel applied to distributed values, before
+    bufferization (the output of ``lower-to-kernels``): the kernel's parameters are the
+    rank-local buffers of the operands (scalars and indices as they are) followed by one
+    buffer per result. Results share placements, like ``dist.map``'s.
+
+    ``%m1 = rt.call @k0(%m, %g, %b1) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>, f32) -> !dist.tensor<64xf32, @world, [sliced<0>]>``
+    """
+
+    name = "rt.call"
+    kernel = prop_def(SymbolRefAttr)
+    args = var_operand_def()
+    outputs = var_result_def()
+
+    @classmethod
+    def get(cls, kernel: str, args, result_types) -> CallOp:
+        return cls.build(properties={"kernel": SymbolRefAttr(kernel)}, operands=[list(args)], result_types=[list(result_types)])
+
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel.root_reference.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> CallOp:
+        name = parser.parse_symbol_name().data
+        unresolved = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_unresolved_operand)
+        parser.parse_punctuation(":")
+        pos = parser.pos
+        ins, outs = parse_type_signature(parser)
+        if len(ins) != len(unresolved):
+            parser.raise_error(f"'rt.call' has {len(unresolved)} operand(s) but the signature gives {len(ins)} type(s)", pos)
+        return cls.get(name, [parser.resolve_operand(u, t) for u, t in zip(unresolved, ins)], outs)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.kernel_name}(")
+        printer.print_list(self.args, printer.print_operand)
+        printer.print_string(") : ")
+        print_type_list(printer, [a.type for a in self.args], parens=True)
+        printer.print_string(" -> ")
+        print_type_list(printer, list(self.result_types), parens=False)
+
+    def verify_(self) -> None:
+        from distir.dialects.dist import _lookup
+
+        k = _lookup(self, self.kernel)
+        if not isinstance(k, KernelOp):
+            fail(self, f"unknown kernel @{self.kernel_name}")
+        n = len(self.args) + len(self.outputs)
+        if len(k.params) != n:
+            fail(self, f"@{self.kernel_name} takes {len(k.params)} parameter(s), the call gives {n} (operands and results)")
+
+
+@irdl_op_definition
 class MatmulOp(RtOp):
     """``rt.matmul %a, %b, %c, %s``: ``c = a @ b`` on this rank's blocks (``a[..., M, K]``,
     ``b[K, N]`` or batched like ``a``). numpy/BLAS on the CPU, a tiled numba-cuda kernel
@@ -731,6 +784,7 @@ Rt = Dialect(
         CopyOp,
         KernelOp,
         LaunchOp,
+        CallOp,
         MatmulOp,
         ReduceTensorOp,
         EmbeddingBagOp,

@@ -121,3 +121,9 @@ def _overlap():
 
 ALL_PASSES["fuse-collectives"] = _fuse_collectives
 ALL_PASSES["overlap"] = _overlap
+
+
+# The lowering passes (lowering/registry.py): fix-mesh-sizes, lower-to-kernels, lower-collectives.
+from distir.lowering.registry import LOWERING_PASSES  # noqa: E402
+
+ALL_PASSES.update(LOWERING_PASSES)

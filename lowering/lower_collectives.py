@@ -1,0 +1,582 @@
+"""``lower-collectives``: leave the dist/coll level. Every function becomes one SPMD
+program over rank-local buffers: ``!dist.tensor`` values become ``memref`` buffers of
+the rank's local shape, collectives become ``nccl.*`` calls, kernels (``rt.call``, from
+``lower-to-kernels``) become ``rt.launch`` with output buffers, and the other local ops
+become library calls (``rt.matmul``, ``rt.reduce_tensor``, ``rt.embedding_bag``).
+
+Communicators: one per (mesh, axes) group kind, ``rt.comm @mesh axes [..]`` (NCCL's
+``ncclCommSplit``, color = index on the other axes, key = index on the axes); a
+collective over several axes, or over the factor axes of a view mesh, gets its own.
+``dist.remesh`` and ``dist.take_slice`` move no data (the same buffer; a block view).
+
+Collectives, on the buffers of one group (N ranks)::
+
+    coll.all_reduce          nccl.all_reduce
+    coll.reduce_scatter d    nccl.reduce_scatter (blocks along d packed first unless contiguous)
+    coll.all_gather          nccl.all_gather (unpacked after unless d-blocks are contiguous)
+    coll.reduce / broadcast  nccl.reduce / nccl.broadcast (root = group rank)
+    coll.all_to_all          nccl.group_start; N-1 send/recv pairs; nccl.group_end (+ a copy to self)
+    coll.send                nccl.send on the holder, nccl.recv on the target, each in a group
+
+Fused collectives become ``rt.fused { FIRST collective; region on this rank's values;
+FINISH collective of the gathered results }``; a gathered result is computed straight
+into this rank's block of the result buffer and all-gathered in place, a sliced result
+stays where it was computed. Ops on values placed ``at<r>`` on some axis run under
+``scf.if`` of ``rt.holds``. A result ``{dist.inplace = N}`` is written into argument N's
+buffer: computed there directly when no later op reads argument N, copied at the end
+otherwise. ``coll.overlap`` chains run chunk by chunk (see ``overlap.py``).
+
+The lowered function keeps its dist-level signature in the attribute ``rt.dist_type``
+(the runtime reads it to distribute inputs and assemble outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, IndexType, MemRefType, ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from distir.dialects import coll, dist, layout, nccl, rt
+from distir.dialects.dist import MeshOp, TensorType
+from distir.dialects.placements import REPLICATED, At, Placement
+from distir.lowering.common import buffer_type, fail, group_size, local_shape, meshes, static_sizes
+
+PASS = "lower-collectives"
+INDEX = IndexType()
+DIST_TYPE = "rt.dist_type"
+"""Function attribute holding the dist-level signature of a lowered function."""
+
+PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
+
+
+def is_contiguous_block(shape: Sequence[int], dim: int) -> bool:
+    return all(s == 1 for s in shape[:dim])
+
+
+class FuncLowering:
+    """Lowers one function (see the module doc)."""
+
+    def __init__(self, module: ModuleOp, f: func.FuncOp):
+        self.module = module
+        self.f = f
+        self.meshes = meshes(module)
+        self.buf: dict[SSAValue, SSAValue] = {}
+        self.contig: dict[SSAValue, bool] = {}
+        self.dest: dict[SSAValue, SSAValue] = {}
+        self.cache: dict[Any, SSAValue] = {}
+        self.blocks: list[Block] = []
+        self.handlers: dict[type[Operation], Callable[[Any], None]] = {
+            rt.CallOp: self._call,
+            dist.MatmulOp: self._matmul,
+            dist.ReduceTensorOp: self._reduce_tensor,
+            dist.EmbeddingBagOp: self._embedding_bag,
+            dist.TakeSliceOp: self._take_slice,
+            dist.RemeshOp: self._remesh,
+            coll.OverlapOp: self._overlap,
+        }
+        for cls in (
+            coll.AllReduceOp,
+            coll.ReduceScatterOp,
+            coll.AllGatherOp,
+            coll.ReduceOp,
+            coll.BroadcastOp,
+            coll.AllToAllOp,
+            coll.SendOp,
+        ):
+            self.handlers[cls] = self._collective_op
+        for cls in (
+            coll.FusedAllReduceOp,
+            coll.FusedReduceScatterOp,
+            coll.FusedAllGatherOp,
+            coll.FusedReduceOp,
+            coll.FusedBroadcastOp,
+            coll.FusedAllToAllOp,
+        ):
+            self.handlers[cls] = self._fused
+
+    # ------------------------------------------------------------------ utilities
+    def fail(self, msg: str, op: Operation | None = None):
+        fail(PASS, msg, op)
+
+    def sizes(self, t: TensorType, op: Operation | None = None) -> tuple[int, ...]:
+        mesh = self.meshes.get(t.mesh_name)
+        if mesh is None:
+            self.fail(f"unknown mesh @{t.mesh_name}", op)
+        return static_sizes(PASS, mesh)
+
+    def memref(self, t: Attribute) -> Attribute:
+        return buffer_type(t, self.sizes(t) if isinstance(t, TensorType) else None)
+
+    def emit(self, op: Operation) -> Operation:
+        self.blocks[-1].add_op(op)
+        return op
+
+    def emit_entry(self, op: Operation) -> Operation:
+        """Emit in the entry block (allocations, communicators, group ranks, constants),
+        before whatever region is being built."""
+        self.entry.add_op(op)
+        return op
+
+    def cached(self, key, make: Callable[[], Operation]) -> SSAValue:
+        if key not in self.cache:
+            self.cache[key] = self.emit_entry(make()).results[0]
+        return self.cache[key]
+
+    def const(self, n: int) -> SSAValue:
+        return self.cached(("const", n), lambda: arith.ConstantOp.from_int_and_width(n, INDEX))
+
+    def comm(self, mesh: str, axes: Sequence[int]) -> SSAValue:
+        return self.cached(("comm", mesh, tuple(axes)), lambda: rt.CommOp.get(mesh, axes))
+
+    def group_rank(self, mesh: str, axes: Sequence[int], shift: int = 0) -> SSAValue:
+        n = group_size(static_sizes(PASS, self.meshes[mesh]), axes)
+        shift %= n
+        return self.cached(("grank", mesh, tuple(axes), shift), lambda: rt.GroupRankOp.get(mesh, axes, shift))
+
+    def alloc(self, t: Attribute, hint: str | None = None) -> SSAValue:
+        v = self.emit_entry(rt.AllocOp.make([], [t])).results[0]
+        if hint:
+            v.name_hint = hint
+        self.contig[v] = True
+        return v
+
+    def block(self, buf: SSAValue, index: SSAValue, dim: int, count: int) -> SSAValue:
+        t = buf.type
+        assert isinstance(t, MemRefType)
+        shape = list(t.get_shape())
+        shape[dim] //= count
+        v = self.emit(rt.BlockOp.make([buf, index], [MemRefType(t.element_type, shape)], dim=dim, count=count)).results[0]
+        self.contig[v] = self.contig.get(buf, True) and is_contiguous_block(t.get_shape(), dim)
+        return v
+
+    def copy(self, src: SSAValue, dst: SSAValue) -> None:
+        self.emit(rt.CopyOp.make([src, dst, self.stream], []))
+
+    def contiguous(self, buf: SSAValue) -> SSAValue:
+        """``buf`` itself when contiguous, else a contiguous copy of it."""
+        if self.contig.get(buf, True):
+            return buf
+        tmp = self.alloc(buf.type)
+        self.copy(buf, tmp)
+        return tmp
+
+    def input(self, v: SSAValue) -> SSAValue:
+        if v not in self.buf:
+            self.fail(f"value {v.name_hint or ''} has no buffer (it is defined by an op that cannot be lowered)")
+        return self.buf[v]
+
+    def out(self, v: SSAValue, hint: str | None = None) -> SSAValue:
+        """The buffer a result is computed into: its pre-assigned destination or a new one."""
+        if v in self.dest:
+            return self.dest.pop(v)
+        return self.alloc(self.memref(v.type), hint or v.name_hint)
+
+    def guard_placements(self, t: TensorType, skip: Sequence[int] = ()) -> list[Placement] | None:
+        ps = [REPLICATED if a in skip else p for a, p in enumerate(t.get_placements())]
+        return ps if any(isinstance(p, At) for p in ps) else None
+
+    def guarded(self, t: Attribute, body: Callable[[], None], skip: Sequence[int] = ()) -> None:
+        """Run ``body``'s emission under ``scf.if`` on the ranks holding values placed
+        like ``t`` (ignoring ``skip`` axes), or directly when ``t`` has no ``at<r>``."""
+        ps = self.guard_placements(t, skip) if isinstance(t, TensorType) else None
+        if ps is None:
+            body()
+            return
+        key = ("holds", t.mesh_name, layout.canonical(ps))  # type: ignore[union-attr]
+        cond = self.cached(key, lambda: rt.HoldsOp.get(t.mesh_name, ps))  # type: ignore[union-attr]
+        inner = Block()
+        self.blocks.append(inner)
+        body()
+        self.blocks.pop()
+        inner.add_op(scf.YieldOp())
+        self.emit(scf.IfOp(cond, [], Region(inner)))
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> func.FuncOp:
+        f = self.f
+        old_block = f.body.block
+        arg_types = [self.memref(a.type) for a in old_block.args]
+        res_types = [self.memref(t) for t in f.function_type.outputs.data]
+        self.entry = Block(arg_types=arg_types)
+        self.blocks = [self.entry]
+        for old, new in zip(old_block.args, self.entry.args):
+            new.name_hint = old.name_hint
+            self.buf[old] = new
+            self.contig[new] = True
+        self.stream = self.emit_entry(rt.StreamOp.get(0)).results[0]
+        self.stream.name_hint = "s"
+        self.inplace = self._inplace_results()
+        self._assign_inplace_dests()
+        for op in list(old_block.ops):
+            if isinstance(op, func.ReturnOp):
+                self._return(op, res_types)
+            else:
+                self.lower_op(op)
+        new = func.FuncOp(
+            f.sym_name.data,
+            (arg_types, res_types),
+            Region(self.entry),
+            f.sym_visibility,
+            arg_attrs=f.arg_attrs,
+            res_attrs=f.res_attrs,
+        )
+        new.attributes[DIST_TYPE] = f.function_type
+        for k, v in f.attributes.items():
+            new.attributes.setdefault(k, v)
+        return new
+
+    def lower_op(self, op: Operation) -> None:
+        handler = self.handlers.get(type(op))
+        if handler is not None:
+            handler(op)
+            return
+        if isinstance(op, PRIMITIVES):
+            self.fail(
+                "functional primitives exist only between collectives: run 'form-collectives' first "
+                "(the default lowering pipeline does)",
+                op,
+            )
+        if isinstance(op, (dist.MapOp, dist.CastOp, dist.DropoutOp)):
+            self.fail("run 'lower-to-kernels' first (the default lowering pipeline does)", op)
+        if any(isinstance(v.type, TensorType) for v in (*op.operands, *op.results)) or op.regions:
+            self.fail("cannot be lowered to the runtime", op)
+        # Scalar and index computations (rt.group_rank, arith on scalars): keep them.
+        new = op.clone(value_mapper=dict(self.buf))
+        self.emit(new)
+        for a, b in zip(op.results, new.results):
+            self.buf[a] = b
+
+    # ------------------------------------------------------------------ in-place results
+    def _inplace_results(self) -> dict[int, int]:
+        out = {}
+        if self.f.res_attrs is None:
+            return out
+        for i, attrs in enumerate(self.f.res_attrs.data):
+            a = attrs.data.get("dist.inplace")  # type: ignore[union-attr]
+            if a is not None:
+                out[i] = a.value.data  # type: ignore[attr-defined]
+        return out
+
+    def _assign_inplace_dests(self) -> None:
+        block = self.f.body.block
+        ret = block.last_op
+        assert isinstance(ret, func.ReturnOp)
+        order = {op: k for k, op in enumerate(block.ops)}
+        for i, n in self.inplace.items():
+            v = ret.arguments[i]
+            arg = block.args[n]
+            producer = v.owner
+            if not isinstance(producer, Operation) or producer.parent_block() is not block:
+                continue
+            if not isinstance(producer, (rt.CallOp, coll.FusedAllReduceOp, coll.FusedAllGatherOp)):
+                continue
+            if self._safe_inplace(arg, v, producer, order):
+                self.dest[v] = self.buf[arg]
+
+    def _safe_inplace(self, arg: SSAValue, v: SSAValue, producer: Operation, order: dict[Operation, int]) -> bool:
+        """Whether ``v`` can be computed straight into ``arg``'s buffer: no op after its
+        producer reads ``arg``, and the producer reads it element by element at the
+        positions it writes."""
+        for use in arg.uses:
+            user = use.operation
+            top = user
+            while top.parent_op() is not self.f:
+                top = top.parent_op()  # type: ignore[assignment]
+            if top is not producer:
+                if isinstance(top, func.ReturnOp) or order[top] > order[producer]:
+                    return False
+                continue
+            if isinstance(producer, rt.CallOp):
+                if arg.type.get_shape() != v.type.get_shape():  # type: ignore[attr-defined]
+                    return False
+                continue
+            # Inside a fused collective: only a take_slice of this rank's block, read by
+            # kernels element-wise.
+            if not isinstance(user, dist.TakeSliceOp) or user.parent_op() is not producer:
+                return False
+            for u in user.result.uses:
+                call = u.operation
+                if not isinstance(call, rt.CallOp) or not call.outputs:
+                    return False
+                if call.outputs[0].type.get_shape() != user.result.type.get_shape():  # type: ignore[attr-defined]
+                    return False
+        return True
+
+    def _return(self, op: func.ReturnOp, res_types: list[Attribute]) -> None:
+        values = []
+        for i, v in enumerate(op.arguments):
+            b = self.input(v)
+            if i in self.inplace:
+                arg = self.entry.args[self.inplace[i]]
+                if b is not arg:
+                    self.guarded(v.type, lambda b=b, arg=arg: self.copy(b, arg))
+                b = arg
+            values.append(b)
+        self.emit(rt.StreamSyncOp.make([self.stream], []))
+        self.emit(func.ReturnOp(*values))
+
+    # ------------------------------------------------------------------ local ops
+    def _call(self, op: rt.CallOp) -> None:
+        args = [self.input(v) for v in op.args]
+        outs = [self.out(r) for r in op.outputs]
+        t = op.outputs[0].type if op.outputs else None
+        self.guarded(t, lambda: self.emit(rt.LaunchOp.get(op.kernel_name, [*args, *outs, self.stream])))
+        for r, b in zip(op.outputs, outs):
+            self.buf[r] = b
+
+    def _matmul(self, op: dist.MatmulOp) -> None:
+        a, b = self.input(op.lhs), self.input(op.rhs)
+        c = self.out(op.result)
+        self.guarded(op.result.type, lambda: self.emit(rt.MatmulOp.make([a, b, c, self.stream], [])))
+        self.buf[op.result] = c
+
+    def _reduce_tensor(self, op: dist.ReduceTensorOp) -> None:
+        a = self.input(op.input)
+        c = self.out(op.result)
+        self.guarded(
+            op.result.type,
+            lambda: self.emit(rt.ReduceTensorOp.make([a, c, self.stream], [], op=op.option("op"), dims=op.option("dims"))),
+        )
+        self.buf[op.result] = c
+
+    def _embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
+        table_t: TensorType = op.table.type  # type: ignore[assignment]
+        t, i = self.input(op.table), self.input(op.indices)
+        c = self.out(op.result)
+        row_dim = table_t.rank - 2
+        axes = layout.slicing_axes(table_t.get_placements(), row_dim)
+        if axes:
+            rows = local_shape(table_t, self.sizes(table_t))[row_dim]
+            g = self.group_rank(table_t.mesh_name, axes)
+            row0 = self.cached(("row0", g, rows), lambda: arith.MuliOp(g, self.const(rows)))
+        else:
+            row0 = self.const(0)
+        self.guarded(
+            op.result.type,
+            lambda: self.emit(rt.EmbeddingBagOp.make([t, i, row0, c, self.stream], [], mode=op.option("mode"))),
+        )
+        self.buf[op.result] = c
+
+    def _take_slice(self, op: dist.TakeSliceOp) -> None:
+        t: TensorType = op.input.type  # type: ignore[assignment]
+        axis, dim = op.option("axis"), op.option("dim")
+        n = self.sizes(t)[axis]
+        self.buf[op.result] = self.block(self.input(op.input), self.group_rank(t.mesh_name, [axis]), dim, n)
+
+    def _remesh(self, op: dist.RemeshOp) -> None:
+        self.buf[op.result] = self.input(op.input)
+
+    # ------------------------------------------------------------------ collectives
+    def _collective_op(self, op: coll.CollectiveOp) -> None:
+        self.buf[op.result] = self.collective(type(op), op.input, op.result.type, op.options(), self.out(op.result), op)
+
+    def collective(
+        self, cls: type[coll.CollectiveOp], x: SSAValue, rtype: Attribute, options: dict[str, Any], recv: SSAValue, op: Operation
+    ) -> SSAValue:
+        """Emit the calls of collective ``cls`` from ``x``'s buffer into ``recv``; returns
+        the result buffer (``recv``, or the operand's buffer when nothing moves)."""
+        xt: TensorType = x.type  # type: ignore[assignment]
+        rt_: TensorType = rtype  # type: ignore[assignment]
+        axes = list(options.get("axes") or (0,))
+        sizes = self.sizes(xt, op)
+        n = group_size(sizes, axes)
+        send = self.input(x)
+        comm = self.comm(xt.mesh_name, axes)
+        kind = options.get("op")
+
+        def call(ncls, bufs, **kw):
+            return self.emit(ncls.make([*bufs, comm, self.stream], [], **kw))
+
+        if cls is coll.AllReduceOp:
+            s = self.contiguous(send)
+            self.guarded(xt, lambda: call(nccl.AllReduceOp, [s, recv], op=kind, count=_count(recv)), axes)
+            return recv
+        if cls is coll.ReduceScatterOp:
+            d = options["dim"]
+
+            def body():
+                s = send if self.contig.get(send, True) and is_contiguous_block(_shape(send), d) else self.pack(send, d, n)
+                call(nccl.ReduceScatterOp, [s, recv], op=kind, count=_count(recv))
+
+            self.guarded(xt, body, axes)
+            return recv
+        if cls is coll.AllGatherOp:
+            d = layout.innermost_slicing(xt.get_placements(), axes)
+            assert d is not None
+
+            def body():
+                s = self.contiguous(send)
+                if self.contig.get(recv, True) and is_contiguous_block(_shape(recv), d):
+                    call(nccl.AllGatherOp, [s, recv], count=_count(s))
+                else:
+                    tmp = self.alloc(MemRefType(_elt(recv), [n, *_shape(send)]))
+                    call(nccl.AllGatherOp, [s, tmp], count=_count(s))
+                    self.unpack(tmp, recv, d, n)
+
+            self.guarded(xt, body, axes)
+            return recv
+        if cls is coll.ReduceOp:
+            s = self.contiguous(send)
+            self.guarded(xt, lambda: call(nccl.ReduceOp, [s, recv], op=kind, count=_count(recv), root=options["root"]), axes)
+            return recv
+        if cls is coll.BroadcastOp:
+            root = _group_rank_of(xt, axes, sizes)
+            s = self.contiguous(send)
+            self.guarded(xt, lambda: call(nccl.BroadcastOp, [s, recv], count=_count(recv), root=root), axes)
+            return recv
+        if cls is coll.AllToAllOp:
+            self.guarded(xt, lambda: self.all_to_all(xt, options, send, recv, comm, n, axes), axes)
+            return recv
+        if cls is coll.SendOp:
+            src, dst = _group_rank_of(xt, axes, sizes), options["to"]
+            if src == dst:
+                return send
+            s = self.contiguous(send)
+
+            def sender():
+                self.emit(nccl.GroupStartOp.make([], []))
+                self.emit(nccl.SendOp.make([s, self.const(dst), comm, self.stream], [], count=_count(s)))
+                self.emit(nccl.GroupEndOp.make([], []))
+
+            def receiver():
+                self.emit(nccl.GroupStartOp.make([], []))
+                self.emit(nccl.RecvOp.make([recv, self.const(src), comm, self.stream], [], count=_count(recv)))
+                self.emit(nccl.GroupEndOp.make([], []))
+
+            self.guarded(xt, sender)
+            self.guarded(rt_, receiver)
+            return recv
+        self.fail(f"no lowering for {cls.name}", op)
+
+    def pack(self, buf: SSAValue, dim: int, n: int) -> SSAValue:
+        """A contiguous copy of ``buf`` whose block j is block j of ``buf`` along ``dim``."""
+        shape = list(_shape(buf))
+        shape[dim] //= n
+        tmp = self.alloc(MemRefType(_elt(buf), [n, *shape]))
+        for j in range(n):
+            self.copy(self.block(buf, self.const(j), dim, n), self.block(tmp, self.const(j), 0, n))
+        return tmp
+
+    def unpack(self, tmp: SSAValue, buf: SSAValue, dim: int, n: int) -> None:
+        for j in range(n):
+            self.copy(self.block(tmp, self.const(j), 0, n), self.block(buf, self.const(j), dim, n))
+
+    def all_to_all(self, xt: TensorType, options, send: SSAValue, recv: SSAValue, comm: SSAValue, n: int, axes) -> None:
+        """Rank i sends block j (along the new sliced dim) of its buffer to rank j and
+        puts what rank j sends at block j along the joined dim."""
+        e = options["dim"]
+        d = layout.innermost_slicing(xt.get_placements(), axes)
+        assert d is not None
+        mesh = xt.mesh_name
+        pieces_out, pieces_in = [], []
+        for k in range(n):
+            to, frm = self.group_rank(mesh, axes, k), self.group_rank(mesh, axes, -k)
+            out_piece = self.block(send, to, e, n)
+            in_piece = self.block(recv, frm, d, n)
+            if k == 0:
+                self.copy(out_piece, in_piece)
+                continue
+            pieces_out.append((self.contiguous(out_piece), to))
+            tgt = in_piece if self.contig[in_piece] else self.alloc(in_piece.type)
+            pieces_in.append((tgt, in_piece, frm))
+        if n == 1:
+            return
+        self.emit(nccl.GroupStartOp.make([], []))
+        for (s, to), (tgt, _, frm) in zip(pieces_out, pieces_in):
+            self.emit(nccl.SendOp.make([s, to, comm, self.stream], [], count=_count(s)))
+            self.emit(nccl.RecvOp.make([tgt, frm, comm, self.stream], [], count=_count(tgt)))
+        self.emit(nccl.GroupEndOp.make([], []))
+        for tgt, in_piece, _ in pieces_in:
+            if tgt is not in_piece:
+                self.copy(tgt, in_piece)
+
+    # ------------------------------------------------------------------ fused collectives
+    def _fused(self, op: coll.FusedCollectiveOp) -> None:
+        inner = Block()
+        self.blocks.append(inner)
+        region = op.body.block
+        for x, arg, at in zip(op.inputs, region.args, op.block_arg_types()):
+            if op.FIRST is None:
+                self.buf[arg] = self.input(x)
+            else:
+                self.buf[arg] = self.collective(op.FIRST, x, at, op.first_options(), self.alloc(self.memref(at), arg.name_hint), op)
+        term = region.last_op
+        assert isinstance(term, coll.YieldOp)
+        flags = op.gather_flags()
+        axes = list(op.option("axes") or (0,))
+        finish: list[tuple[int, SSAValue, SSAValue]] = []
+        for i, (res, y, g) in enumerate(zip(op.outputs, term.values, flags)):
+            if not g:
+                continue
+            recv = self.out(res)
+            finish.append((i, y, recv))
+            yt: TensorType = y.type  # type: ignore[assignment]
+            if op.FINISH is coll.AllGatherOp:
+                d = layout.innermost_slicing(yt.get_placements(), axes)
+                if d is not None and is_contiguous_block(_shape(recv), d) and y not in self.dest and isinstance(y.owner, rt.CallOp):
+                    view = self.block(recv, self.group_rank(yt.mesh_name, axes), d, group_size(self.sizes(yt), axes))
+                    self.dest[y] = view
+            elif op.FINISH is coll.BroadcastOp and y not in self.dest and isinstance(y.owner, rt.CallOp):
+                self.dest[y] = recv
+        for inner_op in region.ops:
+            if inner_op is not term:
+                self.lower_op(inner_op)
+        for i, (res, y, g) in enumerate(zip(op.outputs, term.values, flags)):
+            if not g:
+                self.buf[res] = self.input(y)
+        for i, y, recv in finish:
+            self.dest.pop(y, None)
+            assert op.FINISH is not None
+            self.buf[op.outputs[i]] = self.collective(op.FINISH, y, op.outputs[i].type, {"axes": axes}, recv, op)
+        self.blocks.pop()
+        self.emit(rt.FusedOp.build(regions=[Region(inner)]))
+
+    # ------------------------------------------------------------------ overlap
+    def _overlap(self, op: coll.OverlapOp) -> None:
+        from distir.lowering.overlap import lower_overlap
+
+        lower_overlap(self, op)
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def _elt(v: SSAValue) -> Attribute:
+    return v.type.element_type  # type: ignore[attr-defined]
+
+
+def _count(v: SSAValue) -> int:
+    n = 1
+    for s in _shape(v):
+        n *= s
+    return n
+
+
+def _group_rank_of(t: TensorType, axes: Sequence[int], sizes: Sequence[int]) -> int:
+    """Group rank (row-major over ``axes``) of the rank holding a value placed at<r> on them."""
+    r = 0
+    for a in axes:
+        p = t.get_placements()[a]
+        assert isinstance(p, At)
+        r = r * sizes[a] + p.rank.data
+    return r
+
+
+@dataclass(frozen=True)
+class LowerCollectivesPass(ModulePass):
+    name = "lower-collectives"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for f in [f for f in op.ops if isinstance(f, func.FuncOp)]:
+            if DIST_TYPE in f.attributes:
+                continue
+            new = FuncLowering(op, f).run()
+            op.body.block.insert_op_before(new, f)
+            op.body.block.erase_op(f, safe_erase=False)

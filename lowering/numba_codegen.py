@@ -1,0 +1,700 @@
+"""Translation of ``rt.kernel`` to Numba source: a ``numba.njit(parallel=..., fastmath=...,
+error_model="numpy")`` loop nest for CPUs and a ``numba.cuda.jit`` kernel for GPUs.
+
+The body is translated op by op into Python statements over scalars. Ops that depend
+only on scalar parameters and constants are hoisted out of the loop. Arithmetic on
+floats runs in the kernel's compute type, the widest float type involved and at least
+f32 (CoCoNet's mixed precision: f16/bf16 values are widened on load and rounded on
+store); integers wrap in their width. A 0-d memref parameter is passed as a 1-element
+1-d array.
+
+CPU loop nest (``prange`` over the outermost dim)::
+
+    def k0(a0, a1, a2, a3):
+        t0 = numba.float32(1.0) - a2            # hoisted
+        for i0 in numba.prange(1024):
+            t1 = numba.float32(a0[i0])
+            ...
+            a3[i0] = numba.float32(t5)
+
+CUDA kernel (grid-stride loop over the flattened iteration space)::
+
+    def k0(a0, a1, a2, a3):
+        t0 = numba.float32(1.0) - a2
+        for g in range(cuda.grid(1), 1024, cuda.gridsize(1)):
+            i0 = g
+            ...
+
+Two CPU variants serve the shared-memory runtime: ``ZeroCopy`` (a fused all-reduce:
+parameters reduced straight from the peers' buffers and outputs written straight into
+every peer's buffer) and ``Bucketed`` (scattered tensors: the loop runs over a bucket
+table of (segment, offset, length) with at most 1024 elements per bucket).
+
+Sources are pure functions of the kernel IR and the options, so compiled kernels are
+cached by source text (``compile_cpu`` / ``compile_cuda``), and written to files under
+the cache directory so that Numba's on-disk cache serves later processes too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    BFloat16Type,
+    Float16Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from distir.dialects import rt
+
+DEFAULT_FASTMATH = frozenset({"contract", "nsz", "arcp", "reassoc"})
+"""LLVM fast-math flags for CPU kernels: no ``nnan``/``ninf``, so NaN and inf keep IEEE
+semantics (comparisons, max/min)."""
+
+
+class UnsupportedKernel(Exception):
+    """A kernel op the translation does not handle (the message names it)."""
+
+
+# ======================================================================================
+# Types
+# ======================================================================================
+
+
+def is_float(t: Attribute) -> bool:
+    return isinstance(t, AnyFloat)
+
+
+def float_bits(t: Attribute) -> int:
+    return t.bitwidth if isinstance(t, AnyFloat) else 0  # type: ignore[attr-defined]
+
+
+def compute_type(kernel: rt.KernelOp) -> str:
+    """``float32`` or ``float64``: the widest float type of the kernel, at least f32."""
+    widest = 32
+    for a in kernel.body.block.args:
+        t = a.type.element_type if isinstance(a.type, MemRefType) else a.type
+        widest = max(widest, float_bits(t))
+    for op in kernel.body.block.ops:
+        for r in op.results:
+            widest = max(widest, float_bits(r.type))
+    return "float64" if widest > 32 else "float32"
+
+
+def int_name(t: Attribute) -> str:
+    if isinstance(t, IndexType):
+        return "int64"
+    assert isinstance(t, IntegerType)
+    w = t.width.data
+    if w == 1:
+        return "boolean"
+    if w in (8, 16, 32, 64):
+        return f"int{w}"
+    raise UnsupportedKernel(f"integer type {t} is not supported in kernels")
+
+
+def storage_name(t: Attribute, target: str) -> str:
+    """numba type of the array elements as the kernel sees them: f16/bf16 arrays are
+    widened to f32 by the CPU runtime; on CUDA f16 stays f16."""
+    if isinstance(t, (Float16Type,)):
+        return "float16" if target == "cuda" else "float32"
+    if isinstance(t, BFloat16Type):
+        if target == "cuda":
+            raise UnsupportedKernel("bf16 buffers are not supported by CUDA kernels")
+        return "float32"
+    if is_float(t):
+        return "float64" if float_bits(t) == 64 else "float32"
+    return int_name(t)
+
+
+# ======================================================================================
+# Variants
+# ======================================================================================
+
+
+@dataclass(frozen=True)
+class ZeroCopy:
+    """Fused-collective variant for ranks sharing memory: parameter ``reduce_param`` is
+    the reduction (``op``) over ``ranks`` peer buffers (flat, this rank's block starting
+    at ``base``), and each parameter of ``gather_params`` is also stored into the same
+    block of every peer's buffer."""
+
+    ranks: int
+    op: str
+    reduce_param: int
+    gather_params: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Bucketed:
+    """Scattered-tensor variant: every memref parameter of the iteration space's size is
+    a tuple of 1-d segments; the loop runs over a bucket table ``(segment, offset,
+    length)``, at most 1024 elements per bucket. Other parameters are scalars."""
+
+
+@dataclass
+class KernelSource:
+    name: str
+    source: str
+    target: str
+    params: list[str]
+    """Per kernel parameter: 'array', 'scalar' or 'index'."""
+    storage: list[str | None] = field(default_factory=list)
+    """Per parameter: numba element type of its array (None for scalars)."""
+
+
+# ======================================================================================
+# Translation
+# ======================================================================================
+
+HELPERS = '''
+@_dev
+def _fmax(a, b):
+    if a != a or b != b:
+        return a + b
+    return a if a > b else b
+
+
+@_dev
+def _fmin(a, b):
+    if a != a or b != b:
+        return a + b
+    return a if a < b else b
+
+
+@_dev
+def _fmaxnum(a, b):
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a > b else b
+
+
+@_dev
+def _fminnum(a, b):
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a < b else b
+
+
+@_dev
+def _round(x):
+    r = math.floor(abs(x) + 0.5)
+    return math.copysign(r, x)
+
+
+@_dev
+def _roundeven(x):
+    r = math.floor(x)
+    d = x - r
+    if d > 0.5 or (d == 0.5 and math.fmod(r, 2.0) != 0.0):
+        r += 1.0
+    return r
+
+
+@_dev
+def _trunc(x):
+    return math.copysign(math.floor(abs(x)), x)
+
+
+@_dev
+def _divsi(a, b):
+    if b == 0:
+        return 0
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+@_dev
+def _remsi(a, b):
+    if b == 0:
+        return 0
+    return a - _divsi(a, b) * b
+
+
+@_dev
+def _floordivsi(a, b):
+    if b == 0:
+        return 0
+    return a // b
+
+
+@_dev
+def _ceildivsi(a, b):
+    if b == 0:
+        return 0
+    return -((-a) // b)
+
+
+@_dev
+def _bits(seed, index):
+    z = numba.uint64(seed)
+    z = (z ^ (z >> _U30)) * _M1
+    z = (z ^ (z >> _U27)) * _M2
+    key = z ^ (z >> _U31)
+    z = numba.uint64(index) * _GOLDEN + key
+    z = (z ^ (z >> _U30)) * _M1
+    z = (z ^ (z >> _U27)) * _M2
+    z = z ^ (z >> _U31)
+    return numba.int32(z >> _U40)
+'''
+
+CONSTANTS = """
+_GOLDEN = numba.uint64(0x9E3779B97F4A7C15)
+_M1 = numba.uint64(0xBF58476D1CE4E5B9)
+_M2 = numba.uint64(0x94D049BB133111EB)
+_U30 = numba.uint64(30)
+_U27 = numba.uint64(27)
+_U31 = numba.uint64(31)
+_U40 = numba.uint64(40)
+"""
+
+_FLOAT_BIN = {
+    arith.AddfOp: "({a} + {b})",
+    arith.SubfOp: "({a} - {b})",
+    arith.MulfOp: "({a} * {b})",
+    arith.DivfOp: "({a} / {b})",
+    arith.MaximumfOp: "_fmax({a}, {b})",
+    arith.MinimumfOp: "_fmin({a}, {b})",
+    arith.MaxnumfOp: "_fmaxnum({a}, {b})",
+    arith.MinnumfOp: "_fminnum({a}, {b})",
+    xmath.PowFOp: "math.pow({a}, {b})",
+    xmath.Atan2Op: "math.atan2({a}, {b})",
+    xmath.CopySignOp: "math.copysign({a}, {b})",
+}
+
+_FLOAT_UN = {
+    arith.NegfOp: "(-{a})",
+    xmath.SqrtOp: "math.sqrt({a})",
+    xmath.RsqrtOp: "({one} / math.sqrt({a}))",
+    xmath.ExpOp: "math.exp({a})",
+    xmath.Exp2Op: "math.pow({two}, {a})",
+    xmath.ExpM1Op: "math.expm1({a})",
+    xmath.LogOp: "math.log({a})",
+    xmath.Log2Op: "math.log2({a})",
+    xmath.Log10Op: "math.log10({a})",
+    xmath.Log1pOp: "math.log1p({a})",
+    xmath.TanhOp: "math.tanh({a})",
+    xmath.SinOp: "math.sin({a})",
+    xmath.CosOp: "math.cos({a})",
+    xmath.TanOp: "math.tan({a})",
+    xmath.AtanOp: "math.atan({a})",
+    xmath.ErfOp: "math.erf({a})",
+    xmath.AbsFOp: "abs({a})",
+    xmath.FloorOp: "math.floor({a})",
+    xmath.CeilOp: "math.ceil({a})",
+    xmath.RoundOp: "_round({a})",
+    xmath.RoundEvenOp: "_roundeven({a})",
+    xmath.TruncOp: "_trunc({a})",
+    xmath.CbrtOp: "math.copysign(math.pow(abs({a}), {third}), {a})",
+}
+for _name in ("AsinOp", "AcosOp", "SinhOp", "CoshOp", "AsinhOp", "AcoshOp", "AtanhOp", "ErfcOp"):
+    if hasattr(xmath, _name):
+        _FLOAT_UN[getattr(xmath, _name)] = "math." + _name.removesuffix("Op").lower() + "({a})"
+
+_INT_BIN = {
+    arith.AddiOp: "({a} + {b})",
+    arith.SubiOp: "({a} - {b})",
+    arith.MuliOp: "({a} * {b})",
+    arith.DivSIOp: "_divsi({a}, {b})",
+    arith.RemSIOp: "_remsi({a}, {b})",
+    arith.FloorDivSIOp: "_floordivsi({a}, {b})",
+    arith.CeilDivSIOp: "_ceildivsi({a}, {b})",
+    arith.AndIOp: "({a} & {b})",
+    arith.OrIOp: "({a} | {b})",
+    arith.XOrIOp: "({a} ^ {b})",
+    arith.MaxSIOp: "max({a}, {b})",
+    arith.MinSIOp: "min({a}, {b})",
+    arith.ShLIOp: "({a} << {b})",
+    arith.ShRSIOp: "({a} >> {b})",
+}
+
+_CMPF = {
+    "oeq": "({a} == {b})",
+    "ogt": "({a} > {b})",
+    "oge": "({a} >= {b})",
+    "olt": "({a} < {b})",
+    "ole": "({a} <= {b})",
+    "one": "(({a} < {b}) or ({a} > {b}))",
+    "ord": "(({a} == {a}) and ({b} == {b}))",
+    "ueq": "(not (({a} < {b}) or ({a} > {b})))",
+    "ugt": "(not ({a} <= {b}))",
+    "uge": "(not ({a} < {b}))",
+    "ult": "(not ({a} >= {b}))",
+    "ule": "(not ({a} > {b}))",
+    "une": "({a} != {b})",
+    "uno": "(({a} != {a}) or ({b} != {b}))",
+    "true": "True",
+    "false": "False",
+}
+_CMPF_NAMES = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno", "true"]
+_CMPI_NAMES = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+_CMPI = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=", "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}
+
+
+class Translator:
+    """Translates one kernel body into Python statements."""
+
+    def __init__(self, kernel: rt.KernelOp, target: str):
+        self.kernel = kernel
+        self.target = target
+        self.ct = compute_type(kernel)
+        self.names: dict[SSAValue, str] = {}
+        self.counter = 0
+        block = kernel.body.block
+        n_idx = len(kernel.space)
+        self.params = list(block.args[: len(block.args) - n_idx])
+        self.indices = list(block.args[len(block.args) - n_idx :])
+        for i, a in enumerate(self.params):
+            self.names[a] = f"a{i}"
+        for k, a in enumerate(self.indices):
+            self.names[a] = f"i{k}"
+        self.invariant: set[SSAValue] = {a for a in self.params if not isinstance(a.type, MemRefType)}
+        self.load_hook = None  # (param index, index expr list) -> expression
+        self.store_hook = None  # (param index, index expr list, value expr) -> list of statements
+
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"t{self.counter}"
+
+    def cast(self, t: Attribute) -> str:
+        if is_float(t):
+            return f"numba.{self.ct}"
+        return f"numba.{int_name(t)}"
+
+    def name(self, v: SSAValue) -> str:
+        return self.names[v]
+
+    def split(self) -> tuple[list[str], list[str]]:
+        """(hoisted statements, loop-body statements)."""
+        hoisted: list[str] = []
+        body: list[str] = []
+        for op in self.kernel.body.block.ops:
+            lines = self.op(op)
+            inv = not isinstance(op, (memref.LoadOp, memref.StoreOp)) and all(o in self.invariant for o in op.operands)
+            if inv and op.results:
+                self.invariant.update(op.results)
+                hoisted.extend(lines)
+            else:
+                body.extend(lines)
+        return hoisted, body
+
+    def index_exprs(self, op: Operation, ref: SSAValue) -> list[str]:
+        t = ref.type
+        assert isinstance(t, MemRefType)
+        idx = [self.name(i) for i in op.operands[-len(t.get_shape()) :]] if t.get_shape() else []
+        return idx if idx else ["0"]
+
+    def op(self, op: Operation) -> list[str]:
+        cls = type(op)
+        if isinstance(op, memref.LoadOp):
+            p = self.params.index(op.memref)
+            idx = self.index_exprs(op, op.memref)
+            if self.load_hook is not None:
+                expr = self.load_hook(p, idx)
+            else:
+                expr = f"{self.name(op.memref)}[{', '.join(idx)}]"
+            return [self.assign(op.res, f"{self.cast(op.res.type)}({expr})")]
+        if isinstance(op, memref.StoreOp):
+            p = self.params.index(op.memref)
+            idx = self.index_exprs(op, op.memref)
+            elt = op.memref.type.element_type  # type: ignore[attr-defined]
+            value = f"numba.{storage_name(elt, self.target)}({self.name(op.value)})"
+            if self.store_hook is not None:
+                return self.store_hook(p, idx, value)
+            return [f"{self.name(op.memref)}[{', '.join(idx)}] = {value}"]
+        if isinstance(op, arith.ConstantOp):
+            v = op.value
+            if isinstance(v, FloatAttr):
+                lit = repr(float(v.value.data))
+                if lit in ("inf", "-inf", "nan"):
+                    lit = f"float('{lit}')"
+                return [self.assign(op.result, f"numba.{self.ct}({lit})")]
+            if isinstance(v, IntegerAttr):
+                val = v.value.data
+                if isinstance(op.result.type, IntegerType) and op.result.type.width.data == 1:
+                    return [self.assign(op.result, "True" if val else "False")]
+                return [self.assign(op.result, f"{self.cast(op.result.type)}({val})")]
+            raise UnsupportedKernel(f"constant {v} is not supported in kernels")
+        if cls in _FLOAT_BIN:
+            a, b = (self.name(x) for x in op.operands)
+            return [self.assign(op.results[0], f"numba.{self.ct}({_FLOAT_BIN[cls].format(a=a, b=b)})")]
+        if cls in _FLOAT_UN:
+            a = self.name(op.operands[0])
+            expr = _FLOAT_UN[cls].format(
+                a=a, one=f"numba.{self.ct}(1.0)", two=f"numba.{self.ct}(2.0)", third=f"numba.{self.ct}(1.0 / 3.0)"
+            )
+            return [self.assign(op.results[0], f"numba.{self.ct}({expr})")]
+        if cls is xmath.FmaOp:
+            a, b, c = (self.name(x) for x in op.operands)
+            return [self.assign(op.results[0], f"numba.{self.ct}({a} * {b} + {c})")]
+        if cls is xmath.FPowIOp:
+            a, b = (self.name(x) for x in op.operands)
+            return [self.assign(op.results[0], f"numba.{self.ct}(math.pow({a}, numba.{self.ct}({b})))")]
+        if cls in (xmath.AbsIOp,):
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}(abs({self.name(op.operands[0])}))")]
+        if cls in _INT_BIN:
+            a, b = (self.name(x) for x in op.operands)
+            t = op.results[0].type
+            expr = _INT_BIN[cls].format(a=a, b=b)
+            if isinstance(t, IntegerType) and t.width.data == 1:
+                expr = {arith.AndIOp: f"({a} and {b})", arith.OrIOp: f"({a} or {b})", arith.XOrIOp: f"({a} != {b})"}.get(cls, expr)  # type: ignore[call-overload]
+                return [self.assign(op.results[0], expr)]
+            return [self.assign(op.results[0], f"{self.cast(t)}({expr})")]
+        if isinstance(op, arith.CmpfOp):
+            pred = _CMPF_NAMES[op.predicate.value.data]
+            a, b = self.name(op.lhs), self.name(op.rhs)
+            return [self.assign(op.result, _CMPF[pred].format(a=a, b=b))]
+        if isinstance(op, arith.CmpiOp):
+            pred = _CMPI_NAMES[op.predicate.value.data]
+            a, b = self.name(op.lhs), self.name(op.rhs)
+            if pred.startswith("u"):
+                w = 64 if isinstance(op.lhs.type, IndexType) else op.lhs.type.width.data  # type: ignore[attr-defined]
+                a, b = f"numba.uint{max(8, w) if w in (8, 16, 32, 64) else 64}({a})", f"numba.uint{max(8, w) if w in (8, 16, 32, 64) else 64}({b})"
+            return [self.assign(op.result, f"({a} {_CMPI[pred]} {b})")]
+        if isinstance(op, arith.SelectOp):
+            c, a, b = (self.name(x) for x in op.operands)
+            return [self.assign(op.result, f"({a} if {c} else {b})")]
+        if isinstance(op, (arith.ExtFOp, arith.TruncFOp)):
+            return [self.assign(op.results[0], self.name(op.operands[0]))]
+        if isinstance(op, (arith.SIToFPOp, arith.UIToFPOp)):
+            return [self.assign(op.results[0], f"numba.{self.ct}({self.name(op.operands[0])})")]
+        if isinstance(op, (arith.FPToSIOp, arith.FPToUIOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp, arith.IndexCastOp)):
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.name(op.operands[0])})")]
+        if isinstance(op, rt.RandomOp):
+            seed, index = (self.name(x) for x in op.operands)
+            return [self.assign(op.results[0], f"_bits({seed}, {index})")]
+        raise UnsupportedKernel(f"'{op.name}' is not supported in kernels")
+
+    def assign(self, v: SSAValue, expr: str) -> str:
+        n = self.fresh()
+        self.names[v] = n
+        return f"{n} = {expr}"
+
+
+def _indent(lines: Sequence[str], n: int) -> list[str]:
+    return [" " * n + line for line in lines]
+
+
+def _header(target: str, fastmath: Any = None, parallel: bool = False) -> str:
+    if target == "cuda":
+        dev = "cuda.jit(device=True, inline=True)"
+        head = "import math\nimport numba\nfrom numba import cuda\n"
+    else:
+        dev = "numba.njit(inline='always', error_model='numpy')"
+        head = "import math\nimport numba\n"
+    return head + f"_dev = {dev}\n" + CONSTANTS + HELPERS
+
+
+def _param_kinds(tr: Translator, target: str) -> tuple[list[str], list[str | None]]:
+    kinds, storage = [], []
+    for a in tr.params:
+        if isinstance(a.type, MemRefType):
+            kinds.append("array")
+            storage.append(storage_name(a.type.element_type, target))
+        elif isinstance(a.type, IndexType):
+            kinds.append("index")
+            storage.append(None)
+        else:
+            kinds.append("scalar")
+            storage.append(None)
+    return kinds, storage
+
+
+def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None) -> KernelSource:
+    """The CPU loop nest of a kernel (its decorator is applied by ``compile_cpu``)."""
+    tr = Translator(kernel, "cpu")
+    space = kernel.space
+    name = "kernel"
+    args = [f"a{i}" for i in range(len(tr.params))]
+    pre: list[str] = []
+    if isinstance(variant, ZeroCopy):
+        n = variant.ranks
+        flat = _flat_expr(space)
+        peers = {variant.reduce_param: [f"r{j}" for j in range(n)]}
+        for g in variant.gather_params:
+            peers[g] = [f"g{g}_{j}" for j in range(n)]
+        extra = peers[variant.reduce_param] + [x for g in variant.gather_params for x in peers[g]] + ["base"]
+        args = args + extra
+        combine = {"sum": " + ", "avg": " + ", "prod": " * "}
+
+        def load(p, idx):
+            if p != variant.reduce_param:
+                return f"a{p}[{', '.join(idx)}]"
+            terms = [f"numba.{tr.ct}({r}[base + {flat}])" for r in peers[p]]
+            if variant.op in combine:
+                expr = "(" + combine[variant.op].join(terms) + ")"
+                if variant.op == "avg":
+                    expr = f"({expr} * numba.{tr.ct}({1.0 / n!r}))"
+                return expr
+            fn = "_fmax" if variant.op == "max" else "_fmin"
+            expr = terms[0]
+            for t in terms[1:]:
+                expr = f"{fn}({expr}, {t})"
+            return expr
+
+        def store(p, idx, value):
+            if p not in variant.gather_params:
+                return [f"a{p}[{', '.join(idx)}] = {value}"]
+            v = tr.fresh()
+            return [f"{v} = {value}"] + [f"{g}[base + {flat}] = {v}" for g in peers[p]]
+
+        tr.load_hook, tr.store_hook = load, store
+    hoisted, body = tr.split()
+    lines = [f"def {name}({', '.join(args)}):"]
+    lines += _indent(pre + hoisted, 4)
+    if isinstance(variant, Bucketed):
+        # Buckets of the flat iteration space: every array is a tuple of 1-d segments.
+        lines[0] = f"def {name}({', '.join(args + ['table'])}):"
+        lines += _indent(
+            [
+                "for b in numba.prange(table.shape[0]):",
+                "    seg = table[b, 0]",
+                "    off = table[b, 1]",
+                "    for j in range(table[b, 2]):",
+                "        i0 = off + j",
+            ],
+            4,
+        )
+        seg_body = [
+            line.replace("[i0]", "[seg][i0]") if "[i0]" in line else line for line in body
+        ]
+        lines += _indent(seg_body, 16)
+    elif not space:
+        lines += _indent(body, 4)
+    else:
+        loop_indent = 4
+        for k, extent in enumerate(space):
+            rng_fn = "numba.prange" if k == 0 else "range"
+            lines.append(" " * loop_indent + f"for i{k} in {rng_fn}({extent}):")
+            loop_indent += 4
+        lines += _indent(body, loop_indent)
+    if len(lines) == 1 or lines[-1].endswith(":"):
+        lines.append("    pass")
+    kinds, storage = _param_kinds(tr, "cpu")
+    src = _header("cpu") + "\n\n" + "\n".join(lines) + "\n"
+    return KernelSource(name, src, "cpu", kinds, storage)
+
+
+def _flat_expr(space: Sequence[int]) -> str:
+    if not space:
+        return "0"
+    expr = "i0"
+    for k in range(1, len(space)):
+        expr = f"({expr} * {space[k]} + i{k})"
+    return expr
+
+
+def cuda_source(kernel: rt.KernelOp) -> KernelSource:
+    """The CUDA kernel of a kernel: one thread per element, grid-stride loop."""
+    tr = Translator(kernel, "cuda")
+    space = kernel.space
+    total = math.prod(space)
+    hoisted, body = tr.split()
+    args = [f"a{i}" for i in range(len(tr.params))]
+    lines = [f"def kernel({', '.join(args)}):"]
+    lines += _indent(hoisted, 4)
+    lines.append(f"    for g in range(cuda.grid(1), {total}, cuda.gridsize(1)):")
+    rest = "g"
+    unravel = []
+    for k in reversed(range(len(space))):
+        if k == 0:
+            unravel.append(f"i0 = {rest}")
+        else:
+            unravel.append(f"i{k} = {rest} % {space[k]}")
+            unravel.append(f"r{k} = {rest} // {space[k]}")
+            rest = f"r{k}"
+    lines += _indent(unravel + body if body else unravel + ["pass"], 8)
+    kinds, storage = _param_kinds(tr, "cuda")
+    src = _header("cuda") + "\n\n" + "\n".join(lines) + "\n"
+    return KernelSource("kernel", src, "cuda", kinds, storage)
+
+
+# ======================================================================================
+# Compilation (cached by source)
+# ======================================================================================
+
+_LOCK = threading.Lock()
+_COMPILED: dict[tuple, Any] = {}
+
+
+def cache_dir() -> Path:
+    """Where generated kernel modules (and Numba's cache of them) live."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "distir" / "kernels"
+
+
+def _load_module(source: str, tag: str):
+    digest = hashlib.sha256((tag + source).encode()).hexdigest()[:24]
+    modname = f"distir_kernel_{digest}"
+    if modname in sys.modules:
+        return sys.modules[modname]
+    d = cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{modname}.py"
+        if not path.exists() or path.read_text() != source:
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(modname, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except OSError:
+        import types
+
+        mod = types.ModuleType(modname)
+        exec(compile(source, f"<{modname}>", "exec"), mod.__dict__)
+    sys.modules[modname] = mod
+    return mod
+
+
+def compile_cpu(ks: KernelSource, parallel: bool = False, fastmath: frozenset[str] = DEFAULT_FASTMATH):
+    """The ``numba.njit`` function of a CPU kernel source (compiled lazily on first call)."""
+    import numba
+
+    key = ("cpu", ks.source, parallel, fastmath)
+    with _LOCK:
+        fn = _COMPILED.get(key)
+        if fn is None:
+            mod = _load_module(ks.source, "cpu")
+            fn = numba.njit(
+                parallel=parallel, fastmath=set(fastmath), error_model="numpy", nogil=True, cache=True
+            )(getattr(mod, ks.name))
+            _COMPILED[key] = fn
+    return fn
+
+
+def compile_cuda(ks: KernelSource):
+    """The ``numba.cuda.jit`` kernel of a CUDA kernel source."""
+    from numba import cuda
+
+    key = ("cuda", ks.source)
+    with _LOCK:
+        fn = _COMPILED.get(key)
+        if fn is None:
+            mod = _load_module(ks.source, "cuda")
+            fn = cuda.jit(getattr(mod, ks.name))
+            _COMPILED[key] = fn
+    return fn

@@ -1,0 +1,54 @@
+"""The default lowering pipeline: from a dist/coll-level program to the runtime level.
+
+    form-collectives        (only when functional primitives are left: they never run)
+    fix-mesh-sizes{ranks=N}
+    lower-to-kernels
+    lower-collectives
+
+``lower(module, ranks)`` applies it to a copy of the module; a module that is already
+lowered (its functions carry ``rt.dist_type``) is returned as it is.
+"""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from distir.dialects import dist
+from distir.lowering.lower_collectives import DIST_TYPE
+
+PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
+
+
+def pipeline_string(ranks: int, primitives: bool = False) -> str:
+    """The ``-p`` string of the default lowering pipeline for ``ranks`` ranks."""
+    steps = ["form-collectives"] if primitives else []
+    steps += [f"fix-mesh-sizes{{ranks={ranks}}}", "lower-to-kernels", "lower-collectives"]
+    return ",".join(steps)
+
+
+def is_lowered(module: ModuleOp) -> bool:
+    funcs = [f for f in module.ops if isinstance(f, func.FuncOp)]
+    return bool(funcs) and all(DIST_TYPE in f.attributes for f in funcs)
+
+
+def lower(module: ModuleOp, ranks: int) -> ModuleOp:
+    """The module lowered for ``ranks`` ranks (a copy; the input is left as it is)."""
+    if is_lowered(module):
+        return module
+    from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+    from distir.lowering.lower_collectives import LowerCollectivesPass
+    from distir.lowering.lower_to_kernels import LowerToKernelsPass
+
+    out = module.clone()
+    ctx = Context()
+    if any(isinstance(op, PRIMITIVES) for op in out.walk()):
+        from distir.passes.registry import ALL_PASSES
+
+        ALL_PASSES["form-collectives"]()().apply(ctx, out)
+    FixMeshSizesPass(ranks=ranks).apply(ctx, out)
+    LowerToKernelsPass().apply(ctx, out)
+    LowerCollectivesPass().apply(ctx, out)
+    out.verify()
+    return out

@@ -1,0 +1,56 @@
+"""The communicator interface every runtime backend implements: NCCL's calls, one
+method each, on one group of ranks.
+
+A ``Comm`` belongs to one rank; ``rank`` is its index in the group and ``size`` the
+group's size. Buffers are the device's arrays (numpy arrays on the host backends,
+numba-cuda device arrays for ``nccl``); ``count`` is an element count as NCCL takes it;
+``op`` is a reduction word (sum, prod, max, min, avg); ``stream`` is the stream the call
+is queued on (``runtime/streams.py`` on the host). ``split(color, key)`` is collective
+over the group, like ``ncclCommSplit``. Point-to-point calls are issued together with
+``group(calls, stream)``, where each call is ``P2P("send"|"recv", buffer, count, peer)``
+(``ncclGroupStart``; the calls; ``ncclGroupEnd``).
+
+Implementations: ``local.LocalComm`` (threads sharing memory), ``mpi.MpiComm``,
+``nccl.NcclComm``, and ``recording.RecordingComm`` which wraps any of them and records
+the call sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+REDUCTIONS = ("sum", "prod", "max", "min", "avg")
+
+
+@dataclass(frozen=True)
+class P2P:
+    """One point-to-point call of a group: ``kind`` is "send" or "recv"."""
+
+    kind: str
+    buffer: Any
+    count: int
+    peer: int
+
+
+class Comm(Protocol):
+    rank: int
+    size: int
+
+    def split(self, color: int, key: int) -> Comm: ...
+
+    def all_reduce(self, send, recv, count: int, op: str, stream) -> None: ...
+
+    def reduce_scatter(self, send, recv, count: int, op: str, stream) -> None: ...
+
+    def all_gather(self, send, recv, count: int, stream) -> None: ...
+
+    def reduce(self, send, recv, count: int, op: str, root: int, stream) -> None: ...
+
+    def broadcast(self, send, recv, count: int, root: int, stream) -> None: ...
+
+    def group(self, calls: list[P2P], stream) -> None: ...
+
+
+class CommError(RuntimeError):
+    """A communication failed (a peer failed, or the calls of the ranks do not match)."""

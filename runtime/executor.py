@@ -1,0 +1,522 @@
+"""Executes lowered programs (the ``rt``/``nccl`` level): one ``RankExecutor`` per rank
+walks the lowered function and performs each op on a ``Device`` (host or CUDA buffers,
+kernels, library calls), with a ``Comm`` for communication and the device's streams.
+
+``LoweredProgram`` is the unit the backends run: the lowered module (lowered once for a
+rank count), its function, the dist-level signature (for the npz conventions) and the
+mesh grids. Buffers from ``rt.alloc`` and communicators from ``rt.comm`` are created on
+a rank's first run and reused by later runs (a benchmark loop allocates nothing).
+
+Fused collectives (``rt.fused``) run as one zero-copy kernel when the communicator
+offers ``zero_copy_fused`` (the ``local`` backend; ``mpi`` with shared memory) and the
+group has the shape the lowering gives it: a reduce-scatter into a buffer that only the
+kernel reads, one kernel over this rank's slice, and in-place all-gathers of kernel
+outputs. Otherwise the ops run one by one, as their sequence means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import FunctionType, IndexType, IntegerType, MemRefType, ModuleOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from distir.dialects import layout, nccl, rt
+from distir.dialects.dist import MeshOp, TensorType
+from distir.lowering.lower_collectives import DIST_TYPE
+from distir.runtime import npz
+from distir.runtime.comm import P2P
+from distir.runtime.values import numpy_dtype, rank_coords
+from distir.tools.diagnostics import InputRejected
+
+
+class ExecutionFailed(RuntimeError):
+    """A lowered program failed on a rank (the message names the rank and the op)."""
+
+
+# ======================================================================================
+# Programs
+# ======================================================================================
+
+
+@dataclass
+class LoweredProgram:
+    """A lowered function ready to run on ``ranks`` ranks."""
+
+    module: ModuleOp
+    func: func.FuncOp
+    ranks: int
+    grids: dict[str, layout.MeshGrid]
+    kernels: dict[str, rt.KernelOp]
+
+    @classmethod
+    def build(cls, module: ModuleOp, func_name: str | None, ranks: int) -> LoweredProgram:
+        """Lower ``module`` for ``ranks`` ranks (unless it is lowered already) and pick the
+        function (the only one when ``func_name`` is None)."""
+        from distir.lowering.common import LoweringError
+        from distir.lowering.pipeline import lower
+
+        f0 = npz.select_function(module, func_name)
+        try:
+            lowered = lower(module, ranks)
+        except LoweringError as e:
+            raise InputRejected(str(e)) from None
+        f = npz.select_function(lowered, f0.sym_name.data)
+        grids = npz.resolve_grids(lowered, ranks)
+        kernels = {k.kernel_name: k for k in lowered.ops if isinstance(k, rt.KernelOp)}
+        return cls(lowered, f, ranks, grids, kernels)
+
+    @property
+    def dist_type(self) -> FunctionType:
+        t = self.func.attributes.get(DIST_TYPE)
+        assert isinstance(t, FunctionType)
+        return t
+
+    def signature(self) -> npz.Signature:
+        return list(zip(npz.argument_names(self.func), self.dist_type.inputs.data))
+
+    def result_types(self) -> list[Attribute]:
+        return list(self.dist_type.outputs.data)
+
+    def inplace(self) -> dict[int, int]:
+        return npz.inplace_results(self.func)
+
+    def grid(self, t: TensorType) -> layout.MeshGrid:
+        return self.grids[t.mesh_name]
+
+    # ------------------------------------------------------------------ npz conventions
+    def prepare_inputs(self, given: Mapping[str, np.ndarray] | None, seed: int) -> dict[str, np.ndarray]:
+        sig = self.signature()
+        for name, t in sig:
+            if isinstance(t, TensorType):
+                self.grid(t)
+        inputs = npz.check_inputs(sig, self.grids, given or {}, "inputs")
+        missing = [n for n, _ in sig if n not in inputs]
+        if missing:
+            inputs.update(npz.random_inputs(sig, self.grids, seed, missing, self._index_bounds()))
+        return {n: inputs[n] for n, _ in sig}
+
+    def _index_bounds(self) -> dict[str, int]:
+        """Embedding indices are drawn below the table's row count."""
+        bounds: dict[str, int] = {}
+        names = npz.argument_names(self.func)
+        args = list(self.func.body.block.args)
+        for op in self.func.walk():
+            if isinstance(op, rt.EmbeddingBagOp):
+                table_t, idx = op.args[0], op.args[1]
+                if idx in args:
+                    i = args.index(idx)
+                    t = self.dist_type.inputs.data[args.index(table_t)] if table_t in args else None
+                    rows = t.get_shape()[-2] if isinstance(t, TensorType) else table_t.type.get_shape()[-2]  # type: ignore[attr-defined]
+                    bounds[names[i]] = rows
+        return bounds
+
+    def rank_args(self, inputs: Mapping[str, np.ndarray], rank: int, device) -> list[Any]:
+        """The arguments of ``rank``: its writable buffers (zeros where it holds nothing)
+        and the scalars."""
+        out = []
+        for (name, t), new_t in zip(self.signature(), self.func.function_type.inputs.data):
+            a = inputs[name]
+            if isinstance(t, TensorType):
+                grid = self.grid(t)
+                bufs = npz.distribute(a, t, grid)
+                assert isinstance(bufs, dict)
+                coords = rank_coords(grid)[rank]
+                if rank in bufs and layout.holds(t.get_placements(), coords):
+                    host = np.array(bufs[rank], dtype=bufs[rank].dtype, order="C", copy=True)
+                else:
+                    host = np.zeros(new_t.get_shape(), dtype=numpy_dtype(t.element_type))  # type: ignore[attr-defined]
+                out.append(device.from_host(host))
+            else:
+                out.append(np.array(a, dtype=numpy_dtype(t))[()])
+        return out
+
+    def collect(self, per_rank: Sequence[Sequence[Any]], to_host: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
+        """Logical outputs (out.npz convention) from every rank's results."""
+        outs = []
+        for i, t in enumerate(self.result_types()):
+            if isinstance(t, TensorType):
+                grid = self.grid(t)
+                coords = rank_coords(grid)
+                bufs = {r: to_host(per_rank[r][i]) for r in range(self.ranks) if layout.holds(t.get_placements(), coords[r])}
+                outs.append(npz.collect(t, grid, bufs, f"result{i}"))
+            else:
+                outs.append(np.asarray(to_host(per_rank[0][i])))
+        return outs
+
+
+# ======================================================================================
+# Execution of one rank
+# ======================================================================================
+
+
+Handler = Callable[["RankExecutor", Operation], None]
+HANDLERS: dict[type[Operation], Handler] = {}
+
+
+def handles(*classes: type[Operation]):
+    def deco(fn: Handler) -> Handler:
+        for c in classes:
+            HANDLERS[c] = fn
+        return fn
+
+    return deco
+
+
+class RankExecutor:
+    """Runs a lowered program as one rank: ``run(args)`` returns the function's results
+    (device buffers and scalars)."""
+
+    def __init__(self, program: LoweredProgram, rank: int, world, device):
+        self.program = program
+        self.rank = rank
+        self.world = world
+        self.device = device
+        self.env: dict[SSAValue, Any] = {}
+        self.persistent: dict[Operation, Any] = {}
+        self.streams: dict[int, Any] = {}
+        self.group: list[tuple[Any, P2P, Any]] | None = None
+        self.fused_plans: dict[Operation, Any] = {}
+
+    # ------------------------------------------------------------------ driver
+    def run(self, args: Sequence[Any]) -> list[Any]:
+        block = self.program.func.body.block
+        self.env = dict(zip(block.args, args))
+        ret = self.block(block)
+        return ret
+
+    def block(self, block: Block) -> list[Any]:
+        for op in block.ops:
+            if isinstance(op, func.ReturnOp):
+                return [self.env[v] for v in op.arguments]
+            if isinstance(op, scf.YieldOp):
+                return []
+            handler = HANDLERS.get(type(op))
+            if handler is None:
+                if op.dialect_name() == "arith":
+                    self.arith(op)
+                    continue
+                raise ExecutionFailed(f"rank {self.rank}: '{op.name}' cannot be executed by the runtime")
+            handler(self, op)
+        return []
+
+    def v(self, value: SSAValue) -> Any:
+        return self.env[value]
+
+    def stream(self, value: SSAValue):
+        return self.env[value]
+
+    def grid_of(self, mesh: str) -> layout.MeshGrid:
+        return self.program.grids[mesh]
+
+    def coords(self, mesh: str) -> tuple[int, ...]:
+        return rank_coords(self.grid_of(mesh))[self.rank]
+
+    def arith(self, op: Operation) -> None:
+        if isinstance(op, arith.ConstantOp):
+            val = op.value.value.data  # type: ignore[attr-defined]
+            t = op.result.type
+            self.env[op.result] = int(val) if isinstance(t, (IndexType, IntegerType)) else val
+            return
+        from distir.runtime.arith import eval_op
+
+        args = [np.asarray(self.env[a], dtype=np.int64 if isinstance(a.type, IndexType) else None) for a in op.operands]
+        if any(isinstance(a.type, IndexType) for a in (*op.operands, *op.results)):
+            # index arithmetic: compute in Python integers.
+            res = _index_op(op, [int(a) for a in args])
+            self.env[op.results[0]] = res
+            return
+        for r, y in zip(op.results, eval_op(op, args)):
+            self.env[r] = np.asarray(y)[()]
+
+
+def _index_op(op: Operation, args: list[int]) -> int:
+    table: dict[type, Callable[..., int]] = {
+        arith.AddiOp: lambda a, b: a + b,
+        arith.SubiOp: lambda a, b: a - b,
+        arith.MuliOp: lambda a, b: a * b,
+        arith.DivUIOp: lambda a, b: a // b,
+        arith.DivSIOp: lambda a, b: int(a / b),
+        arith.RemUIOp: lambda a, b: a % b,
+        arith.RemSIOp: lambda a, b: a - int(a / b) * b,
+        arith.IndexCastOp: lambda a: a,
+    }
+    fn = table.get(type(op))
+    if fn is None:
+        raise ExecutionFailed(f"'{op.name}' on indices is not supported by the runtime")
+    return fn(*args)
+
+
+# ------------------------------------------------------------------ where a rank is
+
+
+def group_of(ex: RankExecutor, mesh: str, axes: Sequence[int]) -> tuple[int, int, int]:
+    """(color, key, size) of this rank's group over ``axes``: color = row-major index on
+    the other axes, key = row-major index on ``axes`` in the order listed."""
+    grid = ex.grid_of(mesh)
+    c = ex.coords(mesh)
+    others = [a for a in range(len(grid.sizes)) if a not in axes]
+    color = 0
+    for a in others:
+        color = color * grid.sizes[a] + c[a]
+    key = 0
+    for a in axes:
+        key = key * grid.sizes[a] + c[a]
+    return color, key, math.prod(grid.sizes[a] for a in axes)
+
+
+@handles(rt.CommOp)
+def _comm(ex: RankExecutor, op: rt.CommOp) -> None:
+    if op not in ex.persistent:
+        color, key, _ = group_of(ex, op.mesh_name, op.axis_list)
+        ex.persistent[op] = ex.world.split(color, key)
+    ex.env[op.result] = ex.persistent[op]
+
+
+@handles(rt.GroupRankOp)
+def _group_rank(ex: RankExecutor, op: rt.GroupRankOp) -> None:
+    _, key, size = group_of(ex, op.mesh_name, op.axis_list)
+    ex.env[op.result] = (key + op.shift_value) % size
+
+
+@handles(rt.HoldsOp)
+def _holds(ex: RankExecutor, op: rt.HoldsOp) -> None:
+    ex.env[op.result] = layout.holds(op.placement_list(), ex.coords(op.mesh_name))
+
+
+@handles(scf.IfOp)
+def _if(ex: RankExecutor, op: scf.IfOp) -> None:
+    if ex.env[op.cond]:
+        ex.block(op.true_region.block)
+    elif op.false_region.blocks:
+        ex.block(op.false_region.block)
+
+
+# ------------------------------------------------------------------ streams
+
+
+@handles(rt.StreamOp)
+def _stream(ex: RankExecutor, op: rt.StreamOp) -> None:
+    n = op.number
+    if n not in ex.streams:
+        ex.streams[n] = ex.device.stream(n)
+    ex.env[op.result] = ex.streams[n]
+
+
+@handles(rt.EventRecordOp)
+def _event_record(ex: RankExecutor, op: rt.EventRecordOp) -> None:
+    ex.env[op.result] = ex.v(op.args[0]).record()
+
+
+@handles(rt.StreamWaitOp)
+def _stream_wait(ex: RankExecutor, op: rt.StreamWaitOp) -> None:
+    ex.v(op.args[0]).wait_event(ex.v(op.args[1]))
+
+
+@handles(rt.StreamSyncOp)
+def _stream_sync(ex: RankExecutor, op: rt.StreamSyncOp) -> None:
+    ex.v(op.args[0]).synchronize()
+
+
+# ------------------------------------------------------------------ buffers and compute
+
+
+@handles(rt.AllocOp)
+def _alloc(ex: RankExecutor, op: rt.AllocOp) -> None:
+    buf = ex.persistent.get(op)
+    if buf is None:
+        t = op.result.type
+        assert isinstance(t, MemRefType)
+        buf = ex.persistent[op] = ex.device.alloc(tuple(t.get_shape()), numpy_dtype(t.element_type))
+    ex.env[op.result] = buf
+
+
+@handles(rt.BlockOp)
+def _block(ex: RankExecutor, op: rt.BlockOp) -> None:
+    buf, i = ex.v(op.args[0]), ex.v(op.args[1])
+    ex.env[op.result] = ex.device.block(buf, int(i), op.option("dim"), op.option("count"))
+
+
+@handles(rt.CopyOp)
+def _copy(ex: RankExecutor, op: rt.CopyOp) -> None:
+    src, dst, s = (ex.v(a) for a in op.args)
+    ex.device.copy(src, dst, s)
+
+
+@handles(rt.LaunchOp)
+def _launch(ex: RankExecutor, op: rt.LaunchOp) -> None:
+    args = [ex.v(a) for a in op.args]
+    ex.device.launch(ex.program.kernels[op.kernel_name], args[:-1], args[-1])
+
+
+@handles(rt.MatmulOp)
+def _matmul(ex: RankExecutor, op: rt.MatmulOp) -> None:
+    a, b, c, s = (ex.v(x) for x in op.args)
+    ex.device.matmul(a, b, c, s)
+
+
+@handles(rt.ReduceTensorOp)
+def _reduce_tensor(ex: RankExecutor, op: rt.ReduceTensorOp) -> None:
+    a, out, s = (ex.v(x) for x in op.args)
+    ex.device.reduce_tensor(op.option("op"), a, out, op.option("dims"), s)
+
+
+@handles(rt.EmbeddingBagOp)
+def _embedding_bag(ex: RankExecutor, op: rt.EmbeddingBagOp) -> None:
+    t, i, row0, out, s = (ex.v(x) for x in op.args)
+    ex.device.embedding_bag(t, i, int(row0), out, op.option("mode"), s)
+
+
+# ------------------------------------------------------------------ communication
+
+
+@handles(nccl.AllReduceOp)
+def _all_reduce(ex: RankExecutor, op: nccl.AllReduceOp) -> None:
+    send, recv, comm, s = (ex.v(x) for x in op.args)
+    comm.all_reduce(send, recv, op.count, op.option("op"), s)
+
+
+@handles(nccl.ReduceScatterOp)
+def _reduce_scatter(ex: RankExecutor, op: nccl.ReduceScatterOp) -> None:
+    send, recv, comm, s = (ex.v(x) for x in op.args)
+    comm.reduce_scatter(send, recv, op.count, op.option("op"), s)
+
+
+@handles(nccl.AllGatherOp)
+def _all_gather(ex: RankExecutor, op: nccl.AllGatherOp) -> None:
+    send, recv, comm, s = (ex.v(x) for x in op.args)
+    comm.all_gather(send, recv, op.count, s)
+
+
+@handles(nccl.ReduceOp)
+def _reduce(ex: RankExecutor, op: nccl.ReduceOp) -> None:
+    send, recv, comm, s = (ex.v(x) for x in op.args)
+    comm.reduce(send, recv, op.count, op.option("op"), op.option("root"), s)
+
+
+@handles(nccl.BroadcastOp)
+def _broadcast(ex: RankExecutor, op: nccl.BroadcastOp) -> None:
+    send, recv, comm, s = (ex.v(x) for x in op.args)
+    comm.broadcast(send, recv, op.count, op.option("root"), s)
+
+
+@handles(nccl.GroupStartOp)
+def _group_start(ex: RankExecutor, op: Operation) -> None:
+    if ex.group is not None:
+        raise ExecutionFailed(f"rank {ex.rank}: nested nccl.group_start")
+    ex.group = []
+
+
+@handles(nccl.GroupEndOp)
+def _group_end(ex: RankExecutor, op: Operation) -> None:
+    calls, ex.group = ex.group, None
+    if calls is None:
+        raise ExecutionFailed(f"rank {ex.rank}: nccl.group_end without group_start")
+    by_comm: dict[int, tuple[Any, list[P2P], Any]] = {}
+    for comm, call, s in calls:
+        entry = by_comm.setdefault(id(comm), (comm, [], s))
+        entry[1].append(call)
+    for comm, group, s in by_comm.values():
+        comm.group(group, s)
+
+
+@handles(nccl.SendOp, nccl.RecvOp)
+def _p2p(ex: RankExecutor, op: nccl.NcclOp) -> None:
+    buf, peer, comm, s = (ex.v(x) for x in op.args)
+    call = P2P("send" if isinstance(op, nccl.SendOp) else "recv", buf, op.count, int(peer))
+    if ex.group is not None:
+        ex.group.append((comm, call, s))
+    else:
+        comm.group([call], s)
+
+
+# ------------------------------------------------------------------ fused collectives
+
+
+@dataclass
+class FusedPlan:
+    """How a ``rt.fused`` group runs as one zero-copy kernel."""
+
+    prelude: list[Operation]
+    rs: nccl.ReduceScatterOp
+    launch: rt.LaunchOp
+    gathers: list[nccl.AllGatherOp]
+    reduce_param: int
+    gather_params: tuple[int, ...]
+
+
+def plan_fused(op: rt.FusedOp, kernels: Mapping[str, rt.KernelOp]) -> FusedPlan | None:
+    """The zero-copy plan of a fused group, or None when it does not have the shape the
+    lowering gives a fused all-reduce (see the module doc)."""
+    ops = list(op.body.block.ops)
+    if not ops or not isinstance(ops[0], nccl.ReduceScatterOp):
+        return None
+    rs = ops[0]
+    launches = [o for o in ops if isinstance(o, rt.LaunchOp)]
+    if len(launches) != 1:
+        return None
+    launch = launches[0]
+    at = ops.index(launch)
+    prelude = ops[1:at]
+    gathers = ops[at + 1 :]
+    if not all(isinstance(o, (rt.BlockOp, rt.GroupRankOp)) or o.dialect_name() == "arith" for o in prelude):
+        return None
+    if not all(isinstance(g, nccl.AllGatherOp) for g in gathers):
+        return None
+    kernel = kernels[launch.kernel_name]
+    space = tuple(kernel.space)
+    recv = rs.buffers[1]
+    args = list(launch.args[:-1])
+    if args.count(recv) != 1 or any(recv in g.args for g in gathers):
+        return None
+    if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
+        return None
+    comm = rs.comm
+    gather_params = []
+    for g in gathers:
+        send, full = g.buffers
+        if g.comm is not comm or send not in args or args.count(send) != 1:
+            return None
+        if tuple(send.type.get_shape()) != space or g.count != rs.count:  # type: ignore[attr-defined]
+            return None
+        view = send.owner
+        if not isinstance(view, rt.BlockOp) or view.args[0] is not full:
+            return None
+        if not rt.BlockOp.contiguous(full.type.get_shape(), view.option("dim")):  # type: ignore[attr-defined]
+            return None
+        gather_params.append(args.index(send))
+    return FusedPlan(prelude, rs, launch, gathers, args.index(recv), tuple(gather_params))
+
+
+@handles(rt.FusedOp)
+def _fused(ex: RankExecutor, op: rt.FusedOp) -> None:
+    zero_copy = getattr(ex.device, "zero_copy_fused", None)
+    if zero_copy is not None:
+        if op not in ex.fused_plans:
+            ex.fused_plans[op] = plan_fused(op, ex.program.kernels)
+        plan = ex.fused_plans[op]
+        if plan is not None:
+            for inner in plan.prelude:
+                ex.block_op(inner)
+            send, _, comm, s = (ex.v(x) for x in plan.rs.args)
+            args = [ex.v(a) for a in plan.launch.args[:-1]]
+            fulls = [ex.v(g.buffers[1]) for g in plan.gathers]
+            if zero_copy(comm, ex.program.kernels[plan.launch.kernel_name], args, plan.reduce_param, plan.gather_params, send, fulls, plan.rs.option("op"), plan.rs.count, s):
+                return
+    ex.block(op.body.block)
+
+
+def _block_op(self: RankExecutor, op: Operation) -> None:
+    handler = HANDLERS.get(type(op))
+    if handler is None:
+        self.arith(op)
+    else:
+        handler(self, op)
+
+
+RankExecutor.block_op = _block_op  # type: ignore[attr-defined]

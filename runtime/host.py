@@ -1,0 +1,192 @@
+"""The host device: numpy buffers, kernels compiled with ``numba.njit`` and numpy/BLAS
+library calls, queued on host streams (``streams.py``). Used by the ``local`` and
+``mpi`` backends.
+
+numba has no f16/bf16 arithmetic on the CPU: a kernel parameter of those types is
+widened to an f32 copy before the launch and rounded back into the buffer after it
+(the kernel computes in f32 either way, as the GPU kernels do).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import memref
+from xdsl.dialects.builtin import IndexType, MemRefType
+
+from distir.dialects import rt
+from distir.lowering import numba_codegen as cg
+from distir.runtime import interpreter
+from distir.runtime.streams import SyncStream, ThreadStream
+from distir.runtime.values import is_half, numpy_dtype
+
+_F32 = np.dtype(np.float32)
+
+
+class KernelInfo:
+    """A compiled CPU kernel and what its parameters are."""
+
+    def __init__(self, kernel: rt.KernelOp, parallel: bool):
+        self.kernel = kernel
+        self.source = cg.cpu_source(kernel)
+        self.fn = cg.compile_cpu(self.source, parallel=parallel)
+        params = list(kernel.params)
+        loads = {op.memref for op in kernel.body.block.ops if isinstance(op, memref.LoadOp)}
+        stores = {op.memref for op in kernel.body.block.ops if isinstance(op, memref.StoreOp)}
+        self.kinds: list[tuple[str, Any, bool, bool, bool]] = []
+        for p in params:
+            t = p.type
+            if isinstance(t, MemRefType):
+                dt = numpy_dtype(t.element_type)
+                self.kinds.append(("array", dt, p in loads, p in stores, len(t.get_shape()) == 0))
+            elif isinstance(t, IndexType):
+                self.kinds.append(("index", np.dtype(np.int64), False, False, False))
+            else:
+                self.kinds.append(("scalar", numpy_dtype(t), False, False, False))
+        self.zero_copy: dict[tuple, Any] = {}
+
+
+class HostDevice:
+    """Buffers and compute of one process's ranks (shared by the rank threads of the
+    ``local`` backend)."""
+
+    target = "cpu"
+
+    def __init__(self, parallel: bool = False, abort: threading.Event | None = None, on_error=None):
+        self.parallel = parallel
+        self.abort = abort
+        self.on_error = on_error
+        self._kernels: dict[int, KernelInfo] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ buffers
+    def alloc(self, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
+        return np.zeros(shape, dtype=dtype)
+
+    def from_host(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def to_host(self, a: Any) -> np.ndarray:
+        return np.asarray(a)
+
+    def block(self, buf: np.ndarray, index: int, dim: int, count: int) -> np.ndarray:
+        step = buf.shape[dim] // count
+        return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
+
+    def copy(self, src: np.ndarray, dst: np.ndarray, stream) -> None:
+        stream.submit(lambda: _copy(src, dst))
+
+    # ------------------------------------------------------------------ streams
+    def stream(self, index: int):
+        if index == 0:
+            return SyncStream(0)
+        return ThreadStream(index, f"stream{index}", self.abort, self.on_error)
+
+    # ------------------------------------------------------------------ kernels
+    def kernel(self, kernel: rt.KernelOp) -> KernelInfo:
+        info = self._kernels.get(id(kernel))
+        if info is None:
+            with self._lock:
+                info = self._kernels.get(id(kernel))
+                if info is None:
+                    info = self._kernels[id(kernel)] = KernelInfo(kernel, self.parallel)
+        return info
+
+    def launch(self, kernel: rt.KernelOp, args: Sequence[Any], stream) -> None:
+        info = self.kernel(kernel)
+        call, post = _call_args(info, args)
+
+        def run():
+            info.fn(*call)
+            for fn in post:
+                fn()
+
+        stream.submit(run)
+
+    # ------------------------------------------------------------------ library calls
+    def matmul(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, stream) -> None:
+        stream.submit(lambda: _matmul(a, b, c))
+
+    def reduce_tensor(self, kind: str, a: np.ndarray, out: np.ndarray, dims: Sequence[int], stream) -> None:
+        stream.submit(lambda: _assign(out, interpreter.reduce_tensor(a, kind, dims)))
+
+    def embedding_bag(self, table, indices, row0: int, out, mode: str, stream) -> None:
+        stream.submit(
+            lambda: _assign(out, interpreter.embedding_bag(table, indices, mode, row0, table.shape[-2], out.dtype))
+        )
+
+    # ------------------------------------------------------------------ zero-copy fused collectives
+    def zero_copy_fused(self, comm, kernel, args, reduce_param, gather_params, send, fulls, op, count, stream) -> bool:
+        """Run a fused all-reduce as one kernel over this rank's block: reduce straight
+        from the peers' send buffers, write gathered outputs straight into every peer's
+        buffer. False when the communicator cannot share buffers or the types need
+        conversion."""
+        exchange = getattr(comm, "peer_buffers", None)
+        if exchange is None or not isinstance(stream, SyncStream):
+            return False
+        if any(is_half(a.dtype) for a in (send, *fulls)) or any(isinstance(a, np.ndarray) and is_half(a.dtype) for a in args):
+            return False
+        info = self.kernel(kernel)
+        key = (comm.size, op, reduce_param, gather_params)
+        fn = info.zero_copy.get(key)
+        if fn is None:
+            with self._lock:
+                fn = info.zero_copy.get(key)
+                if fn is None:
+                    variant = cg.ZeroCopy(comm.size, op, reduce_param, gather_params)
+                    fn = info.zero_copy[key] = cg.compile_cpu(cg.cpu_source(kernel, variant), parallel=self.parallel)
+        call, post = _call_args(info, args)
+        if post:
+            return False
+        peers = exchange([send.reshape(-1), *[f.reshape(-1) for f in fulls]])
+        if peers is None:
+            return False
+        try:
+            flat_sends = [p[0] for p in peers]
+            flat_fulls = [[p[1 + k] for p in peers] for k in range(len(fulls))]
+            extra = flat_sends + [a for fs in flat_fulls for a in fs] + [np.int64(comm.rank * count)]
+            fn(*call, *extra)
+        finally:
+            comm.peer_barrier()
+        return True
+
+
+def _copy(src: np.ndarray, dst: np.ndarray) -> None:
+    dst[...] = src.reshape(dst.shape)
+
+
+def _assign(out: np.ndarray, value: np.ndarray) -> None:
+    out[...] = np.asarray(value).reshape(out.shape)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    if a.dtype in (np.float32, np.float64) and c.flags.c_contiguous:
+        if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
+            np.matmul(a.reshape(-1, a.shape[-1]), b, out=c.reshape(-1, c.shape[-1]))
+        else:
+            np.matmul(a, b, out=c)
+        return
+    c[...] = interpreter.matmul(a, b, c.dtype)
+
+
+def _call_args(info: KernelInfo, args: Sequence[Any]) -> tuple[list[Any], list]:
+    call: list[Any] = []
+    post: list = []
+    for (kind, dt, loaded, stored, zero_d), a in zip(info.kinds, args):
+        if kind == "array":
+            arr = a
+            if is_half(dt):
+                wide = arr.astype(_F32) if loaded else np.empty(arr.shape, _F32)
+                if stored:
+                    post.append(lambda arr=arr, wide=wide: _assign(arr, wide.astype(arr.dtype)))
+                arr = wide
+            if zero_d:
+                arr = arr.reshape(1)
+            call.append(arr)
+        else:
+            call.append(dt.type(a))
+    return call, post

@@ -1,0 +1,386 @@
+"""The ``local`` backend: N ranks as threads of one process, sharing memory.
+
+Every rank runs the lowered program on its own thread (``RankExecutor``); buffers are
+numpy arrays; kernels are ``numba.njit(nogil=True)`` functions, so the rank threads
+compute in parallel. Collectives work on shared memory, zero-copy: each rank publishes
+its buffers to its group, and
+
+* all_reduce: rank i reduces its share of the elements straight from every peer's send
+  buffer and writes the result straight into every peer's receive buffer;
+* reduce_scatter: rank i reduces block i from the peers' send buffers into its own;
+* all_gather: rank i writes its block into every peer's receive buffer;
+* reduce / broadcast: like all_reduce / a copy from the root's buffer;
+* send / recv (grouped): mailboxes, the receiver copies from the sender's buffer;
+* a fused all-reduce (``rt.fused``): one kernel per rank over its block that reduces
+  the gradient from the peers, applies the fused computation in the same loop and writes
+  gathered results into every peer's buffer (CoCoNet's FusedAllReduce, the fused-
+  operator paper's zero-copy path); nothing is stored in between.
+
+Stream 1 (``coll.overlap``) is a worker thread per rank. A failure on one rank aborts
+the others (no deadlock) and is reported with the rank.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from distir.runtime.comm import P2P, CommError
+from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
+from distir.runtime.host import HostDevice
+from distir.runtime.values import is_half, reduce_arrays
+
+TIMEOUT = 0.05
+
+# ======================================================================================
+# Element-wise reductions over peers (numba, generated per peer count and reduction)
+# ======================================================================================
+
+_REDUCERS: dict[tuple[int, int, str], Any] = {}
+_REDUCER_LOCK = threading.Lock()
+
+
+def _reducer(n_src: int, n_dst: int, op: str):
+    """``f(s0..s{n-1}, d0..d{m-1}, lo, hi)``: d_k[i] = op(s_0[i], ..., s_{n-1}[i]) for
+    lo <= i < hi (in list order; avg divides the sum by n)."""
+    key = (n_src, n_dst, op)
+    fn = _REDUCERS.get(key)
+    if fn is not None:
+        return fn
+    from distir.lowering import numba_codegen as cg
+
+    srcs = [f"s{j}" for j in range(n_src)]
+    dsts = [f"d{k}" for k in range(n_dst)]
+    if op in ("sum", "avg", "prod"):
+        sep = " * " if op == "prod" else " + "
+        expr = "(" + sep.join(f"{s}[i]" for s in srcs) + ")"
+        if op == "avg":
+            expr = f"({expr} / {n_src})"
+    else:
+        fname = "_fmax" if op == "max" else "_fmin"
+        expr = f"{srcs[0]}[i]"
+        for s in srcs[1:]:
+            expr = f"{fname}({expr}, {s}[i])"
+    lines = [f"def reduce({', '.join(srcs + dsts)}, lo, hi):", "    for i in range(lo, hi):", f"        v = {expr}"]
+    lines += [f"        {d}[i] = v" for d in dsts]
+    src = cg._header("cpu") + "\n\n" + "\n".join(lines) + "\n"
+    ks = cg.KernelSource("reduce", src, "cpu", [])
+    with _REDUCER_LOCK:
+        fn = _REDUCERS.get(key)
+        if fn is None:
+            fn = _REDUCERS[key] = cg.compile_cpu(ks)
+    return fn
+
+
+def reduce_into(op: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray], lo: int, hi: int) -> None:
+    """dsts[k][lo:hi] = op over srcs[j][lo:hi] (flat arrays), as ``values.reduce_arrays``."""
+    if hi <= lo:
+        return
+    dt = srcs[0].dtype
+    if dt in (np.float32, np.float64):
+        _reducer(len(srcs), len(dsts), op)(*srcs, *dsts, lo, hi)
+        return
+    value = reduce_arrays([s[lo:hi] for s in srcs], op, dt)
+    for d in dsts:
+        d[lo:hi] = value
+
+
+def share(count: int, parts: int, i: int) -> tuple[int, int]:
+    """Range of the elements that part i of ``parts`` handles."""
+    return count * i // parts, count * (i + 1) // parts
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
+
+
+# ======================================================================================
+# Communicators
+# ======================================================================================
+
+
+class LocalWorld:
+    """The state the rank threads of one run share: every group's barrier, and the abort
+    flag that stops all waits when a rank fails."""
+
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+        self.abort = threading.Event()
+        self.errors: dict[int, BaseException] = {}
+        self._groups: list[_Group] = []
+        self._lock = threading.Lock()
+        self.root = _Group(ranks, self)
+
+    def register(self, g: _Group) -> None:
+        with self._lock:
+            self._groups.append(g)
+
+    def fail(self, rank: int, error: BaseException) -> None:
+        with self._lock:
+            self.errors.setdefault(rank, error)
+            groups = list(self._groups)
+        self.abort.set()
+        for g in groups:
+            g.barrier.abort()
+            with g.cond:
+                g.cond.notify_all()
+
+    def comm(self, rank: int) -> LocalComm:
+        return LocalComm(self.root, rank, self)
+
+
+class _Group:
+    def __init__(self, size: int, world: LocalWorld):
+        self.size = size
+        self.barrier = threading.Barrier(size)
+        self.slots: list[Any] = [None] * size
+        self.splits: dict[tuple[int, int], _Group] = {}
+        self.lock = threading.Lock()
+        self.cond = threading.Condition()
+        self.mail: dict[tuple[int, int], deque] = {}
+        world.register(self)
+
+
+class _Mail:
+    def __init__(self, buf: np.ndarray, count: int):
+        self.buf = buf
+        self.count = count
+        self.done = threading.Event()
+
+
+class LocalComm:
+    """One rank's handle on a group of rank threads (see the module doc)."""
+
+    def __init__(self, group: _Group, rank: int, world: LocalWorld):
+        self.g = group
+        self.rank = rank
+        self.size = group.size
+        self.world = world
+        self._splits = 0
+
+    def _sync(self) -> None:
+        try:
+            self.g.barrier.wait()
+        except threading.BrokenBarrierError:
+            raise CommError("a peer failed while this rank waited in a collective") from None
+
+    def _publish(self, value: Any) -> list[Any]:
+        self.g.slots[self.rank] = value
+        self._sync()
+        return list(self.g.slots)
+
+    def split(self, color: int, key: int) -> LocalComm:
+        seq = self._splits
+        self._splits += 1
+        slots = self._publish((color, key))
+        members = sorted((k, r) for r, (c, k) in enumerate(slots) if c == color)
+        with self.g.lock:
+            sub = self.g.splits.get((seq, color))
+            if sub is None:
+                sub = self.g.splits[(seq, color)] = _Group(len(members), self.world)
+        self._sync()
+        return LocalComm(sub, [r for _, r in members].index(self.rank), self.world)
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce(self, send, recv, count, op, stream) -> None:
+        stream.submit(lambda: self._all_reduce(send, recv, count, op))
+
+    def _all_reduce(self, send, recv, count, op) -> None:
+        slots = self._publish((send.reshape(-1), recv.reshape(-1)))
+        lo, hi = share(count, self.size, self.rank)
+        reduce_into(op, [s for s, _ in slots], [d for _, d in slots], lo, hi)
+        self._sync()
+
+    def reduce_scatter(self, send, recv, count, op, stream) -> None:
+        stream.submit(lambda: self._reduce_scatter(send, recv, count, op))
+
+    def _reduce_scatter(self, send, recv, count, op) -> None:
+        slots = self._publish(send.reshape(-1))
+        base = self.rank * count
+        reduce_into(op, [s[base : base + count] for s in slots], [recv.reshape(-1)], 0, count)
+        self._sync()
+
+    def all_gather(self, send, recv, count, stream) -> None:
+        stream.submit(lambda: self._all_gather(send, recv, count))
+
+    def _all_gather(self, send, recv, count) -> None:
+        slots = self._publish(recv.reshape(-1))
+        mine = send.reshape(-1)
+        base = self.rank * count
+        for full in slots:
+            dst = full[base : base + count]
+            if not _same_memory(dst, mine):
+                dst[...] = mine
+        self._sync()
+
+    def reduce(self, send, recv, count, op, root, stream) -> None:
+        stream.submit(lambda: self._reduce(send, recv, count, op, root))
+
+    def _reduce(self, send, recv, count, op, root) -> None:
+        slots = self._publish((send.reshape(-1), recv.reshape(-1)))
+        lo, hi = share(count, self.size, self.rank)
+        reduce_into(op, [s for s, _ in slots], [slots[root][1]], lo, hi)
+        self._sync()
+
+    def broadcast(self, send, recv, count, root, stream) -> None:
+        stream.submit(lambda: self._broadcast(send, recv, count, root))
+
+    def _broadcast(self, send, recv, count, root) -> None:
+        slots = self._publish(send.reshape(-1))
+        src, dst = slots[root][:count], recv.reshape(-1)[:count]
+        if not _same_memory(src, dst):
+            dst[...] = src
+        self._sync()
+
+    # ------------------------------------------------------------------ point to point
+    def group(self, calls: list[P2P], stream) -> None:
+        stream.submit(lambda: self._group(calls))
+
+    def _group(self, calls: list[P2P]) -> None:
+        posted = []
+        g = self.g
+        with g.cond:
+            for c in calls:
+                if c.kind == "send":
+                    m = _Mail(c.buffer.reshape(-1), c.count)
+                    g.mail.setdefault((self.rank, c.peer), deque()).append(m)
+                    posted.append(m)
+            g.cond.notify_all()
+        for c in calls:
+            if c.kind != "recv":
+                continue
+            with g.cond:
+                box = g.mail.setdefault((c.peer, self.rank), deque())
+                while not box:
+                    if self.world.abort.is_set():
+                        raise CommError("a peer failed while this rank waited for a message")
+                    g.cond.wait(TIMEOUT)
+                m = box.popleft()
+            if m.count != c.count:
+                m.done.set()
+                raise CommError(f"rank {self.rank} expected {c.count} elements from group rank {c.peer}, got {m.count}")
+            dst = c.buffer.reshape(-1)
+            dst[: c.count] = m.buf[: c.count]
+            m.done.set()
+        for m in posted:
+            while not m.done.wait(TIMEOUT):
+                if self.world.abort.is_set():
+                    raise CommError("a peer failed while this rank waited for its message to be received")
+
+    # ------------------------------------------------------------------ shared buffers
+    def peer_buffers(self, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+        """Every group rank's ``arrays`` (collective; see ``HostDevice.zero_copy_fused``)."""
+        return self._publish(arrays)
+
+    def peer_barrier(self) -> None:
+        self._sync()
+
+
+# ======================================================================================
+# The backend
+# ======================================================================================
+
+
+class LocalRunner:
+    """A lowered program bound to N rank threads; ``step`` runs every rank once.
+
+    ``bind(inputs)`` cuts logical inputs into per-rank buffers (reused by every step,
+    written in place by in-place results); ``step()`` returns every rank's results."""
+
+    def __init__(self, program: LoweredProgram, parallel: bool | None = None, comm_wrapper=None):
+        self.program = program
+        n = program.ranks
+        if parallel is None:
+            parallel = (os.cpu_count() or 1) >= 2 * n
+        self.world = LocalWorld(n)
+        self.device = HostDevice(parallel=parallel, abort=self.world.abort, on_error=lambda e: self.world.fail(-1, e))
+        comms = [self.world.comm(r) for r in range(n)]
+        if comm_wrapper is not None:
+            comms = [comm_wrapper(c) for c in comms]
+        self.executors = [RankExecutor(program, r, comms[r], self.device) for r in range(n)]
+        self.args: list[list[Any]] = [[] for _ in range(n)]
+        self._jobs: list[queue.Queue] = [queue.Queue() for _ in range(n)]
+        self._done: queue.Queue = queue.Queue()
+        self._threads = [threading.Thread(target=self._serve, args=(r,), name=f"rank{r}", daemon=True) for r in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def bind(self, inputs: Mapping[str, np.ndarray]) -> None:
+        self.args = [self.program.rank_args(inputs, r, self.device) for r in range(self.program.ranks)]
+
+    def _serve(self, rank: int) -> None:
+        ex = self.executors[rank]
+        while True:
+            job = self._jobs[rank].get()
+            if job is None:
+                return
+            try:
+                out = ex.run(self.args[rank])
+                for s in ex.streams.values():
+                    s.synchronize()
+                self._done.put((rank, out, None))
+            except BaseException as e:  # noqa: BLE001 - reported by step()
+                self.world.fail(rank, e)
+                self._done.put((rank, None, e))
+
+    def step(self) -> list[list[Any]]:
+        n = self.program.ranks
+        for q in self._jobs:
+            q.put(True)
+        results: list[Any] = [None] * n
+        errors: dict[int, BaseException] = {}
+        for _ in range(n):
+            rank, out, err = self._done.get()
+            results[rank] = out
+            if err is not None:
+                errors[rank] = err
+        if errors or self.world.abort.is_set():
+            self.close()
+            first = min(self.world.errors or errors, key=lambda r: (r < 0, r))
+            err = (self.world.errors or errors)[first]
+            if isinstance(err, (ExecutionFailed, CommError)) and first >= 0 and not isinstance(err, CommError):
+                raise err
+            where = f"rank {first}" if first >= 0 else "a stream"
+            raise ExecutionFailed(f"{where} failed: {type(err).__name__}: {err}") from err
+        return results
+
+    def close(self) -> None:
+        for q in self._jobs:
+            q.put(None)
+        for ex in self.executors:
+            for s in ex.streams.values():
+                s.close()
+
+    def outputs(self, results: list[list[Any]]) -> list[np.ndarray]:
+        return self.program.collect(results, self.device.to_host)
+
+
+class LocalBackend:
+    """``local``: lower (if needed) and run on N rank threads of this process."""
+
+    name = "local"
+
+    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int) -> list[np.ndarray]:
+        program = LoweredProgram.build(module, func, ranks)
+        full = program.prepare_inputs(inputs, seed)
+        runner = LocalRunner(program)
+        try:
+            runner.bind(full)
+            return runner.outputs(runner.step())
+        finally:
+            runner.close()
+
+
+def run_local(module: ModuleOp | str, func: str | None = None, inputs: Mapping[str, np.ndarray] | None = None, ranks: int = 1, seed: int = 0) -> list[np.ndarray]:
+    """Run a function on the ``local`` backend; returns its logical outputs."""
+    from distir.runtime.interpreter import as_module
+
+    return LocalBackend().run(as_module(module), func, inputs or {}, ranks, seed)  # type: ignore[arg-type]
