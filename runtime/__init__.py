@@ -13,3 +13,5 @@ from distir.runtime.equivalence import EquivalenceReport, equivalent
 from distir.runtime.interpreter import Execution, interpret, run_function
 
 __all__ = ["EquivalenceReport", "Execution", "equivalent", "interpret", "run_function"]
+
+from distir.runtime import backends as _backends  # noqa: E402,F401 - registers local, mpi, nccl
