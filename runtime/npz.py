@@ -31,6 +31,7 @@ check and complete inputs, ``distribute`` to cut a logical input into per-rank b
 from __future__ import annotations
 
 import math
+import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -327,6 +328,8 @@ def prepare_inputs(module: ModuleOp, func: FuncOp, ranks: int, given: Mapping[st
 def load_npz(path: str) -> dict[str, np.ndarray]:
     """Read an npz file; unreadable files are rejected with the reason."""
     try:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(path)
         if not zipfile.is_zipfile(path):
             raise InputRejected(f"cannot read {path}: not an npz (zip) archive")
         with np.load(path, allow_pickle=False) as data:
