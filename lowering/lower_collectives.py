@@ -147,12 +147,16 @@ class FuncLowering:
         return v
 
     def block(self, buf: SSAValue, index: SSAValue, dim: int, count: int) -> SSAValue:
+        key = ("block", id(self.blocks[-1]), buf, index, dim, count)
+        if key in self.cache:
+            return self.cache[key]
         t = buf.type
         assert isinstance(t, MemRefType)
         shape = list(t.get_shape())
         shape[dim] //= count
         v = self.emit(rt.BlockOp.make([buf, index], [MemRefType(t.element_type, shape)], dim=dim, count=count)).results[0]
         self.contig[v] = self.contig.get(buf, True) and is_contiguous_block(t.get_shape(), dim)
+        self.cache[key] = v
         return v
 
     def copy(self, src: SSAValue, dst: SSAValue) -> None:
@@ -274,7 +278,7 @@ class FuncLowering:
             producer = v.owner
             if not isinstance(producer, Operation) or producer.parent_block() is not block:
                 continue
-            if not isinstance(producer, (rt.CallOp, coll.FusedAllReduceOp, coll.FusedAllGatherOp)):
+            if not isinstance(producer, (rt.CallOp, coll.FusedCollectiveOp)):
                 continue
             if self._safe_inplace(arg, v, producer, order):
                 self.dest[v] = self.buf[arg]
@@ -282,30 +286,43 @@ class FuncLowering:
     def _safe_inplace(self, arg: SSAValue, v: SSAValue, producer: Operation, order: dict[Operation, int]) -> bool:
         """Whether ``v`` can be computed straight into ``arg``'s buffer: no op after its
         producer reads ``arg``, and the producer reads it element by element at the
-        positions it writes."""
+        positions it writes, before it writes them."""
+        inner_uses = []
         for use in arg.uses:
-            user = use.operation
-            top = user
+            top = use.operation
             while top.parent_op() is not self.f:
                 top = top.parent_op()  # type: ignore[assignment]
-            if top is not producer:
-                if isinstance(top, func.ReturnOp) or order[top] > order[producer]:
-                    return False
-                continue
-            if isinstance(producer, rt.CallOp):
-                if arg.type.get_shape() != v.type.get_shape():  # type: ignore[attr-defined]
-                    return False
-                continue
-            # Inside a fused collective: only a take_slice of this rank's block, read by
-            # kernels element-wise.
-            if not isinstance(user, dist.TakeSliceOp) or user.parent_op() is not producer:
+            if top is producer:
+                inner_uses.append(use.operation)
+            elif isinstance(top, func.ReturnOp) or order[top] > order[producer]:
                 return False
-            for u in user.result.uses:
-                call = u.operation
-                if not isinstance(call, rt.CallOp) or not call.outputs:
+        if isinstance(producer, rt.CallOp):
+            return all(_same_space(producer, arg) for _ in inner_uses)
+        if not isinstance(producer, coll.FusedCollectiveOp):
+            return False
+        region = producer.body.block
+        term = region.last_op
+        assert isinstance(term, coll.YieldOp)
+        y = term.values[list(producer.outputs).index(v)]
+        writer = y.owner
+        if not isinstance(writer, rt.CallOp) or writer.parent_block() is not region:
+            return False
+        pos = {op: k for k, op in enumerate(region.ops)}
+        for user in inner_uses:
+            if user.parent_block() is not region:
+                return False
+            if isinstance(user, rt.CallOp):
+                if pos[user] > pos[writer] or not _same_space(user, arg):
                     return False
-                if call.outputs[0].type.get_shape() != user.result.type.get_shape():  # type: ignore[attr-defined]
-                    return False
+            elif isinstance(user, dist.TakeSliceOp) and producer.FINISH is coll.AllGatherOp:
+                for u in user.result.uses:
+                    call = u.operation
+                    if not isinstance(call, rt.CallOp) or call.parent_block() is not region:
+                        return False
+                    if pos[call] > pos[writer] or not _same_space(call, user.result):
+                        return False
+            else:
+                return False
         return True
 
     def _return(self, op: func.ReturnOp, res_types: list[Attribute]) -> None:
@@ -513,6 +530,8 @@ class FuncLowering:
         finish: list[tuple[int, SSAValue, SSAValue]] = []
         for i, (res, y, g) in enumerate(zip(op.outputs, term.values, flags)):
             if not g:
+                if res in self.dest and y not in self.dest and isinstance(y.owner, rt.CallOp):
+                    self.dest[y] = self.dest.pop(res)
                 continue
             recv = self.out(res)
             finish.append((i, y, recv))
@@ -542,6 +561,11 @@ class FuncLowering:
         from distir.lowering.overlap import lower_overlap
 
         lower_overlap(self, op)
+
+
+def _same_space(call: rt.CallOp, operand: SSAValue) -> bool:
+    """Whether a kernel call reads ``operand`` at the index it writes (same shape)."""
+    return bool(call.outputs) and operand.type.get_shape() == call.outputs[0].type.get_shape()  # type: ignore[attr-defined]
 
 
 def _shape(v: SSAValue) -> tuple[int, ...]:

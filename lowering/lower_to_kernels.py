@@ -248,19 +248,31 @@ def _top_user(user: Operation, sibling: Operation) -> Operation:
     return op if op is not None else user
 
 
-def _runs(block: Block) -> list[list[Operation]]:
-    """Maximal runs of consecutive element-wise ops over one iteration space."""
-    runs: list[list[Operation]] = []
+VIEWS = (dist.TakeSliceOp, dist.RemeshOp)
+
+
+def _runs(block: Block) -> list[tuple[list[Operation], list[Operation]]]:
+    """Maximal runs of consecutive element-wise ops over one iteration space, each with
+    the view ops (take_slice, remesh of values from before the run) found between its
+    members: those move before the run, so that they do not split it."""
+    runs: list[tuple[list[Operation], list[Operation]]] = []
     current: list[Operation] = []
+    views: list[Operation] = []
+    produced: set[SSAValue] = set()
     for op in block.ops:
         if isinstance(op, ELEMENTWISE) and current and space_key(op) == space_key(current[0]):
             current.append(op)
+            produced.update(op.results)
+            continue
+        if current and isinstance(op, VIEWS) and op.operands[0] not in produced:
+            views.append(op)
             continue
         if current:
-            runs.append(current)
-        current = [op] if isinstance(op, ELEMENTWISE) else []
+            runs.append((current, views))
+        current, views = ([op], []) if isinstance(op, ELEMENTWISE) else ([], [])
+        produced = set(op.results) if current else set()
     if current:
-        runs.append(current)
+        runs.append((current, views))
     return runs
 
 
@@ -283,7 +295,7 @@ class LowerToKernelsPass(ModulePass):
         names = {k.kernel_name for k in op.ops if isinstance(k, rt.KernelOp)}
         counter = 0
         for block in _blocks(op):
-            for run in _runs(block):
+            for run, views in _runs(block):
                 space: TensorType = run[0].results[0].type  # type: ignore[assignment]
                 mesh = mesh_ops.get(space.mesh_name)
                 if mesh is None:
@@ -303,6 +315,9 @@ class LowerToKernelsPass(ModulePass):
                 except ValueError as e:
                     fail(PASS, str(e), run[0])
                 op.body.block.add_op(kernel)
+                for view in views:
+                    view.detach()
+                    block.insert_op_before(view, run[0])
                 offsets = self._offsets(builder, run[0], block)
                 call = rt.CallOp.get(name, [*builder.externals, *offsets], [r.type for r in builder.escaping])
                 block.insert_op_before(call, run[0])

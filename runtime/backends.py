@@ -13,3 +13,12 @@ def _local():
 
 
 register_backend("local", _local)
+
+
+def _mpi():
+    from distir.runtime.mpi import MpiBackend
+
+    return MpiBackend()
+
+
+register_backend("mpi", _mpi)

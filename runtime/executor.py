@@ -477,10 +477,15 @@ def plan_fused(op: rt.FusedOp, kernels: Mapping[str, rt.KernelOp]) -> FusedPlan 
     if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
         return None
     comm = rs.comm
+    from xdsl.dialects import memref
+
+    params = list(kernel.params)
+    stored = {params.index(o.memref) for o in kernel.body.block.ops if isinstance(o, memref.StoreOp)}
     gather_params = []
     for g in gathers:
         send, full = g.buffers
-        if g.comm is not comm or send not in args or args.count(send) != 1:
+        outs = [i for i, a in enumerate(args) if a is send and i in stored]
+        if g.comm is not comm or len(outs) != 1:
             return None
         if tuple(send.type.get_shape()) != space or g.count != rs.count:  # type: ignore[attr-defined]
             return None
@@ -489,7 +494,7 @@ def plan_fused(op: rt.FusedOp, kernels: Mapping[str, rt.KernelOp]) -> FusedPlan 
             return None
         if not rt.BlockOp.contiguous(full.type.get_shape(), view.option("dim")):  # type: ignore[attr-defined]
             return None
-        gather_params.append(args.index(send))
+        gather_params.append(outs[0])
     return FusedPlan(prelude, rs, launch, gathers, args.index(recv), tuple(gather_params))
 
 

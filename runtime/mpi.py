@@ -1,0 +1,403 @@
+"""The ``mpi`` backend: one process per rank, mpi4py collectives on numpy buffers.
+
+Run it under ``mpiexec -n N distir-run FILE --ranks N --backend mpi`` (every process
+runs its rank; rank 0 reports), or from a single process: the backend then starts
+``mpiexec -n N`` itself (the ``mpich`` wheel's, next to the Python interpreter) and
+reads the results back.
+
+Each ``rt.comm`` is an ``MPI.Comm.Split(color, key)`` of the world. The calls map to MPI
+as follows; f16/bf16 reductions go through f32 (MPI has no half-precision sums) and
+``avg`` is a sum divided by the group size afterwards::
+
+    all_reduce      Allreduce (MPI.IN_PLACE when send is recv)
+    reduce_scatter  Reduce_scatter_block
+    all_gather      Allgather (MPI.IN_PLACE when send is this rank's block of recv)
+    reduce          Reduce
+    broadcast       Bcast (the root copies send into recv first)
+    group of P2P    Isend/Irecv ... Waitall
+
+On a stream other than 0 (``coll.overlap``) the non-blocking forms (``Iallreduce``,
+``Ireduce_scatter_block``, ``Iallgather``, ...) are issued instead and polled between
+the ops of stream 0 (MPI progresses only inside MPI calls); a stream's requests
+complete, in order, before later work on that stream and at its events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from distir.runtime.comm import P2P, CommError
+from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
+from distir.runtime.host import HostDevice
+from distir.runtime.streams import DoneEvent, SyncStream
+from distir.runtime.values import BFLOAT16, is_half
+from distir.tools.diagnostics import InputRejected
+
+_F32 = np.dtype(np.float32)
+
+
+def _mpi():
+    from mpi4py import MPI
+
+    return MPI
+
+
+def _op(name: str):
+    MPI = _mpi()
+    return {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[name]
+
+
+def _raw(a: np.ndarray) -> np.ndarray:
+    """A view MPI can move as it is (bytes-compatible types for f16, bf16 and bool)."""
+    if a.dtype == np.float16 or a.dtype == BFLOAT16:
+        return a.view(np.uint16)
+    if a.dtype == np.bool_:
+        return a.view(np.uint8)
+    return a
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.size == b.size
+
+
+def _finish_avg(recv: np.ndarray, n: int) -> None:
+    if np.issubdtype(recv.dtype, np.integer):
+        recv[...] = np.sign(recv) * (np.abs(recv) // n)
+    else:
+        np.divide(recv, recv.dtype.type(n), out=recv)
+
+
+class RequestStream:
+    """A stream of non-blocking MPI requests (stream 1 of a rank). Requests complete in
+    issue order before later host work on the stream, at its events and at
+    ``synchronize``; ``poll`` lets MPI progress them."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.pending: list[tuple[Any, Callable[[], None] | None]] = []
+
+    def issue(self, start: Callable[[], Any], post: Callable[[], None] | None = None) -> None:
+        self.pending.append((start(), post))
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self.synchronize()
+        fn()
+
+    def record(self):
+        return _RequestEvent(self, len(self.pending))
+
+    def wait_event(self, event) -> None:
+        event.wait()
+
+    def poll(self) -> None:
+        if self.pending:
+            _mpi().Request.Testall([r for r, _ in self.pending])
+
+    def synchronize(self) -> None:
+        pending, self.pending = self.pending, []
+        for req, post in pending:
+            req.Wait()
+            if post is not None:
+                post()
+
+    def close(self) -> None:
+        self.synchronize()
+
+
+class _RequestEvent:
+    def __init__(self, stream: RequestStream, upto: int):
+        self.stream = stream
+        self.upto = upto
+
+    def wait(self) -> None:
+        if self.stream.pending:
+            self.stream.synchronize()
+
+    def query(self) -> bool:
+        return not self.stream.pending
+
+
+class MpiComm:
+    """One rank's communicator over an ``MPI.Comm`` (see the module doc)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def split(self, color: int, key: int) -> MpiComm:
+        return MpiComm(self.comm.Split(color, key))
+
+    # Each call runs blocking on a SyncStream, non-blocking on a RequestStream.
+    def _do(self, stream, blocking: Callable[[], None], nonblocking: Callable[[], Any], post: Callable[[], None] | None = None) -> None:
+        if isinstance(stream, RequestStream):
+            stream.issue(nonblocking, post)
+            return
+        blocking()
+        if post is not None:
+            post()
+
+    def _reduction_buffers(self, send: np.ndarray, recv: np.ndarray, op: str):
+        """(send, recv, post) with half types widened to f32 and avg finished after."""
+        n = self.size
+        if is_half(recv.dtype):
+            s32, r32 = send.astype(_F32), np.empty(recv.shape, _F32)
+
+            def post():
+                if op == "avg":
+                    _finish_avg(r32, n)
+                recv[...] = r32.astype(recv.dtype)
+
+            return s32, r32, post
+        post = (lambda: _finish_avg(recv, n)) if op == "avg" else None
+        return send, recv, post
+
+    def all_reduce(self, send, recv, count, op, stream) -> None:
+        s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
+        sb = _mpi().IN_PLACE if _same(s, r) else s
+        self._do(stream, lambda: self.comm.Allreduce(sb, r, _op(op)), lambda: self.comm.Iallreduce(sb, r, _op(op)), post)
+
+    def reduce_scatter(self, send, recv, count, op, stream) -> None:
+        flat = send.reshape(-1)[: count * self.size]
+        if np.shares_memory(flat, recv):
+            flat = flat.copy()
+        s, r, post = self._reduction_buffers(flat, recv.reshape(-1)[:count], op)
+        self._do(
+            stream,
+            lambda: self.comm.Reduce_scatter_block(s, r, _op(op)),
+            lambda: self.comm.Ireduce_scatter_block(s, r, _op(op)),
+            post,
+        )
+
+    def all_gather(self, send, recv, count, stream) -> None:
+        s, r = _raw(send.reshape(-1)[:count]), _raw(recv.reshape(-1)[: count * self.size])
+        mine = r[self.rank * count : (self.rank + 1) * count]
+        sb = _mpi().IN_PLACE if _same(s, mine) else s
+        self._do(stream, lambda: self.comm.Allgather(sb, r), lambda: self.comm.Iallgather(sb, r))
+
+    def reduce(self, send, recv, count, op, root, stream) -> None:
+        s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
+        MPI = _mpi()
+        sb = MPI.IN_PLACE if self.rank == root and _same(s, r) else s
+        if self.rank != root:
+            post = None
+        self._do(stream, lambda: self.comm.Reduce(sb, r, _op(op), root), lambda: self.comm.Ireduce(sb, r, _op(op), root), post)
+
+    def broadcast(self, send, recv, count, root, stream) -> None:
+        r = recv.reshape(-1)[:count]
+        if self.rank == root and not _same(send.reshape(-1), r):
+            r[...] = send.reshape(-1)[:count]
+        rb = _raw(r)
+        self._do(stream, lambda: self.comm.Bcast(rb, root), lambda: self.comm.Ibcast(rb, root))
+
+    def group(self, calls: list[P2P], stream) -> None:
+        reqs = []
+
+        def start():
+            for c in calls:
+                buf = _raw(c.buffer.reshape(-1)[: c.count])
+                if c.kind == "send":
+                    reqs.append(self.comm.Isend(buf, c.peer, tag=7))
+                else:
+                    reqs.append(self.comm.Irecv(buf, c.peer, tag=7))
+            return _AllOf(reqs)
+
+        if isinstance(stream, RequestStream):
+            stream.issue(start)
+        else:
+            start().Wait()
+
+
+class _AllOf:
+    """Several requests that complete together (a group of P2P calls)."""
+
+    def __init__(self, reqs):
+        self.reqs = reqs
+
+    def Wait(self):  # noqa: N802 - mpi4py's spelling
+        _mpi().Request.Waitall(self.reqs)
+
+    def Test(self):  # noqa: N802
+        return _mpi().Request.Testall(self.reqs)
+
+
+class MpiDevice(HostDevice):
+    """The host device with MPI request streams for streams other than 0."""
+
+    def stream(self, index: int):
+        return SyncStream(0) if index == 0 else RequestStream(index)
+
+
+class PollingExecutor(RankExecutor):
+    """Polls the MPI request streams between ops, so that non-blocking collectives of
+    ``coll.overlap`` progress while stream 0 computes."""
+
+    def block(self, block):
+        streams = self.streams
+        for op in block.ops:
+            from xdsl.dialects import func, scf
+
+            if isinstance(op, func.ReturnOp):
+                return [self.env[v] for v in op.arguments]
+            if isinstance(op, scf.YieldOp):
+                return []
+            self.block_op(op)
+            for s in streams.values():
+                s.poll()
+        return []
+
+
+# ======================================================================================
+# The backend
+# ======================================================================================
+
+
+def mpiexec_path() -> str:
+    """The ``mpiexec`` of the ``mpich`` wheel next to this Python, or one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise InputRejected("the mpi backend needs mpiexec: install the 'mpich' wheel (pip install mpich)")
+    return found
+
+
+class MpiRunner:
+    """This process's rank of a lowered program (the process count must be the rank count)."""
+
+    def __init__(self, program: LoweredProgram):
+        MPI = _mpi()
+        self.world = MPI.COMM_WORLD
+        if self.world.Get_size() != program.ranks:
+            raise InputRejected(
+                f"the mpi backend runs one process per rank: start {program.ranks} processes "
+                f"(mpiexec -n {program.ranks}), not {self.world.Get_size()}"
+            )
+        self.program = program
+        self.rank = self.world.Get_rank()
+        self.device = MpiDevice()
+        self.executor = PollingExecutor(program, self.rank, MpiComm(self.world), self.device)
+        self.args: list[Any] = []
+
+    def bind(self, inputs: Mapping[str, np.ndarray]) -> None:
+        self.args = self.program.rank_args(inputs, self.rank, self.device)
+
+    def step(self) -> list[Any]:
+        try:
+            out = self.executor.run(self.args)
+            for s in self.executor.streams.values():
+                s.synchronize()
+        except (InputRejected, ExecutionFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - a peer may be blocked: mpiexec ends the job when we exit
+            raise ExecutionFailed(f"rank {self.rank}: {type(e).__name__}: {e}") from e
+        return out
+
+    def outputs(self, results: list[Any]) -> list[np.ndarray] | None:
+        """The logical outputs on rank 0 (None elsewhere)."""
+        host = [np.asarray(r) if isinstance(r, np.ndarray) else r for r in results]
+        everyone = self.world.gather(host, root=0)
+        if self.rank != 0:
+            return None
+        return self.program.collect(everyone, np.asarray)
+
+
+class MpiBackend:
+    """``mpi``: one process per rank (see the module doc)."""
+
+    name = "mpi"
+
+    def __init__(self) -> None:
+        self.is_output_rank = True
+
+    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int) -> list[np.ndarray]:
+        MPI = _mpi()
+        size = MPI.COMM_WORLD.Get_size()
+        if size == 1 and ranks > 1:
+            return spawn(module, func, inputs, ranks, seed)
+        program = LoweredProgram.build(module, func, ranks)
+        full = program.prepare_inputs(inputs, seed)
+        runner = MpiRunner(program)
+        runner.bind(full)
+        outs = runner.outputs(runner.step())
+        self.is_output_rank = runner.rank == 0
+        outs = MPI.COMM_WORLD.bcast(outs, root=0)
+        return outs
+
+
+def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, timeout: float = 600) -> list[np.ndarray]:
+    """Run on ``ranks`` processes started with ``mpiexec`` and return rank 0's outputs."""
+    from distir.runtime import npz
+
+    with tempfile.TemporaryDirectory(prefix="distir-mpi-") as d:
+        job = Path(d)
+        (job / "program.mlir").write_text(str(module))
+        np.savez(job / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
+        (job / "job.json").write_text(json.dumps({"func": func, "ranks": ranks, "seed": seed}))
+        cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.runtime.mpi_worker", str(job)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ExecutionFailed(f"mpiexec -n {ranks} did not finish within {timeout:.0f} s") from None
+        err = job / "error.txt"
+        if err.exists():
+            kind, _, msg = err.read_text().partition("\n")
+            if kind == "rejected":
+                raise InputRejected(msg)
+            raise ExecutionFailed(msg)
+        if proc.returncode != 0 or not (job / "outputs.npz").exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            raise ExecutionFailed(f"mpiexec -n {ranks} failed (exit {proc.returncode}): " + " | ".join(tail))
+        data = npz.load_npz(str(job / "outputs.npz"))
+        n = len(data)
+        return [data[f"result{i}"] for i in range(n)]
+
+
+def worker_main(job_dir: str) -> int:
+    """Entry point of the processes ``spawn`` starts."""
+    from distir.dialects.context import parse_module
+    from distir.runtime import npz
+
+    job = Path(job_dir)
+    MPI = _mpi()
+    rank = MPI.COMM_WORLD.Get_rank()
+    try:
+        spec = json.loads((job / "job.json").read_text())
+        module = parse_module((job / "program.mlir").read_text())
+        inputs = npz.load_npz(str(job / "inputs.npz"))
+        program = LoweredProgram.build(module, spec["func"], spec["ranks"])
+        runner = MpiRunner(program)
+        runner.bind(program.prepare_inputs(inputs, spec["seed"]))
+        outs = runner.outputs(runner.step())
+        if rank == 0:
+            npz.save_npz(str(job / "outputs.npz"), outs)  # type: ignore[arg-type]
+        return 0
+    except InputRejected as e:
+        _report(job, rank, f"rejected\n{e}")
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        _report(job, rank, f"failed\n{e}")
+    if MPI.COMM_WORLD.Get_size() > 1:
+        MPI.COMM_WORLD.Abort(1)
+    return 1
+
+
+def _report(job: Path, rank: int, text: str) -> None:
+    path = job / "error.txt"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
