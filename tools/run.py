@@ -2,7 +2,7 @@
 
     distir-run FILE|- [--ranks N] [--backend interpret|local|mpi|nccl] [--inputs in.npz]
                [--outputs out.npz] [--seed S] [--func NAME]
-               [--compare OTHER.mlir] [--compare-func NAME]
+               [--compare OTHER.mlir] [--compare-func NAME] [--compare-backend NAME]
 
 ``--ranks`` defaults to the rank count of a module whose meshes are all static.
 ``--func`` defaults to the module's only function. ``--inputs`` follows the in.npz
@@ -11,7 +11,10 @@ convention of ``runtime/npz.py`` (arguments it lacks are drawn at random from
 same function of another file (or the function ``--compare-func`` of it), and
 ``--compare-func`` alone another function of the same file, on the same inputs and with
 the same backend, and fails unless the outputs agree within the tolerances of
-``runtime/equivalence.py``.
+``runtime/equivalence.py``. ``--compare-backend`` runs the comparison side on another
+backend (``--backend local --compare-backend interpret`` checks the runtime against the
+reference interpreter; alone it compares FILE's function on the two backends). Under
+``mpiexec`` (``--backend mpi``/``nccl``) only rank 0 prints and writes ``--outputs``.
 
 Exit codes: 0 success; 1 input rejected (parse, verify, bad option, bad npz, a rank
 count the program cannot run on); 2 the results of --compare disagree (the first
@@ -57,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--func", metavar="NAME", help="function to run (default: the only one)")
     p.add_argument("--compare", metavar="OTHER.mlir", help="run the same function of another file and compare")
     p.add_argument("--compare-func", metavar="NAME", help="compare with this function (of FILE, or of --compare's file)")
+    p.add_argument(
+        "--compare-backend",
+        metavar="NAME",
+        help="run the comparison on this backend (default: --backend); alone, compare FILE's function on both backends",
+    )
 
     def error(message: str):
         raise InputRejected(f"distir-run: {message}")
@@ -112,6 +120,8 @@ def _compare_target(args, module: ModuleOp, func: FuncOp) -> tuple[ModuleOp, Fun
         if name is None and len(npz.functions(other)) != 1:
             name = func.sym_name.data
         return other, npz.select_function(other, name, "--compare-func")
+    if args.compare_func is None:
+        return module, func
     return module, npz.select_function(module, args.compare_func, "--compare-func")
 
 
@@ -139,7 +149,7 @@ def _run(argv: Sequence[str] | None) -> int:
             )
 
     compare = None
-    if args.compare is not None or args.compare_func is not None:
+    if args.compare is not None or args.compare_func is not None or args.compare_backend is not None:
         other_module, other_func = _compare_target(args, module, func)
         other_grids = npz.resolve_grids(other_module, ranks)
         why = signature_mismatch(func, other_func, grids, other_grids)
@@ -149,21 +159,30 @@ def _run(argv: Sequence[str] | None) -> int:
         compare = (other_module, other_func)
 
     outputs = backend.run(module, func.sym_name.data, inputs, ranks, args.seed)
-    if args.outputs:
+    # Under mpiexec every process runs this; only the rank that reports prints and writes.
+    quiet = not getattr(backend, "is_output_rank", True)
+    if args.outputs and not quiet:
         npz.save_npz(args.outputs, outputs)
-    print(_summary(func, ranks, backend_name, outputs))
+    if not quiet:
+        print(_summary(func, ranks, backend_name, outputs))
 
     if compare is not None:
         other_module, other_func = compare
         names_b = npz.argument_names(other_func)
         inputs_b = {nb: a for nb, a in zip(names_b, inputs.values())}
-        other_outputs = backend.run(other_module, other_func.sym_name.data, inputs_b, ranks, args.seed)
+        other_backend = get_backend(args.compare_backend) if args.compare_backend else backend
+        other_outputs = other_backend.run(other_module, other_func.sym_name.data, inputs_b, ranks, args.seed)
         where = f"{args.compare}:" if args.compare else ""
         label_a, label_b = f"@{func.sym_name.data}", f"{where}@{other_func.sym_name.data}"
+        if args.compare_backend:
+            label_a, label_b = f"{label_a} on {backend_name}", f"{label_b} on {args.compare_backend}"
         c = compare_outputs(outputs, other_outputs, label_a, label_b)
         if not c:
+            if quiet:
+                return 2
             raise ResultsDiffer(f"distir-run: results differ: {c.message}")
-        print(f"{c.message} [{label_a} vs {label_b}]")
+        if not quiet:
+            print(f"{c.message} [{label_a} vs {label_b}]")
     return 0
 
 
