@@ -1,0 +1,246 @@
+"""The fixed CUDA kernels of the GPU runtime (the generated element-wise kernels come from
+``lowering/numba_codegen.py``): a tiled matmul that emits its output tiles in a given
+order and counts finished tiles per chunk in ready flags (``coll.overlap``: CoCoNet's
+MatMul that produces chunks in the order the AllReduce consumes them, with a spin-lock
+on a memory buffer), a kernel that waits for such a flag, strided copies, tensor
+reductions and embedding bags.
+
+Each kernel is written as source specialised by element/accumulator type and compiled
+once (``numba_codegen``'s module cache), so that it can run in the CUDA simulator,
+compile to PTX for any compute capability and be assembled by ``ptxas``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from distir.lowering import numba_codegen as cg
+
+TILE = 16
+"""Square tile edge of the matmul (TILE x TILE threads per block)."""
+
+_LOCK = threading.Lock()
+_CACHE: dict[tuple, Any] = {}
+
+MATMUL = """
+import numba
+from numba import cuda
+
+TILE = {tile}
+
+
+def matmul(a, b, c, order, flags, rows_per_chunk):
+    # a: [B, M, K], b: [1 or B, K, N], c: [B, M, N]; block i computes tile order[i].
+    # A tile is (batch, row tile, column tile) in row-major order; after its stores the
+    # block's first thread adds 1 to flags[chunk], chunk = global row tile // rows_per_chunk.
+    sa = cuda.shared.array((TILE, TILE), numba.{acc})
+    sb = cuda.shared.array((TILE, TILE), numba.{acc})
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    nb, m, k = a.shape
+    n = c.shape[2]
+    tiles_m = (m + TILE - 1) // TILE
+    tiles_n = (n + TILE - 1) // TILE
+    tile = order[cuda.blockIdx.x]
+    bat = tile // (tiles_m * tiles_n)
+    rest = tile % (tiles_m * tiles_n)
+    ti = rest // tiles_n
+    tj = rest % tiles_n
+    bb = bat if b.shape[0] > 1 else 0
+    row = ti * TILE + ty
+    col = tj * TILE + tx
+    acc = numba.{acc}(0)
+    for k0 in range(0, k, TILE):
+        if row < m and k0 + tx < k:
+            sa[ty, tx] = numba.{acc}(a[bat, row, k0 + tx])
+        else:
+            sa[ty, tx] = numba.{acc}(0)
+        if col < n and k0 + ty < k:
+            sb[ty, tx] = numba.{acc}(b[bb, k0 + ty, col])
+        else:
+            sb[ty, tx] = numba.{acc}(0)
+        cuda.syncthreads()
+        for kk in range(TILE):
+            acc += sa[ty, kk] * sb[kk, tx]
+        cuda.syncthreads()
+    if row < m and col < n:
+        c[bat, row, col] = numba.{out}(acc)
+    cuda.syncthreads()
+    if tx == 0 and ty == 0:
+        cuda.threadfence()
+        cuda.atomic.add(flags, (bat * tiles_m + ti) // rows_per_chunk, 1)
+"""
+
+WAIT_FLAG = """
+from numba import cuda
+
+
+def wait_flag(flags, index, target):
+    # One thread spins until flags[index] >= target (an atomic read: add 0).
+    if cuda.grid(1) == 0:
+        while cuda.atomic.add(flags, index, 0) < target:
+            pass
+"""
+
+COPY = """
+from numba import cuda
+
+
+def copy(src, dst, total):
+    for g in range(cuda.grid(1), total, cuda.gridsize(1)):
+{body}
+"""
+
+REDUCE = """
+import math
+import numba
+from numba import cuda
+
+
+def reduce(x, out, total_out, total_red, kept_shape, kept_strides, red_shape, red_strides):
+    # x: flat contiguous input; out: flat output; one thread per output element.
+    for o in range(cuda.grid(1), total_out, cuda.gridsize(1)):
+        base = 0
+        rest = o
+        for d in range(kept_shape.shape[0] - 1, -1, -1):
+            base += (rest % kept_shape[d]) * kept_strides[d]
+            rest //= kept_shape[d]
+        acc = {init}
+        for r in range(total_red):
+            off = base
+            rest = r
+            for d in range(red_shape.shape[0] - 1, -1, -1):
+                off += (rest % red_shape[d]) * red_strides[d]
+                rest //= red_shape[d]
+            v = numba.{acc}(x[off])
+            {combine}
+        {finish}
+        out[o] = numba.{out}(acc)
+"""
+
+EMBEDDING = """
+import numba
+from numba import cuda
+
+
+def embedding_bag(table, indices, out, row0):
+    # table [T, R, D], indices [T, B, L], out [T, B, D]; one thread per output element.
+    t_n, b_n, d_n = out.shape
+    rows = table.shape[1]
+    bag = indices.shape[2]
+    total = t_n * b_n * d_n
+    for g in range(cuda.grid(1), total, cuda.gridsize(1)):
+        d = g % d_n
+        b = (g // d_n) % b_n
+        t = g // (d_n * b_n)
+        acc = {init}
+        for l in range(bag):
+            r = indices[t, b, l] - row0
+            if r >= 0 and r < rows:
+                v = numba.{acc}(table[t, r, d])
+            else:
+                v = numba.{acc}(0)
+            {combine}
+        {finish}
+        out[t, b, d] = numba.{out}(acc)
+"""
+
+
+def _compile(key: tuple, source: str, name: str):
+    from numba import cuda
+
+    with _LOCK:
+        fn = _CACHE.get(key)
+        if fn is None:
+            mod = cg._load_module(source, "cuda-rt")
+            fn = _CACHE[key] = cuda.jit(getattr(mod, name))
+    return fn
+
+
+def acc_type(dtype_name: str) -> str:
+    """Accumulator of an element type: f32 for f16/f32, f64 for f64, int64 for ints."""
+    if dtype_name in ("float16", "float32"):
+        return "float32"
+    if dtype_name == "float64":
+        return "float64"
+    return "int64"
+
+
+def matmul_source(dtype_name: str) -> str:
+    return MATMUL.format(tile=TILE, acc=acc_type(dtype_name), out=dtype_name)
+
+
+def matmul_kernel(dtype_name: str):
+    return _compile(("matmul", dtype_name), matmul_source(dtype_name), "matmul")
+
+
+def wait_flag_kernel():
+    return _compile(("wait_flag",), WAIT_FLAG, "wait_flag")
+
+
+def copy_source(src_ndim: int, dst_ndim: int) -> str:
+    body = []
+
+    def unravel(prefix: str, ndim: int, arr: str) -> str:
+        if ndim == 0:
+            return "0"
+        names = []
+        rest = "g"
+        for d in reversed(range(ndim)):
+            if d == 0:
+                body.append(f"        {prefix}0 = {rest}")
+            else:
+                body.append(f"        {prefix}{d} = {rest} % {arr}.shape[{d}]")
+                body.append(f"        {prefix}r{d} = {rest} // {arr}.shape[{d}]")
+                rest = f"{prefix}r{d}"
+            names.append(f"{prefix}{d}")
+        return ", ".join(f"{prefix}{d}" for d in range(ndim))
+
+    si = unravel("s", src_ndim, "src")
+    di = unravel("d", dst_ndim, "dst")
+    body.append(f"        dst[{di}] = src[{si}]")
+    return COPY.format(body="\n".join(body))
+
+
+def copy_kernel(src_ndim: int, dst_ndim: int):
+    return _compile(("copy", src_ndim, dst_ndim), copy_source(src_ndim, dst_ndim), "copy")
+
+
+_REDUCTIONS = {
+    "sum": ("numba.{acc}(0)", "acc += v", ""),
+    "avg": ("numba.{acc}(0)", "acc += v", "acc = acc / total_red"),
+    "prod": ("numba.{acc}(1)", "acc *= v", ""),
+    "max": ("numba.{acc}(-math.inf)", "acc = v if v > acc or v != v else acc", ""),
+    "min": ("numba.{acc}(math.inf)", "acc = v if v < acc or v != v else acc", ""),
+}
+
+
+def reduce_source(kind: str, dtype_name: str) -> str:
+    acc = acc_type(dtype_name)
+    init, combine, finish = _REDUCTIONS[kind]
+    if acc == "int64" and kind in ("max", "min"):
+        init = "numba.int64(-(2**62))" if kind == "max" else "numba.int64(2**62)"
+        combine = "acc = v if v > acc else acc" if kind == "max" else "acc = v if v < acc else acc"
+    if acc == "int64" and kind == "avg":
+        finish = "acc = numba.int64(abs(acc) // total_red) * (1 if acc >= 0 else -1)"
+    return REDUCE.format(init=init.format(acc=acc), combine=combine, finish=finish or "pass", acc=acc, out=dtype_name)
+
+
+def reduce_kernel(kind: str, dtype_name: str):
+    return _compile(("reduce", kind, dtype_name), reduce_source(kind, dtype_name), "reduce")
+
+
+def embedding_source(mode: str, dtype_name: str) -> str:
+    acc = acc_type(dtype_name)
+    if mode == "max":
+        init, combine, finish = f"numba.{acc}(-math.inf)", "acc = v if v > acc else acc", "pass"
+    else:
+        init, combine = f"numba.{acc}(0)", "acc += v"
+        finish = "acc = acc / bag" if mode == "mean" else "pass"
+    src = EMBEDDING.format(init=init, combine=combine, finish=finish, acc=acc, out=dtype_name)
+    return "import math\n" + src
+
+
+def embedding_kernel(mode: str, dtype_name: str):
+    return _compile(("embedding", mode, dtype_name), embedding_source(mode, dtype_name), "embedding_bag")

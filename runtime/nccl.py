@@ -1,0 +1,141 @@
+"""The ``nccl`` backend: one process per GPU, started with ``mpiexec -n N`` (MPI carries
+NCCL's unique id), nccl4py communicators, numba-cuda device arrays and streams, and the
+generated CUDA kernels (``cuda.CudaDevice``).
+
+Each ``nccl.*`` op of the lowered program is the nccl4py call of the same name on the
+op's communicator (``Communicator.split(color, key)`` of the world communicator) and
+stream; a group of point-to-point calls is ``group_start(); send/recv...; group_end()``.
+``coll.overlap`` puts communication on stream 1, ordered after the computation of its
+chunk by events.
+
+This needs a CUDA GPU and driver; where there is none, ``run`` says so. The call
+sequence a program issues is tested without a GPU by ``recording.RecordingComm``, and
+every generated kernel runs in numba's CUDA simulator and compiles to PTX and cubin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from distir.runtime.comm import P2P
+from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
+from distir.tools.diagnostics import InputRejected
+
+
+def _nccl():
+    import nccl.core as nccl
+
+    return nccl
+
+
+def _ops():
+    nccl = _nccl()
+    return {"sum": nccl.SUM, "prod": nccl.PROD, "max": nccl.MAX, "min": nccl.MIN, "avg": nccl.AVG}
+
+
+def _flat(buf, count: int):
+    return buf.reshape(-1)[:count] if buf.ndim != 1 or buf.shape[0] != count else buf
+
+
+class NcclComm:
+    """One rank's nccl4py communicator with the ``Comm`` interface (``comm.py``)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank = comm.rank
+        self.size = comm.nranks
+
+    def split(self, color: int, key: int) -> NcclComm:
+        return NcclComm(self.comm.split(color, key))
+
+    def all_reduce(self, send, recv, count, op, stream) -> None:
+        self.comm.allreduce(_flat(send, count), _flat(recv, count), _ops()[op], stream=stream.stream)
+
+    def reduce_scatter(self, send, recv, count, op, stream) -> None:
+        self.comm.reduce_scatter(_flat(send, count * self.size), _flat(recv, count), _ops()[op], stream=stream.stream)
+
+    def all_gather(self, send, recv, count, stream) -> None:
+        self.comm.allgather(_flat(send, count), _flat(recv, count * self.size), stream=stream.stream)
+
+    def reduce(self, send, recv, count, op, root, stream) -> None:
+        self.comm.reduce(_flat(send, count), _flat(recv, count), _ops()[op], root=root, stream=stream.stream)
+
+    def broadcast(self, send, recv, count, root, stream) -> None:
+        self.comm.broadcast(_flat(send, count), _flat(recv, count), root, stream=stream.stream)
+
+    def group(self, calls: list[P2P], stream) -> None:
+        nccl = _nccl()
+        nccl.group_start()
+        try:
+            for c in calls:
+                buf = _flat(c.buffer, c.count)
+                if c.kind == "send":
+                    self.comm.send(buf, c.peer, stream=stream.stream)
+                else:
+                    self.comm.recv(buf, c.peer, stream=stream.stream)
+        finally:
+            nccl.group_end()
+
+
+def world_comm(ranks: int) -> tuple[NcclComm, Any]:
+    """The world communicator of this process's rank: rank 0 makes NCCL's unique id and
+    MPI broadcasts it; each rank uses GPU (rank mod the node's GPU count)."""
+    from mpi4py import MPI
+    from numba import cuda
+
+    nccl = _nccl()
+    mpi = MPI.COMM_WORLD
+    if mpi.Get_size() != ranks:
+        raise InputRejected(f"the nccl backend runs one process per GPU: start {ranks} processes (mpiexec -n {ranks})")
+    rank = mpi.Get_rank()
+    try:
+        gpus = len(cuda.gpus)
+    except Exception as e:  # noqa: BLE001 - no driver, no device
+        raise InputRejected(f"the nccl backend needs a CUDA GPU and driver: {e}") from None
+    if gpus == 0:
+        raise InputRejected("the nccl backend needs a CUDA GPU; none was found")
+    cuda.select_device(rank % gpus)
+    uid = nccl.get_unique_id() if rank == 0 else None
+    uid = mpi.bcast(uid, root=0)
+    return NcclComm(nccl.Communicator.init(nranks=ranks, rank=rank, unique_id=uid)), mpi
+
+
+class NcclBackend:
+    """``nccl``: lower (if needed) and run this process's rank on its GPU."""
+
+    name = "nccl"
+
+    def __init__(self) -> None:
+        self.is_output_rank = True
+
+    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int) -> list[np.ndarray]:
+        from distir.runtime.cuda import CudaDevice
+
+        try:
+            import nccl.core  # noqa: F401
+            from numba import cuda  # noqa: F401
+        except ImportError as e:
+            raise InputRejected(
+                f"the nccl backend needs the GPU extra (pip install 'distir[gpu]'): {e}"
+            ) from None
+        program = LoweredProgram.build(module, func, ranks)
+        full = program.prepare_inputs(inputs, seed)
+        comm, mpi = world_comm(ranks)
+        device = CudaDevice()
+        rank = mpi.Get_rank()
+        ex = RankExecutor(program, rank, comm, device)
+        try:
+            out = ex.run(program.rank_args(full, rank, device))
+            for s in ex.streams.values():
+                s.synchronize()
+        except Exception as e:  # noqa: BLE001
+            raise ExecutionFailed(f"rank {rank}: {type(e).__name__}: {e}") from e
+        host = [device.to_host(r) for r in out]
+        everyone = mpi.gather(host, root=0)
+        self.is_output_rank = rank == 0
+        outs = program.collect(everyone, np.asarray) if rank == 0 else None
+        return mpi.bcast(outs, root=0)
