@@ -79,6 +79,13 @@ class FuncLowering:
             dist.TakeSliceOp: self._take_slice,
             dist.RemeshOp: self._remesh,
             coll.OverlapOp: self._overlap,
+            dist.ReduceOp: self._primitive,
+            dist.SliceOp: self._primitive,
+            dist.JoinOp: self._primitive,
+            dist.ReplOp: self._primitive,
+            dist.DropOp: self._primitive,
+            dist.StoreOp: self._primitive,
+            dist.LoadOp: self._primitive,
         }
         for cls in (
             coll.AllReduceOp,
@@ -240,12 +247,6 @@ class FuncLowering:
         if handler is not None:
             handler(op)
             return
-        if isinstance(op, PRIMITIVES):
-            self.fail(
-                "functional primitives exist only between collectives: run 'form-collectives' first "
-                "(the default lowering pipeline does)",
-                op,
-            )
         if isinstance(op, (dist.MapOp, dist.CastOp, dist.DropoutOp)):
             self.fail("run 'lower-to-kernels' first (the default lowering pipeline does)", op)
         if any(isinstance(v.type, TensorType) for v in (*op.operands, *op.results)) or op.regions:
@@ -389,6 +390,24 @@ class FuncLowering:
     def _remesh(self, op: dist.RemeshOp) -> None:
         self.buf[op.result] = self.input(op.input)
 
+    def _primitive(self, op: dist.PrimitiveOp) -> None:
+        """Functional primitives left after ``form-collectives``. An ``unplaced`` value is
+        kept as the logical value on every rank (as the interpreter files it), so: drop,
+        repl and store move nothing, slice takes this rank's block, reduce is an
+        all-reduce, join an all-gather and load a broadcast on the primitive's axis."""
+        x = op.input
+        axis = op.option("axis")
+        t: TensorType = x.type  # type: ignore[assignment]
+        if isinstance(op, (dist.DropOp, dist.ReplOp, dist.StoreOp)):
+            self.buf[op.result] = self.input(x)
+        elif isinstance(op, dist.SliceOp):
+            n = self.sizes(t)[axis]
+            self.buf[op.result] = self.block(self.input(x), self.group_rank(t.mesh_name, [axis]), op.option("dim"), n)
+        else:
+            cls = {dist.ReduceOp: coll.AllReduceOp, dist.JoinOp: coll.AllGatherOp, dist.LoadOp: coll.BroadcastOp}[type(op)]
+            options = {"axes": [axis], "op": op.option("op") if isinstance(op, dist.ReduceOp) else None}
+            self.buf[op.result] = self.collective(cls, x, op.result.type, options, self.out(op.result), op)
+
     # ------------------------------------------------------------------ collectives
     def _collective_op(self, op: coll.CollectiveOp) -> None:
         self.buf[op.result] = self.collective(type(op), op.input, op.result.type, op.options(), self.out(op.result), op)
@@ -448,6 +467,8 @@ class FuncLowering:
             self.guarded(xt, lambda: call(nccl.BroadcastOp, [s, recv], count=_count(recv), root=root), axes)
             return recv
         if cls is coll.AllToAllOp:
+            if layout.innermost_slicing(xt.get_placements(), axes) == options["dim"]:
+                return send
             self.guarded(xt, lambda: self.all_to_all(xt, options, send, recv, comm, n, axes), axes)
             return recv
         if cls is coll.SendOp:

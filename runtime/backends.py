@@ -22,3 +22,12 @@ def _mpi():
 
 
 register_backend("mpi", _mpi)
+
+
+def _nccl():
+    from distir.runtime.nccl import NcclBackend
+
+    return NcclBackend()
+
+
+register_backend("nccl", _nccl)

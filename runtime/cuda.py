@@ -8,6 +8,7 @@ set before numba.cuda is first imported), where every launch completes at once; 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,16 +68,27 @@ class CudaStream:
 
 
 def grid_for(total: int) -> tuple[int, int]:
-    return max(1, min(MAX_BLOCKS, math.ceil(total / THREADS))), THREADS
+    threads = 32 if simulated() else THREADS
+    return max(1, min(MAX_BLOCKS, math.ceil(total / threads))), threads
 
 
 class CudaDevice:
-    """Buffers and compute on one GPU (see the module doc)."""
+    """Buffers and compute on one GPU (see the module doc). In the simulator, launches
+    from several rank threads are serialised (the simulator is not thread-safe)."""
 
     target = "cuda"
 
     def __init__(self):
         self._kernels: dict[int, tuple[Any, list[tuple[str, Any, bool]]]] = {}
+        self.simulated = simulated()
+        self._sim_lock = threading.RLock()
+
+    def _run(self, kernel, blocks, threads, stream, *args) -> None:
+        if self.simulated:
+            with self._sim_lock:
+                kernel[blocks, threads, stream.stream](*args)
+        else:
+            kernel[blocks, threads, stream.stream](*args)
 
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape: Sequence[int], dtype: np.dtype):
@@ -109,7 +121,7 @@ class CudaDevice:
         src_k = src if src.ndim else src.reshape(1)
         dst_k = dst if dst.ndim else dst.reshape(1)
         blocks, threads = grid_for(total)
-        ck.copy_kernel(src_k.ndim, dst_k.ndim)[blocks, threads, stream.stream](src_k, dst_k, total)
+        self._run(ck.copy_kernel(src_k.ndim, dst_k.ndim), blocks, threads, stream, src_k, dst_k, total)
 
     # ------------------------------------------------------------------ streams
     def stream(self, index: int) -> CudaStream:
@@ -141,7 +153,7 @@ class CudaDevice:
             else:
                 call.append(dt.type(a))
         blocks, threads = grid_for(math.prod(kernel.space) or 1)
-        fn[blocks, threads, stream.stream](*call)
+        self._run(fn, blocks, threads, stream, *call)
 
     # ------------------------------------------------------------------ library calls
     def contiguous(self, a, stream):
@@ -167,7 +179,7 @@ class CudaDevice:
             order = cuda.to_device(np.arange(tiles, dtype=np.int64), stream=stream.stream)
         if flags is None:
             flags = cuda.to_device(np.zeros(max(1, tiles), dtype=np.int32), stream=stream.stream)
-        ck.matmul_kernel(c.dtype.name)[tiles, (ck.TILE, ck.TILE), stream.stream](a3, b3, c3, order, flags, rows_per_chunk)
+        self._run(ck.matmul_kernel(c.dtype.name), tiles, (ck.TILE, ck.TILE), stream, a3, b3, c3, order, flags, rows_per_chunk)
         if not c.is_c_contiguous():
             self.copy(c3.reshape(c.shape), c, stream)
 
@@ -182,7 +194,7 @@ class CudaDevice:
         total_red = math.prod(shape[d] for d in dims)
         flat_out = self.contiguous(out, stream)
         blocks, threads = grid_for(total_out)
-        ck.reduce_kernel(kind, out.dtype.name)[blocks, threads, stream.stream](
+        self._run(ck.reduce_kernel(kind, out.dtype.name), blocks, threads, stream,
             x.reshape(-1),
             flat_out.reshape(-1),
             total_out,
@@ -204,10 +216,10 @@ class CudaDevice:
         else:
             o3 = o
         blocks, threads = grid_for(math.prod(o3.shape))
-        ck.embedding_kernel(mode, out.dtype.name)[blocks, threads, stream.stream](t, i, o3, np.int64(row0))
+        self._run(ck.embedding_kernel(mode, out.dtype.name), blocks, threads, stream, t, i, o3, np.int64(row0))
         if o is not out:
             self.copy(o, out, stream)
 
     def wait_flag(self, flags, index: int, target: int, stream: CudaStream) -> None:
         """Queue on ``stream`` a wait until ``flags[index] >= target``."""
-        ck.wait_flag_kernel()[1, 1, stream.stream](flags, index, target)
+        self._run(ck.wait_flag_kernel(), 1, 1, stream, flags, index, target)

@@ -31,7 +31,7 @@ from distir.dialects.dist import MeshOp, TensorType
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.runtime import npz
 from distir.runtime.comm import P2P
-from distir.runtime.values import numpy_dtype, rank_coords
+from distir.runtime.values import numpy_dtype, rank_coords, stores
 from distir.tools.diagnostics import InputRejected
 
 
@@ -62,6 +62,7 @@ class LoweredProgram:
         from distir.lowering.pipeline import lower
 
         f0 = npz.select_function(module, func_name)
+        npz.resolve_grids(module, ranks)
         try:
             lowered = lower(module, ranks)
         except LoweringError as e:
@@ -127,7 +128,7 @@ class LoweredProgram:
                 bufs = npz.distribute(a, t, grid)
                 assert isinstance(bufs, dict)
                 coords = rank_coords(grid)[rank]
-                if rank in bufs and layout.holds(t.get_placements(), coords):
+                if rank in bufs and stores(t.get_placements(), coords):
                     host = np.array(bufs[rank], dtype=bufs[rank].dtype, order="C", copy=True)
                 else:
                     host = np.zeros(new_t.get_shape(), dtype=numpy_dtype(t.element_type))  # type: ignore[attr-defined]
@@ -143,7 +144,7 @@ class LoweredProgram:
             if isinstance(t, TensorType):
                 grid = self.grid(t)
                 coords = rank_coords(grid)
-                bufs = {r: to_host(per_rank[r][i]) for r in range(self.ranks) if layout.holds(t.get_placements(), coords[r])}
+                bufs = {r: to_host(per_rank[r][i]) for r in range(self.ranks) if stores(t.get_placements(), coords[r])}
                 outs.append(npz.collect(t, grid, bufs, f"result{i}"))
             else:
                 outs.append(np.asarray(to_host(per_rank[0][i])))

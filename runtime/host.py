@@ -188,5 +188,5 @@ def _call_args(info: KernelInfo, args: Sequence[Any]) -> tuple[list[Any], list]:
                 arr = arr.reshape(1)
             call.append(arr)
         else:
-            call.append(dt.type(a))
+            call.append(_F32.type(a) if is_half(dt) else dt.type(a))
     return call, post

@@ -37,6 +37,7 @@ from distir.runtime.comm import P2P, CommError
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
 from distir.runtime.host import HostDevice
 from distir.runtime.values import is_half, reduce_arrays
+from distir.tools.diagnostics import InputRejected
 
 TIMEOUT = 0.05
 
@@ -293,15 +294,19 @@ class LocalRunner:
     """A lowered program bound to N rank threads; ``step`` runs every rank once.
 
     ``bind(inputs)`` cuts logical inputs into per-rank buffers (reused by every step,
-    written in place by in-place results); ``step()`` returns every rank's results."""
+    written in place by in-place results); ``step()`` returns every rank's results.
+    ``comm_wrapper`` wraps each rank's world communicator (``recording.RecordingComm``);
+    ``device`` replaces the host device (the CUDA device in numba's simulator)."""
 
-    def __init__(self, program: LoweredProgram, parallel: bool | None = None, comm_wrapper=None):
+    def __init__(self, program: LoweredProgram, parallel: bool | None = None, comm_wrapper=None, device=None):
         self.program = program
         n = program.ranks
         if parallel is None:
             parallel = (os.cpu_count() or 1) >= 2 * n
         self.world = LocalWorld(n)
-        self.device = HostDevice(parallel=parallel, abort=self.world.abort, on_error=lambda e: self.world.fail(-1, e))
+        if device is None:
+            device = HostDevice(parallel=parallel, abort=self.world.abort, on_error=lambda e: self.world.fail(-1, e))
+        self.device = device
         comms = [self.world.comm(r) for r in range(n)]
         if comm_wrapper is not None:
             comms = [comm_wrapper(c) for c in comms]
@@ -344,12 +349,7 @@ class LocalRunner:
                 errors[rank] = err
         if errors or self.world.abort.is_set():
             self.close()
-            first = min(self.world.errors or errors, key=lambda r: (r < 0, r))
-            err = (self.world.errors or errors)[first]
-            if isinstance(err, (ExecutionFailed, CommError)) and first >= 0 and not isinstance(err, CommError):
-                raise err
-            where = f"rank {first}" if first >= 0 else "a stream"
-            raise ExecutionFailed(f"{where} failed: {type(err).__name__}: {err}") from err
+            raise _first_failure({**errors, **self.world.errors})
         return results
 
     def close(self) -> None:
@@ -360,7 +360,22 @@ class LocalRunner:
                 s.close()
 
     def outputs(self, results: list[list[Any]]) -> list[np.ndarray]:
-        return self.program.collect(results, self.device.to_host)
+        """Logical outputs (copies: later steps write the buffers again)."""
+        return self.program.collect(results, lambda b: np.array(self.device.to_host(b)))
+
+
+def _first_failure(errors: dict[int, BaseException]) -> BaseException:
+    """The error to report: a rank's own failure rather than the communication errors it
+    caused on its peers (stream failures are reported as rank -1)."""
+    causes = {r: e for r, e in errors.items() if not isinstance(e, CommError)} or errors
+    rank = min(causes, key=lambda r: (r < 0, r))
+    err = causes[rank]
+    if isinstance(err, (ExecutionFailed, InputRejected)):
+        return err
+    where = f"rank {rank}" if rank >= 0 else "a stream"
+    failure = ExecutionFailed(f"{where} failed: {type(err).__name__}: {err}")
+    failure.__cause__ = err
+    return failure
 
 
 class LocalBackend:

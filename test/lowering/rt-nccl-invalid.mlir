@@ -1,0 +1,56 @@
+// RUN: distir-opt %s --split-input-file --verify-diagnostics | filecheck %s
+// Malformed runtime calls are rejected with a diagnostic naming the op and the rule.
+
+dist.mesh @world shape = [4]
+func.func @count_mismatch(%a: memref<64xf32>, %b: memref<64xf32>) {
+  %c = rt.comm @world axes [0] : !rt.comm
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: 'nccl.all_reduce' op buffer 0 has 64 elements, count is 32
+  nccl.all_reduce sum %a, %b, %c, %s count 32 : (memref<64xf32>, memref<64xf32>, !rt.comm, !rt.stream) -> ()
+  func.return
+}
+
+// -----
+
+dist.mesh @world shape = [4]
+func.func @datatype_mismatch(%a: memref<64xf32>, %b: memref<64xf16>) {
+  %c = rt.comm @world axes [0] : !rt.comm
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: 'nccl.all_reduce' op buffers must share one datatype, got f32, f16
+  nccl.all_reduce sum %a, %b, %c, %s count 64 : (memref<64xf32>, memref<64xf16>, !rt.comm, !rt.stream) -> ()
+  func.return
+}
+
+// -----
+
+dist.mesh @world shape = [4]
+func.func @block_not_divisible(%a: memref<64xf32>) {
+  %i = rt.group_rank @world axes [0] : index
+  // CHECK: 'rt.block' op dim 0 of size 64 is not divisible into 3 blocks
+  %v = rt.block %a, %i dim 0 count 3 : (memref<64xf32>, index) -> memref<21xf32>
+  func.return
+}
+
+// -----
+
+dist.mesh @world shape = [4]
+func.func @bad_axes() {
+  // CHECK: 'rt.comm' op axes must be distinct axes of @world (rank 1), got [1]
+  %c = rt.comm @world axes [1] : !rt.comm
+  func.return
+}
+
+// -----
+
+dist.mesh @world shape = [4]
+rt.kernel @k shape [4] {
+^bb0(%a: memref<4xf32>, %i: index):
+  %x = memref.load %a[%i] : memref<4xf32>
+  memref.store %x, %a[%i] : memref<4xf32>
+}
+func.func @launch_types(%a: memref<8xf32>) {
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: 'rt.launch' op arguments of @k must have types (memref<4xf32>, !rt.stream), got (memref<8xf32>, !rt.stream)
+  rt.launch @k(%a, %s) : (memref<8xf32>, !rt.stream) -> ()
+  func.return
+}
