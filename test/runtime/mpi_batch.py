@@ -1,0 +1,48 @@
+"""Runs many programs on the ``mpi`` backend in one ``mpiexec`` job (test helper).
+
+    mpiexec -n N python test/runtime/mpi_batch.py JOBS.json REPORT.json
+
+``JOBS.json`` is a list of ``{"id", "text", "func", "ranks", "seed"}``; the jobs whose
+``ranks`` is N run, each compared on rank 0 with the reference interpreter; rank 0 writes
+``{"id": {"ok": bool, "message": str}}`` to ``REPORT.json``.
+"""
+
+import json
+import sys
+
+from mpi4py import MPI
+
+from distir.dialects.context import parse_module
+from distir.runtime.equivalence import compare_outputs
+from distir.runtime.executor import LoweredProgram
+from distir.runtime.interpreter import interpret
+from distir.runtime.mpi import MpiRunner
+
+
+def main(jobs_path: str, report_path: str) -> int:
+    world = MPI.COMM_WORLD
+    jobs = json.load(open(jobs_path))
+    report = {}
+    for job in jobs:
+        if job["ranks"] != world.Get_size():
+            continue
+        module = parse_module(job["text"])
+        try:
+            program = LoweredProgram.build(module, job["func"], job["ranks"])
+            runner = MpiRunner(program)
+            inputs = program.prepare_inputs({}, job["seed"])
+            runner.bind(inputs)
+            got = runner.outputs(runner.step())
+            if world.Get_rank() == 0:
+                want = interpret(module, job["func"], inputs, job["ranks"], job["seed"])
+                c = compare_outputs(want, got, "interpret", "mpi")
+                report[job["id"]] = {"ok": c.ok, "message": c.message}
+        except Exception as e:  # noqa: BLE001 - reported per job
+            report[job["id"]] = {"ok": False, "message": f"{type(e).__name__}: {e}"}
+    if world.Get_rank() == 0:
+        json.dump(report, open(report_path, "w"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
