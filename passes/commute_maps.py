@@ -161,8 +161,8 @@ class CommuteUp(RewritePattern):
                 continue
             want = t.with_(placements=place_like(new_t, t.get_shape()))
             owner = v.owner
-            if isinstance(owner, type(p)) and owner.option("axis") == a and same_type(owner.input.type, want):
-                operands.append(owner.input)
+            if isinstance(owner, dist.PrimitiveOp) and owner.option("axis") == a and same_type(owner.input.type, want):
+                operands.append(owner.input)  # P(z) is z before P; a placer's inverse cancels it
                 continue
             placed = place_on_axis(v, want, a, sizes, placers)
             if placed is None:
@@ -188,6 +188,7 @@ class CommuteUp(RewritePattern):
         rewriter.insert_op([*placers, inner, *outs], InsertPoint.before(op))
         for r, q in zip(op.outputs, outs):
             rewriter.replace_all_uses_with(r, q.results[0])
+            q.results[0].name_hint = None if derived else r.name_hint  # (the replacement carries names)
         rewriter.erase(op)
         return True
 

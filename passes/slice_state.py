@@ -154,7 +154,11 @@ class SliceStatePass(ModulePass):
             called = {o.callee.root_reference.data for o in module.walk() if isinstance(o, func.CallOp)}
             for f in fs:
                 for arg in list(f.body.block.args):
-                    if not isinstance(arg.type, dist.TensorType) or not targets.selects(arg):
+                    if not targets.selects(arg):
+                        continue
+                    if not isinstance(arg.type, dist.TensorType):
+                        if not targets.all:
+                            fail(self.name, f"target %{targets.name(arg)}: is a {arg.type} scalar, not a !dist.tensor")
                         continue
                     why = _slice_argument(f, arg, called)
                     if why is not None and not targets.all:
