@@ -19,8 +19,12 @@ PRIMITIVES = str(EXAMPLES / "primitives.mlir")
 DISTIR_RUN = Path(sys.executable).parent / "distir-run"
 
 
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
+def run(capsys, *argv, backend="interpret"):
+    """distir-run in-process (with ``--backend interpret`` unless told otherwise)."""
+    args = [str(a) for a in argv]
+    if backend is not None:
+        args += ["--backend", backend]
+    code = main(args)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -39,7 +43,7 @@ PRIMITIVE_PAIRS = [
 
 @pytest.mark.parametrize("a,b", PRIMITIVE_PAIRS)
 def test_primitive_pairs_agree(capsys, a, b):
-    code, out, err = run(capsys, PRIMITIVES, "--backend", "interpret", "--func", a, "--compare-func", b, "--ranks", 4)
+    code, out, err = run(capsys, PRIMITIVES, "--func", a, "--compare-func", b, "--ranks", 4)
     assert code == 0, err
     assert f"@{a} on 4 rank(s), backend interpret" in out
     assert "result0: 64x8xf32 on @world [replicated] -> 64x8 float32" in out
@@ -103,7 +107,7 @@ def test_compare_mismatch_exits_2_from_the_console_script(tmp_path):
     text = Path(PRIMITIVES).read_text().replace("coll.reduce sum %x root 0", "coll.reduce max %x root 0")
     (tmp_path / "p.mlir").write_text(text)
     proc = subprocess.run(
-        [str(DISTIR_RUN), str(tmp_path / "p.mlir"), "--func", "all_reduce", "--compare-func", "reduce_broadcast", "--ranks", "4"],
+        [str(DISTIR_RUN), str(tmp_path / "p.mlir"), "--func", "all_reduce", "--compare-func", "reduce_broadcast", "--ranks", "4", "--backend", "interpret"],
         capture_output=True,
         text=True,
     )
@@ -170,8 +174,6 @@ def test_bad_npz_arrays(capsys, tmp_path, case, arrays, expect):
         ([SGD], "give --ranks N: the program's meshes do not fix the rank count"),
         ([SGD, "--ranks", 0], "--ranks must be at least 1, got 0"),
         ([SGD, "--ranks", "two"], "argument --ranks: invalid int value: 'two'"),
-        ([SGD, "--ranks", 2, "--backend", "mpi"], "backend 'mpi' is not available yet (available: interpret)"),
-        ([SGD, "--ranks", 2, "--backend", "gpu"], "unknown backend 'gpu' (choose from interpret, local, mpi, nccl"),
         ([EXAMPLES / "nothing.mlir", "--ranks", 2], "cannot read"),
         ([PRIMITIVES, "--func", "all_reduce", "--compare-func", "all_to_all"], "cannot compare @all_reduce with @all_to_all: argument 0 differs: 'x' takes a 4x64x8 float32 array, 'x' a 64x8 float32 array"),
         ([PRIMITIVES, "--func", "all_reduce", "--compare-func", "missing"], "no function @missing in the module"),
@@ -182,6 +184,22 @@ def test_rejected_invocations(capsys, argv, expect):
     assert code == 1, err
     assert expect in err
     assert "Traceback" not in err
+
+
+def test_backend_choice(capsys, monkeypatch):
+    from distir.runtime import backend
+
+    code, _, err = run(capsys, SGD, "--ranks", 2, backend="gpu")
+    assert code == 1 and "unknown backend 'gpu' (choose from interpret, local, mpi, nccl" in err
+    for name in ("local", "mpi", "nccl"):
+        monkeypatch.delitem(backend.BACKENDS, name, raising=False)
+    assert backend.default_backend_name() == "interpret"
+    code, _, err = run(capsys, SGD, "--ranks", 2, backend="mpi")
+    assert code == 1 and "backend 'mpi' is not available yet (available: interpret)" in err
+    code, out, err = run(capsys, SGD, "--ranks", 2, backend=None)
+    assert code == 0 and "backend interpret" in out
+    monkeypatch.setitem(backend.BACKENDS, "local", backend.InterpretBackend)
+    assert backend.default_backend_name() == "local"
 
 
 def test_not_an_npz(capsys, tmp_path):

@@ -1,11 +1,11 @@
 // distir-run on the contract's primitives.mlir: every collective agrees with its
 // functional-primitive expansion (and with the other schedules of the same reduction).
 // RUN: distir-run %examples/primitives.mlir --backend interpret --func all_reduce --compare-func all_reduce_as_primitives --ranks 4 | filecheck %s --check-prefix=AR
-// RUN: distir-run %examples/primitives.mlir --func reduce_scatter_all_gather --compare-func reduce_scatter_all_gather_as_primitives --ranks 4 | filecheck %s --check-prefix=RSAG
-// RUN: distir-run %examples/primitives.mlir --func reduce_broadcast --compare-func all_reduce | filecheck %s --check-prefix=RB
-// RUN: distir-run %examples/primitives.mlir --func all_to_all --ranks 4 | filecheck %s --check-prefix=A2A
-// RUN: not distir-run %examples/primitives.mlir --func all_reduce --compare-func all_to_all --ranks 4 2>&1 | filecheck %s --check-prefix=SIG
-// RUN: not distir-run %examples/primitives.mlir --func all_reduce --ranks 2 2>&1 | filecheck %s --check-prefix=RANKS
+// RUN: distir-run %examples/primitives.mlir --backend interpret --func reduce_scatter_all_gather --compare-func reduce_scatter_all_gather_as_primitives --ranks 4 | filecheck %s --check-prefix=RSAG
+// RUN: distir-run %examples/primitives.mlir --backend interpret --func reduce_broadcast --compare-func all_reduce | filecheck %s --check-prefix=RB
+// RUN: distir-run %examples/primitives.mlir --backend interpret --func all_to_all --ranks 4 | filecheck %s --check-prefix=A2A
+// RUN: not distir-run %examples/primitives.mlir --backend interpret --func all_reduce --compare-func all_to_all --ranks 4 2>&1 | filecheck %s --check-prefix=SIG
+// RUN: not distir-run %examples/primitives.mlir --backend interpret --func all_reduce --ranks 2 2>&1 | filecheck %s --check-prefix=RANKS
 
 // AR: @all_reduce on 4 rank(s), backend interpret: 1 result(s)
 // AR-NEXT: result0: 64x8xf32 on @world [replicated] -> 64x8 float32
