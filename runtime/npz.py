@@ -42,7 +42,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, BlockArgument, SSAValue
 
 from distir.dialects import coll, dist, layout
-from distir.dialects.dist import MeshOp, TensorType, is_scalar_type
+from distir.dialects.dist import MeshOp, TensorType
 from distir.dialects.placements import At, Sliced
 from distir.runtime.values import BFLOAT16, frozen, local_axes, rank_coords, stores, value_dtype
 from distir.tools.diagnostics import InputRejected, ResultsDiffer
@@ -426,7 +426,3 @@ def _same_elements(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f" or a.dtype == BFLOAT16:
         eq |= np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
     return np.asarray(eq)
-
-
-def is_value_type(t: Attribute) -> bool:
-    return isinstance(t, TensorType) or is_scalar_type(t)
