@@ -76,7 +76,7 @@ def fuse_reduce_scatter(rs: coll.ReduceScatterOp) -> str | None:
             flags.append(False)
             types.append(v.type)
             replaced.append(v)
-    options = {"op": rs.option("op"), "dim": rs.option("dim"), "axes": axes, "gather": flags}
+    options = {"op": rs.option("op"), "dim": rs.option("dim"), "axes": axes, "gather": None if all(flags) else flags}
 
     def make(region, result_types) -> Operation:
         return coll.FusedAllReduceOp.make([rs.input], list(result_types), [region], **options)

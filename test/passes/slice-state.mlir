@@ -1,0 +1,49 @@
+// RUN: distir-opt %s -p 'slice-state{targets=m}' | filecheck %s
+// RUN: distir-opt %s -p slice-state | filecheck %s --check-prefix=ALL
+// RUN: not distir-opt %s -p 'slice-state{targets=g}' 2>&1 | filecheck %s --check-prefix=NOTINPLACE
+// RUN: not distir-opt %s -p 'slice-state{targets=q}' 2>&1 | filecheck %s --check-prefix=READ
+// RUN: not distir-opt %s -p 'slice-state{targets=k}' 2>&1 | filecheck %s --check-prefix=NOTGATHERED
+// RUN: not distir-opt %s -p 'slice-state{targets=m1}' 2>&1 | filecheck %s --check-prefix=NOTARG
+// RUN: not distir-opt %s -p 'slice-state{targets=s}' 2>&1 | filecheck %s --check-prefix=SCALAR
+
+// NOTINPLACE: 'slice-state' pass: target %g: cannot keep the argument sliced: no result of @step updates it in place ({dist.inplace = 0})
+// READ: 'slice-state' pass: target %q: cannot keep the argument sliced: it is read by 'dist.map', not only through dist.take_slice
+// NOTGATHERED: 'slice-state' pass: target %k: cannot keep the argument sliced: its in-place update is not an all_gather of a value placed !dist.tensor<64xf32, @world, [sliced<0>]>
+// NOTARG: 'slice-state' pass: target %m1: is not a function argument
+// SCALAR: 'slice-state' pass: target %s: is a f32 scalar, not a !dist.tensor
+
+dist.mesh @world shape = [4]
+
+// The state m is read only sliced and written back gathered: it becomes a sliced
+// argument and result, and the take_slice and the AllGather of its update vanish.
+// CHECK-LABEL: func.func @step
+// CHECK-SAME:    %m: !dist.tensor<64xf32, @world, [sliced<0>]>
+// CHECK-SAME:    -> (!dist.tensor<64xf32, @world, [sliced<0>]> {dist.inplace = 1 : i64}, !dist.tensor<64xf32, @world, [replicated]> {dist.inplace = 2 : i64}, !dist.tensor<64xf32, @world, [replicated]> {dist.inplace = 3 : i64})
+// CHECK:         %[[M1:.*]] = dist.map(%m, %g, %s)
+// CHECK:         func.return %[[M1]], %{{.*}}, %{{.*}} : !dist.tensor<64xf32, @world, [sliced<0>]>,
+// ALL-LABEL: func.func @step
+// ALL-SAME:    %m: !dist.tensor<64xf32, @world, [sliced<0>]>
+// ALL-SAME:    %q: !dist.tensor<64xf32, @world, [replicated]>
+// ALL-SAME:    %k: !dist.tensor<64xf32, @world, [replicated]>
+func.func @step(%g: !dist.tensor<64xf32, @world, [sliced<0>]>, %m: !dist.tensor<64xf32, @world, [replicated]>, %q: !dist.tensor<64xf32, @world, [replicated]>, %k: !dist.tensor<64xf32, @world, [replicated]>, %s: f32)
+    -> (!dist.tensor<64xf32, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<64xf32, @world, [replicated]> {dist.inplace = 2 : i64}, !dist.tensor<64xf32, @world, [replicated]> {dist.inplace = 3 : i64}) {
+  %m_s = dist.take_slice %m dim 0 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+  %m1_s = dist.map(%m_s, %g, %s) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>, f32) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+  ^bb0(%a: f32, %b: f32, %c: f32):
+    %d = arith.mulf %a, %c : f32
+    %e = arith.addf %d, %b : f32
+    dist.yield %e : f32
+  }
+  %m1 = coll.all_gather %m1_s : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %q1 = dist.map(%q) : (!dist.tensor<64xf32, @world, [replicated]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  ^bb0(%a: f32):
+    dist.yield %a : f32
+  }
+  %k_s = dist.take_slice %k dim 0 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+  %kg = coll.all_gather %k_s : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %k1 = dist.map(%kg) : (!dist.tensor<64xf32, @world, [replicated]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  ^bb0(%a: f32):
+    dist.yield %a : f32
+  }
+  func.return %m1, %q1, %k1 : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>
+}
