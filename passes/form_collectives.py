@@ -169,6 +169,8 @@ class FormCollective(RewritePattern):
         if sorted(_axis(o) for o in p1) != sorted(_axis(o) for o in p2):
             return
         first, second = FIRST_WORDS[type(p1[0])], SECOND_WORDS[type(op)]
+        if (first, second) not in PLAIN:
+            return
         x = p1[0].operands[0]
         t = x.type
         assert isinstance(t, TensorType)

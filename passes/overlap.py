@@ -12,9 +12,9 @@ which has no other use; its ops are computations (matmul, embedding_bag, map, dr
 cast) and collectives (plain and fused), and it holds at least one collective and two
 ops. Valid only for producer-consumer chains (CoCoNet's rule), which this is by
 construction. With no targets every maximal chain is wrapped, up to its last collective
-(computations after it are consumers, left outside); a target names one op of a chain
-(``%layer`` or ``%out``), and the chain is wrapped up to the later of its last collective
-and the named ops. A target in no chain is an error. Example::
+(computations after it are consumers, left outside); targets name ops of a chain
+(``%layer``, ``%out``), and the chain is wrapped from the first named op to the later of
+its last collective and the last named op. A target in no chain is an error. Example::
 
     %layer = dist.matmul %in, %w : ... -> ... [local]
     %sum = coll.all_reduce sum %layer : ... [local] -> ... [replicated]
@@ -84,12 +84,14 @@ def chain_of(op: Operation) -> list[Operation]:
 
 
 def _trim(chain: list[Operation], keep: set[Operation]) -> list[Operation] | None:
-    """The chain up to its last collective (or the last op in ``keep``), or None."""
-    ends = [i for i, o in enumerate(chain) if _collective(o) or o in keep]
-    colls = [i for i, o in enumerate(chain) if _collective(o)]
-    if not colls:
+    """The chain from its first op in ``keep`` (its head when ``keep`` is empty) to its
+    last collective or last op in ``keep``, whichever comes later; None when that holds
+    no collective or a single op."""
+    start = min((i for i, o in enumerate(chain) if o in keep), default=0)
+    ends = [i for i, o in enumerate(chain) if (_collective(o) or o in keep) and i >= start]
+    out = chain[start : max(ends) + 1] if ends else []
+    if not any(_collective(o) for o in out):
         return None
-    out = chain[: max(ends) + 1]
     return out if len(out) >= 2 else None
 
 
@@ -149,7 +151,7 @@ class OverlapPass(ModulePass):
                         if not isinstance(owner, Operation) or owner not in ops:
                             fail(self.name, f"target %{name}: not a computation or collective that a chain can hold")
                         chain = chain_of(owner)
-                        if _trim(chain, {owner}) is None:
+                        if _trim(chain, set()) is None:
                             fail(
                                 self.name,
                                 f"target %{name}: '{owner.name}' is in no producer -> collective chain "
@@ -158,7 +160,9 @@ class OverlapPass(ModulePass):
                         by_head.setdefault(chain[0], set()).add(owner)
                 for head, keep in by_head.items():
                     trimmed = _trim(chain_of(head), keep)
-                    assert trimmed is not None
+                    if trimmed is None:
+                        shown = ", ".join(sorted(f"%{targets.name(o.results[0])}" for o in keep))
+                        fail(self.name, f"targets {shown}: from the first of them the chain holds a single op")
                     chains.append(trimmed)
             for chain in chains:
                 wrap(chain, self.chunks, self.order)

@@ -1,5 +1,5 @@
 // RUN: distir-opt %s -p 'overlap{chunks=4 order=ring}' | filecheck %s
-// RUN: distir-opt %s -p 'overlap{chunks=2 targets=out}' | filecheck %s --check-prefix=TARGET
+// RUN: distir-opt %s -p 'overlap{chunks=2 targets=l,out}' | filecheck %s --check-prefix=TARGET
 // RUN: not distir-opt %s -p 'overlap{targets=lone}' 2>&1 | filecheck %s --check-prefix=NOCHAIN
 // RUN: not distir-opt %s -p 'overlap{order=backwards}' 2>&1 | filecheck %s --check-prefix=ORDER
 // RUN: not distir-opt %s -p 'overlap{chunks=0}' 2>&1 | filecheck %s --check-prefix=CHUNKS
