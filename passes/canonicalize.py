@@ -60,7 +60,7 @@ def _sizes(op: Operation, v: SSAValue):
 
 def _replace(rewriter: PatternRewriter, op: Operation, new: Operation | None, value: SSAValue) -> None:
     if new is not None:
-        rewriter.insert_op(new, InsertPoint.before(op))
+        rewriter.insert(new, InsertPoint.before(op))
         new.results[0].name_hint = op.results[0].name_hint
     rewriter.replace_all_uses_with(op.results[0], value)
     rewriter.erase(op)
@@ -216,7 +216,7 @@ class SumOfAllReduces(RewritePattern):
             return
         if op.outputs[0].name_hint:
             local.outputs[0].name_hint = f"{op.outputs[0].name_hint}_part"
-        rewriter.insert_op(local, InsertPoint.before(op))
+        rewriter.insert(local, InsertPoint.before(op))
         _replace(rewriter, op, ar, ar.results[0])
         rewriter.erase(a)
         rewriter.erase(b)
@@ -248,7 +248,7 @@ class UnfuseTrivialRegion(RewritePattern):
                 cur = f.results[0]
             cur.name_hint = r.name_hint
             results.append(cur)
-        rewriter.insert_op(new_ops, InsertPoint.before(op))
+        rewriter.insert(new_ops, InsertPoint.before(op))
         for r, n in zip(op.outputs, results):
             rewriter.replace_all_uses_with(r, n)
         rewriter.erase(op)

@@ -185,7 +185,7 @@ class CommuteUp(RewritePattern):
             outs.append(q)
         self.placers.update(placers)
         self.moved.add(inner)
-        rewriter.insert_op([*placers, inner, *outs], InsertPoint.before(op))
+        rewriter.insert([*placers, inner, *outs], InsertPoint.before(op))
         for r, q in zip(op.outputs, outs):
             rewriter.replace_all_uses_with(r, q.results[0])
             q.results[0].name_hint = None if derived else r.name_hint  # (the replacement carries names)
@@ -242,7 +242,7 @@ class CommuteDown(RewritePattern):
             return
         new = clone_map(m, operands, [res])
         new.outputs[0].name_hint = op.result.name_hint
-        rewriter.insert_op(ops, InsertPoint.before(op))
+        rewriter.insert(ops, InsertPoint.before(op))
         rewriter.replace(op, [new], [new.outputs[0]])
         rewriter.erase(m)
 

@@ -144,7 +144,7 @@ class ExpandFusedCollective(RewritePattern):
                 args.append(x)
                 continue
             ops, v = expand_collective(op.FIRST, x, op.first_options(), sizes, x.name_hint)
-            rewriter.insert_op(ops, InsertPoint.before(op))
+            rewriter.insert(ops, InsertPoint.before(op))
             args.append(v)
         block = op.body.block
         term = block.last_op
@@ -159,7 +159,7 @@ class ExpandFusedCollective(RewritePattern):
                 continue
             assert op.FINISH is not None
             ops, out = expand_collective(op.FINISH, v, {"axes": opts["axes"]}, sizes, res.name_hint)
-            rewriter.insert_op(ops, InsertPoint.before(op))
+            rewriter.insert(ops, InsertPoint.before(op))
             out.name_hint = res.name_hint
             results.append(out)
         rewriter.replace(op, [], results)

@@ -133,7 +133,7 @@ class FuseMapIntoConsumer(RewritePattern):
                 continue
             fused, old, new = done
             self.fused.add(fused)
-            rewriter.insert_op(fused, _before(op))
+            rewriter.insert(fused, _before(op))
             for o, n in zip(old, new):
                 rewriter.replace_all_uses_with(o, n)
             rewriter.erase(op)

@@ -341,3 +341,34 @@ PAPER_SCHEDULES: tuple[PaperSchedule, ...] = (
     PaperSchedule("pipeline_layer.mlir", "RS-P2P-C-AG", "pipeline_layer_rs_p2p_c_ag.mlir", _rs_p2p_c_ag),
     PaperSchedule("pipeline_layer.mlir", "ol(RS,fuse(P2P-C),AG)", "pipeline_layer_ol_fused.mlir", _ol_rs_fuse_p2p_c_ag),
 )
+
+
+def render(ps: PaperSchedule, examples: Path | None = None) -> str:
+    """The text of ``examples/schedules/<ps.output>``: a header giving the ``distir-opt``
+    line that produces it, then the program."""
+    s = ps.run(examples=examples)
+    header = (
+        f"// CoCoNet schedule {ps.name} of examples/{ps.example}, produced by\n"
+        f"//   distir-opt examples/{ps.example} -p '{s.pipeline()}'\n"
+        "// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate\n"
+        "// with: python -m distir.passes.schedule examples/schedules\n"
+    )
+    return header + s.text() + "\n"
+
+
+def write_schedules(directory: Path, examples: Path | None = None) -> list[Path]:
+    """Write every paper schedule's output into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ps in PAPER_SCHEDULES:
+        path = directory / ps.output
+        path.write_text(render(ps, examples))
+        out.append(path)
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    for written in write_schedules(Path(sys.argv[1] if len(sys.argv) > 1 else _examples_dir() / "schedules")):
+        print(written)
