@@ -419,7 +419,8 @@ class Translator:
             p = self.params.index(op.memref)
             idx = self.index_exprs(op, op.memref)
             elt = op.memref.type.element_type  # type: ignore[attr-defined]
-            value = f"numba.{storage_name(elt, self.target)}({self.name(op.value)})"
+            st = storage_name(elt, self.target)
+            value = f"{'np' if st == 'float16' else 'numba'}.{st}({self.name(op.value)})"
             if self.store_hook is not None:
                 return self.store_hook(p, idx, value)
             return [f"{self.name(op.memref)}[{', '.join(idx)}] = {value}"]
@@ -499,7 +500,7 @@ def _indent(lines: Sequence[str], n: int) -> list[str]:
 def _header(target: str, fastmath: Any = None, parallel: bool = False) -> str:
     if target == "cuda":
         dev = "cuda.jit(device=True, inline=True)"
-        head = "import math\nimport numba\nfrom numba import cuda\n"
+        head = "import math\nimport numba\nimport numpy as np\nfrom numba import cuda\n"
     else:
         dev = "numba.njit(inline='always', error_model='numpy')"
         head = "import math\nimport numba\n"

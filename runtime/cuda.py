@@ -169,19 +169,21 @@ class CudaDevice:
         cuda = _cuda()
         a3 = self.contiguous(a, stream)
         b3 = self.contiguous(b, stream)
-        m, k = a3.shape[-2:]
-        n = b3.shape[-1]
-        a3 = a3.reshape(-1, m, k)
-        b3 = b3.reshape(-1, k, n)
-        c3 = c.reshape(-1, m, n) if c.is_c_contiguous() else self.alloc((a3.shape[0], m, n), c.dtype)
-        tiles = a3.shape[0] * math.ceil(m / ck.TILE) * math.ceil(n / ck.TILE)
+        sa, sb = tuple(a3.shape), tuple(b3.shape)
+        m, k, n = sa[len(sa) - 2], sa[len(sa) - 1], sb[len(sb) - 1]
+        batch = math.prod(sa) // (m * k)
+        a3 = a3.reshape(batch, m, k)
+        b3 = b3.reshape(math.prod(sb) // (k * n), k, n)
+        c3 = c.reshape(batch, m, n) if c.is_c_contiguous() else self.alloc((batch, m, n), c.dtype)
+        tile = ck.TILE
+        tiles = batch * math.ceil(m / tile) * math.ceil(n / tile)
         if order is None:
             order = cuda.to_device(np.arange(tiles, dtype=np.int64), stream=stream.stream)
         if flags is None:
             flags = cuda.to_device(np.zeros(max(1, tiles), dtype=np.int32), stream=stream.stream)
-        self._run(ck.matmul_kernel(c.dtype.name), tiles, (ck.TILE, ck.TILE), stream, a3, b3, c3, order, flags, rows_per_chunk)
+        self._run(ck.matmul_kernel(c.dtype.name, tile), tiles, (tile, tile), stream, a3, b3, c3, order, flags, rows_per_chunk)
         if not c.is_c_contiguous():
-            self.copy(c3.reshape(c.shape), c, stream)
+            self.copy(c3.reshape(*tuple(c.shape)), c, stream)
 
     def reduce_tensor(self, kind: str, a, out, dims: Sequence[int], stream) -> None:
         cuda = _cuda()
@@ -212,7 +214,7 @@ class CudaDevice:
         i = self.contiguous(indices, stream)
         o = self.contiguous(out, stream)
         if t.ndim == 2:
-            t, i, o3 = t.reshape(1, *t.shape), i.reshape(1, *i.shape), o.reshape(1, *o.shape)
+            t, i, o3 = t.reshape(1, *tuple(t.shape)), i.reshape(1, *tuple(i.shape)), o.reshape(1, *tuple(o.shape))
         else:
             o3 = o
         blocks, threads = grid_for(math.prod(o3.shape))

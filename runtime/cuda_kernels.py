@@ -25,6 +25,7 @@ _CACHE: dict[tuple, Any] = {}
 
 MATMUL = """
 import numba
+import numpy as np
 from numba import cuda
 
 TILE = {tile}
@@ -65,7 +66,7 @@ def matmul(a, b, c, order, flags, rows_per_chunk):
             acc += sa[ty, kk] * sb[kk, tx]
         cuda.syncthreads()
     if row < m and col < n:
-        c[bat, row, col] = numba.{out}(acc)
+        c[bat, row, col] = {cast}(acc)
     cuda.syncthreads()
     if tx == 0 and ty == 0:
         cuda.threadfence()
@@ -95,6 +96,7 @@ def copy(src, dst, total):
 REDUCE = """
 import math
 import numba
+import numpy as np
 from numba import cuda
 
 
@@ -116,11 +118,12 @@ def reduce(x, out, total_out, total_red, kept_shape, kept_strides, red_shape, re
             v = numba.{acc}(x[off])
             {combine}
         {finish}
-        out[o] = numba.{out}(acc)
+        out[o] = {cast}(acc)
 """
 
 EMBEDDING = """
 import numba
+import numpy as np
 from numba import cuda
 
 
@@ -143,7 +146,7 @@ def embedding_bag(table, indices, out, row0):
                 v = numba.{acc}(0)
             {combine}
         {finish}
-        out[t, b, d] = numba.{out}(acc)
+        out[t, b, d] = {cast}(acc)
 """
 
 
@@ -158,6 +161,11 @@ def _compile(key: tuple, source: str, name: str):
     return fn
 
 
+def cast(dtype_name: str) -> str:
+    """The conversion to an element type in a kernel (numpy's for float16)."""
+    return f"np.{dtype_name}" if dtype_name == "float16" else f"numba.{dtype_name}"
+
+
 def acc_type(dtype_name: str) -> str:
     """Accumulator of an element type: f32 for f16/f32, f64 for f64, int64 for ints."""
     if dtype_name in ("float16", "float32"):
@@ -167,12 +175,12 @@ def acc_type(dtype_name: str) -> str:
     return "int64"
 
 
-def matmul_source(dtype_name: str) -> str:
-    return MATMUL.format(tile=TILE, acc=acc_type(dtype_name), out=dtype_name)
+def matmul_source(dtype_name: str, tile: int = TILE) -> str:
+    return MATMUL.format(tile=tile, acc=acc_type(dtype_name), cast=cast(dtype_name))
 
 
-def matmul_kernel(dtype_name: str):
-    return _compile(("matmul", dtype_name), matmul_source(dtype_name), "matmul")
+def matmul_kernel(dtype_name: str, tile: int = TILE):
+    return _compile(("matmul", dtype_name, tile), matmul_source(dtype_name, tile), "matmul")
 
 
 def wait_flag_kernel():
@@ -224,7 +232,7 @@ def reduce_source(kind: str, dtype_name: str) -> str:
         combine = "acc = v if v > acc else acc" if kind == "max" else "acc = v if v < acc else acc"
     if acc == "int64" and kind == "avg":
         finish = "acc = numba.int64(abs(acc) // total_red) * (1 if acc >= 0 else -1)"
-    return REDUCE.format(init=init.format(acc=acc), combine=combine, finish=finish or "pass", acc=acc, out=dtype_name)
+    return REDUCE.format(init=init.format(acc=acc), combine=combine, finish=finish or "pass", acc=acc, cast=cast(dtype_name))
 
 
 def reduce_kernel(kind: str, dtype_name: str):
@@ -238,7 +246,7 @@ def embedding_source(mode: str, dtype_name: str) -> str:
     else:
         init, combine = f"numba.{acc}(0)", "acc += v"
         finish = "acc = acc / bag" if mode == "mean" else "pass"
-    src = EMBEDDING.format(init=init, combine=combine, finish=finish, acc=acc, out=dtype_name)
+    src = EMBEDDING.format(init=init, combine=combine, finish=finish, acc=acc, cast=cast(dtype_name))
     return "import math\n" + src
 
 

@@ -1,0 +1,56 @@
+"""The ``nccl`` backend's device code without a GPU: every example and schedule runs with
+the CUDA device in numba's CUDA simulator (generated element-wise kernels, the tiled
+matmul, copies, reductions, embedding bags), exchanging data through a recording
+communicator. Its outputs must equal the interpreter's and its NCCL call sequence the
+host run's. Each batch runs in a subprocess: the simulator must be chosen before
+numba.cuda is first imported, and this process may import the real one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.lowered import all_cases, schedules
+
+pytest.importorskip("numba.cuda", reason="the GPU extra (numba-cuda) is not installed")
+
+HERE = Path(__file__).parent
+CASES = [c for c in all_cases() if c[3] == 2] + [c for c in all_cases() if c[3] == 4 and c[0] in ("adam", "pipeline_layer", "dlrm_embedding")]
+BATCHES = 2
+
+
+def case_id(case) -> str:
+    return "-".join(map(str, case))
+
+
+@pytest.fixture(scope="session")
+def sim_report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cudasim")
+    jobs = [{"id": case_id(c), "text": dict(schedules(c[0]))[c[1]], "func": c[2], "ranks": c[3], "seed": 4} for c in CASES]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONWARNINGS="ignore")
+    procs = []
+    for b in range(BATCHES):
+        (d / f"jobs{b}.json").write_text(json.dumps(jobs[b::BATCHES]))
+        cmd = [sys.executable, str(HERE / "cuda_sim_batch.py"), str(d / f"jobs{b}.json"), str(d / f"report{b}.json")]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    report: dict[str, dict] = {}
+    for b, p in enumerate(procs):
+        _, err = p.communicate(timeout=900)
+        out = d / f"report{b}.json"
+        if out.exists():
+            report.update(json.loads(out.read_text()))
+        else:
+            report[f"batch {b}"] = {"ok": False, "message": err[-2000:]}
+    return report
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_simulated_cuda_device_equals_interpreter(sim_report, case):
+    entry = sim_report.get(case_id(case))
+    assert entry is not None, f"not run: {sim_report}"
+    assert entry["ok"], entry["message"]
