@@ -5,7 +5,8 @@ A map ``C`` using results of a map ``P`` of the same block becomes one map whose
 ``P``'s body followed by ``C``'s. Results of ``P`` that are also used elsewhere become
 extra results of the fused map (a multi-result map, as CoCoNet fuses Adam's updates of
 ``m``, ``v`` and ``p`` into one kernel); this needs them to have ``C``'s shape and
-placements and their other uses to come after ``C``. Otherwise the pair is left alone.
+placements, and their other uses to come after ``C`` or to be movable after it (nothing
+up to ``C`` reads them). Otherwise the pair is left alone.
 Operands broadcast as before: broadcasting composes. ``targets`` names the maps that
 may fuse (a pair fuses when both are named; all maps when empty). Example::
 
@@ -56,6 +57,7 @@ def fuse_pair(producer: dist.MapOp, consumer: dist.MapOp) -> tuple[dist.MapOp, l
     res0 = consumer.outputs[0].type
     assert isinstance(res0, TensorType)
     extra: list[SSAValue] = []
+    postpone: list[Operation] = []
     for r in producer.outputs:
         others = [u.operation for u in r.uses if u.operation is not consumer]
         if not others:
@@ -64,8 +66,15 @@ def fuse_pair(producer: dist.MapOp, consumer: dist.MapOp) -> tuple[dist.MapOp, l
             return None
         for user in others:
             a = ancestor_in(user, block)
-            if a is None or a is consumer or not consumer.is_before_in_block(a):
+            if a is None or a is consumer:
                 return None
+            if not consumer.is_before_in_block(a):
+                # a user between the two maps can follow the fused map if nothing up to
+                # the consumer reads it
+                if any(not consumer.is_before_in_block(ancestor_in(u.operation, block) or consumer) for ar in a.results for u in ar.uses):
+                    return None
+                if a not in postpone:
+                    postpone.append(a)
         extra.append(r)
     operands: list[SSAValue] = []
     for v in [*producer.inputs, *(v for v in consumer.inputs if v.owner is not producer)]:
@@ -105,6 +114,10 @@ def fuse_pair(producer: dist.MapOp, consumer: dist.MapOp) -> tuple[dist.MapOp, l
     old = [*consumer.outputs, *extra]
     for o, n in zip(old, fused.outputs):
         n.name_hint = o.name_hint
+    order = {op: i for i, op in enumerate(block.ops)}
+    for a in sorted(postpone, key=lambda o: order[o], reverse=True):
+        a.detach()
+        block.insert_op_after(a, consumer)
     return fused, old, list(fused.outputs)
 
 

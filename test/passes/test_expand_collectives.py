@@ -1,0 +1,20 @@
+"""expand-collectives keeps the meaning (interpreter, 1-8 ranks); form-collectives
+turns the expansion back into the same collectives."""
+
+import pytest
+
+from distir.dialects.context import parse_module
+from support.rewrites import check, program
+
+
+@pytest.mark.parametrize("name", ["collectives", "fused", "adam"])
+def test_expansion_keeps_meaning(name):
+    after = check(name, "expand-collectives", contains=["dist.reduce", "dist.repl"], absent=["coll.all_reduce"])
+    assert not any(op.name.startswith("coll.") for op in after.walk())
+
+
+def test_round_trip_through_primitives():
+    text = program("collectives")
+    after = check(text, "expand-collectives,form-collectives", changes=False)
+    # the same ops as the original, in the same order
+    assert [op.name for op in after.walk()] == [op.name for op in parse_module(text).walk()]

@@ -1,0 +1,34 @@
+"""split-allreduce keeps the meaning with both strategies; a refused request leaves the
+module as it was."""
+
+import pytest
+from xdsl.utils.exceptions import PassFailedException
+
+from distir.dialects.context import parse_module
+from distir.passes.schedule import apply_pipeline
+from support.rewrites import check, program
+
+
+CASES = [
+    (name, pipeline)
+    for name in ["ar_then_computations", "matmul_all_reduce", "adam"]
+    for pipeline in ["split-allreduce", "split-allreduce{strategy=reduce-bcast}", "split-allreduce{strategy=reduce-bcast root=0}"]
+] + [("ar_then_computations", "split-allreduce{dim=1}"), ("matmul_all_reduce", "split-allreduce{dim=1}")]
+
+
+@pytest.mark.parametrize("name,pipeline", CASES)
+def test_split(name, pipeline):
+    first = "coll.reduce " if "reduce-bcast" in pipeline else "coll.reduce_scatter"
+    check(name, pipeline, contains=[first], absent=["coll.all_reduce"])
+
+
+def test_pipeline_stage_axis():
+    check("pipeline", "split-allreduce{dim=1}", contains=["coll.reduce_scatter sum %in dim 1 axes [1]"], ranks=(2, 4, 8))
+
+
+def test_refused_request_leaves_the_module_unchanged():
+    module = parse_module(program("ar_then_computations"))
+    before = str(module)
+    with pytest.raises(PassFailedException, match="target %biased: is not the result of a coll.all_reduce"):
+        apply_pipeline(module, "split-allreduce{targets=sum,biased}")
+    assert str(module) == before
