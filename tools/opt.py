@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedException, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Input, Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from distir.tools.diagnostics import InputRejected, run_tool
@@ -38,6 +38,16 @@ class LocatingParser(Parser):
         if op is not None:
             self.op_spans[op] = start
         return op
+
+
+def decode_source(data: bytes, name: str) -> str:
+    """The input as text; bytes that are not UTF-8 are a located parse error."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        text = data.decode("utf-8", errors="replace")
+        pos = len(data[: e.start].decode("utf-8", errors="replace"))
+        raise ParseError(Span(pos, pos + 1, Input(text, name)), f"input is not UTF-8 text (byte 0x{data[e.start]:02x})") from None
 
 
 def verify_located(module: Operation, spans: dict[Operation, Span], line_offset: int = 0) -> None:
@@ -90,7 +100,7 @@ class DistirOptMain(xDSLOptMain):
             raise InputRejected(f"distir-opt: bad pipeline '{self.args.passes}': {e}") from None
 
     def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
-        parser = LocatingParser(self.ctx, chunk.read(), self.get_input_name())
+        parser = LocatingParser(self.ctx, decode_source(chunk.read(), self.get_input_name()), self.get_input_name())
         module = parser.parse_module(not self.args.no_implicit_module)
         if not self.args.disable_verify:
             verify_located(module, parser.op_spans, start_offset)

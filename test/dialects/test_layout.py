@@ -1,0 +1,112 @@
+"""Placement arithmetic: nesting orders, local shapes, blocks, views."""
+
+import numpy as np
+import pytest
+
+from distir.dialects import layout
+from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Sliced
+
+
+def test_default_nesting_is_mesh_axis_order():
+    p = [Sliced(0), Sliced(0)]
+    assert layout.slicing_axes(p, 0) == [0, 1]
+    assert layout.slicing_axes([Sliced(0, 1), Sliced(0, 0)], 0) == [1, 0]
+
+
+def test_same_layout_compares_meaning_not_spelling():
+    assert layout.same_layout([Sliced(0), Sliced(0)], [Sliced(0, 0), Sliced(0, 1)])
+    assert not layout.same_layout([Sliced(0), Sliced(0)], [Sliced(0, 1), Sliced(0, 0)])
+    assert not layout.same_layout([Sliced(0)], [Sliced(1)])
+    assert not layout.same_layout([At(0)], [At(1)])
+    assert layout.same_layout([LOCAL, REPLICATED], [LOCAL, REPLICATED])
+
+
+def test_add_slicing_nests_inside_existing_axes():
+    # ReduceScatter over gpu (axis 1) then over node (axis 0): gpu outer, node inner.
+    after_gpu = layout.add_slicing([LOCAL, LOCAL], 0, [1])
+    assert after_gpu == [LOCAL, Sliced(0)]
+    after_node = layout.add_slicing(after_gpu, 0, [0])
+    assert [str(p) for p in after_node] == ["sliced<0, 1>", "sliced<0, 0>"]
+    # and tidy() writes the default order in the short form
+    assert layout.tidy([Sliced(0, 0), Sliced(0, 1)]) == [Sliced(0), Sliced(0)]
+
+
+def test_innermost_slicing_and_replace_axes():
+    p = [Sliced(0, 1), Sliced(0, 0)]
+    assert layout.innermost_slicing(p, [0]) == 0
+    assert layout.innermost_slicing(p, [1]) is None
+    assert layout.replace_axes(p, [0], REPLICATED) == [REPLICATED, Sliced(0)]
+
+
+def test_check_orders():
+    assert layout.check_orders([Sliced(0, 0), Sliced(0)]) is not None
+    assert layout.check_orders([Sliced(0, 0), Sliced(0, 0)]) is not None
+    assert layout.check_orders([Sliced(0, 1), Sliced(0, 0)]) is None
+
+
+def test_local_shape_and_blocks_cover_the_tensor():
+    shape, sizes = (8, 6), (2, 2)
+    p = [Sliced(0, 1), Sliced(0, 0)]
+    assert layout.local_shape(shape, p, sizes) == (2, 6)
+    seen = np.zeros(shape, int)
+    starts = {}
+    for c0 in range(2):
+        for c1 in range(2):
+            idx = layout.block(shape, p, sizes, (c0, c1))
+            seen[idx] += 1
+            starts[(c0, c1)] = idx[0].start
+    assert (seen == 1).all()
+    # axis 1 is outer: coordinates (c0, c1) hold block c1 * 2 + c0
+    assert starts == {(0, 0): 0, (1, 0): 2, (0, 1): 4, (1, 1): 6}
+
+
+def test_divisibility_message():
+    assert layout.divisibility_error((63,), [Sliced(0)], (4,)) == "dim 0 of size 63 is not divisible by the 4 ranks of axis 0"
+    assert layout.divisibility_error((12,), [Sliced(0), Sliced(0)], (2, 4)) == (
+        "dim 0 of size 12 is not divisible by the 8 ranks of axes 0, 1"
+    )
+    assert layout.divisibility_error((63,), [Sliced(0)], (None,)) is None
+
+
+def test_holds():
+    assert layout.holds([At(1), REPLICATED], (1, 0))
+    assert not layout.holds([At(1), REPLICATED], (0, 0))
+    assert not layout.holds([UNPLACED], (0,))
+
+
+@pytest.mark.parametrize(
+    "sizes, ranks, expected",
+    [((None,), 8, (8,)), ((2, None), 8, (2, 4)), ((4,), 4, (4,))],
+)
+def test_resolve_sizes(sizes, ranks, expected):
+    assert layout.resolve_sizes(sizes, ranks) == expected
+
+
+@pytest.mark.parametrize("sizes, ranks", [((4,), 8), ((3, None), 8), ((None, None), 4)])
+def test_resolve_sizes_rejects(sizes, ranks):
+    with pytest.raises(layout.LayoutError):
+        layout.resolve_sizes(sizes, ranks)
+
+
+def test_view_grid_keeps_parent_numbering():
+    hw = layout.base_grid("hw", (2, 2, 2, 2))
+    logical = layout.view_grid("logical", hw, [[1, 2], [0, 3]])
+    assert logical.sizes == (4, 4)
+    for r in range(16):
+        s, c, g0, g1 = hw.coords(r)
+        assert logical.grid[c * 2 + g0, s * 2 + g1] == r
+
+
+def test_groups_are_ordered_over_listed_axes():
+    g = layout.base_grid("g", (2, 3))
+    assert g.groups([1]) == [[0, 1, 2], [3, 4, 5]]
+    assert g.groups([0]) == [[0, 3], [1, 4], [2, 5]]
+    assert g.groups([1, 0]) == [[0, 3, 1, 4, 2, 5]]
+
+
+def test_view_to_parent():
+    # at<r> on a merged axis becomes the digits of r on its factors
+    p = layout.view_to_parent([At(5)], [[0, 1]], (2, 4), 2)
+    assert p == [At(1), At(1)]
+    p = layout.view_to_parent([Sliced(0)], [[1, 0]], (2, 4), 2)
+    assert [str(x) for x in p] == ["sliced<0, 1>", "sliced<0, 0>"]

@@ -1,0 +1,97 @@
+"""distir-opt as users run it: files and stdin, -o, exit codes, located diagnostics."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+OPT = str(Path(sys.executable).parent / "distir-opt")
+PRIMS = str(ROOT / "examples" / "primitives.mlir")
+
+
+def opt(*args, stdin=None):
+    return subprocess.run([OPT, *args], input=stdin, capture_output=True, text=True)
+
+
+def test_reads_file_and_stdin_alike():
+    a = opt(PRIMS)
+    b = opt("-", stdin=Path(PRIMS).read_text())
+    c = opt(stdin=Path(PRIMS).read_text())
+    assert a.returncode == b.returncode == c.returncode == 0
+    assert a.stdout == b.stdout == c.stdout
+    assert "coll.all_reduce sum" in a.stdout
+
+
+def test_output_file(tmp_path):
+    out = tmp_path / "o.mlir"
+    r = opt(PRIMS, "-o", str(out))
+    assert r.returncode == 0 and r.stdout == ""
+    assert out.read_text() == opt(PRIMS).stdout
+
+
+def test_generic_form():
+    r = opt(PRIMS, "--print-op-generic")
+    assert r.returncode == 0
+    assert '"coll.all_reduce"(%x) <{op = "sum"}>' in r.stdout
+
+
+def test_missing_file_is_rejected():
+    r = opt("/nonexistent/file.mlir")
+    assert r.returncode == 1
+    assert "cannot read /nonexistent/file.mlir" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_pass_is_rejected():
+    r = opt(PRIMS, "-p", "no-such-pass")
+    assert r.returncode == 1
+    assert "bad pipeline 'no-such-pass'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_flag_is_rejected():
+    r = opt(PRIMS, "--frobnicate")
+    assert r.returncode == 1
+    assert "unrecognized arguments: --frobnicate" in r.stderr
+
+
+def test_help_exits_zero():
+    r = opt("--help")
+    assert r.returncode == 0 and "--split-input-file" in r.stdout
+
+
+def test_verification_error_is_located():
+    src = (
+        "dist.mesh @world shape = [4]\n"
+        "func.func @f(%x: !dist.tensor<64xf32, @world, [replicated]>) {\n"
+        "  %y = coll.all_gather %x : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [replicated]>\n"
+        "  func.return\n"
+        "}\n"
+    )
+    r = opt("-", stdin=src)
+    assert r.returncode == 1
+    assert r.stderr.startswith("stdin:3:3")
+    assert "'coll.all_gather' op operand must be sliced on axis 0, got replicated" in r.stderr
+
+
+def test_parse_error_is_located():
+    r = opt("-", stdin="dist.mesh @world shape = [4]\nfunc.func @f(%x: !dist.tensor<64xf32, @world, [partial]>) {\n  func.return\n}\n")
+    assert r.returncode == 1
+    assert "stdin:2:" in r.stderr
+    assert "expected a placement (replicated, sliced, local, at, unplaced), got 'partial'" in r.stderr
+
+
+def test_non_utf8_input_is_a_parse_error(tmp_path):
+    p = tmp_path / "bad.mlir"
+    p.write_bytes(b"dist.mesh @world shape = [4]\n\xff\n")
+    r = opt(str(p))
+    assert r.returncode == 1
+    assert "input is not UTF-8 text (byte 0xff)" in r.stderr
+    assert f"{p}:2:1" in r.stderr
+
+
+def test_verify_diagnostics_reports_every_chunk_and_exits_zero():
+    r = opt(str(ROOT / "examples" / "invalid.mlir"), "--split-input-file", "--verify-diagnostics")
+    assert r.returncode == 0
+    assert r.stdout.count("// -----") == 2
+    assert r.stdout.count("' op ") == 3
