@@ -924,6 +924,12 @@ class MatmulOp(DistOp):
             if r is None:
                 raise RuleError(f"no matmul placement rule for lhs {x} and rhs {y} on axis {axis}")
             out.append(r)
+        ka, kb = layout.slicing_axes(pa, ra - 1), layout.slicing_axes(pb, rb - 2)
+        if ka != kb:
+            raise RuleError(
+                f"the contracted dim must be sliced by the same axes in the same nesting order on both sides, "
+                f"got lhs {layout.format_placements(pa)} and rhs {layout.format_placements(pb)}"
+            )
         for d in layout.sliced_dims(out):
             src = pa if d < rr - 1 else pb
             sd = d if d < rr - 1 else rb - 1

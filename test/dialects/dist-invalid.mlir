@@ -306,3 +306,12 @@ dist.mesh @world shape = [4]
 func.func @placement_word(%x: !dist.tensor<64xf32, @world, [partial]>) {
   func.return
 }
+
+// -----
+
+// CHECK: 'dist.matmul' op the contracted dim must be sliced by the same axes in the same nesting order on both sides, got lhs [sliced<1>, sliced<1>] and rhs [sliced<0, 1>, sliced<0, 0>]
+dist.mesh @grid shape = [2, 2]
+func.func @matmul_contracted_nesting(%a: !dist.tensor<8x64xf32, @grid, [sliced<1>, sliced<1>]>, %b: !dist.tensor<64x16xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>) {
+  %c = dist.matmul %a, %b : (!dist.tensor<8x64xf32, @grid, [sliced<1>, sliced<1>]>, !dist.tensor<64x16xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>) -> !dist.tensor<8x16xf32, @grid, [local, local]>
+  func.return
+}
