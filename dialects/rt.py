@@ -735,6 +735,90 @@ class RandomOp(RtOp):
 
 
 @irdl_op_definition
+class ChunkOp(IRDLOperation):
+    """``rt.chunk %x, %k dim d count n``: chunk ``%k`` of ``n`` of a distributed value
+    along dim ``d``, as ``coll.overlap``'s lowering cuts a chain (value semantics, before
+    bufferization): each rank takes block ``%k`` of ``n`` of its own buffer along ``d``,
+    so the chunk is laid out as ``%x`` is, with dim ``d`` divided by ``n``.
+
+    ``%c = rt.chunk %x, %k dim 0 count 2 : (!dist.tensor<8x16xf32, @world, [local]>, index) -> !dist.tensor<4x16xf32, @world, [local]>``
+    """
+
+    name = "rt.chunk"
+    dim = prop_def(IntegerAttr)
+    count = prop_def(IntegerAttr)
+    input = var_operand_def()
+    result = result_def(Attribute)
+
+    @classmethod
+    def get(cls, x, index, dim: int, count: int, result_type: Attribute) -> ChunkOp:
+        return cls.build(
+            operands=[[x, index]],
+            result_types=[result_type],
+            properties={"dim": IntegerAttr(dim, i64), "count": IntegerAttr(count, i64)},
+        )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ChunkOp:
+        x = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        k = parser.parse_unresolved_operand()
+        parser.parse_keyword("dim")
+        d = parser.parse_integer()
+        parser.parse_keyword("count")
+        n = parser.parse_integer()
+        parser.parse_punctuation(":")
+        ins, outs = parse_type_signature(parser)
+        return cls.get(parser.resolve_operand(x, ins[0]), parser.resolve_operand(k, ins[1]), d, n, outs[0])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list(self.input, printer.print_operand)
+        printer.print_string(f" dim {self.dim.value.data} count {self.count.value.data} : ")
+        print_type_list(printer, [a.type for a in self.input], parens=True)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+
+
+@irdl_op_definition
+class AssembleOp(IRDLOperation):
+    """``rt.assemble %c0, %c1, .. dim d``: the value whose chunks along dim ``d`` are the
+    operands, in order (inverse of ``rt.chunk``). Lowered by computing each chunk straight
+    into its block of the result's buffer.
+
+    ``%y = rt.assemble %c0, %c1 dim 0 : (!dist.tensor<4x16xf32, @world, [replicated]>, !dist.tensor<4x16xf32, @world, [replicated]>) -> !dist.tensor<8x16xf32, @world, [replicated]>``
+    """
+
+    name = "rt.assemble"
+    dim = prop_def(IntegerAttr)
+    chunks = var_operand_def()
+    result = result_def(Attribute)
+
+    @classmethod
+    def get(cls, chunks, dim: int, result_type: Attribute) -> AssembleOp:
+        return cls.build(operands=[list(chunks)], result_types=[result_type], properties={"dim": IntegerAttr(dim, i64)})
+
+    @classmethod
+    def parse(cls, parser: Parser) -> AssembleOp:
+        unresolved = [parser.parse_unresolved_operand()]
+        while parser.parse_optional_punctuation(","):
+            unresolved.append(parser.parse_unresolved_operand())
+        parser.parse_keyword("dim")
+        d = parser.parse_integer()
+        parser.parse_punctuation(":")
+        ins, outs = parse_type_signature(parser)
+        return cls.get([parser.resolve_operand(u, t) for u, t in zip(unresolved, ins)], d, outs[0])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list(self.chunks, printer.print_operand)
+        printer.print_string(f" dim {self.dim.value.data} : ")
+        print_type_list(printer, [a.type for a in self.chunks], parens=True)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+
+
+@irdl_op_definition
 class FusedOp(IRDLOperation):
     """``rt.fused { .. }``: the calls of one fused collective (CoCoNet's FusedAllReduce):
     a ``nccl.reduce_scatter``, the kernel on this rank's slice, and the in-place
@@ -789,6 +873,8 @@ Rt = Dialect(
         ReduceTensorOp,
         EmbeddingBagOp,
         RandomOp,
+        ChunkOp,
+        AssembleOp,
         FusedOp,
     ],
     [CommType, StreamType, EventType],

@@ -71,6 +71,11 @@ class FuncLowering:
         self.dest: dict[SSAValue, SSAValue] = {}
         self.cache: dict[Any, SSAValue] = {}
         self.blocks: list[Block] = []
+        self.streams: dict[int, SSAValue] = {}
+        self.on_stream: dict[SSAValue, SSAValue] = {}
+        self.synced: set[tuple[SSAValue, SSAValue]] = set()
+        self.assembled: dict[Operation, SSAValue] = {}
+        self.assembled_of: dict[SSAValue, SSAValue] = {}
         self.handlers: dict[type[Operation], Callable[[Any], None]] = {
             rt.CallOp: self._call,
             dist.MatmulOp: self._matmul,
@@ -79,6 +84,8 @@ class FuncLowering:
             dist.TakeSliceOp: self._take_slice,
             dist.RemeshOp: self._remesh,
             coll.OverlapOp: self._overlap,
+            rt.ChunkOp: self._chunk,
+            rt.AssembleOp: self._assemble,
             dist.ReduceOp: self._primitive,
             dist.SliceOp: self._primitive,
             dist.JoinOp: self._primitive,
@@ -183,10 +190,22 @@ class FuncLowering:
         return self.buf[v]
 
     def out(self, v: SSAValue, hint: str | None = None) -> SSAValue:
-        """The buffer a result is computed into: its pre-assigned destination or a new one."""
+        """The buffer a result is computed into: its pre-assigned destination, its block
+        of an ``rt.assemble``'s buffer, or a new one."""
         if v in self.dest:
             return self.dest.pop(v)
+        for use in v.uses:
+            if isinstance(use.operation, rt.AssembleOp):
+                view = self.assembled_block(use.operation, use.index)
+                self.assembled_of[v] = view
+                return view
         return self.alloc(self.memref(v.type), hint or v.name_hint)
+
+    def assembled_block(self, asm: rt.AssembleOp, index: int) -> SSAValue:
+        if asm not in self.assembled:
+            self.assembled[asm] = self.out(asm.result)
+        full = self.assembled[asm]
+        return self.block(full, self.const(index), asm.dim.value.data, len(asm.chunks))
 
     def guard_placements(self, t: TensorType, skip: Sequence[int] = ()) -> list[Placement] | None:
         ps = [REPLICATED if a in skip else p for a, p in enumerate(t.get_placements())]
@@ -208,6 +227,28 @@ class FuncLowering:
         inner.add_op(scf.YieldOp())
         self.emit(scf.IfOp(cond, [], Region(inner)))
 
+    def stream_n(self, n: int) -> SSAValue:
+        if n not in self.streams:
+            s = self.emit_entry(rt.StreamOp.get(n)).results[0]
+            s.name_hint = "s" if n == 0 else f"s{n}"
+            self.streams[n] = s
+        return self.streams[n]
+
+    def order_streams(self, values) -> None:
+        """Make the current stream wait (one event per stream) for the streams that
+        produced ``values``."""
+        sources: list[SSAValue] = []
+        for v in values:
+            src = self.on_stream.get(v)
+            if src is None or src is self.stream or (v, self.stream) in self.synced:
+                continue
+            self.synced.add((v, self.stream))
+            if src not in sources:
+                sources.append(src)
+        for src in sources:
+            e = self.emit(rt.EventRecordOp.make([src], [rt.EVENT])).results[0]
+            self.emit(rt.StreamWaitOp.make([self.stream, e], []))
+
     # ------------------------------------------------------------------ driver
     def run(self) -> func.FuncOp:
         f = self.f
@@ -220,8 +261,7 @@ class FuncLowering:
             new.name_hint = old.name_hint
             self.buf[old] = new
             self.contig[new] = True
-        self.stream = self.emit_entry(rt.StreamOp.get(0)).results[0]
-        self.stream.name_hint = "s"
+        self.stream = self.stream_n(0)
         self.inplace = self._inplace_results()
         self._assign_inplace_dests()
         for op in list(old_block.ops):
@@ -243,9 +283,24 @@ class FuncLowering:
         return new
 
     def lower_op(self, op: Operation) -> None:
+        attr = op.attributes.get("rt.stream")
+        if attr is None:
+            self._lower_op(op)
+            return
+        saved = self.stream
+        self.stream = self.stream_n(attr.value.data)  # type: ignore[attr-defined]
+        try:
+            self._lower_op(op)
+        finally:
+            self.stream = saved
+
+    def _lower_op(self, op: Operation) -> None:
+        self.order_streams([v for inner in op.walk() for v in inner.operands])
         handler = self.handlers.get(type(op))
         if handler is not None:
             handler(op)
+            for r in op.results:
+                self.on_stream[r] = self.stream
             return
         if isinstance(op, (dist.MapOp, dist.CastOp, dist.DropoutOp)):
             self.fail("run 'lower-to-kernels' first (the default lowering pipeline does)", op)
@@ -336,7 +391,8 @@ class FuncLowering:
                     self.guarded(v.type, lambda b=b, arg=arg: self.copy(b, arg))
                 b = arg
             values.append(b)
-        self.emit(rt.StreamSyncOp.make([self.stream], []))
+        for n in sorted(self.streams):
+            self.emit(rt.StreamSyncOp.make([self.streams[n]], []))
         self.emit(func.ReturnOp(*values))
 
     # ------------------------------------------------------------------ local ops
@@ -390,6 +446,25 @@ class FuncLowering:
     def _remesh(self, op: dist.RemeshOp) -> None:
         self.buf[op.result] = self.input(op.input)
 
+    def _chunk(self, op: rt.ChunkOp) -> None:
+        x, k = op.input
+        self.buf[op.result] = self.block(self.input(x), self.input(k), op.dim.value.data, op.count.value.data)
+        if x in self.on_stream:
+            self.on_stream[op.result] = self.on_stream[x]
+
+    def _assemble(self, op: rt.AssembleOp) -> None:
+        if op not in self.assembled:
+            self.assembled[op] = self.out(op.result)
+        full = self.assembled[op]
+        for i, c in enumerate(op.chunks):
+            if self.input(c) is self.assembled_of.get(c):
+                continue
+            self.order_streams([c])
+            self.copy(self.input(c), self.block(full, self.const(i), op.dim.value.data, len(op.chunks)))
+        self.buf[op.result] = full
+        streams = {self.on_stream.get(c) for c in op.chunks} - {None}
+        self.on_stream[op.result] = streams.pop() if len(streams) == 1 else self.stream
+
     def _primitive(self, op: dist.PrimitiveOp) -> None:
         """Functional primitives left after ``form-collectives``. An ``unplaced`` value is
         kept as the logical value on every rank (as the interpreter files it), so: drop,
@@ -416,7 +491,20 @@ class FuncLowering:
         self, cls: type[coll.CollectiveOp], x: SSAValue, rtype: Attribute, options: dict[str, Any], recv: SSAValue, op: Operation
     ) -> SSAValue:
         """Emit the calls of collective ``cls`` from ``x``'s buffer into ``recv``; returns
-        the result buffer (``recv``, or the operand's buffer when nothing moves)."""
+        the result buffer (``recv``, or the operand's buffer when nothing moves). NCCL
+        writes contiguous buffers: a strided ``recv`` gets the result through a copy."""
+        if self.contig.get(recv, True) or cls in (coll.AllGatherOp, coll.AllToAllOp):
+            return self._collective(cls, x, rtype, options, recv, op)
+        tmp = self.alloc(recv.type)
+        got = self._collective(cls, x, rtype, options, tmp, op)
+        if got is tmp:
+            self.guarded(rtype, lambda: self.copy(tmp, recv))
+            return recv
+        return got
+
+    def _collective(
+        self, cls: type[coll.CollectiveOp], x: SSAValue, rtype: Attribute, options: dict[str, Any], recv: SSAValue, op: Operation
+    ) -> SSAValue:
         xt: TensorType = x.type  # type: ignore[assignment]
         rt_: TensorType = rtype  # type: ignore[assignment]
         axes = list(options.get("axes") or (0,))

@@ -66,7 +66,7 @@ INDEX = IndexType()
 def space_key(op: Operation) -> tuple:
     t = op.results[0].type
     assert isinstance(t, TensorType)
-    return (t.get_shape(), layout.canonical(t.get_placements()), t.mesh_name)
+    return (t.get_shape(), layout.canonical(t.get_placements()), t.mesh_name, op.attributes.get("rt.stream"))
 
 
 def float_width(t: Attribute) -> int:
@@ -117,8 +117,20 @@ class KernelBuilder:
                     self.externals.append(v)
         self.escaping = [r for op in run for r in op.results if any(_top_user(u.operation, op) not in in_run for u in r.uses)]
         self.has_dropout = any(isinstance(op, dist.DropoutOp) for op in run)
+        # A chunk of a coll.overlap chain (lower-overlap): (dim, chunk index, chunks).
+        self.chunk: tuple[int, int, int] | None = None
+        for op in run:
+            attr = op.attributes.get("rt.chunk")
+            if isinstance(op, dist.DropoutOp) and attr is not None:
+                self.chunk = tuple(a.value.data for a in attr.data)  # type: ignore[attr-defined]
         self.offset_dims = (
-            [d for d in range(len(self.local)) if layout.slicing_axes(self.space.get_placements(), d)] if self.has_dropout else []
+            [
+                d
+                for d in range(len(self.local))
+                if layout.slicing_axes(self.space.get_placements(), d) or (self.chunk is not None and d == self.chunk[0])
+            ]
+            if self.has_dropout
+            else []
         )
 
     def build(self, name: str) -> rt.KernelOp:
@@ -198,7 +210,9 @@ class KernelBuilder:
         """The element's flat logical index (i64), for the random generator."""
         if self._linear is not None:
             return self._linear
-        shape = self.space.get_shape()
+        shape = list(self.space.get_shape())
+        if self.chunk is not None:  # strides of the whole tensor the chunk was cut from
+            shape[self.chunk[0]] *= self.chunk[2]
         acc: SSAValue | None = None
         stride = 1
         for d in reversed(range(len(shape))):
@@ -320,6 +334,8 @@ class LowerToKernelsPass(ModulePass):
                     block.insert_op_before(view, run[0])
                 offsets = self._offsets(builder, run[0], block)
                 call = rt.CallOp.get(name, [*builder.externals, *offsets], [r.type for r in builder.escaping])
+                if "rt.stream" in run[0].attributes:
+                    call.attributes["rt.stream"] = run[0].attributes["rt.stream"]
                 block.insert_op_before(call, run[0])
                 for old, new in zip(builder.escaping, call.outputs):
                     new.name_hint = old.name_hint
@@ -329,16 +345,28 @@ class LowerToKernelsPass(ModulePass):
 
     @staticmethod
     def _offsets(builder: KernelBuilder, before: Operation, block: Block) -> list[SSAValue]:
-        """``rt.group_rank`` x block extent for each sliced dim (dropout's logical index)."""
+        """The logical index of the block's first element along each offset dim (dropout):
+        ``rt.group_rank`` x block extent for a sliced dim, plus the chunk's position for
+        the cut dim of a ``coll.overlap`` chunk."""
         out = []
         t = builder.space
         for d in builder.offset_dims:
             axes = layout.slicing_axes(t.get_placements(), d)
-            g = rt.GroupRankOp.get(t.mesh_name, axes)
-            c = arith.ConstantOp.from_int_and_width(builder.local[d], INDEX)
-            m = arith.MuliOp(g, c)
-            for new in (g, c, m):
-                block.insert_op_before(new, before)
-            m.result.name_hint = f"off{d}"
-            out.append(m.result)
+            extent = builder.local[d]
+            new: list[Operation] = []
+            chunk = builder.chunk if builder.chunk is not None and builder.chunk[0] == d else None
+            if chunk is not None:
+                extent *= chunk[2]
+            if axes:
+                g = rt.GroupRankOp.get(t.mesh_name, axes)
+                c = arith.ConstantOp.from_int_and_width(extent, INDEX)
+                new += [g, c, arith.MuliOp(g, c)]
+            if chunk is not None:
+                new.append(arith.ConstantOp.from_int_and_width(chunk[1] * builder.local[d], INDEX))
+                if axes:
+                    new.append(arith.AddiOp(new[2], new[3]))
+            for o in new:
+                block.insert_op_before(o, before)
+            new[-1].results[0].name_hint = f"off{d}"
+            out.append(new[-1].results[0])
         return out

@@ -2,6 +2,7 @@
 
     form-collectives        (only when functional primitives are left: they never run)
     fix-mesh-sizes{ranks=N}
+    lower-overlap           (coll.overlap chains cut into chunks on two streams)
     lower-to-kernels
     lower-collectives
 
@@ -24,7 +25,7 @@ PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp
 def pipeline_string(ranks: int, primitives: bool = False) -> str:
     """The ``-p`` string of the default lowering pipeline for ``ranks`` ranks."""
     steps = ["form-collectives"] if primitives else []
-    steps += [f"fix-mesh-sizes{{ranks={ranks}}}", "lower-to-kernels", "lower-collectives"]
+    steps += [f"fix-mesh-sizes{{ranks={ranks}}}", "lower-overlap", "lower-to-kernels", "lower-collectives"]
     return ",".join(steps)
 
 
@@ -39,6 +40,7 @@ def lower(module: ModuleOp, ranks: int) -> ModuleOp:
         return module
     from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
     from distir.lowering.lower_collectives import LowerCollectivesPass
+    from distir.lowering.lower_overlap import LowerOverlapPass
     from distir.lowering.lower_to_kernels import LowerToKernelsPass
 
     out = module.clone()
@@ -48,6 +50,7 @@ def lower(module: ModuleOp, ranks: int) -> ModuleOp:
 
         ALL_PASSES["form-collectives"]()().apply(ctx, out)
     FixMeshSizesPass(ranks=ranks).apply(ctx, out)
+    LowerOverlapPass().apply(ctx, out)
     LowerToKernelsPass().apply(ctx, out)
     LowerCollectivesPass().apply(ctx, out)
     out.verify()

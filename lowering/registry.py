@@ -11,6 +11,12 @@ def _fix_mesh_sizes():
     return FixMeshSizesPass
 
 
+def _lower_overlap():
+    from distir.lowering.lower_overlap import LowerOverlapPass
+
+    return LowerOverlapPass
+
+
 def _lower_to_kernels():
     from distir.lowering.lower_to_kernels import LowerToKernelsPass
 
@@ -25,6 +31,7 @@ def _lower_collectives():
 
 LOWERING_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "fix-mesh-sizes": _fix_mesh_sizes,
+    "lower-overlap": _lower_overlap,
     "lower-to-kernels": _lower_to_kernels,
     "lower-collectives": _lower_collectives,
 }

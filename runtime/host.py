@@ -98,9 +98,10 @@ class HostDevice:
 
     def launch(self, kernel: rt.KernelOp, args: Sequence[Any], stream) -> None:
         info = self.kernel(kernel)
-        call, post = _call_args(info, args)
 
         def run():
+            # Half-precision operands are widened when the stream reaches the launch.
+            call, post = _call_args(info, args)
             info.fn(*call)
             for fn in post:
                 fn()

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -79,53 +80,85 @@ def _finish_avg(recv: np.ndarray, n: int) -> None:
 
 
 class RequestStream:
-    """A stream of non-blocking MPI requests (stream 1 of a rank). Requests complete in
-    issue order before later host work on the stream, at its events and at
-    ``synchronize``; ``poll`` lets MPI progress them."""
+    """A stream (stream 1 of a rank) whose communication is MPI non-blocking requests.
+
+    Work runs in order, one item at a time, as on a CUDA stream: a request starts when
+    the item before it has completed; host work queued on the stream (copies, kernels)
+    runs when the stream reaches it. The stream advances whenever the rank polls it
+    (between the ops of stream 0: MPI progresses only inside MPI calls), at its events
+    and at ``synchronize``."""
 
     def __init__(self, index: int):
         self.index = index
-        self.pending: list[tuple[Any, Callable[[], None] | None]] = []
+        self.queue: deque = deque()
+        self.active: tuple[list, Callable[[], None] | None, tuple] | None = None
+        self.markers = 0
 
-    def issue(self, start: Callable[[], Any], post: Callable[[], None] | None = None) -> None:
-        self.pending.append((start(), post))
+    def issue(self, start: Callable[[], tuple[list, Callable[[], None] | None, tuple]]) -> None:
+        """Queue a request: when the stream reaches it, ``start()`` prepares the buffers,
+        starts the requests and returns (requests, what to do after them, the buffers
+        MPI uses until they complete)."""
+        self.queue.append(("request", start, None, ()))
+        self.poll()
 
     def submit(self, fn: Callable[[], None]) -> None:
-        self.synchronize()
-        fn()
+        self.queue.append(("host", fn, None, ()))
+        self.poll()
 
     def record(self):
-        return _RequestEvent(self, len(self.pending))
+        ev = _RequestEvent(self)
+        self.queue.append(("marker", ev, None, ()))
+        self.poll()
+        return ev
 
     def wait_event(self, event) -> None:
+        # The only events this stream waits for come from stream 0 (done when recorded)
+        # or from itself (ordered already).
         event.wait()
 
-    def poll(self) -> None:
-        if self.pending:
-            _mpi().Request.Testall([r for r, _ in self.pending])
+    def poll(self, block: bool = False) -> None:
+        """Advance: finish the active request if it is done (or wait for it when
+        ``block``), then start or run the items after it."""
+        MPI = _mpi()
+        while True:
+            if self.active is not None:
+                reqs, post, _keep = self.active
+                if block:
+                    MPI.Request.Waitall(reqs)
+                elif not MPI.Request.Testall(reqs):
+                    return
+                self.active = None
+                if post is not None:
+                    post()
+            if not self.queue:
+                return
+            kind, what, post, keep = self.queue.popleft()
+            if kind == "host":
+                what()
+            elif kind == "marker":
+                what.done = True
+            else:
+                self.active = what()
 
     def synchronize(self) -> None:
-        pending, self.pending = self.pending, []
-        for req, post in pending:
-            req.Wait()
-            if post is not None:
-                post()
+        while self.active is not None or self.queue:
+            self.poll(block=True)
 
     def close(self) -> None:
         self.synchronize()
 
 
 class _RequestEvent:
-    def __init__(self, stream: RequestStream, upto: int):
+    def __init__(self, stream: RequestStream):
         self.stream = stream
-        self.upto = upto
+        self.done = False
 
     def wait(self) -> None:
-        if self.stream.pending:
-            self.stream.synchronize()
+        while not self.done:
+            self.stream.poll(block=True)
 
     def query(self) -> bool:
-        return not self.stream.pending
+        return self.done
 
 
 class MpiComm:
@@ -139,12 +172,21 @@ class MpiComm:
     def split(self, color: int, key: int) -> MpiComm:
         return MpiComm(self.comm.Split(color, key))
 
-    # Each call runs blocking on a SyncStream, non-blocking on a RequestStream.
-    def _do(self, stream, blocking: Callable[[], None], nonblocking: Callable[[], Any], post: Callable[[], None] | None = None) -> None:
+    # Each call runs blocking on a SyncStream, and is queued on a RequestStream, where
+    # its buffers are prepared only when the stream reaches it (after the work before).
+    def _do(self, stream, prepare, blocking, nonblocking) -> None:
+        """``prepare()`` -> (args, post, keep); ``blocking(*args)`` runs the call,
+        ``nonblocking(*args)`` starts it and returns a request."""
+
+        def start():
+            args, post, keep = prepare()
+            return [nonblocking(*args)], post, keep
+
         if isinstance(stream, RequestStream):
-            stream.issue(nonblocking, post)
+            stream.issue(start)
             return
-        blocking()
+        args, post, _ = prepare()
+        blocking(*args)
         if post is not None:
             post()
 
@@ -164,72 +206,66 @@ class MpiComm:
         return send, recv, post
 
     def all_reduce(self, send, recv, count, op, stream) -> None:
-        s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
-        sb = _mpi().IN_PLACE if _same(s, r) else s
-        self._do(stream, lambda: self.comm.Allreduce(sb, r, _op(op)), lambda: self.comm.Iallreduce(sb, r, _op(op)), post)
+        def prepare():
+            s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
+            return (_mpi().IN_PLACE if _same(s, r) else s, r), post, (s, r)
+
+        self._do(stream, prepare, lambda sb, r: self.comm.Allreduce(sb, r, _op(op)), lambda sb, r: self.comm.Iallreduce(sb, r, _op(op)))
 
     def reduce_scatter(self, send, recv, count, op, stream) -> None:
-        flat = send.reshape(-1)[: count * self.size]
-        if np.shares_memory(flat, recv):
-            flat = flat.copy()
-        s, r, post = self._reduction_buffers(flat, recv.reshape(-1)[:count], op)
+        def prepare():
+            flat = send.reshape(-1)[: count * self.size]
+            if np.shares_memory(flat, recv):
+                flat = flat.copy()
+            s, r, post = self._reduction_buffers(flat, recv.reshape(-1)[:count], op)
+            return (s, r), post, (s, r)
+
         self._do(
             stream,
-            lambda: self.comm.Reduce_scatter_block(s, r, _op(op)),
-            lambda: self.comm.Ireduce_scatter_block(s, r, _op(op)),
-            post,
+            prepare,
+            lambda s, r: self.comm.Reduce_scatter_block(s, r, _op(op)),
+            lambda s, r: self.comm.Ireduce_scatter_block(s, r, _op(op)),
         )
 
     def all_gather(self, send, recv, count, stream) -> None:
-        s, r = _raw(send.reshape(-1)[:count]), _raw(recv.reshape(-1)[: count * self.size])
-        mine = r[self.rank * count : (self.rank + 1) * count]
-        sb = _mpi().IN_PLACE if _same(s, mine) else s
-        self._do(stream, lambda: self.comm.Allgather(sb, r), lambda: self.comm.Iallgather(sb, r))
+        def prepare():
+            s, r = _raw(send.reshape(-1)[:count]), _raw(recv.reshape(-1)[: count * self.size])
+            mine = r[self.rank * count : (self.rank + 1) * count]
+            return (_mpi().IN_PLACE if _same(s, mine) else s, r), None, (s, r)
+
+        self._do(stream, prepare, lambda sb, r: self.comm.Allgather(sb, r), lambda sb, r: self.comm.Iallgather(sb, r))
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
-        s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
-        MPI = _mpi()
-        sb = MPI.IN_PLACE if self.rank == root and _same(s, r) else s
-        if self.rank != root:
-            post = None
-        self._do(stream, lambda: self.comm.Reduce(sb, r, _op(op), root), lambda: self.comm.Ireduce(sb, r, _op(op), root), post)
+        def prepare():
+            s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
+            sb = _mpi().IN_PLACE if self.rank == root and _same(s, r) else s
+            return (sb, r), (post if self.rank == root else None), (s, r)
+
+        self._do(stream, prepare, lambda sb, r: self.comm.Reduce(sb, r, _op(op), root), lambda sb, r: self.comm.Ireduce(sb, r, _op(op), root))
 
     def broadcast(self, send, recv, count, root, stream) -> None:
-        r = recv.reshape(-1)[:count]
-        if self.rank == root and not _same(send.reshape(-1), r):
-            r[...] = send.reshape(-1)[:count]
-        rb = _raw(r)
-        self._do(stream, lambda: self.comm.Bcast(rb, root), lambda: self.comm.Ibcast(rb, root))
+        def prepare():
+            r = recv.reshape(-1)[:count]
+            if self.rank == root and not _same(send.reshape(-1), r):
+                r[...] = send.reshape(-1)[:count]
+            rb = _raw(r)
+            return (rb,), None, (rb,)
+
+        self._do(stream, prepare, lambda rb: self.comm.Bcast(rb, root), lambda rb: self.comm.Ibcast(rb, root))
 
     def group(self, calls: list[P2P], stream) -> None:
-        reqs = []
-
         def start():
-            for c in calls:
-                buf = _raw(c.buffer.reshape(-1)[: c.count])
-                if c.kind == "send":
-                    reqs.append(self.comm.Isend(buf, c.peer, tag=7))
-                else:
-                    reqs.append(self.comm.Irecv(buf, c.peer, tag=7))
-            return _AllOf(reqs)
+            bufs = [_raw(c.buffer.reshape(-1)[: c.count]) for c in calls]
+            reqs = [
+                self.comm.Isend(b, c.peer, tag=7) if c.kind == "send" else self.comm.Irecv(b, c.peer, tag=7)
+                for c, b in zip(calls, bufs)
+            ]
+            return reqs, None, tuple(bufs)
 
         if isinstance(stream, RequestStream):
             stream.issue(start)
         else:
-            start().Wait()
-
-
-class _AllOf:
-    """Several requests that complete together (a group of P2P calls)."""
-
-    def __init__(self, reqs):
-        self.reqs = reqs
-
-    def Wait(self):  # noqa: N802 - mpi4py's spelling
-        _mpi().Request.Waitall(self.reqs)
-
-    def Test(self):  # noqa: N802
-        return _mpi().Request.Testall(self.reqs)
+            _mpi().Request.Waitall(start()[0])
 
 
 class MpiDevice(HostDevice):

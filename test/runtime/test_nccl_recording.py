@@ -170,3 +170,30 @@ def test_fused_lamb_completes_norms_inside(n):
     assert calls[1].startswith("reduce_scatter avg")
     assert calls[-1].startswith("all_gather")
     assert sum(c.startswith("all_reduce sum 1xfloat32") for c in calls) == 2
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_overlap_matmul_allreduce_in_chunks_on_stream_1(n):
+    """ol(MM,AR) with 4 chunks: the matmul of each chunk on stream 0, its all-reduce on
+    stream 1, in chunk order on every rank."""
+    text = WORLD + """
+func.func @f(%x: !dist.tensor<8x16xf32, @world, [sliced<1>]>, %w: !dist.tensor<16x8xf32, @world, [sliced<0>]>) -> !dist.tensor<8x8xf32, @world, [replicated]> {
+  %y = coll.overlap chunks 4 -> !dist.tensor<8x8xf32, @world, [replicated]> {
+    %l = dist.matmul %x, %w : (!dist.tensor<8x16xf32, @world, [sliced<1>]>, !dist.tensor<16x8xf32, @world, [sliced<0>]>) -> !dist.tensor<8x8xf32, @world, [local]>
+    %s = coll.all_reduce sum %l : !dist.tensor<8x8xf32, @world, [local]> -> !dist.tensor<8x8xf32, @world, [replicated]>
+    coll.yield %s : !dist.tensor<8x8xf32, @world, [replicated]>
+  }
+  func.return %y : !dist.tensor<8x8xf32, @world, [replicated]>
+}"""
+    want = [[split(r)] + ["all_reduce sum 16xfloat32 comm1 stream1"] * 4 for r in range(n)]
+    assert record(text, n) == want
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_overlapped_fused_allreduce_model_parallel(n):
+    """ol(MM,fuse(RS-C-AG)) of the Megatron block: per chunk a reduce-scatter and an
+    all-gather on stream 1."""
+    text = dict(schedules("megatron_attention"))["ol(C,fuse(RS-C-AG))"]
+    count = 4 * 8 * 16 // 2 // n
+    want = [[split(r)] + [f"reduce_scatter sum {count}xfloat16 comm1 stream1", f"all_gather {count}xfloat16 comm1 stream1"] * 2 for r in range(n)]
+    assert record(text, n) == want

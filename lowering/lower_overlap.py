@@ -1,0 +1,289 @@
+"""``lower-overlap``: run each ``coll.overlap`` chain chunk by chunk, so that the
+communication of chunk i overlaps the computation of chunk i+1 (CoCoNet's overlap).
+
+The chain's result is cut into ``chunks`` pieces along one dim (the first dim of the
+result that every op of the chain can be cut along: not a dim a collective slices or
+gathers, not a dim a reduction reduces). Each chunk is the chain applied to chunks of
+the chain's inputs (``rt.chunk``; an input an op reads whole, such as a matmul's
+weight, stays whole), and ``rt.assemble`` puts the chunk results together. The ops of a
+chunk before its first collective run on stream 0 (computation), the rest on stream 1
+(the collectives, with the computation fused into them), marked ``{rt.stream = 1}``;
+``lower-collectives`` orders the streams with events. A dropout in a chunk keeps the
+random numbers of its elements (``{rt.chunk = [dim, k, n]}`` tells ``lower-to-kernels``
+the chunk's position).
+
+    %y = coll.overlap chunks 2 -> T {
+      %l = dist.matmul %x, %w : ...
+      %s = coll.all_reduce sum %l : ...
+      coll.yield %s : T
+    }
+
+becomes::
+
+    %x0 = rt.chunk %x, %c0 dim 0 count 2 : ...
+    %l0 = dist.matmul %x0, %w {rt.stream = 0} : ...
+    %s0 = coll.all_reduce sum %l0 {rt.stream = 1} : ...
+    %x1 = rt.chunk %x, %c1 dim 0 count 2 : ...
+    %l1 = dist.matmul %x1, %w {rt.stream = 0} : ...
+    %s1 = coll.all_reduce sum %l1 {rt.stream = 1} : ...
+    %y = rt.assemble %s0, %s1 dim 0 : ...
+
+Chunks run in the order 0, 1, ... on every rank (``natural``). With ``order`` ``ring``
+or ``remote_first`` the chunks are issued in the same order too: per-chunk collectives
+must be issued in one order by all ranks (NCCL and MPI match collectives by order), so a
+rank-dependent order needs the collective decomposed into point-to-point transfers,
+which this lowering does not do; so the order does not change what is issued. A chain
+that cannot be cut (several results, a reduction over the cut dim, sizes that the
+chunks do not divide) is left to ``lower-collectives``, which runs it as one piece.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import ArrayAttr, IndexType, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from distir.dialects import coll, dist, layout, rt
+from distir.dialects.dist import TensorType
+from distir.lowering.common import local_shape, meshes, static_sizes
+
+PASS = "lower-overlap"
+STREAM = "rt.stream"
+CHUNK = "rt.chunk"
+
+ELEMENTWISE = (dist.MapOp, dist.CastOp, dist.DropoutOp)
+SAME_DIM = (dist.TakeSliceOp, dist.RemeshOp, coll.AllReduceOp, coll.ReduceOp, coll.BroadcastOp, coll.SendOp)
+
+
+class NotChunkable(Exception):
+    """Why a chain cannot be cut along a dim."""
+
+
+def _elementwise_dims(op: Operation, c: int | None) -> list[int | None]:
+    r: TensorType = op.results[0].type  # type: ignore[assignment]
+    out: list[int | None] = []
+    for v in op.operands:
+        t = v.type
+        if c is None or not isinstance(t, TensorType):
+            out.append(None)
+            continue
+        j = c - (r.rank - t.rank)
+        out.append(j if j >= 0 and t.get_shape()[j] == r.get_shape()[c] else None)
+    return out
+
+
+def _collective_dims(cls, t: TensorType, options: dict, c: int | None) -> int | None:
+    """The operand dim of a collective whose result is cut along ``c``."""
+    if c is None:
+        return None
+    axes = list(options.get("axes") or (0,))
+    if cls is coll.ReduceScatterOp and options.get("dim") == c:
+        raise NotChunkable(f"the reduce-scatter slices dim {c}")
+    if cls in (coll.AllGatherOp, coll.AllToAllOp) and layout.innermost_slicing(t.get_placements(), axes) == c:
+        raise NotChunkable(f"the {cls.name} gathers dim {c}")
+    if cls is coll.AllToAllOp and options.get("dim") == c:
+        raise NotChunkable(f"the all-to-all slices dim {c}")
+    return c
+
+
+class Plan:
+    """Chunk dims of every value of a chain (None: used whole), and of each use of a value
+    from outside the chain."""
+
+    def __init__(self) -> None:
+        self.dims: dict[SSAValue, int | None] = {}
+        self.uses: dict[tuple[Operation, int], int | None] = {}
+        self.internal: set[SSAValue] = set()
+
+    def need(self, v: SSAValue, d: int | None, user: Operation, index: int) -> None:
+        if v in self.internal:
+            if v in self.dims and self.dims[v] != d:
+                raise NotChunkable("a value of the chain is needed cut along two dims")
+            self.dims[v] = d
+        else:
+            self.uses[(user, index)] = d
+
+    def ops(self, ops: Sequence[Operation]) -> None:
+        for op in reversed(ops):
+            self.op(op)
+
+    def op(self, op: Operation) -> None:
+        res = [self.dims.get(r) for r in op.results]
+        c = res[0] if res else None
+        if isinstance(op, ELEMENTWISE):
+            dims = _elementwise_dims(op, c)
+        elif isinstance(op, SAME_DIM) or isinstance(op, coll.CollectiveOp):
+            t: TensorType = op.operands[0].type  # type: ignore[assignment]
+            dims = [_collective_dims(type(op), t, op.options(), c)] if isinstance(op, coll.CollectiveOp) else [c]  # type: ignore[attr-defined]
+        elif isinstance(op, dist.MatmulOp):
+            rr = op.result.type.rank  # type: ignore[attr-defined]
+            rb = op.rhs.type.rank  # type: ignore[attr-defined]
+            if c is None:
+                dims = [None, None]
+            elif c == rr - 1:
+                dims = [None, rb - 1]
+            else:
+                dims = [c, c if rb == rr and c < rr - 2 else None]
+        elif isinstance(op, dist.ReduceTensorOp):
+            t = op.input.type  # type: ignore[assignment]
+            kept = [d for d in range(t.rank) if d not in op.option("dims")]
+            dims = [None if c is None else kept[c]]
+        elif isinstance(op, dist.EmbeddingBagOp):
+            rr = op.result.type.rank  # type: ignore[attr-defined]
+            lead = rr - 2
+            if c is None:
+                dims = [None, None]
+            elif lead and c == 0:
+                dims = [0, 0]
+            elif c == rr - 2:
+                dims = [None, op.indices.type.rank - 2]  # type: ignore[attr-defined]
+            else:
+                dims = [op.table.type.rank - 1, None]  # type: ignore[attr-defined]
+        elif isinstance(op, coll.FusedCollectiveOp):
+            dims = self.fused(op, res)
+        else:
+            raise NotChunkable(f"'{op.name}' cannot be cut")
+        for i, (v, d) in enumerate(zip(op.operands, dims)):
+            if isinstance(v.type, TensorType) and v.type.rank == 0:
+                d = None
+            self.need(v, d, op, i)
+
+    def fused(self, op: coll.FusedCollectiveOp, res: list[int | None]) -> list[int | None]:
+        block = op.body.block
+        term = block.last_op
+        assert isinstance(term, coll.YieldOp)
+        axes = list(op.option("axes") or (0,))
+        self.internal.update(block.args)
+        for inner in block.ops:
+            self.internal.update(inner.results)
+        for i, (y, d) in enumerate(zip(term.values, res)):
+            if op.FINISH is not None and op.gather_flags()[i] and d is not None:
+                _collective_dims(op.FINISH, y.type, {"axes": axes}, d)  # type: ignore[arg-type]
+            self.need(y, d, term, i)
+        self.ops([o for o in block.ops if o is not term])
+        out = []
+        for x, arg in zip(op.inputs, block.args):
+            d = self.dims.get(arg)
+            if op.FIRST is not None and d is not None:
+                d = _collective_dims(op.FIRST, x.type, op.first_options(), d)  # type: ignore[arg-type]
+            out.append(d)
+        return out
+
+
+def chunk_type(t: Attribute, d: int | None, n: int) -> Attribute:
+    if d is None or not isinstance(t, TensorType):
+        return t
+    shape = list(t.get_shape())
+    shape[d] //= n
+    return t.with_(shape=shape)
+
+
+def _values(op: Operation):
+    """Results and block arguments of ``op`` and everything nested in it, in walk order."""
+    for o in op.walk():
+        yield from o.results
+        for r in o.regions:
+            for b in r.blocks:
+                yield from b.args
+
+
+@dataclass(frozen=True)
+class LowerOverlapPass(ModulePass):
+    name = "lower-overlap"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        mesh_ops = meshes(op)
+        for ov in [o for o in op.walk() if isinstance(o, coll.OverlapOp)]:
+            self.lower(ov, mesh_ops)
+
+    def lower(self, ov: coll.OverlapOp, mesh_ops) -> None:
+        block = ov.body.block
+        term = block.last_op
+        chain = [o for o in block.ops if o is not term]
+        n = ov.option("chunks")
+        if len(ov.outputs) != 1 or n < 2 or not isinstance(ov.outputs[0].type, TensorType):
+            return
+        out_t: TensorType = ov.outputs[0].type  # type: ignore[assignment]
+        plan = None
+        for c in range(out_t.rank):
+            try:
+                plan = self.plan(chain, term, c, n, mesh_ops)
+                break
+            except NotChunkable:
+                plan = None
+        if plan is None:
+            return
+        self.emit(ov, chain, term, plan, n)
+
+    @staticmethod
+    def plan(chain: list[Operation], term: Operation, c: int, n: int, mesh_ops) -> Plan:
+        plan = Plan()
+        for o in chain:
+            plan.internal.update(_values(o))
+        plan.need(term.operands[0], c, term, 0)
+        plan.ops(chain)
+        checked = [(v.type, d) for v, d in plan.dims.items() if d is not None]
+        checked += [(u[0].operands[u[1]].type, d) for u, d in plan.uses.items() if d is not None]
+        for t, d in checked:
+            if not isinstance(t, TensorType):
+                raise NotChunkable("a scalar cannot be cut")
+            if t.get_shape()[d] % n:
+                raise NotChunkable(f"dim {d} of {t} is not divisible into {n} chunks")
+            local = local_shape(t, static_sizes(PASS, mesh_ops[t.mesh_name]))
+            if local[d] % n:
+                raise NotChunkable(f"the local blocks of {t} along dim {d} are not divisible into {n} chunks")
+        return plan
+
+    @staticmethod
+    def emit(ov: coll.OverlapOp, chain: list[Operation], term: Operation, plan: Plan, n: int) -> None:
+        parent = ov.parent_block()
+        assert parent is not None
+        first_coll = next(i for i, o in enumerate(chain) if isinstance(o, (coll.CollectiveOp, coll.FusedCollectiveOp)))
+        views: dict[tuple[SSAValue, int, int], SSAValue] = {}
+        results = []
+        c_out = plan.dims[term.operands[0]]
+
+        def insert(new: Operation) -> Operation:
+            parent.insert_op_before(new, ov)
+            return new
+
+        for k in range(n):
+            kc = insert(arith.ConstantOp.from_int_and_width(k, IndexType())).results[0]
+            mapper: dict[SSAValue, SSAValue] = {}
+            for pos, o in enumerate(chain):
+                clone = o.clone(value_mapper=mapper)
+                for old_v in _values(o):
+                    d = plan.dims.get(old_v)
+                    if d is not None and old_v in mapper:
+                        mapper[old_v]._type = chunk_type(old_v.type, d, n)  # noqa: SLF001 - retyping a fresh clone
+                for old_op, new_op in zip(o.walk(), clone.walk()):
+                    for i, v in enumerate(old_op.operands):
+                        d = plan.uses.get((old_op, i))
+                        if d is None or v in plan.internal:
+                            continue
+                        key = (v, d, k)
+                        if key not in views:
+                            view = insert(rt.ChunkOp.get(v, kc, d, n, chunk_type(v.type, d, n)))
+                            if v.name_hint:
+                                view.result.name_hint = f"{v.name_hint}_c{k}"
+                            views[key] = view.result
+                        new_op.operands = [views[key] if j == i else w for j, w in enumerate(new_op.operands)]
+                    if isinstance(new_op, dist.DropoutOp):
+                        d = plan.dims.get(old_op.results[0])
+                        if d is not None:
+                            new_op.attributes[CHUNK] = ArrayAttr([IntegerAttr(x, i64) for x in (d, k, n)])
+                clone.attributes[STREAM] = IntegerAttr(0 if pos < first_coll else 1, i64)
+                for r in clone.results:
+                    if r.name_hint:
+                        r.name_hint = f"{r.name_hint}_c{k}"
+                insert(clone)
+            results.append(mapper[term.operands[0]])
+        asm = insert(rt.AssembleOp.get(results, c_out, ov.outputs[0].type))  # type: ignore[arg-type]
+        asm.result.name_hint = ov.outputs[0].name_hint
+        ov.outputs[0].replace_all_uses_with(asm.result)
+        parent.erase_op(ov)
