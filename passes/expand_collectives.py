@@ -149,7 +149,8 @@ class ExpandFusedCollective(RewritePattern):
         block = op.body.block
         term = block.last_op
         assert isinstance(term, coll.YieldOp)
-        yielded = list(term.values)
+        # a yielded block argument stands for the operand value it is bound to
+        yielded = [args[block.args.index(v)] if v in block.args else v for v in term.values]
         rewriter.erase(term, safe_erase=False)
         rewriter.inline_block(block, InsertPoint.before(op), args)
         results: list[SSAValue] = []

@@ -121,3 +121,18 @@ func.func @overlap(%a: !dist.tensor<8x16xf32, @world, [sliced<1>]>, %b: !dist.te
   }
   func.return %y : !dist.tensor<8x4xf32, @world, [replicated]>
 }
+
+// A region that yields its argument: the gather reads the reduce-scatter's slice.
+// CHECK-LABEL: func.func @trivial_region
+// CHECK:         %[[R:.*]] = dist.reduce sum %x
+// CHECK-NEXT:    %[[S:.*]] = dist.slice %[[R]] dim 0
+// CHECK-NEXT:    %[[J:.*]] = dist.join %[[S]]
+// CHECK-NEXT:    %[[Y:.*]] = dist.repl %[[J]]
+// CHECK-NEXT:    func.return %[[Y]]
+func.func @trivial_region(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  %y = coll.fused_all_reduce sum %x dim 0 : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]> {
+  ^bb0(%a: !dist.tensor<64xf32, @world, [sliced<0>]>):
+    coll.yield %a : !dist.tensor<64xf32, @world, [sliced<0>]>
+  }
+  func.return %y : !dist.tensor<64xf32, @world, [replicated]>
+}
