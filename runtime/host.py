@@ -56,8 +56,9 @@ class HostDevice:
 
     target = "cpu"
 
-    def __init__(self, parallel: bool = False, abort: threading.Event | None = None, on_error=None):
+    def __init__(self, parallel: bool = False, abort: threading.Event | None = None, on_error=None, blas_threads: int = 1):
         self.parallel = parallel
+        self.blas_threads = blas_threads
         self.abort = abort
         self.on_error = on_error
         self._kernels: dict[int, KernelInfo] = {}
@@ -84,7 +85,9 @@ class HostDevice:
     def stream(self, index: int):
         if index == 0:
             return SyncStream(0)
-        return ThreadStream(index, f"stream{index}", self.abort, self.on_error)
+        stream = ThreadStream(index, f"stream{index}", self.abort, self.on_error)
+        stream.submit(lambda: limit_blas_threads(self.blas_threads))
+        return stream
 
     # ------------------------------------------------------------------ kernels
     def kernel(self, kernel: rt.KernelOp) -> KernelInfo:
@@ -156,6 +159,34 @@ class HostDevice:
         return True
 
 
+_BLAS_SETTER: Any = None
+
+
+def limit_blas_threads(n: int) -> None:
+    """Let BLAS calls of the calling thread use at most ``n`` threads (numpy's OpenBLAS;
+    no-op elsewhere). Rank threads sharing the cores keep BLAS from oversubscribing."""
+    global _BLAS_SETTER
+    if _BLAS_SETTER is None:
+        import ctypes
+        import glob
+        import os
+
+        _BLAS_SETTER = False
+        libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+        for path in glob.glob(os.path.join(libdir, "*openblas*")):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            fn = getattr(lib, "openblas_set_num_threads_local", None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                _BLAS_SETTER = fn
+                break
+    if _BLAS_SETTER:
+        _BLAS_SETTER(int(n))
+
+
 def _copy(src: np.ndarray, dst: np.ndarray) -> None:
     dst[...] = src.reshape(dst.shape)
 
@@ -165,11 +196,16 @@ def _assign(out: np.ndarray, value: np.ndarray) -> None:
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-    if a.dtype in (np.float32, np.float64) and c.flags.c_contiguous:
-        if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
-            np.matmul(a.reshape(-1, a.shape[-1]), b, out=c.reshape(-1, c.shape[-1]))
+    if a.dtype in (np.float32, np.float64):
+        # BLAS wants contiguous operands (numpy's matmul of strided stacks does not use it).
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+        out = c if c.flags.c_contiguous else np.empty(c.shape, c.dtype)
+        if b.ndim == 2 and a.ndim > 2:
+            np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
         else:
-            np.matmul(a, b, out=c)
+            np.matmul(a, b, out=out)
+        if out is not c:
+            c[...] = out
         return
     c[...] = interpreter.matmul(a, b, c.dtype)
 

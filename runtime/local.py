@@ -304,8 +304,11 @@ class LocalRunner:
         if parallel is None:
             parallel = (os.cpu_count() or 1) >= 2 * n
         self.world = LocalWorld(n)
+        self.blas_threads = max(1, (os.cpu_count() or 1) // n)
         if device is None:
-            device = HostDevice(parallel=parallel, abort=self.world.abort, on_error=lambda e: self.world.fail(-1, e))
+            device = HostDevice(
+                parallel=parallel, abort=self.world.abort, on_error=lambda e: self.world.fail(-1, e), blas_threads=self.blas_threads
+            )
         self.device = device
         comms = [self.world.comm(r) for r in range(n)]
         if comm_wrapper is not None:
@@ -322,6 +325,9 @@ class LocalRunner:
         self.args = [self.program.rank_args(inputs, r, self.device) for r in range(self.program.ranks)]
 
     def _serve(self, rank: int) -> None:
+        from distir.runtime.host import limit_blas_threads
+
+        limit_blas_threads(self.blas_threads)
         ex = self.executors[rank]
         while True:
             job = self._jobs[rank].get()

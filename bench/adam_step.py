@@ -1,0 +1,114 @@
+"""One data-parallel Adam step over 2^24 f32 elements per rank on 2 ranks, measured side
+by side in one run and printed as ratios (the issue's targets in brackets):
+
+(a) the fused CoCoNet schedule fuse(RS-Adam-AG) vs AR-Adam, on the same backend  [local >= 1.5x]
+(b) vs numpy + mpi4py (Allreduce, then Adam in plain numpy)                      [local >= 6x, mpi >= 2x]
+(c) vs PyTorch on the CPU: gloo all_reduce + torch.optim.Adam(fused=True),
+    2 processes with one thread each                                             [local >= 3.5x]
+(d) the memory roofline: the bytes the fused step must move (40 B per element on 2
+    ranks, write-allocate counted) / the triad bandwidth of both cores measured in
+    this run (16 B per element), divided by the fused step's time              [>= 0.8]
+
+    python bench/adam_step.py [--log2n 24] [--reps 10] [--no-torch] [--no-mpi]
+
+PyTorch (pip install torch==2.13.0, the CPU wheel) and the mpich wheel's mpiexec are
+needed for (b) and (c); a missing one is reported and its ratio left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import ADAM_SCHEDULES, BYTES_PER_ELEMENT_FUSED, LocalStep, adam_text, median_time, note, schedule, table, triad_bandwidth  # noqa: E402
+
+
+def run_json(cmd: list[str], timeout: float = 1800) -> dict | None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        note(f"  {' '.join(cmd[:3])}...: {e}")
+        return None
+    if proc.returncode != 0:
+        note(f"  {' '.join(cmd[:3])}... failed: {proc.stderr.strip().splitlines()[-1:] }")
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--log2n", type=int, default=24)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-mpi", action="store_true")
+    args = ap.parse_args()
+    n = 1 << args.log2n
+    ranks = 2
+    times: dict[str, float] = {}
+
+    note(f"Adam step, {n} f32 elements per rank, {ranks} ranks")
+    for name, pipeline in ADAM_SCHEDULES.items():
+        note(f"  local backend: {name}")
+        step = LocalStep(schedule(adam_text(n), pipeline), ranks)
+        times[f"local {name}"] = median_time(step, args.reps)
+        step.close()
+
+    note("  triad bandwidth (2 threads)")
+    bw = triad_bandwidth(n // 2 if n >= 2 else n)
+    roofline = BYTES_PER_ELEMENT_FUSED * n / bw
+
+    from distir.runtime.mpi import mpiexec_path
+
+    try:
+        mpiexec = mpiexec_path()
+    except Exception:  # noqa: BLE001
+        mpiexec = None
+    if mpiexec and not args.no_mpi:
+        note("  numpy + mpi4py")
+        r = run_json([mpiexec, "-n", str(ranks), sys.executable, str(HERE / "baselines/numpy_mpi_adam.py"), str(n), str(args.reps)])
+        if r:
+            times["numpy + mpi4py"] = r["median_s"]
+        note("  mpi backend")
+        r = run_json([mpiexec, "-n", str(ranks), sys.executable, str(HERE / "baselines/mpi_step.py"), str(n), str(args.reps)])
+        if r:
+            for name, t in r.items():
+                times[f"mpi {name}"] = t
+    if not args.no_torch:
+        note("  PyTorch (gloo + fused Adam)")
+        r = run_json([sys.executable, str(HERE / "baselines/torch_adam.py"), str(n), str(args.reps)])
+        if r:
+            times["PyTorch CPU"] = r["median_s"]
+
+    fused = times["local fuse(RS-Adam-AG)"]
+    print(f"\nAdam step, 2^{args.log2n} f32 per rank, {ranks} ranks (median of {args.reps}):\n")
+    print(table([[k, f"{v * 1e3:.1f}"] for k, v in times.items()], ["implementation", "ms"]))
+    print(f"\ntriad bandwidth {bw / 1e9:.1f} GB/s -> fused-step roofline {roofline * 1e3:.1f} ms ({BYTES_PER_ELEMENT_FUSED} B/element)\n")
+
+    rows = []
+
+    def ratio(label: str, num: str, den: str, target: float) -> None:
+        if num in times and den in times:
+            r = times[num] / times[den]
+            rows.append([label, f"{r:.2f}x", f">= {target}x", "met" if r >= target else "NOT met"])
+        else:
+            rows.append([label, "n/a", f">= {target}x", "not measured"])
+
+    ratio("(a) local: AR-Adam / fuse(RS-Adam-AG)", "local AR-Adam", "local fuse(RS-Adam-AG)", 1.5)
+    ratio("(b) local: numpy+mpi4py / fuse(RS-Adam-AG)", "numpy + mpi4py", "local fuse(RS-Adam-AG)", 6)
+    ratio("(c) local: PyTorch / fuse(RS-Adam-AG)", "PyTorch CPU", "local fuse(RS-Adam-AG)", 3.5)
+    d = roofline / fused
+    rows.append(["(d) local: roofline / fuse(RS-Adam-AG)", f"{d:.2f}", ">= 0.8", "met" if d >= 0.8 else "NOT met"])
+    ratio("(a) mpi: AR-Adam / fuse(RS-Adam-AG)", "mpi AR-Adam", "mpi fuse(RS-Adam-AG)", 1.5)
+    ratio("(b) mpi: numpy+mpi4py / fuse(RS-Adam-AG)", "numpy + mpi4py", "mpi fuse(RS-Adam-AG)", 2)
+    print(table(rows, ["ratio", "measured", "target", ""]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
