@@ -2,6 +2,11 @@
 // RUN: distir-opt %s -p 'commute-maps{direction=down}' | filecheck %s --check-prefix=DOWN
 // RUN: distir-opt %s -p 'commute-maps{targets=only}' | filecheck %s --check-prefix=TARGET
 // RUN: distir-opt %s -p 'expand-collectives,commute-maps,cancel-primitives,form-collectives,cancel-primitives' | filecheck %s --check-prefix=IDENT
+// RUN: not distir-opt %s -p 'commute-maps{direction=sideways}' 2>&1 | filecheck %s --check-prefix=DIRECTION
+// RUN: not distir-opt %s -p 'commute-maps{targets=r}' 2>&1 | filecheck %s --check-prefix=NOTMAP
+
+// DIRECTION: 'commute-maps' pass: direction must be up or down, got 'sideways'
+// NOTMAP: 'commute-maps' pass: target %r: is not the result of a dist.map
 
 dist.mesh @world shape = [4]
 

@@ -1,5 +1,8 @@
 // RUN: distir-opt %s -p fuse-maps | filecheck %s
 // RUN: distir-opt %s -p 'fuse-maps{targets=a,b}' | filecheck %s --check-prefix=TARGET
+// RUN: not distir-opt %s -p 'fuse-maps{targets=a,zz}' 2>&1 | filecheck %s --check-prefix=NONE
+
+// NONE: 'fuse-maps' pass: target %zz names no value (maps here: %a, %b, %b2, %c, %m1, %p1)
 
 dist.mesh @world shape = [4]
 
