@@ -78,6 +78,45 @@ class LocalStep:
         self.runner.close()
 
 
+def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2) -> dict[str, float]:
+    """Median time of each function, the functions run round-robin (so that a change in
+    the machine's load hits them all alike)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def triad_runner(n: int, threads: int = 2) -> Callable[[], None]:
+    """``a = b + s*c`` run by ``threads`` threads at once (one per core, as the ranks of
+    the local backend run), each on its own n-element arrays (16 bytes per element)."""
+    import numba
+
+    @numba.njit(nogil=True, fastmath=True, error_model="numpy")
+    def triad(a, b, c, s):
+        for i in range(a.shape[0]):
+            a[i] = b[i] + s * c[i]
+
+    arrays = [(np.zeros(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)) for _ in range(threads)]
+    for a, b, c in arrays:
+        triad(a, b, c, np.float32(3.0))
+
+    def once() -> None:
+        ts = [threading.Thread(target=triad, args=(a, b, c, np.float32(3.0))) for a, b, c in arrays]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    return once
+
+
 def triad_bandwidth(n: int, threads: int = 2, reps: int = 10) -> float:
     """Bytes/s of ``a = b + s*c`` run by ``threads`` threads at once (one per core, as
     the ranks of the local backend run), each on its own n-element arrays, counting 16
