@@ -144,9 +144,13 @@ class ZeroCopy:
 
 @dataclass(frozen=True)
 class Bucketed:
-    """Scattered-tensor variant: every memref parameter of the iteration space's size is
-    a tuple of 1-d segments; the loop runs over a bucket table ``(segment, offset,
-    length)``, at most 1024 elements per bucket. Other parameters are scalars."""
+    """Scattered-tensor variant of a 1-d kernel: each parameter in ``scattered`` is a
+    tuple of 1-d pieces; the loop runs over a bucket table of rows ``(piece, offset in
+    the piece, length, offset in the whole)``, at most 1024 elements per bucket, and a
+    scattered parameter is indexed ``a[piece][offset + j]``; other arrays are indexed by
+    the offset in the whole."""
+
+    scattered: tuple[int, ...]
 
 
 @dataclass
@@ -546,7 +550,7 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None) 
             if variant.op in combine:
                 expr = "(" + combine[variant.op].join(terms) + ")"
                 if variant.op == "avg":
-                    expr = f"({expr} * numba.{tr.ct}({1.0 / n!r}))"
+                    expr = f"({expr} / numba.{tr.ct}({n}))"
                 return expr
             fn = "_fmax" if variant.op == "max" else "_fmin"
             expr = terms[0]
@@ -561,26 +565,34 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None) 
             return [f"{v} = {value}"] + [f"{g}[base + {flat}] = {v}" for g in peers[p]]
 
         tr.load_hook, tr.store_hook = load, store
+    if isinstance(variant, Bucketed):
+        if len(space) != 1:
+            raise UnsupportedKernel("scattered tensors need 1-d kernels")
+
+        def bload(p, idx):
+            return f"a{p}[seg][off + j]" if p in variant.scattered else f"a{p}[{', '.join(idx)}]"
+
+        def bstore(p, idx, value):
+            return [f"a{p}[seg][off + j] = {value}" if p in variant.scattered else f"a{p}[{', '.join(idx)}] = {value}"]
+
+        tr.load_hook, tr.store_hook = bload, bstore
     hoisted, body = tr.split()
     lines = [f"def {name}({', '.join(args)}):"]
     lines += _indent(pre + hoisted, 4)
     if isinstance(variant, Bucketed):
-        # Buckets of the flat iteration space: every array is a tuple of 1-d segments.
         lines[0] = f"def {name}({', '.join(args + ['table'])}):"
         lines += _indent(
             [
                 "for b in numba.prange(table.shape[0]):",
                 "    seg = table[b, 0]",
                 "    off = table[b, 1]",
+                "    glob = table[b, 3]",
                 "    for j in range(table[b, 2]):",
-                "        i0 = off + j",
+                "        i0 = glob + j",
             ],
             4,
         )
-        seg_body = [
-            line.replace("[i0]", "[seg][i0]") if "[i0]" in line else line for line in body
-        ]
-        lines += _indent(seg_body, 16)
+        lines += _indent(body, 12)
     elif not space:
         lines += _indent(body, 4)
     else:

@@ -117,12 +117,20 @@ class LoweredProgram:
                     bounds[names[i]] = rows
         return bounds
 
-    def rank_args(self, inputs: Mapping[str, np.ndarray], rank: int, device) -> list[Any]:
+    def rank_args(self, inputs: Mapping[str, np.ndarray], rank: int, device, scatter: Mapping[str, Sequence[np.ndarray]] | None = None) -> list[Any]:
         """The arguments of ``rank``: its writable buffers (zeros where it holds nothing)
-        and the scalars."""
+        and the scalars; an argument in ``scatter`` (its pieces) gets a scattered buffer
+        (``scattered.py``)."""
+        from distir.runtime.scattered import rank_buffer
+
         out = []
         for (name, t), new_t in zip(self.signature(), self.func.function_type.inputs.data):
             a = inputs[name]
+            if scatter and name in scatter:
+                assert isinstance(t, TensorType)
+                grid = self.grid(t)
+                out.append(rank_buffer(t, scatter[name], grid, rank_coords(grid)[rank]))
+                continue
             if isinstance(t, TensorType):
                 grid = self.grid(t)
                 bufs = npz.distribute(a, t, grid)
@@ -139,6 +147,10 @@ class LoweredProgram:
 
     def collect(self, per_rank: Sequence[Sequence[Any]], to_host: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
         """Logical outputs (out.npz convention) from every rank's results."""
+        from distir.runtime.scattered import ScatteredArray
+
+        plain = to_host
+        to_host = lambda b: b.gather() if isinstance(b, ScatteredArray) else plain(b)  # noqa: E731
         outs = []
         for i, t in enumerate(self.result_types()):
             if isinstance(t, TensorType):

@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import IndexType, MemRefType
 from distir.dialects import rt
 from distir.lowering import numba_codegen as cg
 from distir.runtime import interpreter
+from distir.runtime.scattered import ScatteredArray, bucket_table, copy_into
 from distir.runtime.streams import SyncStream, ThreadStream
 from distir.runtime.values import is_half, numpy_dtype
 
@@ -79,6 +80,9 @@ class HostDevice:
         return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
 
     def copy(self, src: np.ndarray, dst: np.ndarray, stream) -> None:
+        if isinstance(src, ScatteredArray) or isinstance(dst, ScatteredArray):
+            stream.submit(lambda: copy_into(dst.reshape(-1), src.reshape(-1)))
+            return
         stream.submit(lambda: _copy(src, dst))
 
     # ------------------------------------------------------------------ streams
@@ -100,6 +104,9 @@ class HostDevice:
         return info
 
     def launch(self, kernel: rt.KernelOp, args: Sequence[Any], stream) -> None:
+        if any(isinstance(a, ScatteredArray) for a in args):
+            self.launch_bucketed(kernel, args, stream)
+            return
         info = self.kernel(kernel)
 
         def run():
@@ -111,14 +118,52 @@ class HostDevice:
 
         stream.submit(run)
 
+    def launch_bucketed(self, kernel: rt.KernelOp, args: Sequence[Any], stream) -> None:
+        """A kernel over scattered tensors: the bucket-table variant, each scattered
+        argument passed as the tuple of its pieces (no packing)."""
+        info = self.kernel(kernel)
+        scattered = tuple(i for i, a in enumerate(args) if isinstance(a, ScatteredArray))
+        lengths = {args[i].lengths for i in scattered}
+        if len(lengths) != 1:
+            raise RuntimeError(f"kernel @{kernel.kernel_name}: scattered arguments with different pieces {sorted(lengths)}")
+        if any(is_half(args[i].dtype) for i in scattered):
+            raise RuntimeError("scattered f16/bf16 tensors are not supported by CPU kernels")
+        key = ("bucketed", scattered)
+        fn = info.zero_copy.get(key)
+        if fn is None:
+            with self._lock:
+                fn = info.zero_copy.get(key)
+                if fn is None:
+                    fn = info.zero_copy[key] = cg.compile_cpu(cg.cpu_source(kernel, cg.Bucketed(scattered)), parallel=self.parallel)
+        table = bucket_table(next(iter(lengths)))
+
+        def run():
+            plain = [np.zeros(1, np.float32) if i in scattered else a for i, a in enumerate(args)]
+            call, post = _call_args(info, plain)
+            for i in scattered:
+                call[i] = tuple(args[i].pieces)
+            fn(*call, table)
+            for f in post:
+                f()
+
+        stream.submit(run)
+
     # ------------------------------------------------------------------ library calls
+    @staticmethod
+    def _no_scattered(op: str, *bufs) -> None:
+        if any(isinstance(b, ScatteredArray) for b in bufs):
+            raise RuntimeError(f"{op} does not take scattered tensors (only element-wise kernels and collectives do)")
+
     def matmul(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, stream) -> None:
+        self._no_scattered("rt.matmul", a, b, c)
         stream.submit(lambda: _matmul(a, b, c))
 
     def reduce_tensor(self, kind: str, a: np.ndarray, out: np.ndarray, dims: Sequence[int], stream) -> None:
+        self._no_scattered("rt.reduce_tensor", a, out)
         stream.submit(lambda: _assign(out, interpreter.reduce_tensor(a, kind, dims)))
 
     def embedding_bag(self, table, indices, row0: int, out, mode: str, stream) -> None:
+        self._no_scattered("rt.embedding_bag", table, indices, out)
         stream.submit(
             lambda: _assign(out, interpreter.embedding_bag(table, indices, mode, row0, table.shape[-2], out.dtype))
         )
@@ -131,6 +176,8 @@ class HostDevice:
         conversion."""
         exchange = getattr(comm, "peer_buffers", None)
         if exchange is None or not isinstance(stream, SyncStream):
+            return False
+        if any(isinstance(a, ScatteredArray) for a in (send, *fulls, *args)):
             return False
         if any(is_half(a.dtype) for a in (send, *fulls)) or any(isinstance(a, np.ndarray) and is_half(a.dtype) for a in args):
             return False

@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import ModuleOp
 from distir.runtime.comm import P2P, CommError
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
 from distir.runtime.host import HostDevice
+from distir.runtime.scattered import ScatteredArray, copy_into, segments
 from distir.runtime.values import is_half, reduce_arrays
 from distir.tools.diagnostics import InputRejected
 
@@ -85,6 +86,11 @@ def reduce_into(op: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray],
     """dsts[k][lo:hi] = op over srcs[j][lo:hi] (flat arrays), as ``values.reduce_arrays``."""
     if hi <= lo:
         return
+    if any(isinstance(a, ScatteredArray) for a in (*srcs, *dsts)):
+        # Per contiguous piece of every buffer (scattered tensors).
+        for a, b, views in segments([*srcs, *dsts], lo, hi):
+            reduce_into(op, views[: len(srcs)], views[len(srcs) :], 0, b - a)
+        return
     dt = srcs[0].dtype
     if dt in (np.float32, np.float64):
         _reducer(len(srcs), len(dsts), op)(*srcs, *dsts, lo, hi)
@@ -97,10 +103,6 @@ def reduce_into(op: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray],
 def share(count: int, parts: int, i: int) -> tuple[int, int]:
     """Range of the elements that part i of ``parts`` handles."""
     return count * i // parts, count * (i + 1) // parts
-
-
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
 
 
 # ======================================================================================
@@ -217,9 +219,7 @@ class LocalComm:
         mine = send.reshape(-1)
         base = self.rank * count
         for full in slots:
-            dst = full[base : base + count]
-            if not _same_memory(dst, mine):
-                dst[...] = mine
+            copy_into(full[base : base + count], mine)
         self._sync()
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
@@ -236,9 +236,7 @@ class LocalComm:
 
     def _broadcast(self, send, recv, count, root) -> None:
         slots = self._publish(send.reshape(-1))
-        src, dst = slots[root][:count], recv.reshape(-1)[:count]
-        if not _same_memory(src, dst):
-            dst[...] = src
+        copy_into(recv.reshape(-1)[:count], slots[root][:count])
         self._sync()
 
     # ------------------------------------------------------------------ point to point
@@ -268,8 +266,7 @@ class LocalComm:
             if m.count != c.count:
                 m.done.set()
                 raise CommError(f"rank {self.rank} expected {c.count} elements from group rank {c.peer}, got {m.count}")
-            dst = c.buffer.reshape(-1)
-            dst[: c.count] = m.buf[: c.count]
+            copy_into(c.buffer.reshape(-1)[: c.count], m.buf[: c.count])
             m.done.set()
         for m in posted:
             while not m.done.wait(TIMEOUT):
@@ -385,19 +382,28 @@ def _first_failure(errors: dict[int, BaseException]) -> BaseException:
 
 
 class LocalBackend:
-    """``local``: lower (if needed) and run on N rank threads of this process."""
+    """``local``: lower (if needed) and run on N rank threads of this process.
+    ``scatter`` names arguments given as lists of pieces (``scattered.py``)."""
 
     name = "local"
+    supports_scatter = True
 
-    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int) -> list[np.ndarray]:
+    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, scatter: Sequence[str] = ()) -> list[np.ndarray]:
+        from distir.runtime import scattered
+
         program = LoweredProgram.build(module, func, ranks)
-        full = program.prepare_inputs(inputs, seed)
+        pieces: dict = {}
+        if scatter:
+            full, pieces = scattered.prepare(program, inputs, scatter, seed)
+        else:
+            full = program.prepare_inputs(inputs, seed)
         runner = LocalRunner(program)
         try:
-            runner.bind(full)
-            return runner.outputs(runner.step())
+            runner.args = [program.rank_args(full, r, runner.device, pieces) for r in range(ranks)]
+            outputs = runner.outputs(runner.step())
         finally:
             runner.close()
+        return scattered.as_pieces(program, outputs, pieces) if scatter else outputs
 
 
 def run_local(module: ModuleOp | str, func: str | None = None, inputs: Mapping[str, np.ndarray] | None = None, ranks: int = 1, seed: int = 0) -> list[np.ndarray]:

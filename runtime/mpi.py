@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import ModuleOp
 from distir.runtime.comm import P2P, CommError
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
 from distir.runtime.host import HostDevice
+from distir.runtime.scattered import copy_into, is_scattered, segments
 from distir.runtime.streams import DoneEvent, SyncStream
 from distir.runtime.values import BFLOAT16, is_half
 from distir.tools.diagnostics import InputRejected
@@ -205,7 +206,46 @@ class MpiComm:
         post = (lambda: _finish_avg(recv, n)) if op == "avg" else None
         return send, recv, post
 
+    # ---- scattered tensors: one call per contiguous piece (per-tensor views), run in
+    # stream order; pieces are cut where the buffers that all ranks share are cut.
+    def _per_piece(self, stream, fn) -> None:
+        if isinstance(stream, RequestStream):
+            stream.submit(fn)
+        else:
+            fn()
+
+    def _reduce_piece(self, send: np.ndarray, op: str, root: int | None) -> np.ndarray:
+        out = np.empty_like(send)
+        s, r, post = self._reduction_buffers(send, out, op)
+        if root is None:
+            self.comm.Allreduce(s, r, _op(op))
+        else:
+            self.comm.Reduce(s, r, _op(op), root)
+        if post is not None and (root is None or root == self.rank):
+            post()
+        return out
+
+    def _scattered_reduce(self, send, recv, count, op, root, blocks: bool) -> None:
+        n = self.size if blocks else 1
+        for j in range(n):
+            lo = j * count if blocks else 0
+            target = root if root is not None else (j if blocks else None)
+            for a, b, (s,) in segments([send.reshape(-1)], lo, lo + count):
+                out = self._reduce_piece(np.ascontiguousarray(s), op, target)
+                if target is None or target == self.rank:
+                    copy_into(recv.reshape(-1)[a - lo : b - lo], out)
+
+    def _scattered_bcast(self, full, count, root_of_block, blocks: int) -> None:
+        for j in range(blocks):
+            root = root_of_block(j)
+            for _, _, (v,) in segments([full.reshape(-1)], j * count, (j + 1) * count):
+                self.comm.Bcast(_raw(v), root)
+
     def all_reduce(self, send, recv, count, op, stream) -> None:
+        if is_scattered(send) or is_scattered(recv):
+            self._per_piece(stream, lambda: self._scattered_reduce(send, recv, count, op, None, False))
+            return
+
         def prepare():
             s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
             return (_mpi().IN_PLACE if _same(s, r) else s, r), post, (s, r)
@@ -213,6 +253,10 @@ class MpiComm:
         self._do(stream, prepare, lambda sb, r: self.comm.Allreduce(sb, r, _op(op)), lambda sb, r: self.comm.Iallreduce(sb, r, _op(op)))
 
     def reduce_scatter(self, send, recv, count, op, stream) -> None:
+        if is_scattered(send) or is_scattered(recv):
+            self._per_piece(stream, lambda: self._scattered_reduce(send, recv, count, op, None, True))
+            return
+
         def prepare():
             flat = send.reshape(-1)[: count * self.size]
             if np.shares_memory(flat, recv):
@@ -228,6 +272,15 @@ class MpiComm:
         )
 
     def all_gather(self, send, recv, count, stream) -> None:
+        if is_scattered(send) or is_scattered(recv):
+
+            def run():
+                copy_into(recv.reshape(-1)[self.rank * count : (self.rank + 1) * count], send.reshape(-1)[:count])
+                self._scattered_bcast(recv, count, lambda j: j, self.size)
+
+            self._per_piece(stream, run)
+            return
+
         def prepare():
             s, r = _raw(send.reshape(-1)[:count]), _raw(recv.reshape(-1)[: count * self.size])
             mine = r[self.rank * count : (self.rank + 1) * count]
@@ -236,6 +289,10 @@ class MpiComm:
         self._do(stream, prepare, lambda sb, r: self.comm.Allgather(sb, r), lambda sb, r: self.comm.Iallgather(sb, r))
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
+        if is_scattered(send) or is_scattered(recv):
+            self._per_piece(stream, lambda: self._scattered_reduce(send, recv, count, op, root, False))
+            return
+
         def prepare():
             s, r, post = self._reduction_buffers(send.reshape(-1)[:count], recv.reshape(-1)[:count], op)
             sb = _mpi().IN_PLACE if self.rank == root and _same(s, r) else s
@@ -244,6 +301,16 @@ class MpiComm:
         self._do(stream, prepare, lambda sb, r: self.comm.Reduce(sb, r, _op(op), root), lambda sb, r: self.comm.Ireduce(sb, r, _op(op), root))
 
     def broadcast(self, send, recv, count, root, stream) -> None:
+        if is_scattered(send) or is_scattered(recv):
+
+            def run():
+                if self.rank == root:
+                    copy_into(recv.reshape(-1)[:count], send.reshape(-1)[:count])
+                self._scattered_bcast(recv, count, lambda j: root, 1)
+
+            self._per_piece(stream, run)
+            return
+
         def prepare():
             r = recv.reshape(-1)[:count]
             if self.rank == root and not _same(send.reshape(-1), r):
@@ -254,6 +321,25 @@ class MpiComm:
         self._do(stream, prepare, lambda rb: self.comm.Bcast(rb, root), lambda rb: self.comm.Ibcast(rb, root))
 
     def group(self, calls: list[P2P], stream) -> None:
+        if any(is_scattered(c.buffer) for c in calls):
+            # Point-to-point messages of scattered buffers go through contiguous copies.
+            def run():
+                tmps = [np.empty(c.count, c.buffer.dtype) for c in calls]
+                for c, t in zip(calls, tmps):
+                    if c.kind == "send":
+                        copy_into(t, c.buffer.reshape(-1)[: c.count])
+                reqs = [
+                    self.comm.Isend(_raw(t), c.peer, tag=7) if c.kind == "send" else self.comm.Irecv(_raw(t), c.peer, tag=7)
+                    for c, t in zip(calls, tmps)
+                ]
+                _mpi().Request.Waitall(reqs)
+                for c, t in zip(calls, tmps):
+                    if c.kind == "recv":
+                        copy_into(c.buffer.reshape(-1)[: c.count], t)
+
+            self._per_piece(stream, run)
+            return
+
         def start():
             bufs = [_raw(c.buffer.reshape(-1)[: c.count]) for c in calls]
             reqs = [
@@ -327,8 +413,8 @@ class MpiRunner:
         self.executor = PollingExecutor(program, self.rank, MpiComm(self.world), self.device)
         self.args: list[Any] = []
 
-    def bind(self, inputs: Mapping[str, np.ndarray]) -> None:
-        self.args = self.program.rank_args(inputs, self.rank, self.device)
+    def bind(self, inputs: Mapping[str, np.ndarray], pieces: Mapping[str, Any] | None = None) -> None:
+        self.args = self.program.rank_args(inputs, self.rank, self.device, pieces)
 
     def step(self) -> list[Any]:
         try:
@@ -351,37 +437,49 @@ class MpiRunner:
 
 
 class MpiBackend:
-    """``mpi``: one process per rank (see the module doc)."""
+    """``mpi``: one process per rank (see the module doc). ``scatter`` names arguments
+    given as lists of pieces (``scattered.py``)."""
 
     name = "mpi"
+    supports_scatter = True
 
     def __init__(self) -> None:
         self.is_output_rank = True
 
-    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int) -> list[np.ndarray]:
+    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, scatter: Sequence[str] = ()) -> list[np.ndarray]:
+        from distir.runtime import scattered
+
         MPI = _mpi()
         size = MPI.COMM_WORLD.Get_size()
         if size == 1 and ranks > 1:
-            return spawn(module, func, inputs, ranks, seed)
+            return spawn(module, func, inputs, ranks, seed, scatter)
         program = LoweredProgram.build(module, func, ranks)
-        full = program.prepare_inputs(inputs, seed)
+        pieces: dict = {}
+        if scatter:
+            full, pieces = scattered.prepare(program, inputs, scatter, seed)
+        else:
+            full = program.prepare_inputs(inputs, seed)
         runner = MpiRunner(program)
-        runner.bind(full)
+        runner.bind(full, pieces)
         outs = runner.outputs(runner.step())
         self.is_output_rank = runner.rank == 0
         outs = MPI.COMM_WORLD.bcast(outs, root=0)
-        return outs
+        return scattered.as_pieces(program, outs, pieces) if scatter else outs
 
 
-def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, timeout: float = 600) -> list[np.ndarray]:
+def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: int, seed: int, scatter: Sequence[str] = (), timeout: float = 600) -> list[Any]:
     """Run on ``ranks`` processes started with ``mpiexec`` and return rank 0's outputs."""
     from distir.runtime import npz
+    from distir.runtime.scattered import flatten_outputs, pieces_of
 
     with tempfile.TemporaryDirectory(prefix="distir-mpi-") as d:
         job = Path(d)
         (job / "program.mlir").write_text(str(module))
-        np.savez(job / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
-        (job / "job.json").write_text(json.dumps({"func": func, "ranks": ranks, "seed": seed}))
+        arrays = {k: np.asarray(v) for k, v in inputs.items() if k not in scatter}
+        for name, ps in pieces_of(inputs, list(scatter)).items():
+            arrays.update({f"{name}.{i}": p for i, p in enumerate(ps)})
+        np.savez(job / "inputs.npz", **arrays)
+        (job / "job.json").write_text(json.dumps({"func": func, "ranks": ranks, "seed": seed, "scatter": list(scatter)}))
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.runtime.mpi_worker", str(job)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -397,8 +495,19 @@ def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, np.ndarray], 
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
             raise ExecutionFailed(f"mpiexec -n {ranks} failed (exit {proc.returncode}): " + " | ".join(tail))
         data = npz.load_npz(str(job / "outputs.npz"))
-        n = len(data)
-        return [data[f"result{i}"] for i in range(n)]
+        outs: list[Any] = []
+        i = 0
+        while f"result{i}" in data or f"result{i}.0" in data:
+            if f"result{i}" in data:
+                outs.append(data[f"result{i}"])
+            else:
+                j, ps = 0, []
+                while f"result{i}.{j}" in data:
+                    ps.append(data[f"result{i}.{j}"])
+                    j += 1
+                outs.append(ps)
+            i += 1
+        return outs
 
 
 def worker_main(job_dir: str) -> int:
@@ -413,12 +522,21 @@ def worker_main(job_dir: str) -> int:
         spec = json.loads((job / "job.json").read_text())
         module = parse_module((job / "program.mlir").read_text())
         inputs = npz.load_npz(str(job / "inputs.npz"))
+        from distir.runtime import scattered
+
         program = LoweredProgram.build(module, spec["func"], spec["ranks"])
         runner = MpiRunner(program)
-        runner.bind(program.prepare_inputs(inputs, spec["seed"]))
+        scatter = spec.get("scatter") or []
+        pieces: dict = {}
+        if scatter:
+            full, pieces = scattered.prepare(program, inputs, scatter, spec["seed"])
+        else:
+            full = program.prepare_inputs(inputs, spec["seed"])
+        runner.bind(full, pieces)
         outs = runner.outputs(runner.step())
         if rank == 0:
-            npz.save_npz(str(job / "outputs.npz"), outs)  # type: ignore[arg-type]
+            outs = scattered.as_pieces(program, outs, pieces) if scatter else outs  # type: ignore[arg-type]
+            np.savez(job / "outputs.npz", **scattered.flatten_outputs(outs))
         return 0
     except InputRejected as e:
         _report(job, rank, f"rejected\n{e}")
