@@ -3,6 +3,7 @@
     distir-run FILE|- [--ranks N] [--backend interpret|local|mpi|nccl] [--inputs in.npz]
                [--outputs out.npz] [--seed S] [--func NAME]
                [--compare OTHER.mlir] [--compare-func NAME] [--compare-backend NAME]
+               [--scatter-args NAMES]
 
 ``--ranks`` defaults to the rank count of a module whose meshes are all static.
 ``--func`` defaults to the module's only function. ``--inputs`` follows the in.npz
@@ -15,6 +16,10 @@ the same backend, and fails unless the outputs agree within the tolerances of
 backend (``--backend local --compare-backend interpret`` checks the runtime against the
 reference interpreter; alone it compares FILE's function on the two backends). Under
 ``mpiexec`` (``--backend mpi``/``nccl``) only rank 0 prints and writes ``--outputs``.
+``--scatter-args g,p,m,v`` runs the program on scattered tensors (``runtime/scattered.py``):
+each named 1-D argument is given in ``--inputs`` as pieces ``g.0``, ``g.1``, ... (all
+named arguments with the same piece lengths), used without packing; in-place results of
+them are written back as ``result<i>.<j>`` pieces.
 
 Exit codes: 0 success; 1 input rejected (parse, verify, bad option, bad npz, a rank
 count the program cannot run on); 2 the results of --compare disagree (the first
@@ -60,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--func", metavar="NAME", help="function to run (default: the only one)")
     p.add_argument("--compare", metavar="OTHER.mlir", help="run the same function of another file and compare")
     p.add_argument("--compare-func", metavar="NAME", help="compare with this function (of FILE, or of --compare's file)")
+    p.add_argument(
+        "--scatter-args",
+        metavar="NAMES",
+        help="comma-separated 1-D arguments given as lists of pieces (NAME.0, NAME.1, ... in --inputs), run without packing (local, mpi)",
+    )
     p.add_argument(
         "--compare-backend",
         metavar="NAME",
@@ -138,6 +148,15 @@ def _run(argv: Sequence[str] | None) -> int:
     backend = get_backend(backend_name)
     grids = npz.resolve_grids(module, ranks)
     given = npz.load_npz(args.inputs) if args.inputs else {}
+    pieces: dict = {}
+    if args.scatter_args:
+        # Scattered tensors (runtime/scattered.py): the logical value is checked and
+        # used for --compare; the backend gets the pieces.
+        from distir.runtime import scattered
+
+        if not getattr(backend, "supports_scatter", False):
+            raise InputRejected(f"distir-run: backend '{backend_name}' does not take --scatter-args (use local or mpi)")
+        given, pieces = scattered.logical_inputs(given, [n.strip() for n in args.scatter_args.split(",") if n.strip()])
     inputs = npz.prepare_inputs(module, func, ranks, given, args.seed, source=args.inputs or "inputs", grids=grids)
     if args.inputs:
         drawn = [n for n in inputs if n not in given]
@@ -158,11 +177,18 @@ def _run(argv: Sequence[str] | None) -> int:
         npz.check_sizes(other_func, other_grids, ranks)
         compare = (other_module, other_func)
 
-    outputs = backend.run(module, func.sym_name.data, inputs, ranks, args.seed)
+    if pieces:
+        scattered_outputs = backend.run(module, func.sym_name.data, {**inputs, **pieces}, ranks, args.seed, scatter=list(pieces))
+        outputs = [np.concatenate(o, axis=-1) if isinstance(o, list) else o for o in scattered_outputs]
+    else:
+        outputs = backend.run(module, func.sym_name.data, inputs, ranks, args.seed)
     # Under mpiexec every process runs this; only the rank that reports prints and writes.
     quiet = not getattr(backend, "is_output_rank", True)
     if args.outputs and not quiet:
-        npz.save_npz(args.outputs, outputs)
+        if pieces:
+            np.savez(args.outputs, **scattered.flatten_outputs(scattered_outputs))
+        else:
+            npz.save_npz(args.outputs, outputs)
     if not quiet:
         print(_summary(func, ranks, backend_name, outputs))
 
