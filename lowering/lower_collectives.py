@@ -76,6 +76,7 @@ class FuncLowering:
         self.synced: set[tuple[SSAValue, SSAValue]] = set()
         self.assembled: dict[Operation, SSAValue] = {}
         self.assembled_of: dict[SSAValue, SSAValue] = {}
+        self.extra_kernels: set[str] = {k.kernel_name for k in module.ops if isinstance(k, rt.KernelOp)}
         self.handlers: dict[type[Operation], Callable[[Any], None]] = {
             rt.CallOp: self._call,
             dist.MatmulOp: self._matmul,
@@ -300,7 +301,7 @@ class FuncLowering:
         if handler is not None:
             handler(op)
             for r in op.results:
-                self.on_stream[r] = self.stream
+                self.on_stream.setdefault(r, self.stream)
             return
         if isinstance(op, (dist.MapOp, dist.CastOp, dist.DropoutOp)):
             self.fail("run 'lower-to-kernels' first (the default lowering pipeline does)", op)
@@ -580,6 +581,16 @@ class FuncLowering:
             return recv
         self.fail(f"no lowering for {cls.name}", op)
 
+    def gather_block(self, send: SSAValue, recv: SSAValue, dim: int, n: int, comm: SSAValue) -> None:
+        """All-gather this rank's block ``send`` along ``dim`` into ``recv``."""
+        s = self.contiguous(send)
+        if self.contig.get(recv, True) and is_contiguous_block(_shape(recv), dim):
+            self.emit(nccl.AllGatherOp.make([s, recv, comm, self.stream], [], count=_count(s)))
+            return
+        tmp = self.alloc(MemRefType(_elt(recv), [n, *_shape(send)]))
+        self.emit(nccl.AllGatherOp.make([s, tmp, comm, self.stream], [], count=_count(s)))
+        self.unpack(tmp, recv, dim, n)
+
     def pack(self, buf: SSAValue, dim: int, n: int) -> SSAValue:
         """A contiguous copy of ``buf`` whose block j is block j of ``buf`` along ``dim``."""
         shape = list(_shape(buf))
@@ -624,11 +635,18 @@ class FuncLowering:
 
     # ------------------------------------------------------------------ fused collectives
     def _fused(self, op: coll.FusedCollectiveOp) -> None:
+        self.fused(op)
+
+    def fused(self, op: coll.FusedCollectiveOp, first: Sequence[SSAValue] | None = None) -> None:
+        """Lower a fused collective; ``first`` gives the buffers of the block arguments
+        when the first collective has been done already (``overlap.py``)."""
         inner = Block()
         self.blocks.append(inner)
         region = op.body.block
-        for x, arg, at in zip(op.inputs, region.args, op.block_arg_types()):
-            if op.FIRST is None:
+        for i, (x, arg, at) in enumerate(zip(op.inputs, region.args, op.block_arg_types())):
+            if first is not None:
+                self.buf[arg] = first[i]
+            elif op.FIRST is None:
                 self.buf[arg] = self.input(x)
             else:
                 self.buf[arg] = self.collective(op.FIRST, x, at, op.first_options(), self.alloc(self.memref(at), arg.name_hint), op)

@@ -28,11 +28,12 @@ becomes::
     %s1 = coll.all_reduce sum %l1 {rt.stream = 1} : ...
     %y = rt.assemble %s0, %s1 dim 0 : ...
 
-Chunks run in the order 0, 1, ... on every rank (``natural``). With ``order`` ``ring``
-or ``remote_first`` the chunks are issued in the same order too: per-chunk collectives
-must be issued in one order by all ranks (NCCL and MPI match collectives by order), so a
-rank-dependent order needs the collective decomposed into point-to-point transfers,
-which this lowering does not do; so the order does not change what is issued. A chain
+Chunks run in the order 0, 1, ... on every rank (``natural``). A ``ring`` or
+``remote_first`` order is rank-dependent, and per-chunk collectives must be issued in
+one order by all ranks (NCCL and MPI match them by issue order): a matmul -> all_reduce /
+reduce_scatter / fused_all_reduce chain with such an order is left for
+``lower-collectives``, which reduces it by point-to-point transfers in that order
+(``overlap.py``); other chains with those orders are cut here in natural order. A chain
 that cannot be cut (several results, a reduction over the cut dim, sizes that the
 chunks do not divide) is left to ``lower-collectives``, which runs it as one piece.
 """
@@ -202,6 +203,10 @@ class LowerOverlapPass(ModulePass):
             self.lower(ov, mesh_ops)
 
     def lower(self, ov: coll.OverlapOp, mesh_ops) -> None:
+        from distir.lowering.overlap import p2p_plan
+
+        if p2p_plan(ov, mesh_ops) is not None:
+            return  # ring/remote_first by point-to-point transfers (lower-collectives)
         block = ov.body.block
         term = block.last_op
         chain = [o for o in block.ops if o is not term]

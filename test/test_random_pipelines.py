@@ -44,7 +44,7 @@ PASSES = (
     "canonicalize",
 )
 STARTS = ("", "split-allreduce", "split-allreduce{strategy=reduce-bcast}", "split-allreduce,reorder-allgather", "expand-collectives")
-FOCUSED = KINDS + ("coll.all_reduce",) * 4 + ("coll.all_gather",) * 4 + ("map",) * 4 + ("coll.send",) * 3 + ("dropout", "reduce_tensor", "coll.broadcast")
+FOCUSED = KINDS + ("coll.all_reduce",) * 4 + ("coll.all_gather",) * 4 + ("coll.broadcast",) * 4 + ("map",) * 8 + ("coll.send",) * 3 + ("dropout", "reduce_tensor", "cast")
 
 SETTINGS = settings(
     max_examples=RANDOM_PIPELINES,

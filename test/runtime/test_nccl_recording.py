@@ -197,3 +197,55 @@ def test_overlapped_fused_allreduce_model_parallel(n):
     count = 4 * 8 * 16 // 2 // n
     want = [[split(r)] + [f"reduce_scatter sum {count}xfloat16 comm1 stream1", f"all_gather {count}xfloat16 comm1 stream1"] * 2 for r in range(n)]
     assert record(text, n) == want
+
+
+def _p2p_program(order: str, n: int, collective: str) -> str:
+    return WORLD + f"""
+func.func @f(%x: !dist.tensor<8x16xf32, @world, [sliced<1>]>, %w: !dist.tensor<16x8xf32, @world, [sliced<0>]>) -> !dist.tensor<8x8xf32, @world, [{'replicated' if collective == 'all_reduce' else 'sliced<0>'}]> {{
+  %y = coll.overlap chunks {n} order {order} -> !dist.tensor<8x8xf32, @world, [{'replicated' if collective == 'all_reduce' else 'sliced<0>'}]> {{
+    %l = dist.matmul %x, %w : (!dist.tensor<8x16xf32, @world, [sliced<1>]>, !dist.tensor<16x8xf32, @world, [sliced<0>]>) -> !dist.tensor<8x8xf32, @world, [local]>
+    %s = coll.{collective} sum %l{' dim 0' if collective == 'reduce_scatter' else ''} : !dist.tensor<8x8xf32, @world, [local]> -> !dist.tensor<8x8xf32, @world, [{'replicated' if collective == 'all_reduce' else 'sliced<0>'}]>
+    coll.yield %s : !dist.tensor<8x8xf32, @world, [{'replicated' if collective == 'all_reduce' else 'sliced<0>'}]>
+  }}
+  func.return %y : !dist.tensor<8x8xf32, @world, [{'replicated' if collective == 'all_reduce' else 'sliced<0>'}]>
+}}"""
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter"])
+def test_remote_first_sends_each_block_to_its_owner(n, collective):
+    """remote_first: step s computes the block of rank me+1+s and sends it there while
+    receiving from me-1-s; the own block comes last; an all-reduce then all-gathers."""
+    block = 64 // n
+    want = []
+    for r in range(n):
+        calls = [split(r)]
+        for s in range(n - 1):
+            calls += [
+                "group_start comm1 stream1",
+                f"send {block}xfloat32 peer={(r + 1 + s) % n} comm1 stream1",
+                f"recv {block}xfloat32 peer={(r - 1 - s) % n} comm1 stream1",
+                "group_end comm1 stream1",
+            ]
+        if collective == "all_reduce":
+            calls.append(f"all_gather {block}xfloat32 comm1 stream1")
+        want.append(calls)
+    assert record(_p2p_program("remote_first", n, collective), n) == want
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ring_passes_accumulated_blocks_to_the_next_rank(n):
+    """ring: every step sends the accumulated block to me+1 and receives from me-1."""
+    block = 64 // n
+    want = []
+    for r in range(n):
+        calls = [split(r)]
+        for s in range(n - 1):
+            calls += [
+                "group_start comm1 stream1",
+                f"send {block}xfloat32 peer={(r + 1) % n} comm1 stream1",
+                f"recv {block}xfloat32 peer={(r - 1) % n} comm1 stream1",
+                "group_end comm1 stream1",
+            ]
+        want.append(calls)
+    assert record(_p2p_program("ring", n, "reduce_scatter"), n) == want

@@ -55,6 +55,8 @@ SCHEDULES: dict[str, str] = {
     "ol(C,coll)": "overlap{chunks=2}",
     "ol(C,fuse(RS-C-AG))": "split-allreduce,reorder-allgather,fuse-maps,fuse-allreduce,overlap{chunks=2}",
     "ol(fuse-collectives)": "split-allreduce,reorder-send,fuse-collectives,overlap{chunks=2}",
+    "ol(C,fuse(RS-C-AG)) ring": "split-allreduce,reorder-allgather,fuse-maps,fuse-allreduce,overlap{chunks=2 order=ring}",
+    "ol(C,coll) remote_first": "overlap{chunks=2 order=remote_first}",
 }
 
 
