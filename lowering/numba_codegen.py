@@ -64,6 +64,9 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from distir.dialects import rt
 
+ZERO_COPY_TILE = 2048
+"""Elements per tile of the zero-copy fused kernel (its reduction buffer stays in L1/L2)."""
+
 DEFAULT_FASTMATH = frozenset({"contract", "nsz", "arcp", "reassoc"})
 """LLVM fast-math flags for CPU kernels: no ``nnan``/``ninf``, so NaN and inf keep IEEE
 semantics (comparisons, max/min)."""
@@ -140,6 +143,11 @@ class ZeroCopy:
     op: str
     reduce_param: int
     gather_params: tuple[int, ...] = ()
+    own: tuple[tuple[int, int], ...] = ()
+    """(parameter, gather parameter): the parameter is this rank's block of that gather
+    parameter's buffer, read as ``g<param>_<me>[base + i]`` (one pointer for the read
+    and the write of an in-place update, so that the loop vectorises)."""
+    me: int = 0
 
 
 @dataclass(frozen=True)
@@ -289,8 +297,8 @@ _FLOAT_BIN = {
 
 _FLOAT_UN = {
     arith.NegfOp: "(-{a})",
-    xmath.SqrtOp: "math.sqrt({a})",
-    xmath.RsqrtOp: "({one} / math.sqrt({a}))",
+    xmath.SqrtOp: "SQRT({a})",
+    xmath.RsqrtOp: "({one} / SQRT({a}))",
     xmath.ExpOp: "math.exp({a})",
     xmath.Exp2Op: "math.pow({two}, {a})",
     xmath.ExpM1Op: "math.expm1({a})",
@@ -357,9 +365,12 @@ _CMPI = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=
 
 
 class Translator:
-    """Translates one kernel body into Python statements."""
+    """Translates one kernel body into Python statements. ``aliases`` maps a parameter
+    to an earlier one holding the same buffer: it is read and written through that
+    name, so that LLVM sees one pointer (in-place updates then vectorise without the
+    runtime overlap check, which they would fail)."""
 
-    def __init__(self, kernel: rt.KernelOp, target: str):
+    def __init__(self, kernel: rt.KernelOp, target: str, aliases: dict[int, int] | None = None):
         self.kernel = kernel
         self.target = target
         self.ct = compute_type(kernel)
@@ -370,12 +381,16 @@ class Translator:
         self.params = list(block.args[: len(block.args) - n_idx])
         self.indices = list(block.args[len(block.args) - n_idx :])
         for i, a in enumerate(self.params):
-            self.names[a] = f"a{i}"
+            self.names[a] = f"a{(aliases or {}).get(i, i)}"
         for k, a in enumerate(self.indices):
             self.names[a] = f"i{k}"
         self.invariant: set[SSAValue] = {a for a in self.params if not isinstance(a.type, MemRefType)}
         self.load_hook = None  # (param index, index expr list) -> expression
         self.store_hook = None  # (param index, index expr list, value expr) -> list of statements
+
+    def pname(self, p: int) -> str:
+        """The name parameter p is read and written through (its alias's)."""
+        return self.names[self.params[p]]
 
     def fresh(self) -> str:
         self.counter += 1
@@ -449,6 +464,9 @@ class Translator:
             expr = _FLOAT_UN[cls].format(
                 a=a, one=f"numba.{self.ct}(1.0)", two=f"numba.{self.ct}(2.0)", third=f"numba.{self.ct}(1.0 / 3.0)"
             )
+            # np.sqrt is LLVM's sqrt intrinsic on the CPU (math.sqrt calls libm and stops
+            # the loop from vectorising); CUDA maps math.sqrt to the hardware instruction.
+            expr = expr.replace("SQRT(", "np.sqrt(" if self.target == "cpu" else "math.sqrt(")
             return [self.assign(op.results[0], f"numba.{self.ct}({expr})")]
         if cls is xmath.FmaOp:
             a, b, c = (self.name(x) for x in op.operands)
@@ -507,7 +525,7 @@ def _header(target: str, fastmath: Any = None, parallel: bool = False) -> str:
         head = "import math\nimport numba\nimport numpy as np\nfrom numba import cuda\n"
     else:
         dev = "numba.njit(inline='always', error_model='numpy')"
-        head = "import math\nimport numba\n"
+        head = "import math\nimport numba\nimport numpy as np\n"
     return head + f"_dev = {dev}\n" + CONSTANTS + HELPERS
 
 
@@ -526,41 +544,49 @@ def _param_kinds(tr: Translator, target: str) -> tuple[list[str], list[str | Non
     return kinds, storage
 
 
-def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None) -> KernelSource:
-    """The CPU loop nest of a kernel (its decorator is applied by ``compile_cpu``)."""
-    tr = Translator(kernel, "cpu")
+def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, aliases: tuple[tuple[int, int], ...] = ()) -> KernelSource:
+    """The CPU loop nest of a kernel (its decorator is applied by ``compile_cpu``);
+    ``aliases`` are (parameter, earlier parameter holding the same buffer) pairs."""
+    tr = Translator(kernel, "cpu", dict(aliases))
     space = kernel.space
     name = "kernel"
     args = [f"a{i}" for i in range(len(tr.params))]
     pre: list[str] = []
+    tiled = isinstance(variant, ZeroCopy) and len(space) == 1
     if isinstance(variant, ZeroCopy):
         n = variant.ranks
-        flat = _flat_expr(space)
+        flat = "i0" if tiled else _flat_expr(space)
         peers = {variant.reduce_param: [f"r{j}" for j in range(n)]}
         for g in variant.gather_params:
             peers[g] = [f"g{g}_{j}" for j in range(n)]
         extra = peers[variant.reduce_param] + [x for g in variant.gather_params for x in peers[g]] + ["base"]
         args = args + extra
-        combine = {"sum": " + ", "avg": " + ", "prod": " * "}
+        own = dict(variant.own)
 
-        def load(p, idx):
-            if p != variant.reduce_param:
-                return f"a{p}[{', '.join(idx)}]"
-            terms = [f"numba.{tr.ct}({r}[base + {flat}])" for r in peers[p]]
-            if variant.op in combine:
-                expr = "(" + combine[variant.op].join(terms) + ")"
-                if variant.op == "avg":
-                    expr = f"({expr} / numba.{tr.ct}({n}))"
-                return expr
+        def reduced(at: str) -> str:
+            terms = [f"numba.{tr.ct}({r}[{at}])" for r in peers[variant.reduce_param]]
+            if variant.op in ("sum", "avg", "prod"):
+                expr = "(" + (" * " if variant.op == "prod" else " + ").join(terms) + ")"
+                return f"({expr} / numba.{tr.ct}({n}))" if variant.op == "avg" else expr
             fn = "_fmax" if variant.op == "max" else "_fmin"
             expr = terms[0]
             for t in terms[1:]:
                 expr = f"{fn}({expr}, {t})"
             return expr
 
+        def load(p, idx):
+            if p in own:
+                return f"g{own[p]}_{variant.me}[base + {flat}]"
+            if p == variant.reduce_param:
+                # Tiled: the tile's reduction sits in a small (cache-resident) buffer.
+                return "tmp[j]" if tiled else reduced(f"base + {flat}")
+            return f"{tr.pname(p)}[{', '.join(idx)}]"
+
         def store(p, idx, value):
             if p not in variant.gather_params:
-                return [f"a{p}[{', '.join(idx)}] = {value}"]
+                return [f"{tr.pname(p)}[{', '.join(idx)}] = {value}"]
+            if tiled:  # this rank's buffer now, the peers' after the tile
+                return [f"g{p}_{variant.me}[base + i0] = {value}"]
             v = tr.fresh()
             return [f"{v} = {value}"] + [f"{g}[base + {flat}] = {v}" for g in peers[p]]
 
@@ -570,10 +596,10 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None) 
             raise UnsupportedKernel("scattered tensors need 1-d kernels")
 
         def bload(p, idx):
-            return f"a{p}[seg][off + j]" if p in variant.scattered else f"a{p}[{', '.join(idx)}]"
+            return f"{tr.pname(p)}[seg][off + j]" if p in variant.scattered else f"{tr.pname(p)}[{', '.join(idx)}]"
 
         def bstore(p, idx, value):
-            return [f"a{p}[seg][off + j] = {value}" if p in variant.scattered else f"a{p}[{', '.join(idx)}] = {value}"]
+            return [f"{tr.pname(p)}[seg][off + j] = {value}" if p in variant.scattered else f"{tr.pname(p)}[{', '.join(idx)}] = {value}"]
 
         tr.load_hook, tr.store_hook = bload, bstore
     hoisted, body = tr.split()
@@ -593,6 +619,34 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None) 
             4,
         )
         lines += _indent(body, 12)
+    elif tiled:
+        # One tile at a time: reduce the tile from the peers into a small buffer, run
+        # the body with in-place writes to this rank's buffers only (few distinct
+        # pointers, so LLVM vectorises the loop), then copy the tile's gathered results
+        # into the peers' buffers while they are still in cache.
+        tile = ZERO_COPY_TILE
+        # Indices are unsigned: numba then skips the negative-index fix-up, which
+        # would keep the loads from being consecutive (and the loop from vectorising).
+        lines += _indent(
+            [
+                f"tmp = np.empty({tile}, np.{tr.ct})",
+                "base = numba.uint64(base)",
+                f"for t0 in range(numba.uint64(0), numba.uint64({space[0]}), numba.uint64({tile})):",
+                f"    size = min(numba.uint64({tile}), numba.uint64({space[0]}) - t0)",
+                "    for j in range(size):",
+                f"        tmp[j] = {reduced('base + t0 + j')}",
+                "    for j in range(size):",
+                "        i0 = t0 + j",
+            ],
+            4,
+        )
+        lines += _indent(body, 12)
+        for g in variant.gather_params:  # type: ignore[union-attr]
+            for k in range(variant.ranks):  # type: ignore[union-attr]
+                if k != variant.me:  # type: ignore[union-attr]
+                    lines += _indent(
+                        ["for j in range(size):", f"    g{g}_{k}[base + t0 + j] = g{g}_{variant.me}[base + t0 + j]"], 8  # type: ignore[union-attr]
+                    )
     elif not space:
         lines += _indent(body, 4)
     else:

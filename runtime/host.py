@@ -108,15 +108,26 @@ class HostDevice:
             self.launch_bucketed(kernel, args, stream)
             return
         info = self.kernel(kernel)
+        aliases = _aliases(info, args)
+        fn = info.fn if not aliases else self._variant(info, ("alias", aliases), lambda: cg.cpu_source(kernel, aliases=aliases))
 
         def run():
             # Half-precision operands are widened when the stream reaches the launch.
             call, post = _call_args(info, args)
-            info.fn(*call)
-            for fn in post:
-                fn()
+            fn(*call)
+            for f in post:
+                f()
 
         stream.submit(run)
+
+    def _variant(self, info: KernelInfo, key: tuple, source):
+        fn = info.zero_copy.get(key)
+        if fn is None:
+            with self._lock:
+                fn = info.zero_copy.get(key)
+                if fn is None:
+                    fn = info.zero_copy[key] = cg.compile_cpu(source(), parallel=self.parallel)
+        return fn
 
     def launch_bucketed(self, kernel: rt.KernelOp, args: Sequence[Any], stream) -> None:
         """A kernel over scattered tensors: the bucket-table variant, each scattered
@@ -182,24 +193,29 @@ class HostDevice:
         if any(is_half(a.dtype) for a in (send, *fulls)) or any(isinstance(a, np.ndarray) and is_half(a.dtype) for a in args):
             return False
         info = self.kernel(kernel)
-        key = (comm.size, op, reduce_param, gather_params)
-        fn = info.zero_copy.get(key)
-        if fn is None:
-            with self._lock:
-                fn = info.zero_copy.get(key)
-                if fn is None:
-                    variant = cg.ZeroCopy(comm.size, op, reduce_param, gather_params)
-                    fn = info.zero_copy[key] = cg.compile_cpu(cg.cpu_source(kernel, variant), parallel=self.parallel)
         call, post = _call_args(info, args)
         if post:
             return False
+        # Parameters that are this rank's block of a gathered buffer are read through
+        # that buffer (one pointer for the in-place read and write: the loop vectorises).
+        base = comm.rank * count
+        own = []
+        for p, a in enumerate(args):
+            if not isinstance(a, np.ndarray) or p in gather_params or a.ndim == 0 or not a.flags.c_contiguous:
+                continue
+            for g, full in zip(gather_params, fulls):
+                if a.size == count and a.dtype == full.dtype and _ptr(a) == _ptr(full) + base * full.itemsize:
+                    own.append((p, g))
+        aliases = _aliases(info, args)
+        variant = cg.ZeroCopy(comm.size, op, reduce_param, gather_params, tuple(own), comm.rank)
+        fn = self._variant(info, (variant, aliases), lambda: cg.cpu_source(kernel, variant, aliases))
         peers = exchange([send.reshape(-1), *[f.reshape(-1) for f in fulls]])
         if peers is None:
             return False
         try:
             flat_sends = [p[0] for p in peers]
             flat_fulls = [[p[1 + k] for p in peers] for k in range(len(fulls))]
-            extra = flat_sends + [a for fs in flat_fulls for a in fs] + [np.int64(comm.rank * count)]
+            extra = flat_sends + [a for fs in flat_fulls for a in fs] + [np.int64(base)]
             fn(*call, *extra)
         finally:
             comm.peer_barrier()
@@ -232,6 +248,26 @@ def limit_blas_threads(n: int) -> None:
                 break
     if _BLAS_SETTER:
         _BLAS_SETTER(int(n))
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _aliases(info: KernelInfo, args: Sequence[Any]) -> tuple[tuple[int, int], ...]:
+    """(parameter, earlier parameter) pairs of array arguments that are the same buffer
+    (same address, shape and strides)."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for p, ((kind, *_), a) in enumerate(zip(info.kinds, args)):
+        if kind != "array" or not isinstance(a, np.ndarray) or is_half(a.dtype):
+            continue
+        key = (_ptr(a), a.shape, a.strides, a.dtype.str)
+        if key in seen:
+            out.append((p, seen[key]))
+        else:
+            seen[key] = p
+    return tuple(out)
 
 
 def _copy(src: np.ndarray, dst: np.ndarray) -> None:
