@@ -335,7 +335,7 @@ class FuncLowering:
             producer = v.owner
             if not isinstance(producer, Operation) or producer.parent_block() is not block:
                 continue
-            if not isinstance(producer, (rt.CallOp, coll.FusedCollectiveOp)):
+            if not isinstance(producer, (rt.CallOp, coll.FusedCollectiveOp, coll.CollectiveOp)):
                 continue
             if self._safe_inplace(arg, v, producer, order):
                 self.dest[v] = self.buf[arg]
@@ -355,6 +355,9 @@ class FuncLowering:
                 return False
         if isinstance(producer, rt.CallOp):
             return all(_same_space(producer, arg) for _ in inner_uses)
+        if isinstance(producer, coll.CollectiveOp):
+            # A collective writes its whole result: only when it does not read arg.
+            return not inner_uses
         if not isinstance(producer, coll.FusedCollectiveOp):
             return False
         region = producer.body.block
