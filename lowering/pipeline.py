@@ -55,3 +55,21 @@ def lower(module: ModuleOp, ranks: int) -> ModuleOp:
     LowerCollectivesPass().apply(ctx, out)
     out.verify()
     return out
+
+
+def dist_view(f: func.FuncOp) -> func.FuncOp:
+    """A lowered function seen at the dist level: a body-less function with its
+    ``rt.dist_type`` signature and argument names (what the npz conventions read); any
+    other function as it is."""
+    t = f.attributes.get(DIST_TYPE)
+    if t is None:
+        return f
+    from xdsl.dialects.builtin import FunctionType
+    from xdsl.ir import Block, Region
+
+    assert isinstance(t, FunctionType)
+    block = Block(arg_types=t.inputs.data)
+    for new, old in zip(block.args, f.body.block.args):
+        new.name_hint = old.name_hint
+    block.add_op(func.ReturnOp())
+    return func.FuncOp(f.sym_name.data, t, Region(block), arg_attrs=f.arg_attrs, res_attrs=f.res_attrs)
