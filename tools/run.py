@@ -139,6 +139,9 @@ def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     module = read_module(args.file)
     func = npz.select_function(module, args.func)
+    from distir.lowering.pipeline import dist_view  # an already lowered program: its dist-level signature
+
+    func = dist_view(func)
     ranks = args.ranks
     if ranks is None:
         ranks = npz.static_ranks(module)
@@ -146,6 +149,10 @@ def _run(argv: Sequence[str] | None) -> int:
             raise InputRejected("distir-run: give --ranks N: the program's meshes do not fix the rank count")
     backend_name = args.backend or default_backend_name()
     backend = get_backend(backend_name)
+    from distir.lowering.pipeline import is_lowered
+
+    if backend_name == "interpret" and is_lowered(module):
+        raise InputRejected("distir-run: the program is lowered (rt/nccl ops): the interpreter runs dist/coll-level programs; use --backend local, mpi or nccl")
     grids = npz.resolve_grids(module, ranks)
     given = npz.load_npz(args.inputs) if args.inputs else {}
     pieces: dict = {}
