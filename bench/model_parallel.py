@@ -2,7 +2,8 @@
 contracted dim sliced, AllReduce, bias + dropout + residual) at B=8, S=1024, H=3072 in
 f32 on 2 ranks, for each schedule, side by side: MM-AR-C (as written), MM-RS-C-AG,
 MM-fuse(RS-C-AG) and ol(MM,fuse(RS-C-AG)) (the matmul overlapped, chunk by chunk, with
-the fused collective on a second stream).
+the fused collective on a second stream), in natural order and in the ring and
+remote_first orders (blocks reduced by point-to-point transfers).
 
     python bench/model_parallel.py [--backend local] [--b 8 --s 1024 --h 3072] [--chunks 4] [--reps 5]
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import EXAMPLES, LocalStep, median_time, note, schedule, table  # noqa: E402
+from common import EXAMPLES, LocalStep, interleaved, note, schedule, table  # noqa: E402
 
 
 def block_text(b: int, s: int, h: int) -> str:
@@ -31,6 +32,8 @@ def schedules(chunks: int) -> dict[str, str]:
         "MM-RS-C-AG": "split-allreduce,reorder-allgather",
         "MM-fuse(RS-C-AG)": fused,
         "ol(MM,fuse(RS-C-AG))": f"{fused},overlap{{chunks={chunks}}}",
+        "ol(MM,fuse(RS-C-AG)) ring": f"{fused},overlap{{chunks=2 order=ring}}",
+        "ol(MM,fuse(RS-C-AG)) remote_first": f"{fused},overlap{{chunks=2 order=remote_first}}",
     }
 
 
@@ -43,11 +46,10 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     text = block_text(args.b, args.s, args.h)
-    times = {}
-    for name, pipeline in schedules(args.chunks).items():
-        note(f"  local backend: {name}")
-        step = LocalStep(schedule(text, pipeline), 2)
-        times[name] = median_time(step, args.reps, warmup=1)
+    note("  local backend, every schedule, round-robin")
+    steps = {name: LocalStep(schedule(text, pipeline), 2) for name, pipeline in schedules(args.chunks).items()}
+    times = interleaved(steps, args.reps, warmup=1)
+    for step in steps.values():
         step.close()
     base = times["MM-AR-C"]
     print(f"\nModel-parallel block B={args.b} S={args.s} H={args.h} f32, 2 ranks, local backend (median of {args.reps}):\n")
