@@ -36,6 +36,7 @@ becomes ``%ag = coll.all_reduce sum %x : ... [local] -> ... [replicated]``.
 
 from __future__ import annotations
 
+from xdsl.dialects.builtin import IntegerType
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
@@ -203,6 +204,8 @@ class SumOfAllReduces(RewritePattern):
             return
         if not same_type(a.input.type, b.input.type) or not same_type(a.result.type, op.outputs[0].type):
             return
+        if a.option("op") == "avg" and isinstance(a.input.type.element_type, IntegerType):  # type: ignore[attr-defined]
+            return  # truncated averages do not add up
         body = list(op.body.block.ops)
         if len(body) != 2 or body[0].name not in LINEAR or tuple(body[1].operands) != (body[0].results[0],):
             return

@@ -14,6 +14,9 @@ definition, and ``form-collectives`` reads it backwards::
     all_to_all {dim}    join (innermost first)   slice {dim}
     send {to}           load                     store {rank: digit of to}
 
+An average over several axes of an integer tensor stays a collective: averaging axis by
+axis truncates each partial average, which the average over the whole group does not.
+
 A fused collective becomes its ``FIRST`` collective's expansion on each operand, its region
 inlined, and its ``FINISH`` collective's expansion on each result whose ``gather`` flag
 is set. A ``coll.overlap`` means exactly the chain it holds, which is inlined. Example::
@@ -46,7 +49,7 @@ from xdsl.rewriter import InsertPoint
 
 from distir.dialects import coll, dist
 from distir.dialects.dist import TensorType, group_rank_digits
-from distir.passes.support import mesh_sizes, set_name
+from distir.passes.support import inexact_average, mesh_sizes, set_name
 
 # collective -> (first phase, second phase); the primitive words name dist ops.
 EXPANSION: dict[type[coll.CollectiveOp], tuple[str, str]] = {
@@ -125,6 +128,8 @@ class ExpandCollective(RewritePattern):
         if type(op) not in EXPANSION:
             return
         assert isinstance(op, coll.CollectiveOp)
+        if inexact_average(op.option("op") if op.KIND else None, op.input.type, len(op.axes)):
+            return
         ops, result = expand_collective(type(op), op.input, op.options(), _sizes(op, op.input), op.result.name_hint)
         result.name_hint = op.result.name_hint
         rewriter.replace(op, ops, [result])
@@ -138,6 +143,8 @@ class ExpandFusedCollective(RewritePattern):
     def match_and_rewrite(self, op: coll.FusedCollectiveOp, rewriter: PatternRewriter, /):
         sizes = _sizes(op, op.inputs[0])
         opts = op.options()
+        if any(inexact_average(opts.get("op"), x.type, len(opts["axes"])) for x in op.inputs):
+            return
         args: list[SSAValue] = []
         for x in op.inputs:
             if op.FIRST is None:

@@ -12,7 +12,8 @@ they compose; the reverse of ``expand-collectives``, whose table it reads backwa
 
 The first phase and the second phase act on the same set of mesh axes (one primitive
 per axis); the collective's ``axes`` follow the order of the second phase. Every
-intermediate value must have a single use. When maps sit between the two phases, the
+intermediate value must have a single use; integer averages over several axes are not
+formed (see ``expand-collectives``). When maps sit between the two phases, the
 chain is a fused collective (CoCoNet Table 2): the maps commute with the second phase
 (``slice(map(f, u, o)) = map(f, slice(u), slice(o))``), so they run in the fused op's
 region on the values the first collective produces, their other operands placed to
@@ -53,7 +54,7 @@ from xdsl.pattern_rewriter import (
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Replicated, Sliced
-from distir.passes.support import infer_type, make_yield, map_fits, mesh_sizes, new_block_region, place_like, same_type, try_build
+from distir.passes.support import inexact_average, infer_type, make_yield, map_fits, mesh_sizes, new_block_region, place_like, same_type, try_build
 
 FIRST_WORDS = {dist.ReduceOp: "reduce", dist.JoinOp: "join", dist.LoadOp: "load"}
 SECOND_WORDS = {dist.ReplOp: "repl", dist.SliceOp: "slice", dist.StoreOp: "store"}
@@ -176,7 +177,7 @@ class FormCollective(RewritePattern):
         assert isinstance(t, TensorType)
         sizes = mesh_sizes(op, t)
         opts = _options(first, second, p1, p2, sizes)
-        if opts is None:
+        if opts is None or inexact_average(opts.get("op"), t, len(p2)):
             return
         cls = PLAIN[(first, second)]
         new = try_build(lambda: cls.of(x, sizes=sizes, **opts))
@@ -276,7 +277,7 @@ class FormFusedCollective(RewritePattern):
         assert isinstance(xt, TensorType)
         sizes = mesh_sizes(op, xt)
         opts = _options(first, second, p1, p2, sizes)
-        if opts is None:
+        if opts is None or inexact_average(opts.get("op"), xt, len(p2)):
             return
         axes = opts["axes"]
         if cls is coll.FusedAllReduceOp:

@@ -16,7 +16,8 @@ row/batch dim of ``lhs`` or the column dim of ``rhs``, and ``dist.reduce_tensor`
                                         = all_gather(reduce_tensor(x, dims))   otherwise
 
 (partial results on the slices, combined by an all_reduce of the same kind: this is
-how LAMB's norms end up computed on slices).
+how LAMB's norms end up computed on slices; an integer ``avg`` is not, since truncated
+partial averages do not average to the average).
 
 ``targets`` names either AllGathers (``%sum_ag``: all computations on it move, and
 those on the AllGathers this creates, transitively, as CoCoNet's ``reorder(agSum,
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -138,6 +140,8 @@ class Mover:
         axes = list(c.axes)
         d = layout.innermost_slicing(xt.get_placements(), axes)
         dims = list(rt.option("dims"))
+        if d in dims and rt.option("op") == "avg" and isinstance(xt.element_type, IntegerType):
+            raise NotSliceable("an integer average of partial averages is not the average")
         part = dist.ReduceTensorOp.of(x, sizes=sizes, op=rt.option("op"), dims=dims)
         base = rt.result.name_hint
         if d in dims:

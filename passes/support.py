@@ -197,6 +197,15 @@ def defined_before(value: SSAValue, op: Operation) -> bool:
     return a is not None and a is not owner and owner.is_before_in_block(a)
 
 
+def inexact_average(kind: str | None, t, axes_count: int) -> bool:
+    """Whether an average over several mesh axes, done axis by axis, differs from the
+    average over the whole group: for integers, truncating each partial average loses
+    what the whole sum would keep (floats only round differently)."""
+    from xdsl.dialects.builtin import IntegerType
+
+    return kind == "avg" and axes_count > 1 and isinstance(getattr(t, "element_type", t), IntegerType)
+
+
 def same_placements(a: Sequence[Placement], b: Sequence[Placement]) -> bool:
     return layout.same_layout(a, b)
 
