@@ -209,7 +209,9 @@ class FuncLowering:
         return self.block(full, self.const(index), asm.dim.value.data, len(asm.chunks))
 
     def guard_placements(self, t: TensorType, skip: Sequence[int] = ()) -> list[Placement] | None:
-        ps = [REPLICATED if a in skip else p for a, p in enumerate(t.get_placements())]
+        # Only at<r> decides who holds a value at run time (an unplaced value is the
+        # logical value, present on every rank), so every other axis guards as replicated.
+        ps = [p if isinstance(p, At) and a not in skip else REPLICATED for a, p in enumerate(t.get_placements())]
         return ps if any(isinstance(p, At) for p in ps) else None
 
     def guarded(self, t: Attribute, body: Callable[[], None], skip: Sequence[int] = ()) -> None:
