@@ -2,10 +2,11 @@
 error_model="numpy")`` loop nest for CPUs and a ``numba.cuda.jit`` kernel for GPUs.
 
 The body is translated op by op into Python statements over scalars. Ops that depend
-only on scalar parameters and constants are hoisted out of the loop. Arithmetic on
-floats runs in the kernel's compute type, the widest float type involved and at least
-f32 (CoCoNet's mixed precision: f16/bf16 values are widened on load and rounded on
-store); integers wrap in their width. A 0-d memref parameter is passed as a 1-element
+only on scalar parameters and constants are hoisted out of the loop. Each float op
+computes in the widest type of its operands and at least f32 (CoCoNet's mixed
+precision: f16/bf16 values are widened on load and rounded on store; an f32 op stays
+f32 even in a kernel that also has f64 values, so results equal the interpreter's);
+integers wrap in their width. A 0-d memref parameter is passed as a 1-element
 1-d array.
 
 CPU loop nest (``prange`` over the outermost dim)::
@@ -87,18 +88,6 @@ def is_float(t: Attribute) -> bool:
 
 def float_bits(t: Attribute) -> int:
     return t.bitwidth if isinstance(t, AnyFloat) else 0  # type: ignore[attr-defined]
-
-
-def compute_type(kernel: rt.KernelOp) -> str:
-    """``float32`` or ``float64``: the widest float type of the kernel, at least f32."""
-    widest = 32
-    for a in kernel.body.block.args:
-        t = a.type.element_type if isinstance(a.type, MemRefType) else a.type
-        widest = max(widest, float_bits(t))
-    for op in kernel.body.block.ops:
-        for r in op.results:
-            widest = max(widest, float_bits(r.type))
-    return "float64" if widest > 32 else "float32"
 
 
 def int_name(t: Attribute) -> str:
@@ -373,7 +362,6 @@ class Translator:
     def __init__(self, kernel: rt.KernelOp, target: str, aliases: dict[int, int] | None = None):
         self.kernel = kernel
         self.target = target
-        self.ct = compute_type(kernel)
         self.names: dict[SSAValue, str] = {}
         self.counter = 0
         block = kernel.body.block
@@ -396,9 +384,13 @@ class Translator:
         self.counter += 1
         return f"t{self.counter}"
 
+    def ftype(self, t: Attribute) -> str:
+        """numba type an op of float type ``t`` computes in: f64 for f64, else f32."""
+        return "float64" if is_float(t) and float_bits(t) == 64 else "float32"
+
     def cast(self, t: Attribute) -> str:
         if is_float(t):
-            return f"numba.{self.ct}"
+            return f"numba.{self.ftype(t)}"
         return f"numba.{int_name(t)}"
 
     def name(self, v: SSAValue) -> str:
@@ -449,31 +441,30 @@ class Translator:
                 lit = repr(float(v.value.data))
                 if lit in ("inf", "-inf", "nan"):
                     lit = f"float('{lit}')"
-                return [self.assign(op.result, f"numba.{self.ct}({lit})")]
+                return [self.assign(op.result, f"{self.cast(op.result.type)}({lit})")]
             if isinstance(v, IntegerAttr):
                 val = v.value.data
                 if isinstance(op.result.type, IntegerType) and op.result.type.width.data == 1:
                     return [self.assign(op.result, "True" if val else "False")]
                 return [self.assign(op.result, f"{self.cast(op.result.type)}({val})")]
             raise UnsupportedKernel(f"constant {v} is not supported in kernels")
+        ft = self.cast(op.results[0].type) if op.results else ""
         if cls in _FLOAT_BIN:
             a, b = (self.name(x) for x in op.operands)
-            return [self.assign(op.results[0], f"numba.{self.ct}({_FLOAT_BIN[cls].format(a=a, b=b)})")]
+            return [self.assign(op.results[0], f"{ft}({_FLOAT_BIN[cls].format(a=a, b=b)})")]
         if cls in _FLOAT_UN:
             a = self.name(op.operands[0])
-            expr = _FLOAT_UN[cls].format(
-                a=a, one=f"numba.{self.ct}(1.0)", two=f"numba.{self.ct}(2.0)", third=f"numba.{self.ct}(1.0 / 3.0)"
-            )
+            expr = _FLOAT_UN[cls].format(a=a, one=f"{ft}(1.0)", two=f"{ft}(2.0)", third=f"{ft}(1.0 / 3.0)")
             # np.sqrt is LLVM's sqrt intrinsic on the CPU (math.sqrt calls libm and stops
             # the loop from vectorising); CUDA maps math.sqrt to the hardware instruction.
             expr = expr.replace("SQRT(", "np.sqrt(" if self.target == "cpu" else "math.sqrt(")
-            return [self.assign(op.results[0], f"numba.{self.ct}({expr})")]
+            return [self.assign(op.results[0], f"{ft}({expr})")]
         if cls is xmath.FmaOp:
             a, b, c = (self.name(x) for x in op.operands)
-            return [self.assign(op.results[0], f"numba.{self.ct}({a} * {b} + {c})")]
+            return [self.assign(op.results[0], f"{ft}({a} * {b} + {c})")]
         if cls is xmath.FPowIOp:
             a, b = (self.name(x) for x in op.operands)
-            return [self.assign(op.results[0], f"numba.{self.ct}(math.pow({a}, numba.{self.ct}({b})))")]
+            return [self.assign(op.results[0], f"{ft}(math.pow({a}, {ft}({b})))")]
         if cls in (xmath.AbsIOp,):
             return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}(abs({self.name(op.operands[0])}))")]
         if cls in _INT_BIN:
@@ -499,9 +490,10 @@ class Translator:
             c, a, b = (self.name(x) for x in op.operands)
             return [self.assign(op.result, f"({a} if {c} else {b})")]
         if isinstance(op, (arith.ExtFOp, arith.TruncFOp)):
-            return [self.assign(op.results[0], self.name(op.operands[0]))]
+            # f16/bf16 compute in f32 (rounded on store), so only f64 boundaries convert.
+            return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
         if isinstance(op, (arith.SIToFPOp, arith.UIToFPOp)):
-            return [self.assign(op.results[0], f"numba.{self.ct}({self.name(op.operands[0])})")]
+            return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
         if isinstance(op, (arith.FPToSIOp, arith.FPToUIOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp, arith.IndexCastOp)):
             return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.name(op.operands[0])})")]
         if isinstance(op, rt.RandomOp):
@@ -562,12 +554,14 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
         extra = peers[variant.reduce_param] + [x for g in variant.gather_params for x in peers[g]] + ["base"]
         args = args + extra
         own = dict(variant.own)
+        # the reduction computes in the reduced buffer's own precision
+        rct = tr.ftype(tr.params[variant.reduce_param].type.element_type)  # type: ignore[attr-defined]
 
         def reduced(at: str) -> str:
-            terms = [f"numba.{tr.ct}({r}[{at}])" for r in peers[variant.reduce_param]]
+            terms = [f"numba.{rct}({r}[{at}])" for r in peers[variant.reduce_param]]
             if variant.op in ("sum", "avg", "prod"):
                 expr = "(" + (" * " if variant.op == "prod" else " + ").join(terms) + ")"
-                return f"({expr} / numba.{tr.ct}({n}))" if variant.op == "avg" else expr
+                return f"({expr} / numba.{rct}({n}))" if variant.op == "avg" else expr
             fn = "_fmax" if variant.op == "max" else "_fmin"
             expr = terms[0]
             for t in terms[1:]:
@@ -629,7 +623,7 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
         # would keep the loads from being consecutive (and the loop from vectorising).
         lines += _indent(
             [
-                f"tmp = np.empty({tile}, np.{tr.ct})",
+                f"tmp = np.empty({tile}, np.{rct})",
                 "base = numba.uint64(base)",
                 f"for t0 in range(numba.uint64(0), numba.uint64({space[0]}), numba.uint64({tile})):",
                 f"    size = min(numba.uint64({tile}), numba.uint64({space[0]}) - t0)",

@@ -183,14 +183,16 @@ class HostDevice:
     def zero_copy_fused(self, comm, kernel, args, reduce_param, gather_params, send, fulls, op, count, stream) -> bool:
         """Run a fused all-reduce as one kernel over this rank's block: reduce straight
         from the peers' send buffers, write gathered outputs straight into every peer's
-        buffer. False when the communicator cannot share buffers or the types need
-        conversion."""
+        buffer. False when the communicator cannot share buffers, the types need
+        conversion or the reduced value is not f32/f64."""
         exchange = getattr(comm, "peer_buffers", None)
         if exchange is None or not isinstance(stream, SyncStream):
             return False
         if any(isinstance(a, ScatteredArray) for a in (send, *fulls, *args)):
             return False
         if any(is_half(a.dtype) for a in (send, *fulls)) or any(isinstance(a, np.ndarray) and is_half(a.dtype) for a in args):
+            return False
+        if send.dtype.kind != "f":  # the fused reduction loop is written for f32/f64
             return False
         info = self.kernel(kernel)
         call, post = _call_args(info, args)
