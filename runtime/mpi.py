@@ -446,6 +446,12 @@ class MpiBackend:
     def __init__(self) -> None:
         self.is_output_rank = True
 
+    @staticmethod
+    def launched_ranks() -> int | None:
+        """The process count when started by ``mpiexec -n N`` (N > 1), else None."""
+        size = _mpi().COMM_WORLD.Get_size()
+        return size if size > 1 else None
+
     def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, scatter: Sequence[str] = ()) -> list[np.ndarray]:
         from distir.runtime import scattered
 

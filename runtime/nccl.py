@@ -112,6 +112,13 @@ class NcclBackend:
     def __init__(self) -> None:
         self.is_output_rank = True
 
+    @staticmethod
+    def launched_ranks() -> int | None:
+        """The process count when started by ``mpiexec -n N`` (one process per GPU)."""
+        from distir.runtime.mpi import MpiBackend
+
+        return MpiBackend.launched_ranks()
+
     def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int) -> list[np.ndarray]:
         from distir.runtime.cuda import CudaDevice
 

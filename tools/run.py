@@ -5,7 +5,8 @@
                [--compare OTHER.mlir] [--compare-func NAME] [--compare-backend NAME]
                [--scatter-args NAMES]
 
-``--ranks`` defaults to the rank count of a module whose meshes are all static.
+``--ranks`` defaults to the rank count of a module whose meshes are all static, else,
+under ``mpiexec -n N`` with ``--backend mpi``/``nccl``, to N.
 ``--func`` defaults to the module's only function. ``--inputs`` follows the in.npz
 convention of ``runtime/npz.py`` (arguments it lacks are drawn at random from
 ``--seed``); ``--outputs`` writes ``result0``, ``result1``, ... ``--compare`` runs the
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a distir program on N (simulated or real) ranks.",
     )
     p.add_argument("file", metavar="FILE", help="the program (.mlir), or - for standard input")
-    p.add_argument("--ranks", type=int, metavar="N", help="number of ranks (default: the size of a static mesh)")
+    p.add_argument("--ranks", type=int, metavar="N", help="number of ranks (default: the size of a static mesh, or N under mpiexec -n N)")
     p.add_argument(
         "--backend",
         metavar="NAME",
@@ -142,13 +143,15 @@ def _run(argv: Sequence[str] | None) -> int:
     from distir.lowering.pipeline import dist_view  # an already lowered program: its dist-level signature
 
     func = dist_view(func)
+    backend_name = args.backend or default_backend_name()
+    backend = get_backend(backend_name)
     ranks = args.ranks
     if ranks is None:
         ranks = npz.static_ranks(module)
-        if ranks is None:
-            raise InputRejected("distir-run: give --ranks N: the program's meshes do not fix the rank count")
-    backend_name = args.backend or default_backend_name()
-    backend = get_backend(backend_name)
+    if ranks is None and hasattr(backend, "launched_ranks"):
+        ranks = backend.launched_ranks()  # mpiexec -n N: one rank per process
+    if ranks is None:
+        raise InputRejected("distir-run: give --ranks N: the program's meshes do not fix the rank count")
     from distir.lowering.pipeline import is_lowered
 
     if backend_name == "interpret" and is_lowered(module):

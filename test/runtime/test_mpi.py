@@ -78,6 +78,20 @@ def test_distir_run_under_mpiexec_compares_with_interpreter(tmp_path):
     assert out.exists()
 
 
+def test_rank_count_defaults_to_the_mpiexec_process_count(tmp_path):
+    src = tmp_path / "sgd.mlir"
+    src.write_text(small_example("sgd"))
+    proc = subprocess.run(
+        [mpiexec_path(), "-n", "2", DISTIR_RUN, str(src), "--backend", "mpi", "--compare-backend", "interpret"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "on 2 rank(s), backend mpi" in proc.stdout
+    assert proc.stdout.count("results agree") == 1, proc.stdout
+
+
 def test_mpi_backend_starts_mpiexec_from_one_process():
     module = parse_module(small_example("moe"))
     got = MpiBackend().run(module, None, {}, 4, 5)
