@@ -25,6 +25,12 @@ bf16       4e-2     8e-3     8-bit significand
 f32        1e-5     1e-6     reassociated sums (e.g. hierarchical reductions)
 f64        1e-12    1e-13
 =========  =======  =======  ==============================================
+
+A float output is only as precise as the least precise float type its program computes
+in: an f32 result cast to f64 carries f32 rounding. ``equivalent`` and ``distir-run
+--compare`` therefore compare float outputs with the looser of the output's tolerance and
+that of the narrowest float type any value of either function has
+(``program_precision``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,36 @@ def tolerance(dtype: np.dtype) -> tuple[float, float] | None:
     return TOLERANCES.get(np.dtype(dtype).name)
 
 
+def program_precision(*funcs) -> np.dtype | None:
+    """The least precise float dtype of any value (arguments, op results, block arguments,
+    tensor elements) of the given functions, or None if they compute with no float."""
+    from distir.dialects.dist import TensorType
+    from distir.runtime.values import UnsupportedType, numpy_dtype
+
+    worst: np.dtype | None = None
+    for f in funcs:
+        for op in f.walk():
+            values = [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]
+            for v in values:
+                t = v.type.element_type if isinstance(v.type, TensorType) else v.type
+                try:
+                    dt = numpy_dtype(t)
+                except UnsupportedType:
+                    continue
+                tol = tolerance(dt)
+                if tol is not None and (worst is None or tol[0] > tolerance(worst)[0]):  # type: ignore[index]
+                    worst = dt
+    return worst
+
+
+def _looser(dtype: np.dtype, precision: np.dtype | None) -> tuple[float, float] | None:
+    tol = tolerance(dtype)
+    if tol is None or precision is None:
+        return tol
+    other = tolerance(precision)
+    return other if other is not None and other[0] > tol[0] else tol
+
+
 def describe_tolerance(dtype: np.dtype) -> str:
     tol = tolerance(dtype)
     if tol is None:
@@ -77,14 +113,15 @@ def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or dtype == BFLOAT16
 
 
-def compare_arrays(a: np.ndarray, b: np.ndarray, what: str) -> Comparison:
-    """Compare output ``a`` (first program) with ``b`` (second, the reference)."""
+def compare_arrays(a: np.ndarray, b: np.ndarray, what: str, precision: np.dtype | None = None) -> Comparison:
+    """Compare output ``a`` (first program) with ``b`` (second, the reference); a float
+    output gets at least the tolerance of ``precision`` (see ``program_precision``)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return Comparison(False, f"{what}: shapes differ: {a.shape} vs {b.shape}")
     if a.dtype != b.dtype:
         return Comparison(False, f"{what}: dtypes differ: {a.dtype.name} vs {b.dtype.name}")
-    tol = tolerance(a.dtype)
+    tol = _looser(a.dtype, precision)
     if tol is None:
         bad = a != b
         diff = 0.0
@@ -121,13 +158,19 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, what: str) -> Comparison:
     )
 
 
-def compare_outputs(outs_a: Sequence[np.ndarray], outs_b: Sequence[np.ndarray], label_a: str = "a", label_b: str = "b") -> Comparison:
+def compare_outputs(
+    outs_a: Sequence[np.ndarray],
+    outs_b: Sequence[np.ndarray],
+    label_a: str = "a",
+    label_b: str = "b",
+    precision: np.dtype | None = None,
+) -> Comparison:
     """Compare two output lists element by element; the first mismatch is reported."""
     if len(outs_a) != len(outs_b):
         return Comparison(False, f"{label_a} has {len(outs_a)} results, {label_b} has {len(outs_b)}")
     worst, tol = 0.0, "exact"
     for i, (a, b) in enumerate(zip(outs_a, outs_b)):
-        c = compare_arrays(a, b, f"result{i}")
+        c = compare_arrays(a, b, f"result{i}", precision)
         if not c:
             return Comparison(False, f"{c.message} [{label_a} vs {label_b}]", c.max_abs_diff, c.tolerance)
         if c.max_abs_diff >= worst:
@@ -205,6 +248,7 @@ def equivalent(
     for nb, hi in npz.index_bounds(fb).items():
         na = names_a[names_b.index(nb)]
         bounds[na] = min(hi, bounds.get(na, hi))
+    precision = program_precision(fa, fb)
     worst, tol = 0.0, "exact"
     for trial in range(trials):
         inputs = npz.prepare_inputs(ma, fa, ranks, None, seed + trial, grids=grids_a, bounds=bounds)
@@ -214,7 +258,7 @@ def equivalent(
             outs_b = run_b.run(mb, fb.sym_name.data, inputs_b, ranks, seed + trial)
         except ResultsDiffer as e:
             return EquivalenceReport(False, f"trial {trial} (seed {seed + trial}): {e}", trial + 1)
-        c = compare_outputs(outs_a, outs_b, label_a, label_b)
+        c = compare_outputs(outs_a, outs_b, label_a, label_b, precision)
         if not c:
             return EquivalenceReport(False, f"trial {trial} (seed {seed + trial}): {c.message}", trial + 1, c.max_abs_diff, c.tolerance)
         if c.max_abs_diff >= worst:

@@ -43,7 +43,7 @@ from distir.dialects.dist import TensorType
 from distir.dialects.layout import format_placements
 from distir.runtime import npz
 from distir.runtime.backend import default_backend_name, get_backend
-from distir.runtime.equivalence import compare_outputs, signature_mismatch
+from distir.runtime.equivalence import compare_outputs, program_precision, signature_mismatch
 from distir.tools.diagnostics import InputRejected, ResultsDiffer, run_tool
 from distir.tools.opt import LocatingParser, verify_located
 
@@ -139,10 +139,10 @@ def _compare_target(args, module: ModuleOp, func: FuncOp) -> tuple[ModuleOp, Fun
 def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     module = read_module(args.file)
-    func = npz.select_function(module, args.func)
+    source_func = npz.select_function(module, args.func)
     from distir.lowering.pipeline import dist_view  # an already lowered program: its dist-level signature
 
-    func = dist_view(func)
+    func = dist_view(source_func)
     backend_name = args.backend or default_backend_name()
     backend = get_backend(backend_name)
     ranks = args.ranks
@@ -212,7 +212,8 @@ def _run(argv: Sequence[str] | None) -> int:
         label_a, label_b = f"@{func.sym_name.data}", f"{where}@{other_func.sym_name.data}"
         if args.compare_backend:
             label_a, label_b = f"{label_a} on {backend_name}", f"{label_b} on {args.compare_backend}"
-        c = compare_outputs(outputs, other_outputs, label_a, label_b)
+        precision = program_precision(source_func, other_func)
+        c = compare_outputs(outputs, other_outputs, label_a, label_b, precision)
         if not c:
             if quiet:
                 return 2

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 
 from distir.dialects.context import parse_module
 from distir.runtime import host
-from distir.runtime.equivalence import compare_outputs
+from distir.runtime import npz
+from distir.runtime.equivalence import compare_outputs, program_precision
 from distir.runtime.executor import ExecutionFailed, LoweredProgram
 from distir.runtime.interpreter import interpret
 from distir.runtime.local import LocalBackend, LocalRunner, run_local
@@ -124,7 +125,7 @@ def test_failure_on_one_rank_stops_all_ranks(monkeypatch):
         runner.step()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
 @given(programs())
 def test_random_programs_equal_interpreter(prog):
     """Random well-typed programs (every op kind, 1-D and 2-D meshes, views, at<r>,
@@ -134,6 +135,7 @@ def test_random_programs_equal_interpreter(prog):
         want = interpret(prog.module(), prog.func, None, prog.ranks, 0)
     except InputRejected:
         return  # e.g. an embedding index out of range: rejected by both
-    got = LocalBackend().run(prog.module(), prog.func, {}, prog.ranks, 0)
-    c = compare_outputs(want, got, "interpret", "local")
+    module = prog.module()
+    got = LocalBackend().run(module, prog.func, {}, prog.ranks, 0)
+    c = compare_outputs(want, got, "interpret", "local", program_precision(*npz.functions(module)))
     assert c.ok, f"{c.message}\n{prog.text}"
