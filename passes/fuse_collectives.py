@@ -53,7 +53,7 @@ from distir.dialects import coll
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Sliced
 from distir.passes.fusion import ancestor_in, backward_plan, forward_plan, fuse
-from distir.passes.support import Targets, apply_all_or_nothing, fail
+from distir.passes.support import Targets, apply_all_or_nothing, fail, inside_fused_or_overlap
 
 FIRST_FUSED: dict[type, type[coll.FusedCollectiveOp]] = {
     coll.ReduceScatterOp: coll.FusedReduceScatterOp,
@@ -153,7 +153,7 @@ class FuseCollectivesPass(ModulePass):
                 )
             for first_pass in (True, False):
                 for c in colls:
-                    if c.parent is None or not targets.selects(c.result) or _nested(c):
+                    if c.parent is None or not targets.selects(c.result) or inside_fused_or_overlap(c):
                         continue
                     if (type(c) in FIRST_FUSED) != first_pass:
                         continue
@@ -164,11 +164,3 @@ class FuseCollectivesPass(ModulePass):
 
         apply_all_or_nothing(op, run)
 
-
-def _nested(op: Operation) -> bool:
-    p = op.parent_op()
-    while p is not None:
-        if isinstance(p, coll.FusedCollectiveOp | coll.OverlapOp):
-            return True
-        p = p.parent_op()
-    return False

@@ -38,7 +38,7 @@ from xdsl.ir import Block, Operation, Region
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist
-from distir.passes.support import Targets, apply_all_or_nothing, fail, make_yield
+from distir.passes.support import Targets, apply_all_or_nothing, fail, inside_fused_or_overlap, make_yield
 
 COMPUTATIONS = (dist.MatmulOp, dist.EmbeddingBagOp, dist.MapOp, dist.DropoutOp, dist.CastOp)
 
@@ -130,7 +130,7 @@ class OverlapPass(ModulePass):
 
         def run(module: ModuleOp) -> None:
             targets = Targets(self.name, self.targets, module)
-            ops = [o for o in module.walk() if _eligible(o) and not _nested(o)]
+            ops = [o for o in module.walk() if _eligible(o) and not inside_fused_or_overlap(o)]
             targets.require_known("chain ops", [r for o in ops for r in o.results])
             chains: list[list[Operation]] = []
             if targets.all:
@@ -169,11 +169,3 @@ class OverlapPass(ModulePass):
 
         apply_all_or_nothing(op, run)
 
-
-def _nested(op: Operation) -> bool:
-    p = op.parent_op()
-    while p is not None:
-        if isinstance(p, coll.FusedCollectiveOp | coll.OverlapOp):
-            return True
-        p = p.parent_op()
-    return False

@@ -157,6 +157,18 @@ def group_size(op: Operation, t: TensorType, axes: Sequence[int]) -> int | None:
     return None if sizes is None else layout.group_size(sizes, axes)
 
 
+def inside_fused_or_overlap(op: Operation) -> bool:
+    """Whether ``op`` sits in the region of a fused collective or a ``coll.overlap``."""
+    from distir.dialects import coll
+
+    p = op.parent_op()
+    while p is not None:
+        if isinstance(p, coll.FusedCollectiveOp | coll.OverlapOp):
+            return True
+        p = p.parent_op()
+    return False
+
+
 def ancestor_in(op: Operation, block: Block) -> Operation | None:
     """The op of ``block`` that is ``op`` or contains it."""
     cur: Operation | None = op
