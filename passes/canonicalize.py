@@ -67,19 +67,24 @@ def _replace(rewriter: PatternRewriter, op: Operation, new: Operation | None, va
     rewriter.erase(op)
 
 
+def _fold_into_all_reduce(op: coll.CollectiveOp, first: type[coll.CollectiveOp], rewriter: PatternRewriter) -> None:
+    """``op(first(x))`` over the same axes -> ``all_reduce(x)`` when the types agree."""
+    prev = _single_use_producer(op.input, first)
+    if prev is None or list(prev.axes) != list(op.axes):
+        return
+    ar = try_build(lambda: coll.AllReduceOp.of(prev.input, sizes=_sizes(op, prev.input), op=prev.option("op"), axes=list(op.axes)))
+    if ar is None or not same_type(ar.results[0].type, op.result.type):
+        return
+    _replace(rewriter, op, ar, ar.results[0])
+    rewriter.erase(prev)
+
+
 class FoldAllGatherOfReduceScatter(RewritePattern):
     """all_gather(reduce_scatter(x)) over the same axes -> all_reduce(x)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: coll.AllGatherOp, rewriter: PatternRewriter, /):
-        rs = _single_use_producer(op.input, coll.ReduceScatterOp)
-        if rs is None or list(rs.axes) != list(op.axes):
-            return
-        ar = try_build(lambda: coll.AllReduceOp.of(rs.input, sizes=_sizes(op, rs.input), op=rs.option("op"), axes=list(op.axes)))
-        if ar is None or not same_type(ar.results[0].type, op.result.type):
-            return
-        _replace(rewriter, op, ar, ar.results[0])
-        rewriter.erase(rs)
+        _fold_into_all_reduce(op, coll.ReduceScatterOp, rewriter)
 
 
 class FoldBroadcastOfReduce(RewritePattern):
@@ -87,14 +92,7 @@ class FoldBroadcastOfReduce(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: coll.BroadcastOp, rewriter: PatternRewriter, /):
-        red = _single_use_producer(op.input, coll.ReduceOp)
-        if red is None or list(red.axes) != list(op.axes):
-            return
-        ar = try_build(lambda: coll.AllReduceOp.of(red.input, sizes=_sizes(op, red.input), op=red.option("op"), axes=list(op.axes)))
-        if ar is None or not same_type(ar.results[0].type, op.result.type):
-            return
-        _replace(rewriter, op, ar, ar.results[0])
-        rewriter.erase(red)
+        _fold_into_all_reduce(op, coll.ReduceOp, rewriter)
 
 
 class FoldAllGatherOfTakeSlice(RewritePattern):

@@ -94,8 +94,12 @@ class Mover:
             raise NotSliceable(f"its result does not keep the gathered dim {d} of {display(c.result)} (broadcast)")
         return result.with_(placements=layout.add_slicing(result.get_placements(), dr, axes))
 
+    PLACE_VERB = "sliced"  # in diagnostics: "must be replicated on axes [..] to be sliced"
+    PLACED = "sliced is"  # "operand %x sliced is T, expected U"
+
     def place(self, c: coll.CollectiveOp, v: SSAValue, want: TensorType, at: Operation) -> SSAValue:
-        """``v`` placed as ``want`` on ``c``'s axes: a take_slice of a replicated value."""
+        """``v`` placed as ``want`` on ``c``'s axes (``restrict`` builds the ops), reusing
+        what an earlier move built for the same value."""
         t = v.type
         assert isinstance(t, TensorType)
         axes = list(c.axes)
@@ -105,10 +109,17 @@ class Mover:
         if not all(isinstance(t.get_placements()[a], Replicated) for a in axes):
             raise NotSliceable(
                 f"operand {display(v)} is {layout.format_placements(t.get_placements())}, it must be replicated "
-                f"on axes {axes} to be sliced"
+                f"on axes {axes} to be {self.PLACE_VERB}"
             )
+        cur = self.restrict(v, want, at, axes, mesh_sizes(at, t))
+        if not same_type(cur.type, want):
+            raise NotSliceable(f"operand {display(v)} {self.PLACED} {cur.type}, expected {want}")
+        self.cache[key] = cur
+        return cur
+
+    def restrict(self, v: SSAValue, want: TensorType, at: Operation, axes: list[int], sizes) -> SSAValue:
+        """AllGather: a take_slice of the replicated value per axis, before ``at``."""
         cur = v
-        sizes = mesh_sizes(at, t)
         for a in axes:
             p = want.get_placements()[a]
             op = try_build(lambda: dist.TakeSliceOp.of(cur, sizes=sizes, dim=p.dim.data, axis=a))  # type: ignore[union-attr]
@@ -117,9 +128,6 @@ class Mover:
             at.parent_block().insert_op_before(op, at)  # type: ignore[union-attr]
             set_name(op.results[0], v.name_hint, "_s")
             cur = op.results[0]
-        if not same_type(cur.type, want):
-            raise NotSliceable(f"operand {display(v)} sliced is {cur.type}, expected {want}")
-        self.cache[key] = cur
         return cur
 
     def matmul_other(self, c: coll.CollectiveOp, v: SSAValue, at: Operation) -> SSAValue:

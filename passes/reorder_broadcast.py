@@ -29,9 +29,9 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import At, Replicated
+from distir.dialects.placements import At
 from distir.passes.reorder_allgather import Mover, NotSliceable, run_reorder
-from distir.passes.support import apply_all_or_nothing, display, mesh_sizes, same_type, set_name, try_build
+from distir.passes.support import apply_all_or_nothing, display, same_type, set_name, try_build
 
 
 @dataclass
@@ -46,19 +46,11 @@ class BroadcastMover(Mover):
             pl[a] = x.get_placements()[a]
         return result.with_(placements=layout.tidy(pl))
 
-    def place(self, c: coll.CollectiveOp, v: SSAValue, want: TensorType, at: Operation) -> SSAValue:
-        t = v.type
-        assert isinstance(t, TensorType)
-        axes = list(c.axes)
-        key = (v, tuple(axes), str(want.get_placements()))
-        if key in self.cache:
-            return self._reuse(self.cache[key], at)
-        if not all(isinstance(t.get_placements()[a], Replicated) for a in axes):
-            raise NotSliceable(
-                f"operand {display(v)} is {layout.format_placements(t.get_placements())}, it must be replicated "
-                f"on axes {axes} to be restricted to the root"
-            )
-        sizes = mesh_sizes(at, t)
+    PLACE_VERB = "restricted to the root"
+    PLACED = "on the root is"
+
+    def restrict(self, v: SSAValue, want: TensorType, at: Operation, axes: list[int], sizes) -> SSAValue:
+        """Broadcast: drop then store at the root's rank, per axis, before ``at``."""
         cur = v
         ops: list[Operation] = []
         for a in axes:
@@ -70,11 +62,9 @@ class BroadcastMover(Mover):
                 raise NotSliceable(f"operand {display(v)} cannot be placed at rank {rank.rank.data}")
             ops += [drop, store]
             cur = store.results[0]
-        if not same_type(cur.type, want):
-            raise NotSliceable(f"operand {display(v)} on the root is {cur.type}, expected {want}")
-        at.parent_block().insert_ops_before(ops, at)  # type: ignore[union-attr]
-        set_name(cur, v.name_hint, "_s")
-        self.cache[key] = cur
+        if same_type(cur.type, want):
+            at.parent_block().insert_ops_before(ops, at)  # type: ignore[union-attr]
+            set_name(cur, v.name_hint, "_s")
         return cur
 
     def matmul_other(self, c: coll.CollectiveOp, v: SSAValue, at: Operation) -> SSAValue:
