@@ -117,32 +117,6 @@ def triad_runner(n: int, threads: int = 2) -> Callable[[], None]:
     return once
 
 
-def triad_bandwidth(n: int, threads: int = 2, reps: int = 10) -> float:
-    """Bytes/s of ``a = b + s*c`` run by ``threads`` threads at once (one per core, as
-    the ranks of the local backend run), each on its own n-element arrays, counting 16
-    bytes per element."""
-    import numba
-
-    @numba.njit(nogil=True, fastmath=True, error_model="numpy")
-    def triad(a, b, c, s):
-        for i in range(a.shape[0]):
-            a[i] = b[i] + s * c[i]
-
-    arrays = [(np.zeros(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)) for _ in range(threads)]
-    for a, b, c in arrays:
-        triad(a, b, c, np.float32(3.0))
-
-    def once() -> None:
-        ts = [threading.Thread(target=triad, args=(a, b, c, np.float32(3.0))) for a, b, c in arrays]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-
-    dt = median_time(once, reps)
-    return threads * n * TRIAD_BYTES_PER_ELEMENT / dt
-
-
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
