@@ -28,13 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Attribute, Dialect
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
     operand_def,
-    prop_def,
     region_def,
     result_def,
     traits_def,

@@ -8,11 +8,38 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
 
+def _dist():
+    from distir.dialects.dist import Dist
+
+    return Dist
+
+
+def _coll():
+    from distir.dialects.coll import Coll
+
+    return Coll
+
+
+def _nccl():
+    from distir.dialects.nccl import Nccl
+
+    return Nccl
+
+
+def _rt():
+    from distir.dialects.rt import Rt
+
+    return Rt
+
+
+DISTIR_DIALECTS = {"dist": _dist, "coll": _coll, "nccl": _nccl, "rt": _rt}
+"""distir's dialects by name, each imported when first used (also published to stock
+``xdsl-opt`` by ``tools/universe.py``)."""
+
+
 def make_context() -> Context:
     """A context with builtin, func, arith, math, memref, scf (lowered programs) and the
     distir dialects (dist, coll, nccl, rt)."""
-    from distir.tools.universe import DISTIR_DIALECTS
-
     ctx = Context()
     for d in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf):
         ctx.load_dialect(d)

@@ -29,12 +29,19 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Dialect
 from xdsl.irdl import irdl_op_definition, var_operand_def
 
 from distir.dialects.format import Kw
-from distir.dialects.rt import COMM, INDEX, STREAM, RtOp, fail, memref_count, need_memref
+from distir.dialects.rt import (
+    COMM,
+    INDEX,
+    STREAM,
+    RtOp,
+    fail,
+    memref_count,
+    need_memref,
+)
 
 COUNT = Kw("count", "int")
 ROOT = Kw("root", "int")

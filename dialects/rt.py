@@ -67,7 +67,13 @@ from xdsl.printer import Printer
 from xdsl.traits import NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
-from distir.dialects.format import REDUCTIONS, FormattedOp, Kw, parse_type_signature, print_type_list
+from distir.dialects.format import (
+    REDUCTIONS,
+    FormattedOp,
+    Kw,
+    parse_type_signature,
+    print_type_list,
+)
 from distir.dialects.placements import Placement, parse_placement
 
 # ======================================================================================

@@ -38,14 +38,25 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, IndexType, MemRefType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import (
+    IndexType,
+    MemRefType,
+    ModuleOp,
+)
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, nccl, rt
-from distir.dialects.dist import MeshOp, TensorType
+from distir.dialects.dist import TensorType
 from distir.dialects.placements import REPLICATED, At, Placement
-from distir.lowering.common import buffer_type, fail, group_size, local_shape, meshes, static_sizes
+from distir.lowering.common import (
+    buffer_type,
+    fail,
+    group_size,
+    local_shape,
+    meshes,
+    static_sizes,
+)
 
 PASS = "lower-collectives"
 INDEX = IndexType()

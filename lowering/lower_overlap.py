@@ -45,8 +45,14 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import ArrayAttr, IndexType, IntegerAttr, ModuleOp, StringAttr, i64
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    IndexType,
+    IntegerAttr,
+    ModuleOp,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, rt

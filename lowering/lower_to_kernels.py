@@ -8,7 +8,7 @@ local block: memref parameters, an element-wise body of ``memref.load``, ``arith
 values. Values used only inside the run stay in registers; values used after it are
 stored, one output parameter each. Operands broadcast along a dim are loaded with
 index 0 there (or without that dim). ``dist.dropout`` draws from the generator of
-``runtime/rng.py`` (``rt.random``) keyed by the element's logical index, so a kernel on a
+``dialects/rng.py`` (``rt.random``) keyed by the element's logical index, so a kernel on a
 block takes the block's offsets as ``index`` parameters (``rt.group_rank`` times the
 block extent). The iteration space is the run's common result type (shape and
 placements); a map over another space starts a new kernel.
@@ -44,19 +44,16 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
-    MemRefType,
     ModuleOp,
-    i1,
     i32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from distir.dialects import coll, dist, layout, rt
+from distir.dialects import coll, dist, layout, rng, rt
 from distir.dialects.dist import TensorType
 from distir.lowering.common import buffer_type, fail, local_shape, meshes, static_sizes
-from distir.runtime import rng
 
 PASS = "lower-to-kernels"
 ELEMENTWISE = (dist.MapOp, dist.CastOp, dist.DropoutOp)

@@ -38,7 +38,11 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import IntegerType
 from xdsl.ir import Operation, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
 from xdsl.rewriter import InsertPoint
 
 from distir.dialects import coll, dist, layout

@@ -48,7 +48,14 @@ from xdsl.rewriter import InsertPoint
 
 from distir.dialects import dist, layout
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import REPLICATED, UNPLACED, At, Replicated, Sliced, Unplaced
+from distir.dialects.placements import (
+    REPLICATED,
+    UNPLACED,
+    At,
+    Replicated,
+    Sliced,
+    Unplaced,
+)
 from distir.passes.support import (
     Targets,
     apply_all_or_nothing,

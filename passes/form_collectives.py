@@ -54,7 +54,17 @@ from xdsl.pattern_rewriter import (
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Replicated, Sliced
-from distir.passes.support import inexact_average, infer_type, make_yield, map_fits, mesh_sizes, new_block_region, place_like, same_type, try_build
+from distir.passes.support import (
+    inexact_average,
+    infer_type,
+    make_yield,
+    map_fits,
+    mesh_sizes,
+    new_block_region,
+    place_like,
+    same_type,
+    try_build,
+)
 
 FIRST_WORDS = {dist.ReduceOp: "reduce", dist.JoinOp: "join", dist.LoadOp: "load"}
 SECOND_WORDS = {dist.ReplOp: "repl", dist.SliceOp: "slice", dist.StoreOp: "store"}

@@ -53,7 +53,12 @@ from distir.dialects import coll
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Sliced
 from distir.passes.fusion import ancestor_in, backward_plan, forward_plan, fuse
-from distir.passes.support import Targets, apply_all_or_nothing, fail, inside_fused_or_overlap
+from distir.passes.support import (
+    Targets,
+    apply_all_or_nothing,
+    fail,
+    inside_fused_or_overlap,
+)
 
 FIRST_FUSED: dict[type, type[coll.FusedCollectiveOp]] = {
     coll.ReduceScatterOp: coll.FusedReduceScatterOp,

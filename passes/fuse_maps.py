@@ -34,7 +34,13 @@ from xdsl.pattern_rewriter import (
 
 from distir.dialects import dist, layout
 from distir.dialects.dist import TensorType
-from distir.passes.support import Targets, ancestor_in, apply_all_or_nothing, make_yield, map_fits
+from distir.passes.support import (
+    Targets,
+    ancestor_in,
+    apply_all_or_nothing,
+    make_yield,
+    map_fits,
+)
 
 
 def _element_type(v: SSAValue):

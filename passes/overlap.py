@@ -38,7 +38,13 @@ from xdsl.ir import Block, Operation, Region
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist
-from distir.passes.support import Targets, apply_all_or_nothing, fail, inside_fused_or_overlap, make_yield
+from distir.passes.support import (
+    Targets,
+    apply_all_or_nothing,
+    fail,
+    inside_fused_or_overlap,
+    make_yield,
+)
 
 COMPUTATIONS = (dist.MatmulOp, dist.EmbeddingBagOp, dist.MapOp, dist.DropoutOp, dist.CastOp)
 

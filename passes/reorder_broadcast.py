@@ -31,7 +31,13 @@ from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At
 from distir.passes.reorder_allgather import Mover, NotSliceable, run_reorder
-from distir.passes.support import apply_all_or_nothing, display, same_type, set_name, try_build
+from distir.passes.support import (
+    apply_all_or_nothing,
+    display,
+    same_type,
+    set_name,
+    try_build,
+)
 
 
 @dataclass

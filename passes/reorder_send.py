@@ -29,7 +29,16 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll
-from distir.passes.support import Targets, apply_all_or_nothing, display, fail, mesh_sizes, same_type, set_name, try_build
+from distir.passes.support import (
+    Targets,
+    apply_all_or_nothing,
+    display,
+    fail,
+    mesh_sizes,
+    same_type,
+    set_name,
+    try_build,
+)
 
 
 def _reorder(send: coll.SendOp) -> str | None:

@@ -42,7 +42,14 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from distir.dialects import coll, dist
-from distir.passes.support import Targets, apply_all_or_nothing, erase_dead, fail, functions, same_type
+from distir.passes.support import (
+    Targets,
+    apply_all_or_nothing,
+    erase_dead,
+    fail,
+    functions,
+    same_type,
+)
 
 
 def _inplace_result(f: func.FuncOp, index: int) -> int | None:

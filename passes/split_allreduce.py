@@ -27,12 +27,17 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
-
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, layout
 from distir.dialects.dist import TensorType
-from distir.passes.support import Targets, apply_all_or_nothing, fail, mesh_sizes, set_name
+from distir.passes.support import (
+    Targets,
+    apply_all_or_nothing,
+    fail,
+    mesh_sizes,
+    set_name,
+)
 
 STRATEGIES = ("rs-ag", "reduce-bcast")
 

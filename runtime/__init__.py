@@ -6,12 +6,10 @@
 * ``equivalent(module_a, module_b, ranks, trials=3, seed=0, ...)`` ->
   ``EquivalenceReport`` (``equivalence.py``).
 * ``npz.py``: the input/output conventions shared by the backends; ``backend.py``: the
-  backend interface and registry; ``rng.py``: dropout's counter-based generator.
+  backend interface and registry (``interpret``, ``local``, ``mpi``, ``nccl``).
 """
 
 from distir.runtime.equivalence import EquivalenceReport, equivalent
 from distir.runtime.interpreter import Execution, interpret, run_function
 
 __all__ = ["EquivalenceReport", "Execution", "equivalent", "interpret", "run_function"]
-
-from distir.runtime import backends as _backends  # noqa: E402,F401 - registers local, mpi, nccl

@@ -1,4 +1,4 @@
-"""Backends that run a program, behind one small interface.
+"""Backends that run a program, behind one small interface, and their registry.
 
 A backend takes a module, a function name, the complete inputs (the in.npz convention of
 ``runtime/npz.py``, every argument present), the rank count and the seed, and returns
@@ -7,11 +7,9 @@ the function's logical outputs (the out.npz convention)::
     backend = get_backend("interpret")
     outputs = backend.run(module, "adam", inputs, ranks=4, seed=0)
 
-``BACKENDS`` maps a backend name to a factory. ``interpret`` (the reference interpreter,
-dist/coll-level programs only) is registered here; the runtime registers ``local``,
-``mpi`` and ``nccl`` with ``register_backend`` when they exist. ``default_backend_name``
-is the one place that says which backend runs when none is named: ``local`` once it is
-registered, ``interpret`` until then.
+``BACKENDS`` maps each backend name of DESIGN §5 to a factory that imports its module
+when first asked for: ``interpret`` (the reference interpreter, dist/coll-level programs
+only), ``local`` (the default), ``mpi`` and ``nccl``.
 """
 
 from __future__ import annotations
@@ -22,10 +20,7 @@ from typing import Protocol
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from distir.tools.diagnostics import InputRejected
-
-KNOWN_BACKENDS = ("interpret", "local", "mpi", "nccl")
-"""Backend names of DESIGN §5 (some may not be available yet)."""
+from distir.dialects.diagnostics import InputRejected
 
 
 class Backend(Protocol):
@@ -47,25 +42,38 @@ class InterpretBackend:
         return run_function(module, func, inputs, ranks, seed).outputs
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"interpret": InterpretBackend}
+def _local() -> Backend:
+    from distir.runtime.local import LocalBackend
+
+    return LocalBackend()
 
 
-def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    BACKENDS[name] = factory
+def _mpi() -> Backend:
+    from distir.runtime.mpi import MpiBackend
+
+    return MpiBackend()
+
+
+def _nccl() -> Backend:
+    from distir.runtime.nccl import NcclBackend
+
+    return NcclBackend()
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"interpret": InterpretBackend, "local": _local, "mpi": _mpi, "nccl": _nccl}
+
+DEFAULT_BACKEND = "local"
 
 
 def default_backend_name() -> str:
-    """``local`` once it is registered, ``interpret`` until then."""
-    return "local" if "local" in BACKENDS else "interpret"
+    """The backend that runs when none is named."""
+    return DEFAULT_BACKEND
 
 
 def get_backend(name: str | None = None) -> Backend:
     """The backend called ``name`` (default: ``default_backend_name()``)."""
     name = name or default_backend_name()
     factory = BACKENDS.get(name)
-    if factory is not None:
-        return factory()
-    available = ", ".join(sorted(BACKENDS))
-    if name in KNOWN_BACKENDS:
-        raise InputRejected(f"backend '{name}' is not available yet (available: {available})")
-    raise InputRejected(f"unknown backend '{name}' (choose from {', '.join(KNOWN_BACKENDS)}; available: {available})")
+    if factory is None:
+        raise InputRejected(f"unknown backend '{name}' (choose from {', '.join(BACKENDS)})")
+    return factory()

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from distir.dialects.diagnostics import ResultsDiffer
 from distir.runtime import npz
 from distir.runtime.backend import get_backend
 from distir.runtime.values import BFLOAT16
-from distir.tools.diagnostics import ResultsDiffer
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-2, 1e-3),

@@ -23,16 +23,22 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import FunctionType, IndexType, IntegerType, MemRefType, ModuleOp
+from xdsl.dialects.builtin import (
+    FunctionType,
+    IndexType,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+)
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from distir.dialects import layout, nccl, rt
-from distir.dialects.dist import MeshOp, TensorType
+from distir.dialects.diagnostics import InputRejected
+from distir.dialects.dist import TensorType
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.runtime import npz
 from distir.runtime.comm import P2P
 from distir.runtime.values import numpy_dtype, rank_coords, stores
-from distir.tools.diagnostics import InputRejected
 
 
 class ExecutionFailed(RuntimeError):

@@ -9,7 +9,6 @@ widened to an f32 copy before the launch and rounded back into the buffer after 
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from typing import Any

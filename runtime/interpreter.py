@@ -19,7 +19,7 @@ result buffers from the operand buffers:
   contracted dim -> local partial sums), ``dist.reduce_tensor`` reduces the local block
   (a sliced reduced dim -> local partials), ``dist.embedding_bag`` with a row-sliced
   table adds only the rows a rank holds, ``dist.dropout`` draws from the counter-based
-  generator of ``runtime/rng.py`` at logical indices, ``dist.remesh`` keeps every rank's
+  generator of ``dialects/rng.py`` at logical indices, ``dist.remesh`` keeps every rank's
   buffer and changes only the coordinates.
 * fused collectives run ``FIRST``, their region, then ``FINISH`` on the results flagged
   in ``gather``; ``coll.overlap`` runs its chain.
@@ -58,10 +58,11 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
-from distir.dialects import coll, dist, layout
+from distir.dialects import coll, dist, layout, rng
+from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Sliced
-from distir.runtime import npz, rng
+from distir.runtime import npz
 from distir.runtime.arith import SCALAR_OPS, UnsupportedOp, eval_body, eval_op
 from distir.runtime.values import (
     DistValue,
@@ -75,7 +76,6 @@ from distir.runtime.values import (
     stores,
     sub_block,
 )
-from distir.tools.diagnostics import InputRejected
 
 Value = DistValue | np.ndarray
 """A run-time value: a distributed tensor, or a builtin scalar as a 0-d array."""
@@ -584,7 +584,7 @@ def _dropout(it: Interpreter, op: dist.DropoutOp, args: list[Value]) -> list[Val
     def key(r: int) -> tuple[tuple[int, int], ...]:
         return tuple((s.start, s.stop) for s in block(r))
 
-    return list(it.local([t], args, lambda b, r: [rng.dropout(b[0], p, seed, shape, block(r))], key))
+    return list(it.local([t], args, lambda b, r: [_dropout(b[0], p, seed, shape, block(r))], key))
 
 
 def embedding_bag(table: np.ndarray, indices: np.ndarray, mode: str, row0: int, rows: int, dtype: np.dtype) -> np.ndarray:
@@ -711,3 +711,16 @@ def interpret(module: ModuleOp | str, func: str | None = None, inputs: Mapping[s
     """Run a function with the reference interpreter; returns its logical outputs (the
     out.npz convention: replicas checked, ``local`` stacked, ``at<r>`` from rank r)."""
     return run_function(module, func, inputs, ranks, seed).outputs
+
+
+def _dropout(x: np.ndarray, p: float, seed: int, shape: Sequence[int], block: Sequence[slice]) -> np.ndarray:
+    """Dropout of ``x``, the block ``block`` of a tensor of logical ``shape``."""
+    out = np.empty(x.shape, dtype=x.dtype)
+    cdt = compute_dtype(x.dtype)
+    scale = cdt.type(1.0 / (1.0 - p))
+    threshold = rng.keep_threshold(p)
+    for where, idx in rng.block_indices(shape, block):
+        keep = rng.uniform_bits(seed, idx) >= threshold
+        piece = np.multiply(x[where], scale, dtype=cdt)
+        out[where] = np.where(keep.reshape(piece.shape), piece, cdt.type(0))
+    return out

@@ -22,7 +22,6 @@ the others (no deadlock) and is reported with the rank.
 
 from __future__ import annotations
 
-import math
 import os
 import queue
 import threading
@@ -33,12 +32,12 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from distir.dialects.diagnostics import InputRejected
 from distir.runtime.comm import P2P, CommError
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
 from distir.runtime.host import HostDevice
 from distir.runtime.scattered import ScatteredArray, copy_into, segments
-from distir.runtime.values import is_half, reduce_arrays
-from distir.tools.diagnostics import InputRejected
+from distir.runtime.values import reduce_arrays
 
 TIMEOUT = 0.05
 

@@ -38,13 +38,13 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from distir.runtime.comm import P2P, CommError
+from distir.dialects.diagnostics import InputRejected
+from distir.runtime.comm import P2P
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
 from distir.runtime.host import HostDevice
 from distir.runtime.scattered import copy_into, is_scattered, segments
-from distir.runtime.streams import DoneEvent, SyncStream
+from distir.runtime.streams import SyncStream
 from distir.runtime.values import BFLOAT16, is_half
-from distir.tools.diagnostics import InputRejected
 
 _F32 = np.dtype(np.float32)
 
@@ -476,7 +476,7 @@ class MpiBackend:
 def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: int, seed: int, scatter: Sequence[str] = (), timeout: float = 600) -> list[Any]:
     """Run on ``ranks`` processes started with ``mpiexec`` and return rank 0's outputs."""
     from distir.runtime import npz
-    from distir.runtime.scattered import flatten_outputs, pieces_of
+    from distir.runtime.scattered import pieces_of
 
     with tempfile.TemporaryDirectory(prefix="distir-mpi-") as d:
         job = Path(d)

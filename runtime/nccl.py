@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from distir.dialects.diagnostics import InputRejected
 from distir.runtime.comm import P2P
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
-from distir.tools.diagnostics import InputRejected
 
 
 def _nccl():

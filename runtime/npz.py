@@ -42,10 +42,17 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, BlockArgument, SSAValue
 
 from distir.dialects import coll, dist, layout
+from distir.dialects.diagnostics import InputRejected, ResultsDiffer
 from distir.dialects.dist import MeshOp, TensorType
 from distir.dialects.placements import At, Sliced
-from distir.runtime.values import BFLOAT16, frozen, local_axes, rank_coords, stores, value_dtype
-from distir.tools.diagnostics import InputRejected, ResultsDiffer
+from distir.runtime.values import (
+    BFLOAT16,
+    frozen,
+    local_axes,
+    rank_coords,
+    stores,
+    value_dtype,
+)
 
 RANDOM_INT_HIGH = 8
 """Random integer inputs are drawn from [0, RANDOM_INT_HIGH) (embedding indices excepted)."""

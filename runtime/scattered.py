@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from distir.dialects import layout
+from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local, Replicated, Sliced
-from distir.tools.diagnostics import InputRejected
 
 BUCKET = 1024
 """Most elements in one bucket (CoCoNet: buckets of at most 2^10 elements)."""

@@ -16,10 +16,10 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import ModuleOp
 from support.programs import KINDS, programs
+from xdsl.dialects.builtin import ModuleOp
 
-from distir.passes.schedule import apply_pipeline
+from distir.passes.pipeline import apply_pipeline
 from distir.runtime import equivalent
 
 RANDOM_PIPELINES = 500

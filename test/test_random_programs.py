@@ -31,8 +31,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import MeshOp, TensorType
-from distir.runtime import run_function
-from distir.runtime import npz
+from distir.runtime import npz, run_function
 from distir.runtime.equivalence import compare_outputs, program_precision
 from distir.runtime.values import DistValue, numpy_dtype, rank_coords, stores
 

@@ -2,7 +2,8 @@
 
 0 success; 1 the input was rejected with a diagnostic; 2 a run's results disagree
 (``--compare``); 3 internal error (a bug in distir: reported in one line with the place
-it happened, never as a traceback).
+it happened, never as a traceback). The error types themselves live at the bottom floor,
+in ``dialects/diagnostics.py``.
 """
 
 from __future__ import annotations
@@ -11,18 +12,12 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from distir.dialects.diagnostics import InputRejected, ResultsDiffer
+
 EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_MISMATCH = 2
 EXIT_INTERNAL = 3
-
-
-class InputRejected(Exception):
-    """The user's input (file, option, npz) is wrong; the message says how."""
-
-
-class ResultsDiffer(Exception):
-    """Two runs that must agree do not; the message reports the first mismatch."""
 
 
 def run_tool(tool: str, body: Callable[[], int]) -> int:

@@ -17,7 +17,12 @@ from collections.abc import Sequence
 
 from xdsl.ir import Operation
 from xdsl.parser import Parser
-from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedException, VerifyException
+from xdsl.utils.exceptions import (
+    DiagnosticException,
+    ParseError,
+    PassFailedException,
+    VerifyException,
+)
 from xdsl.utils.lexer import Input, Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 

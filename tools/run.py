@@ -43,7 +43,11 @@ from distir.dialects.dist import TensorType
 from distir.dialects.layout import format_placements
 from distir.runtime import npz
 from distir.runtime.backend import default_backend_name, get_backend
-from distir.runtime.equivalence import compare_outputs, program_precision, signature_mismatch
+from distir.runtime.equivalence import (
+    compare_outputs,
+    program_precision,
+    signature_mismatch,
+)
 from distir.tools.diagnostics import InputRejected, ResultsDiffer, run_tool
 from distir.tools.opt import LocatingParser, verify_located
 
@@ -140,7 +144,9 @@ def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     module = read_module(args.file)
     source_func = npz.select_function(module, args.func)
-    from distir.lowering.pipeline import dist_view  # an already lowered program: its dist-level signature
+    from distir.lowering.pipeline import (
+        dist_view,  # an already lowered program: its dist-level signature
+    )
 
     func = dist_view(source_func)
     backend_name = args.backend or default_backend_name()

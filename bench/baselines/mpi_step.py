@@ -12,9 +12,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import ADAM_SCHEDULES, adam_text, schedule  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from common import ADAM_SCHEDULES, adam_text, schedule  # noqa: E402
 from distir.dialects.context import parse_module  # noqa: E402
 from distir.runtime.executor import LoweredProgram  # noqa: E402
 from distir.runtime.mpi import MpiRunner  # noqa: E402

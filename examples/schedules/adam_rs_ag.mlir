@@ -1,7 +1,7 @@
 // CoCoNet schedule RS-Adam-AG of examples/adam.mlir, produced by
 //   distir-opt examples/adam.mlir -p 'fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag}'
-// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate
-// with: python -m distir.passes.schedule examples/schedules
+// or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
+// with: python -m distir.tuning.schedule examples/schedules
 builtin.module {
   dist.mesh @world shape = [?]
   func.func @adam(%g: !dist.tensor<1048576xf32, @world, [local]>, %p: !dist.tensor<1048576xf32, @world, [replicated]>, %m: !dist.tensor<1048576xf32, @world, [replicated]>, %v: !dist.tensor<1048576xf32, @world, [replicated]>, %lr: f32, %beta1: f32, %beta2: f32, %eps: f32, %t: f32) -> (!dist.tensor<1048576xf32, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<1048576xf32, @world, [replicated]> {dist.inplace = 2 : i64}, !dist.tensor<1048576xf32, @world, [replicated]> {dist.inplace = 3 : i64}) {

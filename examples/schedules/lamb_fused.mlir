@@ -1,7 +1,7 @@
 // CoCoNet schedule fuse(RS-LAMB-AG) of examples/lamb.mlir, produced by
 //   distir-opt examples/lamb.mlir -p 'fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag},slice-state{targets=m,v},fuse-allreduce{targets=avg_rs}'
-// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate
-// with: python -m distir.passes.schedule examples/schedules
+// or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
+// with: python -m distir.tuning.schedule examples/schedules
 builtin.module {
   dist.mesh @world shape = [?]
   func.func @lamb(%g: !dist.tensor<1048576xf32, @world, [local]>, %p: !dist.tensor<1048576xf32, @world, [replicated]>, %m: !dist.tensor<1048576xf32, @world, [sliced<0>]>, %v: !dist.tensor<1048576xf32, @world, [sliced<0>]>, %lr: f32, %beta1: f32, %beta2: f32, %eps: f32, %wd: f32, %t: f32) -> (!dist.tensor<1048576xf32, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<1048576xf32, @world, [sliced<0>]> {dist.inplace = 2 : i64}, !dist.tensor<1048576xf32, @world, [sliced<0>]> {dist.inplace = 3 : i64}) {

@@ -1,7 +1,7 @@
 // CoCoNet schedule MM-RS-C-AG of examples/megatron_attention.mlir, produced by
 //   distir-opt examples/megatron_attention.mlir -p 'split-allreduce{targets=sum},reorder-allgather{targets=sum_ag}'
-// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate
-// with: python -m distir.passes.schedule examples/schedules
+// or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
+// with: python -m distir.tuning.schedule examples/schedules
 builtin.module {
   dist.mesh @world shape = [?]
   func.func @self_attention(%w: !dist.tensor<3072x3072xf16, @world, [sliced<0>]>, %b: !dist.tensor<3072xf16, @world, [replicated]>, %in: !dist.tensor<8x1024x3072xf16, @world, [sliced<2>]>, %r: !dist.tensor<8x1024x3072xf16, @world, [replicated]>) -> !dist.tensor<8x1024x3072xf16, @world, [replicated]> {

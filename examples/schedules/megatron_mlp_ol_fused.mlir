@@ -1,7 +1,7 @@
 // CoCoNet schedule ol(MM,fuse(RS-C-AG)) of examples/megatron_mlp.mlir, produced by
 //   distir-opt examples/megatron_mlp.mlir -p 'split-allreduce{dim=1 targets=sum},reorder-allgather{targets=sum_ag},fuse-allreduce{targets=sum_rs},overlap{order=ring targets=o,out}'
-// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate
-// with: python -m distir.passes.schedule examples/schedules
+// or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
+// with: python -m distir.tuning.schedule examples/schedules
 builtin.module {
   dist.mesh @world shape = [?]
   func.func @mlp(%x: !dist.tensor<4x512x1024xf32, @world, [replicated]>, %w1: !dist.tensor<1024x4096xf32, @world, [sliced<1>]>, %b1: !dist.tensor<4096xf32, @world, [sliced<0>]>, %w2: !dist.tensor<4096x1024xf32, @world, [sliced<0>]>, %b2: !dist.tensor<1024xf32, @world, [replicated]>) -> !dist.tensor<4x512x1024xf32, @world, [replicated]> {

@@ -1,7 +1,7 @@
 // CoCoNet schedule ol(RS,fuse(P2P-C),AG) of examples/pipeline_layer.mlir, produced by
 //   distir-opt examples/pipeline_layer.mlir -p 'split-allreduce{dim=1 targets=sum},reorder-send{targets=recv},reorder-allgather{targets=recv},fuse-collectives{targets=out},overlap{targets=sum_rs,out}'
-// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate
-// with: python -m distir.passes.schedule examples/schedules
+// or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
+// with: python -m distir.tuning.schedule examples/schedules
 builtin.module {
   dist.mesh @grid shape = [2, ?] axes = ["pp", "tp"]
   func.func @transformer(%in: !dist.tensor<2x2048x12288xf16, @grid, [at<0>, local]>, %b: !dist.tensor<12288xf16, @grid, [at<1>, replicated]>, %r: !dist.tensor<2x2048x12288xf16, @grid, [at<1>, replicated]>) -> !dist.tensor<2x2048x12288xf16, @grid, [at<1>, replicated]> {

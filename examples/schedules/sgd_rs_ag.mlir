@@ -1,7 +1,7 @@
 // CoCoNet schedule RS-SGD-AG of examples/sgd.mlir, produced by
 //   distir-opt examples/sgd.mlir -p 'fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag}'
-// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate
-// with: python -m distir.passes.schedule examples/schedules
+// or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
+// with: python -m distir.tuning.schedule examples/schedules
 builtin.module {
   dist.mesh @world shape = [?]
   func.func @sgd(%g: !dist.tensor<1048576xf32, @world, [local]>, %p: !dist.tensor<1048576xf32, @world, [replicated]>, %m: !dist.tensor<1048576xf32, @world, [replicated]>, %lr: f32, %mu: f32) -> (!dist.tensor<1048576xf32, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<1048576xf32, @world, [replicated]> {dist.inplace = 2 : i64}) {

@@ -14,13 +14,13 @@ import pytest
 
 cuda = pytest.importorskip("numba.cuda", reason="the GPU extra (numba-cuda) is not installed")
 from numba import types as nt  # noqa: E402
+from support.lowered import EXAMPLE_NAMES, schedules  # noqa: E402
 from xdsl.dialects.builtin import IndexType, MemRefType  # noqa: E402
 
 from distir.dialects.context import parse_module  # noqa: E402
 from distir.lowering import numba_codegen as cg  # noqa: E402
 from distir.runtime import cuda_kernels as ck  # noqa: E402
 from distir.runtime.executor import LoweredProgram  # noqa: E402
-from support.lowered import EXAMPLE_NAMES, schedules  # noqa: E402
 
 PTXAS = shutil.which("ptxas")
 

@@ -1,7 +1,6 @@
 """cancel-primitives keeps the meaning: expansions whose inverse pairs it removes."""
 
 import pytest
-
 from support.rewrites import check
 
 

@@ -29,9 +29,10 @@ def test_collective_pairs():
 
 
 def test_split_then_canonicalize_is_the_original():
-    from distir.dialects.context import parse_module
-    from distir.passes.schedule import apply_pipeline
     from support.rewrites import program
+
+    from distir.dialects.context import parse_module
+    from distir.passes.pipeline import apply_pipeline
 
     text = program("matmul_all_reduce")
     after = apply_pipeline(parse_module(text), "split-allreduce,canonicalize")

@@ -1,7 +1,6 @@
 """commute-maps keeps the meaning in both directions."""
 
 import pytest
-
 from support.rewrites import check
 
 

@@ -2,9 +2,9 @@
 turns the expansion back into the same collectives."""
 
 import pytest
+from support.rewrites import check, program
 
 from distir.dialects.context import parse_module
-from support.rewrites import check, program
 
 
 @pytest.mark.parametrize("name", ["collectives", "fused", "adam"])

@@ -1,7 +1,6 @@
 """form-collectives keeps the meaning, including the fused collectives it recognises."""
 
 import pytest
-
 from support.rewrites import check, program
 
 REDUCE_MAP_REPL = """

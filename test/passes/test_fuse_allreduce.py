@@ -1,7 +1,6 @@
 """fuse-allreduce keeps the meaning: gathered and sliced results, inner all-reduces."""
 
 import pytest
-
 from support.rewrites import check
 
 

@@ -1,7 +1,6 @@
 """fuse-maps keeps the meaning; multi-result maps included."""
 
 import pytest
-
 from support.rewrites import check
 
 

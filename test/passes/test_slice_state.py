@@ -2,7 +2,6 @@
 state becomes sliced."""
 
 import pytest
-
 from support.rewrites import check
 
 

@@ -2,12 +2,11 @@
 module as it was."""
 
 import pytest
+from support.rewrites import check, program
 from xdsl.utils.exceptions import PassFailedException
 
 from distir.dialects.context import parse_module
-from distir.passes.schedule import apply_pipeline
-from support.rewrites import check, program
-
+from distir.passes.pipeline import apply_pipeline
 
 CASES = [
     (name, pipeline)

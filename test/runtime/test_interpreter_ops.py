@@ -8,9 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from distir.dialects.diagnostics import InputRejected
 from distir.runtime import equivalent, interpret, run_function
 from distir.runtime.interpreter import ExecutionError
-from distir.tools.diagnostics import InputRejected
 
 RANKS = [1, 2, 4, 8]
 GRID_RANKS = [2, 4, 8]

@@ -7,17 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from support.lowered import all_cases, schedules, small_example
+from support.programs import programs
 
 from distir.dialects.context import parse_module
-from distir.runtime import host
-from distir.runtime import npz
+from distir.dialects.diagnostics import InputRejected
+from distir.runtime import host, npz
 from distir.runtime.equivalence import compare_outputs, program_precision
 from distir.runtime.executor import ExecutionFailed, LoweredProgram
 from distir.runtime.interpreter import interpret
 from distir.runtime.local import LocalBackend, LocalRunner, run_local
-from distir.tools.diagnostics import InputRejected
-from support.lowered import all_cases, schedules, small_example
-from support.programs import programs
 
 CASES = all_cases()
 

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.lowered import all_cases, schedules, small_example
 
 from distir.dialects.context import parse_module
+from distir.dialects.diagnostics import InputRejected
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.interpreter import interpret
 from distir.runtime.mpi import MpiBackend, mpiexec_path
-from distir.tools.diagnostics import InputRejected
-from support.lowered import all_cases, schedules, small_example
 
 pytestmark = pytest.mark.mpi
 

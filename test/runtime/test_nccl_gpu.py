@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support.lowered import schedules
 
 pytestmark = pytest.mark.gpu

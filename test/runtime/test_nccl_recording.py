@@ -7,6 +7,7 @@ against the interpreter."""
 from __future__ import annotations
 
 import pytest
+from support.lowered import schedules
 
 from distir.dialects.context import parse_module
 from distir.runtime.equivalence import compare_outputs
@@ -14,7 +15,6 @@ from distir.runtime.executor import LoweredProgram
 from distir.runtime.interpreter import interpret
 from distir.runtime.local import LocalRunner
 from distir.runtime.recording import RecordingComm
-from support.lowered import schedules
 
 
 def record(text: str, ranks: int, func: str | None = None) -> list[list[str]]:
@@ -98,12 +98,12 @@ def test_pipeline_send_and_grouped_p2p(n):
     """A 2-D mesh (stage x tensor-parallel): an all-reduce inside stage 0 on the tp
     communicator, then each stage-0 rank sends to its stage-1 peer on the pp one."""
     tp = n // 2
-    text = f"""dist.mesh @grid shape = [2, ?] axes = ["pp", "tp"]
-func.func @f(%x: !dist.tensor<16xf32, @grid, [at<0>, local]>) -> !dist.tensor<16xf32, @grid, [at<1>, replicated]> {{
+    text = """dist.mesh @grid shape = [2, ?] axes = ["pp", "tp"]
+func.func @f(%x: !dist.tensor<16xf32, @grid, [at<0>, local]>) -> !dist.tensor<16xf32, @grid, [at<1>, replicated]> {
   %s = coll.all_reduce sum %x axes [1] : !dist.tensor<16xf32, @grid, [at<0>, local]> -> !dist.tensor<16xf32, @grid, [at<0>, replicated]>
   %y = coll.send %s to 1 axes [0] : !dist.tensor<16xf32, @grid, [at<0>, replicated]> -> !dist.tensor<16xf32, @grid, [at<1>, replicated]>
   func.return %y : !dist.tensor<16xf32, @grid, [at<1>, replicated]>
-}}"""
+}"""
     want = []
     for r in range(n):
         pp, t = divmod(r, tp)

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support.lowered import all_cases, schedules
 
 pytest.importorskip("numba.cuda", reason="the GPU extra (numba-cuda) is not installed")

@@ -9,11 +9,11 @@ import pytest
 from xdsl.dialects.builtin import f32
 
 from distir.dialects.context import parse_module
+from distir.dialects.diagnostics import InputRejected, ResultsDiffer
 from distir.dialects.dist import TensorType
 from distir.dialects.layout import base_grid
 from distir.dialects.placements import LOCAL, REPLICATED, At, Sliced
 from distir.runtime import npz
-from distir.tools.diagnostics import InputRejected, ResultsDiffer
 
 GRID = base_grid("grid", (2, 3))
 

@@ -10,14 +10,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.lowered import schedules
 
 from distir.dialects.context import parse_module
+from distir.dialects.diagnostics import InputRejected
 from distir.runtime import host
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.interpreter import interpret
-from distir.runtime.scattered import BUCKET, ScatteredArray, bucket_table, run_scattered, segments
-from distir.tools.diagnostics import InputRejected
-from support.lowered import schedules
+from distir.runtime.scattered import (
+    BUCKET,
+    ScatteredArray,
+    bucket_table,
+    run_scattered,
+    segments,
+)
 
 LENGTHS = [10, 3, 1500, 7, 24]  # 1544 elements; one piece spans two buckets
 N = sum(LENGTHS)

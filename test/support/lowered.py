@@ -70,7 +70,6 @@ def small_example(name: str) -> str:
 def opt(text: str, pipeline: str) -> str | None:
     """The program after the pass pipeline (``distir-opt -p`` syntax; empty: printed as
     it is), or None when the pipeline rejects it."""
-    from xdsl.context import Context
     from xdsl.passes import PassPipeline
     from xdsl.utils.exceptions import PassFailedException
 

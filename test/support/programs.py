@@ -55,7 +55,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hypothesis import strategies as st
-from xdsl.dialects import arith, math as xmath
+from xdsl.dialects import arith
+from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -76,7 +77,17 @@ from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import MeshOp, TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Local, Placement, Replicated, Sliced, Unplaced
+from distir.dialects.placements import (
+    LOCAL,
+    REPLICATED,
+    UNPLACED,
+    At,
+    Local,
+    Placement,
+    Replicated,
+    Sliced,
+    Unplaced,
+)
 
 PRIMITIVES = ("reduce", "slice", "join", "repl", "drop", "store", "load")
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "all_to_all", "send")

@@ -16,7 +16,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects.context import parse_module
-from distir.passes.schedule import apply_pipeline
+from distir.passes.pipeline import apply_pipeline
 from distir.runtime import equivalent
 
 ROOT = Path(__file__).resolve().parents[2]

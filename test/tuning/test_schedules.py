@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from distir.dialects.context import parse_module
-from distir.passes.schedule import PAPER_SCHEDULES, Schedule, render
 from distir.runtime import equivalent, run_function
+from distir.tuning.schedule import PAPER_SCHEDULES, Schedule, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -54,7 +54,7 @@ def ids(ps) -> str:
 @pytest.mark.parametrize("ps", PAPER_SCHEDULES, ids=ids)
 def test_example_file_is_the_api_output(ps):
     path = EXAMPLES / "schedules" / ps.output
-    assert path.read_text() == render(ps), f"{path} is stale: python -m distir.passes.schedule examples/schedules"
+    assert path.read_text() == render(ps), f"{path} is stale: python -m distir.tuning.schedule examples/schedules"
 
 
 @pytest.mark.parametrize("ps", PAPER_SCHEDULES, ids=ids)

@@ -99,18 +99,3 @@ def _pieces(starts, counts, strides, d, base, prefix):
         return
     for i in range(counts[d]):
         yield from _pieces(starts, counts, strides, d + 1, base + (starts[d] + i) * strides[d], prefix + (i,))
-
-
-def dropout(x: np.ndarray, p: float, seed: int, shape: Sequence[int], block: Sequence[slice]) -> np.ndarray:
-    """Dropout of ``x``, the block ``block`` of a tensor of logical ``shape``."""
-    from distir.runtime.values import compute_dtype
-
-    out = np.empty(x.shape, dtype=x.dtype)
-    cdt = compute_dtype(x.dtype)
-    scale = cdt.type(1.0 / (1.0 - p))
-    threshold = keep_threshold(p)
-    for where, idx in block_indices(shape, block):
-        keep = uniform_bits(seed, idx) >= threshold
-        piece = np.multiply(x[where], scale, dtype=cdt)
-        out[where] = np.where(keep.reshape(piece.shape), piece, cdt.type(0))
-    return out

@@ -7,7 +7,7 @@ builds the distir pass that implements it (with ``targets`` naming the values), 
 it, and records it, so ``pipeline()`` gives the ``distir-opt -p`` line that produces
 the same program::
 
-    from distir.passes.schedule import Schedule
+    from distir.tuning.schedule import Schedule
 
     s = Schedule.load("examples/adam.mlir")        # CoCoNet's AR-Adam
     s.fuse()                                      # ComputationFuse: one map for m, v, p
@@ -49,79 +49,18 @@ function of a ``Schedule``; ``examples/schedules/`` holds their outputs.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
-from xdsl.passes import ModulePass, PassPipeline
+from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from distir.dialects import coll
+from distir.passes.pipeline import parse_pipeline, pipeline_spec
 from distir.passes.support import Targets, printed_names
-
-
-def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Every pass a pipeline may name: xDSL's (``canonicalize``, ``cse``, ``dce``, ...)
-    and distir's, as ``distir-opt`` sees them."""
-    from xdsl.transforms import get_all_passes
-
-    from distir.passes.registry import ALL_PASSES
-
-    out = dict(get_all_passes())
-    out.update(ALL_PASSES)
-    return out
-
-
-def parse_pipeline(spec: str) -> tuple[ModulePass, ...]:
-    """Pass objects from ``-p`` text: ``"split-allreduce{dim=1},reorder-allgather"``."""
-    return PassPipeline.parse_spec(available_passes(), spec).passes
-
-
-_BARE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return v if _BARE.match(v) else '"' + v.replace('"', '\\"') + '"'
-    return str(v)
-
-
-def pass_spec(p: ModulePass) -> str:
-    """The ``-p`` text of one pass, options other than their defaults only:
-    ``split-allreduce{dim=1 targets=sum}``."""
-    opts = []
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if v == default:
-            continue
-        name = f.name.replace("_", "-")
-        if isinstance(v, tuple):
-            opts.append(f"{name}={','.join(_value(x) for x in v)}")
-        else:
-            opts.append(f"{name}={_value(v)}")
-    return p.name + ("{" + " ".join(opts) + "}" if opts else "")
-
-
-def pipeline_spec(passes: Sequence[ModulePass]) -> str:
-    return ",".join(pass_spec(p) for p in passes)
-
-
-def apply_pipeline(module: ModuleOp, pipeline: str | Sequence[ModulePass], ctx: Context | None = None) -> ModuleOp:
-    """Run a pipeline (``-p`` text or pass objects) on ``module`` in place, verifying
-    after each pass as ``distir-opt`` does; return ``module``."""
-    from distir.dialects.context import make_context
-
-    passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else tuple(pipeline)
-    PassPipeline(passes, lambda _prev, m, _next: m.verify()).apply(ctx or make_context(), module)
-    return module
 
 
 class Schedule:
@@ -215,7 +154,11 @@ class Schedule:
         computations + AllGather into a fused all-reduce (``allreduce``), or a collective
         with its computations into a fused collective (``collective``)."""
         from distir.passes.fuse_allreduce import FuseAllReducePass
-        from distir.passes.fuse_collectives import FIRST_FUSED, FINISH_FUSED, FuseCollectivesPass
+        from distir.passes.fuse_collectives import (
+            FINISH_FUSED,
+            FIRST_FUSED,
+            FuseCollectivesPass,
+        )
         from distir.passes.fuse_maps import FuseMapsPass
 
         if policy == "computation":
@@ -350,8 +293,8 @@ def render(ps: PaperSchedule, examples: Path | None = None) -> str:
     header = (
         f"// CoCoNet schedule {ps.name} of examples/{ps.example}, produced by\n"
         f"//   distir-opt examples/{ps.example} -p '{s.pipeline()}'\n"
-        "// or by the Python schedule API (passes/schedule.py, PAPER_SCHEDULES); regenerate\n"
-        "// with: python -m distir.passes.schedule examples/schedules\n"
+        "// or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate\n"
+        "// with: python -m distir.tuning.schedule examples/schedules\n"
     )
     return header + s.text() + "\n"
 
