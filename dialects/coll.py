@@ -402,6 +402,48 @@ class FusedAllToAllOp(FusedCollectiveOp):
 # ======================================================================================
 
 ORDERS = ("natural", "ring", "remote_first")
+GRANULARITIES = ("chunk", "tile")
+
+
+def tile_chain_problem(ops: Sequence[Any]) -> str | None:
+    """Why ``ops`` (a producer -> collective chain, in order) cannot be one fused tile
+    operator (``coll.overlap ... granularity tile``), or None when it can: a
+    ``dist.matmul`` or ``dist.embedding_bag``, element-wise ``dist.map``/``dist.cast``
+    ops each reading the previous result (other operands scalars or 0-d tensors), and
+    one ``coll.all_reduce``/``coll.reduce_scatter`` (matmul only, no maps between) or
+    ``coll.all_to_all`` reading the last result."""
+    from distir.dialects.dist import CastOp, EmbeddingBagOp, MapOp, MatmulOp
+    from distir.dialects.rt import CallOp
+
+    if len(ops) < 2:
+        return "a fused tile operator needs a producer and a collective"
+    head, *mid, last = ops
+    if not isinstance(head, (MatmulOp, EmbeddingBagOp)):
+        return f"its producer must be dist.matmul or dist.embedding_bag, got '{head.name}'"
+    prev = head
+    for op in mid:
+        if not isinstance(op, (MapOp, CastOp, CallOp)):  # rt.call: a map after lower-to-kernels
+            return f"only dist.map and dist.cast may sit between the producer and the collective, got '{op.name}'"
+        others = [v for v in op.operands if v is not prev.results[0]]
+        if len(others) == len(op.operands):
+            return f"'{op.name}' does not read the result of the op before it"
+        if any(isinstance(v.type, TensorType) and v.type.get_shape() for v in others):
+            return f"the other operands of '{op.name}' must be scalars or 0-d tensors"
+        if len(op.results) != 1 or op.results[0].type.element_type != head.results[0].type.element_type:
+            return f"'{op.name}' must keep the element type of the producer's result"
+        prev = op
+    if not last.operands or last.operands[0] is not prev.results[0]:
+        return f"'{last.name}' does not read the result of the op before it"
+    if isinstance(last, (AllReduceOp, ReduceScatterOp)):
+        if not isinstance(head, MatmulOp) or mid:
+            return f"'{last.name}' fuses only with a dist.matmul that feeds it directly"
+        return None
+    if isinstance(last, AllToAllOp):
+        t = last.input.type
+        if layout.innermost_slicing(t.get_placements(), list(last.axes)) == last.option("dim"):  # type: ignore[attr-defined]
+            return "the all_to_all moves nothing (it slices the dim its operand is sliced on)"
+        return None
+    return f"the collective must be coll.all_reduce, coll.reduce_scatter or coll.all_to_all, got '{last.name}'"
 
 
 @irdl_op_definition
@@ -411,6 +453,15 @@ class OverlapOp(DistOp):
     lowering runs it in ``chunks`` pieces so that communication of chunk i overlaps
     computation of chunk i+1, in the chunk ``order`` ``natural``, ``ring`` (rank n starts
     at chunk n) or ``remote_first`` (chunks bound for other ranks first).
+
+    With ``granularity tile`` the chain is one fused computation-collective operator
+    (the fused-operator paper): a producer (``dist.matmul`` or ``dist.embedding_bag``),
+    optional element-wise maps/casts on its result (an epilogue; their other operands
+    scalars or 0-d tensors) and one collective it feeds: matmul -> all_reduce |
+    reduce_scatter (no epilogue), matmul | embedding_bag -> all_to_all. Each
+    destination rank's block of the producer's result is cut into ``chunks`` tiles,
+    the unit of both computation and communication, computed in ``order``
+    (``remote_first``: tiles bound for other ranks first, own tiles last).
 
     ::
 
@@ -423,7 +474,11 @@ class OverlapOp(DistOp):
 
     name = "coll.overlap"
     INFER: ClassVar[bool] = False
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("chunks", "int"), Kw("order", "word", "natural", ORDERS))
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (
+        Kw("chunks", "int"),
+        Kw("order", "word", "natural", ORDERS),
+        Kw("granularity", "word", "chunk", GRANULARITIES),
+    )
     outputs = var_result_def()
     body = region_def("single_block")
     traits = traits_def(DistCanonicalization())
@@ -441,6 +496,10 @@ class OverlapOp(DistOp):
             raise RuleError(f"region yields {len(term.values)} value(s) for {len(self.outputs)} result(s)")
         for i, (v, r) in enumerate(zip(term.values, self.result_types)):
             expect_type(self, f"result {i}", r, v.type)
+        if self.option("granularity") == "tile":
+            problem = tile_chain_problem([op for op in block.ops if op is not term])
+            if problem is not None:
+                raise RuleError(f"granularity tile: {problem}")
 
     @classmethod
     def parse(cls, parser: Parser):
@@ -463,6 +522,8 @@ class OverlapOp(DistOp):
         printer.print_string(f" chunks {self.option('chunks')}")
         if self.option("order") != "natural":
             printer.print_string(f" order {self.option('order')}")
+        if self.option("granularity") != "chunk":
+            printer.print_string(f" granularity {self.option('granularity')}")
         printer.print_op_attributes(self.attributes)
         if self.outputs:
             printer.print_string(" -> ")

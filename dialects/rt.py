@@ -69,6 +69,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects.format import (
     REDUCTIONS,
+    REQUIRED,
     FormattedOp,
     Kw,
     parse_type_signature,
@@ -726,6 +727,289 @@ class EmbeddingBagOp(RtOp):
             fail(self, "takes a table, indices, a first-row index, an output and a stream")
 
 
+# ======================================================================================
+# Fused computation-collective operators (the fused-operator paper)
+# ======================================================================================
+
+TILE_ORDERS = ("natural", "ring", "remote_first")
+
+
+def tile_order(order: str, n: int, me: int) -> list[int]:
+    """The destination (or owner) ranks in the order a rank computes their tiles:
+    ``remote_first`` me+1, .., me-1, me (communication-aware: own tiles last);
+    ``ring`` me, me+1, .. (own first); ``natural`` 0, 1, .., n-1 (oblivious)."""
+    if order == "remote_first":
+        return [(me + s) % n for s in range(1, n)] + [me]
+    if order == "ring":
+        return [(me + s) % n for s in range(n)]
+    return list(range(n))
+
+
+class TiledCollectiveOp(RtOp):
+    """Base of the fused computation-collective operators: a producer (matmul or
+    embedding bag) whose result feeds one collective over the ranks of ``%comm``, run
+    tile by tile. The producer's result is cut into one block per destination rank
+    (along ``dim``) and each block into ``tiles`` tiles along the same dim; a tile is the
+    unit of computation and of communication. Ranks compute the tiles of the
+    destinations in ``order`` (``tile_order``) and each tile goes to its destination as
+    soon as it is computed: stored straight into the destination rank's buffer where
+    ranks share memory (``local``; ``mpi`` through MPI-3 shared-memory windows), sent
+    point to point on the second stream otherwise (``mpi`` across nodes, ``nccl``).
+    The last two operands are the compute stream and the communication stream; the
+    result is complete on the compute stream when the op is. Operands:
+    producer inputs, the collective's output buffer, [a reduction buffer], ``%comm``,
+    ``%s0``, ``%s1``."""
+
+    PRODUCER_ARGS: ClassVar[int] = 2
+    HAS_RED: ClassVar[bool] = False
+    args = var_operand_def()
+
+    # ---- operand access
+    @property
+    def inputs(self):
+        return self.args[: self.PRODUCER_ARGS]
+
+    @property
+    def out(self):
+        return self.args[self.PRODUCER_ARGS]
+
+    @property
+    def red(self):
+        return self.args[self.PRODUCER_ARGS + 1] if self.HAS_RED else None
+
+    @property
+    def comm(self):
+        return self.args[-3]
+
+    @property
+    def streams(self):
+        return self.args[-2], self.args[-1]
+
+    def n_args(self) -> int:
+        return self.PRODUCER_ARGS + 1 + int(self.HAS_RED) + 3
+
+    def producer_shape(self) -> tuple[int, ...]:
+        """Shape of this rank's producer result (before the collective)."""
+        raise NotImplementedError
+
+    def ranks(self) -> int:
+        """The group size, read from the buffer shapes."""
+        raise NotImplementedError
+
+    def tile_dim(self) -> int:
+        return self.option("dim")
+
+    def tile_shape(self) -> tuple[int, ...]:
+        """Shape of one tile (of the producer's result)."""
+        shape = list(self.producer_shape())
+        shape[self.tile_dim()] //= self.ranks() * self.option("tiles")
+        return tuple(shape)
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        if len(self.args) != self.n_args():
+            fail(self, f"takes {self.n_args()} operands (producer inputs, output{', reduction buffer' if self.HAS_RED else ''}, communicator, compute stream, communication stream), got {len(self.args)}")
+        if self.args[-2].type != STREAM or self.comm.type != COMM:
+            fail(self, "takes a communicator, then the compute and communication streams, as its last operands")
+        for i, v in enumerate(self.args[: self.PRODUCER_ARGS + 1 + int(self.HAS_RED)]):
+            if not (isinstance(v.type, MemRefType) or v.type == INDEX):
+                fail(self, f"operand {i} must be a memref, got {v.type}")
+        self.verify_producer()
+        if self.option("tiles") < 1:
+            fail(self, f"tiles must be at least 1, got {self.option('tiles')}")
+        p = self.producer_shape()
+        d = self.tile_dim()
+        if not 0 <= d < len(p):
+            fail(self, f"dim {d} is out of range for the producer's result of shape {list(p)}")
+        n = self.ranks()
+        if n < 1 or p[d] % (n * self.option("tiles")):
+            fail(self, f"dim {d} of the producer's result ({p[d]}) is not divisible into {n} blocks of {self.option('tiles')} tiles")
+        self.verify_collective(p, n)
+
+    def verify_producer(self) -> None:
+        pass
+
+    def verify_collective(self, p: tuple[int, ...], n: int) -> None:
+        pass
+
+
+class MatmulReduceOp(TiledCollectiveOp):
+    """Shared by GEMM/GEMV + AllReduce and GEMM/GEMV + ReduceScatter: ``%a[..., M, K] @
+    %b[K, N]`` (or ``b`` batched like ``a``) gives this rank's partial sums; the
+    reduction buffer ``%red[n, block]`` is the owner's: slot j receives rank j's partial
+    of the owner's block (along ``dim``), the owner's own partial goes straight into
+    its output (the paper's two-phase direct AllReduce)."""
+
+    KIND: ClassVar[str | None] = "op"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("tiles", "int"), Kw("order", "word", REQUIRED, TILE_ORDERS))
+    HAS_RED: ClassVar[bool] = True
+
+    def producer_shape(self) -> tuple[int, ...]:
+        a, b = (v.type.get_shape() for v in self.inputs)  # type: ignore[attr-defined]
+        return (*a[:-1], b[-1])
+
+    def ranks(self) -> int:
+        return self.red.type.get_shape()[0]  # type: ignore[union-attr]
+
+    def block_shape(self) -> tuple[int, ...]:
+        shape = list(self.producer_shape())
+        shape[self.option("dim")] //= self.ranks()
+        return tuple(shape)
+
+    def verify_producer(self) -> None:
+        a, b = (need_memref(self, v.type, w) for v, w in zip(self.inputs, ("lhs", "rhs")))
+        sa, sb = a.get_shape(), b.get_shape()
+        if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2] or (len(sb) > 2 and tuple(sb[:-2]) != tuple(sa[:-2])):
+            fail(self, f"shapes {a} and {b} do not form a matmul")
+        red = need_memref(self, self.red.type, "reduction buffer")  # type: ignore[union-attr]
+        if len(red.get_shape()) != len(sa) + 1:
+            fail(self, f"reduction buffer must be memref<n x block>, got {red}")
+
+    def verify_collective(self, p: tuple[int, ...], n: int) -> None:
+        out = need_memref(self, self.out.type, "output")
+        want = tuple(p) if self.GATHER else self.block_shape()
+        if tuple(out.get_shape()) != want:
+            fail(self, f"output must have shape {list(want)}, got {list(out.get_shape())}")
+        if tuple(self.red.type.get_shape()[1:]) != self.block_shape():  # type: ignore[union-attr]
+            fail(self, f"reduction buffer must have shape {[n, *self.block_shape()]}, got {list(self.red.type.get_shape())}")  # type: ignore[union-attr]
+
+    GATHER: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class MatmulAllReduceOp(MatmulReduceOp):
+    """``rt.matmul_all_reduce sum %a, %b, %out, %red, %comm, %s, %s1 dim d tiles t order
+    o``: ``out = all_reduce(a @ b)`` fused tile by tile (GEMV/GEMM + AllReduce): each
+    rank computes the partial tiles of the other owners' blocks first (``order``),
+    sends each to its owner (straight into the owner's reduction buffer where memory is
+    shared), computes its own block's partial into ``%out`` last, reduces the peers'
+    partials into it tile by tile as they arrive and gathers each reduced tile into
+    every rank's ``%out``. See ``TiledCollectiveOp``.
+
+    ``rt.matmul_all_reduce sum %a, %w, %o, %red, %c, %s, %s1 dim 1 tiles 2 order remote_first : (memref<4x64xf32>, memref<64x32xf32>, memref<4x32xf32>, memref<2x4x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> ()``
+    """
+
+    name = "rt.matmul_all_reduce"
+    GATHER: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class MatmulReduceScatterOp(MatmulReduceOp):
+    """``rt.matmul_reduce_scatter sum %a, %b, %out, %red, %comm, %s, %s1 dim d tiles t
+    order o``: ``out = reduce_scatter(a @ b)`` along ``dim`` fused tile by tile, as
+    ``rt.matmul_all_reduce`` without the gathering: ``%out`` is this rank's block.
+
+    ``rt.matmul_reduce_scatter sum %a, %w, %o, %red, %c, %s, %s1 dim 1 tiles 2 order remote_first : (memref<4x64xf32>, memref<64x32xf32>, memref<4x16xf32>, memref<2x4x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> ()``
+    """
+
+    name = "rt.matmul_reduce_scatter"
+    GATHER: ClassVar[bool] = False
+
+
+class TiledAllToAllOp(TiledCollectiveOp):
+    """Shared by the producer + All-to-All operators: the producer's result is sliced
+    on ``concat`` (this rank holds block ``me`` of it) and the all-to-all slices it on
+    ``dim`` instead: block j along ``dim`` goes to rank j, where it becomes block ``me``
+    along ``concat`` of ``%out``. The region is the epilogue, run on every finished tile
+    in place (its block argument, a view of the tile where it was stored), e.g. the
+    activation of an expert GEMM."""
+
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (
+        Kw("dim", "int"),
+        Kw("concat", "int"),
+        Kw("tiles", "int"),
+        Kw("order", "word", REQUIRED, TILE_ORDERS),
+    )
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator())
+
+    def ranks(self) -> int:
+        p = self.producer_shape()
+        c = self.option("concat")
+        out = self.out.type.get_shape()  # type: ignore[attr-defined]
+        return out[c] // p[c] if 0 <= c < len(p) and p[c] else 0
+
+    def verify_collective(self, p: tuple[int, ...], n: int) -> None:
+        out = need_memref(self, self.out.type, "output")
+        d, c = self.option("dim"), self.option("concat")
+        if c == d or not 0 <= c < len(p):
+            fail(self, f"concat must be another dim of the producer's result than dim {d}, got {c}")
+        want = list(p)
+        want[d] //= n
+        want[c] *= n
+        if list(out.get_shape()) != want:
+            fail(self, f"output must have shape {want} (dim {d} divided and dim {c} multiplied by the {n} ranks), got {list(out.get_shape())}")
+        block = self.body.block
+        tile = MemRefType(out.element_type, self.tile_shape())
+        if len(block.args) != 1 or block.args[0].type != tile:
+            fail(self, f"the epilogue region takes one argument, the tile ({tile})")
+
+
+@irdl_op_definition
+class MatmulAllToAllOp(TiledAllToAllOp):
+    """``rt.matmul_all_to_all %a, %b, %out, %comm, %s, %s1 dim e concat d tiles t order o
+    { epilogue }``: ``out = all_to_all(epilogue(a @ b))`` fused tile by tile (GEMM +
+    All-to-All, MoE's expert GEMM and combine): tiles bound for other ranks are
+    computed first (``order``) straight into their destination (where memory is shared),
+    own tiles last. See ``TiledAllToAllOp``.
+
+    ::
+
+        rt.matmul_all_to_all %x, %w, %o, %c, %s, %s1 dim 1 concat 0 tiles 2 order remote_first : (memref<1x8x16xf32>, memref<1x16x32xf32>, memref<2x4x32xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
+        ^bb0(%t: memref<1x2x32xf32>):
+          rt.launch @relu(%t, %t, %s) : (memref<1x2x32xf32>, memref<1x2x32xf32>, !rt.stream) -> ()
+        }
+    """
+
+    name = "rt.matmul_all_to_all"
+
+    def producer_shape(self) -> tuple[int, ...]:
+        a, b = (v.type.get_shape() for v in self.inputs)  # type: ignore[attr-defined]
+        return (*a[:-1], b[-1])
+
+    def verify_producer(self) -> None:
+        a, b = (need_memref(self, v.type, w) for v, w in zip(self.inputs, ("lhs", "rhs")))
+        sa, sb = a.get_shape(), b.get_shape()
+        if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2] or (len(sb) > 2 and tuple(sb[:-2]) != tuple(sa[:-2])):
+            fail(self, f"shapes {a} and {b} do not form a matmul")
+
+
+@irdl_op_definition
+class EmbeddingAllToAllOp(TiledAllToAllOp):
+    """``rt.embedding_all_to_all %table, %indices, %row0, %out, %comm, %s, %s1 mode m dim
+    e concat d tiles t order o { epilogue }``: ``out = all_to_all(embedding_bag(table,
+    indices))`` fused tile by tile (DLRM's embedding + All-to-All): the pooled rows bound
+    for other ranks are computed first, each tile stored straight into its destination
+    (where memory is shared), own rows last. ``%row0`` is the global number of the
+    table block's first row, as for ``rt.embedding_bag``. See ``TiledAllToAllOp``.
+
+    ::
+
+        rt.embedding_all_to_all %t, %i, %r0, %o, %c, %s, %s1 dim 1 concat 0 tiles 2 order remote_first : (memref<2x100x16xf32>, memref<2x8x4xi32>, index, memref<4x4x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
+        ^bb0(%tile: memref<2x2x16xf32>):
+        }
+    """
+
+    name = "rt.embedding_all_to_all"
+    PRODUCER_ARGS: ClassVar[int] = 3
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("mode", "word", "sum", ("sum", "mean", "max")), *TiledAllToAllOp.KEYWORDS)
+
+    def producer_shape(self) -> tuple[int, ...]:
+        t, i = (v.type.get_shape() for v in self.inputs[:2])  # type: ignore[attr-defined]
+        return (*i[:-1], t[-1])
+
+    def verify_producer(self) -> None:
+        t = need_memref(self, self.inputs[0].type, "table")
+        i = need_memref(self, self.inputs[1].type, "indices")
+        if self.inputs[2].type != INDEX:
+            fail(self, f"operand 2 (the table block's first row) must be an index, got {self.inputs[2].type}")
+        st, si = t.get_shape(), i.get_shape()
+        if len(st) not in (2, 3) or len(si) != len(st) or tuple(st[:-2]) != tuple(si[:-2]):
+            fail(self, f"table {t} and indices {i} do not form an embedding bag")
+        if not isinstance(i.element_type, IntegerType):
+            fail(self, f"indices must have an integer element type, got {i.element_type}")
+
+
 @irdl_op_definition
 class RandomOp(RtOp):
     """``rt.random %seed, %index``: inside a kernel, the uniform [0, 1) number of the
@@ -879,6 +1163,10 @@ Rt = Dialect(
         ReduceTensorOp,
         EmbeddingBagOp,
         RandomOp,
+        MatmulAllReduceOp,
+        MatmulReduceScatterOp,
+        MatmulAllToAllOp,
+        EmbeddingAllToAllOp,
         ChunkOp,
         AssembleOp,
         FusedOp,

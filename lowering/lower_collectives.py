@@ -436,18 +436,21 @@ class FuncLowering:
         )
         self.buf[op.result] = c
 
-    def _embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
+    def embedding_row0(self, op: dist.EmbeddingBagOp) -> SSAValue:
+        """The global number of the first table row this rank holds."""
         table_t: TensorType = op.table.type  # type: ignore[assignment]
-        t, i = self.input(op.table), self.input(op.indices)
-        c = self.out(op.result)
         row_dim = table_t.rank - 2
         axes = layout.slicing_axes(table_t.get_placements(), row_dim)
-        if axes:
-            rows = local_shape(table_t, self.sizes(table_t))[row_dim]
-            g = self.group_rank(table_t.mesh_name, axes)
-            row0 = self.cached(("row0", g, rows), lambda: arith.MuliOp(g, self.const(rows)))
-        else:
-            row0 = self.const(0)
+        if not axes:
+            return self.const(0)
+        rows = local_shape(table_t, self.sizes(table_t))[row_dim]
+        g = self.group_rank(table_t.mesh_name, axes)
+        return self.cached(("row0", g, rows), lambda: arith.MuliOp(g, self.const(rows)))
+
+    def _embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
+        t, i = self.input(op.table), self.input(op.indices)
+        c = self.out(op.result)
+        row0 = self.embedding_row0(op)
         self.guarded(
             op.result.type,
             lambda: self.emit(rt.EmbeddingBagOp.make([t, i, row0, c, self.stream], [], mode=op.option("mode"))),

@@ -28,7 +28,9 @@ becomes::
     %s1 = coll.all_reduce sum %l1 {rt.stream = 1} : ...
     %y = rt.assemble %s0, %s1 dim 0 : ...
 
-Chunks run in the order 0, 1, ... on every rank (``natural``). A ``ring`` or
+A ``granularity tile`` chain is one fused computation-collective operator, left for
+``lower-collectives`` (``fused_ops.py``). Chunks run in the order 0, 1, ... on every
+rank (``natural``). A ``ring`` or
 ``remote_first`` order is rank-dependent, and per-chunk collectives must be issued in
 one order by all ranks (NCCL and MPI match them by issue order): a matmul -> all_reduce /
 reduce_scatter / fused_all_reduce chain with such an order is left for
@@ -211,6 +213,8 @@ class LowerOverlapPass(ModulePass):
     def lower(self, ov: coll.OverlapOp, mesh_ops) -> None:
         from distir.lowering.overlap import p2p_plan
 
+        if ov.option("granularity") == "tile":
+            return  # one fused tile operator (lower-collectives, fused_ops.py)
         if p2p_plan(ov, mesh_ops) is not None:
             return  # ring/remote_first by point-to-point transfers (lower-collectives)
         block = ov.body.block

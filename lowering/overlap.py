@@ -215,12 +215,24 @@ def lower_p2p(lowering, op: coll.OverlapOp, plan: P2PPlan) -> None:
 
 
 def lower_overlap(lowering, op: coll.OverlapOp) -> None:
-    """Lower a ``coll.overlap`` that ``lower-overlap`` left: ring/remote_first chains of
-    the shape above by point-to-point transfers, any other chain as it is (one piece)."""
+    """Lower a ``coll.overlap`` that ``lower-overlap`` left: ``granularity tile`` chains
+    to a fused tile operator (``fused_ops.py``), ring/remote_first chains of the shape
+    above by point-to-point transfers, any other chain as it is (one piece)."""
+    if op.option("granularity") == "tile":
+        from distir.lowering.fused_ops import lower_tiled
+
+        if lower_tiled(lowering, op):
+            return
+        return _lower_whole(lowering, op)
     plan = p2p_plan(op, lowering.meshes)
     if plan is not None:
         lower_p2p(lowering, op, plan)
         return
+    _lower_whole(lowering, op)
+
+
+def _lower_whole(lowering, op: coll.OverlapOp) -> None:
+    """The chain as it is, in one piece."""
     block = op.body.block
     term = block.last_op
     for inner in block.ops:

@@ -1,11 +1,29 @@
-"""``overlap{chunks=N order=natural|ring|remote_first targets=...}``: CoCoNet's
-``overlap`` transformation. A producer -> collective chain (matmul -> all_reduce,
+"""``overlap{chunks=N order=natural|ring|remote_first granularity=chunk|tile targets=...}``:
+CoCoNet's ``overlap`` transformation, and the fused computation-collective operators of
+the fused-operator paper. A producer -> collective chain (matmul -> all_reduce,
 matmul -> fused_all_reduce, reduce_scatter -> send -> all_gather, reduce_scatter ->
 fused_all_gather, embedding_bag -> all_to_all) is wrapped in a ``coll.overlap`` that
-means exactly that chain; lowering runs it in ``chunks`` pieces so that the
-communication of chunk i overlaps the computation of chunk i+1, starting at chunk
-``order`` (``ring``: rank n starts at chunk n, CoCoNet; ``remote_first``: chunks bound
-for other ranks first, the fused-operator paper).
+means exactly that chain.
+
+``granularity=chunk`` (the default): lowering runs the chain in ``chunks`` pieces so
+that the communication of chunk i overlaps the computation of chunk i+1, starting at
+chunk ``order`` (``ring``: rank n starts at chunk n, CoCoNet; ``remote_first``: chunks
+bound for other ranks first).
+
+``granularity=tile``: the chain becomes one fused operator whose tiles are the unit of
+both computation and communication: each destination rank's block of the producer's
+result is cut into ``chunks`` tiles, computed in ``order`` (``remote_first``: tiles
+bound for other ranks first, own tiles last, the paper's communication-aware schedule;
+``natural``: destination 0 first, the paper's communication-oblivious baseline;
+``ring``: own tiles first) and each sent (stored straight into the destination rank's
+buffer where ranks share memory) as soon as it is computed. Accepted chains (see
+``coll.tile_chain_problem``): ``dist.matmul -> coll.all_reduce | coll.reduce_scatter``
+(GEMV/GEMM + AllReduce), ``dist.embedding_bag -> coll.all_to_all`` (embedding +
+All-to-All) and ``dist.matmul [-> dist.map | dist.cast ...] -> coll.all_to_all`` (GEMM +
+All-to-All, the maps an epilogue applied to each tile). Only the producer -> collective
+part of a longer chain is wrapped (in MoE, the expert GEMM and the combine all_to_all,
+not the dispatch before it); chains of other shapes are left alone, and a target in
+no accepted chain is an error naming the reason.
 
 A chain is a sequence of ops, each reading the single result of the previous one,
 which has no other use; its ops are computations (matmul, embedding_bag, map, dropout,
@@ -19,13 +37,16 @@ its last collective and the last named op. A target in no chain is an error. Exa
     %layer = dist.matmul %in, %w : ... -> ... [local]
     %sum = coll.all_reduce sum %layer : ... [local] -> ... [replicated]
 
-becomes::
+becomes (``overlap{chunks=4 order=ring}``)::
 
     %sum = coll.overlap chunks 4 order ring -> ... [replicated] {
       %layer = dist.matmul %in, %w : ...
       %sum_1 = coll.all_reduce sum %layer : ...
       coll.yield %sum_1 : ...
     }
+
+and with ``overlap{order=remote_first granularity=tile}`` into
+``coll.overlap chunks 4 order remote_first granularity tile -> ... { same chain }``.
 """
 
 from __future__ import annotations
@@ -101,12 +122,45 @@ def _trim(chain: list[Operation], keep: set[Operation]) -> list[Operation] | Non
     return out if len(out) >= 2 else None
 
 
-def wrap(chain: list[Operation], chunks: int, order: str) -> Operation:
+TILE_EPILOGUE = (dist.MapOp, dist.CastOp)
+TILE_PRODUCERS = (dist.MatmulOp, dist.EmbeddingBagOp)
+
+
+def tile_segment(chain: list[Operation], at: int) -> tuple[list[Operation] | None, str]:
+    """The producer -> [maps] -> collective segment of ``chain`` holding ``chain[at]``
+    that one fused tile operator can run, or (None, why not)."""
+    end = next((i for i in range(at, len(chain)) if _collective(chain[i])), None)
+    if end is None:
+        return None, "no collective follows it in its chain"
+    start = end - 1
+    while start >= 0 and isinstance(chain[start], TILE_EPILOGUE):
+        start -= 1
+    if start < 0 or not isinstance(chain[start], TILE_PRODUCERS):
+        return None, f"'{chain[end].name}' is not fed by a dist.matmul or dist.embedding_bag (through maps only)"
+    if at < start:
+        return None, f"'{chain[at].name}' comes before the producer of the fused operator"
+    segment = chain[start : end + 1]
+    problem = coll.tile_chain_problem(segment)
+    return (None, problem) if problem is not None else (segment, "")
+
+
+def tile_segments(chain: list[Operation]) -> list[list[Operation]]:
+    """Every segment of ``chain`` that one fused tile operator can run."""
+    out = []
+    for i, op in enumerate(chain):
+        if _collective(op):
+            seg, _ = tile_segment(chain, i)
+            if seg is not None:
+                out.append(seg)
+    return out
+
+
+def wrap(chain: list[Operation], chunks: int, order: str, granularity: str = "chunk") -> Operation:
     block = chain[-1].parent_block()
     assert block is not None
     last = chain[-1]
     body = Block()
-    ov = coll.OverlapOp.make([], list(last.result_types), [Region(body)], chunks=chunks, order=order)
+    ov = coll.OverlapOp.make([], list(last.result_types), [Region(body)], chunks=chunks, order=order, granularity=granularity)
     block.insert_op_after(ov, last)
     for op in chain:
         op.detach()
@@ -126,6 +180,7 @@ class OverlapPass(ModulePass):
 
     chunks: int = 4
     order: str = "natural"
+    granularity: str = "chunk"
     targets: tuple[str, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -133,6 +188,11 @@ class OverlapPass(ModulePass):
             fail(self.name, f"chunks must be at least 1, got {self.chunks}")
         if self.order not in coll.ORDERS:
             fail(self.name, f"order must be one of {', '.join(coll.ORDERS)}, got '{self.order}'")
+        if self.granularity not in coll.GRANULARITIES:
+            fail(self.name, f"granularity must be one of {', '.join(coll.GRANULARITIES)}, got '{self.granularity}'")
+        if self.granularity == "tile":
+            apply_all_or_nothing(op, self.run_tiles)
+            return
 
         def run(module: ModuleOp) -> None:
             targets = Targets(self.name, self.targets, module)
@@ -174,4 +234,32 @@ class OverlapPass(ModulePass):
                 wrap(chain, self.chunks, self.order)
 
         apply_all_or_nothing(op, run)
+
+    def run_tiles(self, module: ModuleOp) -> None:
+        """``granularity=tile``: wrap each fused-operator segment (see the module doc)."""
+        targets = Targets(self.name, self.targets, module)
+        ops = [o for o in module.walk() if _eligible(o) and not inside_fused_or_overlap(o)]
+        targets.require_known("chain ops", [r for o in ops for r in o.results])
+        segments: dict[Operation, list[Operation]] = {}
+        if targets.all:
+            seen: set[Operation] = set()
+            for o in ops:
+                if o not in seen:
+                    chain = chain_of(o)
+                    seen.update(chain)
+                    for seg in tile_segments(chain):
+                        segments[seg[0]] = seg
+        else:
+            for name in targets.wanted:
+                for v in targets.values(name):
+                    owner = v.owner
+                    if not isinstance(owner, Operation) or owner not in ops:
+                        fail(self.name, f"target %{name}: not a computation or collective that a chain can hold")
+                    chain = chain_of(owner)
+                    seg, why = tile_segment(chain, chain.index(owner))
+                    if seg is None:
+                        fail(self.name, f"target %{name}: no fused tile operator holds '{owner.name}': {why}")
+                    segments[seg[0]] = seg
+        for seg in segments.values():
+            wrap(seg, self.chunks, self.order, "tile")
 

@@ -114,7 +114,7 @@ class LoweredProgram:
         names = npz.argument_names(self.func)
         args = list(self.func.body.block.args)
         for op in self.func.walk():
-            if isinstance(op, rt.EmbeddingBagOp):
+            if isinstance(op, (rt.EmbeddingBagOp, rt.EmbeddingAllToAllOp)):
                 table_t, idx = op.args[0], op.args[1]
                 if idx in args:
                     i = args.index(idx)
@@ -452,6 +452,16 @@ def _p2p(ex: RankExecutor, op: nccl.NcclOp) -> None:
         ex.group.append((comm, call, s))
     else:
         comm.group([call], s)
+
+
+# ------------------------------------------------------------------ fused tile operators
+
+
+@handles(rt.MatmulAllReduceOp, rt.MatmulReduceScatterOp, rt.MatmulAllToAllOp, rt.EmbeddingAllToAllOp)
+def _tiled(ex: RankExecutor, op: rt.TiledCollectiveOp) -> None:
+    from distir.runtime import tiles
+
+    tiles.run(ex, op)
 
 
 # ------------------------------------------------------------------ fused collectives

@@ -22,7 +22,7 @@ from distir.lowering import numba_codegen as cg
 from distir.runtime import interpreter
 from distir.runtime.scattered import ScatteredArray, bucket_table, copy_into
 from distir.runtime.streams import SyncStream, ThreadStream
-from distir.runtime.values import is_half, numpy_dtype
+from distir.runtime.values import is_half, numpy_dtype, reduce_arrays
 
 _F32 = np.dtype(np.float32)
 
@@ -174,9 +174,20 @@ class HostDevice:
 
     def embedding_bag(self, table, indices, row0: int, out, mode: str, stream) -> None:
         self._no_scattered("rt.embedding_bag", table, indices, out)
-        stream.submit(
-            lambda: _assign(out, interpreter.embedding_bag(table, indices, mode, row0, table.shape[-2], out.dtype))
-        )
+        stream.submit(lambda: embedding_into(table, indices, row0, out, mode))
+
+    # ------------------------------------------------------------------ fused tile operators
+    # Synchronous pieces of the fused computation-collective operators (runtime/tiles.py):
+    # each computes one tile straight into a view (which may be a peer's buffer).
+    def matmul_into(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        matmul_into(a, b, out)
+
+    def embedding_into(self, table, indices, row0: int, out, mode: str) -> None:
+        embedding_into(table, indices, row0, out, mode)
+
+    def reduce_tile(self, kind: str, terms: Sequence[np.ndarray], out: np.ndarray, stream) -> None:
+        """``out = kind(terms)`` element-wise, in list order (``values.reduce_arrays``)."""
+        stream.submit(lambda: _assign(out, reduce_arrays(list(terms), kind, out.dtype)))
 
     # ------------------------------------------------------------------ zero-copy fused collectives
     def zero_copy_fused(self, comm, kernel, args, reduce_param, gather_params, send, fulls, op, count, stream) -> bool:
@@ -292,6 +303,71 @@ def _matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
             c[...] = out
         return
     c[...] = interpreter.matmul(a, b, c.dtype)
+
+
+def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b`` (``b`` 2-d or batched like ``a``) written straight into ``out``,
+    which may be a strided view (a block of another rank's buffer): one BLAS call per
+    2-d slab, each reading and writing its operands in place."""
+    if a.dtype not in (np.float32, np.float64) or out.dtype != a.dtype or b.dtype != a.dtype:
+        out[...] = interpreter.matmul(a, b, out.dtype)
+        return
+    lead = a.shape[:-2]
+    if not lead:
+        np.matmul(a, b, out=out)
+        return
+    for idx in np.ndindex(*lead):
+        np.matmul(a[idx], b if b.ndim == 2 else b[idx], out=out[idx])
+
+
+_EMBEDDING: dict[str, Any] = {}
+
+
+def _embedding_kernel(mode: str):
+    """A numba loop pooling bags of table rows (3-d views: tables, bags, features),
+    accumulating in f64 and rounding once; rows outside this rank's block count as 0,
+    as ``interpreter.embedding_bag`` does."""
+    fn = _EMBEDDING.get(mode)
+    if fn is not None:
+        return fn
+    if mode == "max":
+        init, step = "-np.inf", "if acc == acc and (v != v or v > acc): acc = v"
+    else:
+        init, step = "0.0", "acc += v"
+    finish = "acc = acc / bag" if mode == "mean" else "pass"
+    src = f"""import numpy as np
+
+
+def pool(table, indices, row0, out):
+    t_n, b_n, d_n = out.shape
+    held = table.shape[1]
+    bag = indices.shape[2]
+    for t in range(t_n):
+        for b in range(b_n):
+            for d in range(d_n):
+                acc = {init}
+                for l in range(bag):
+                    r = indices[t, b, l] - row0
+                    v = np.float64(table[t, r, d]) if r >= 0 and r < held else 0.0
+                    {step}
+                {finish}
+                out[t, b, d] = acc
+"""
+    fn = _EMBEDDING[mode] = cg.compile_cpu(cg.KernelSource("pool", src, "cpu", []))
+    return fn
+
+
+def embedding_into(table: np.ndarray, indices: np.ndarray, row0: int, out: np.ndarray, mode: str) -> None:
+    """Bags of rows of ``table`` (this rank's rows ``row0 ..``) pooled straight into
+    ``out`` (any view): a numba loop for f32/f64 tables, ``interpreter.embedding_bag``
+    otherwise. The same code serves ``rt.embedding_bag`` and the fused embedding +
+    All-to-All, so that the two differ only in where the rows go."""
+    if table.dtype not in (np.float32, np.float64) or out.dtype != table.dtype:
+        _assign(out, interpreter.embedding_bag(table, indices, mode, row0, table.shape[-2], out.dtype))
+        return
+    if table.ndim == 2:
+        table, indices, out = table[None], indices[None], out[None]
+    _embedding_kernel(mode)(table, indices, np.int64(row0), out)
 
 
 def _call_args(info: KernelInfo, args: Sequence[Any]) -> tuple[list[Any], list]:

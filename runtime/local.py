@@ -280,6 +280,22 @@ class LocalComm:
     def peer_barrier(self) -> None:
         self._sync()
 
+    def tile_flags(self, count: int):
+        """This rank's handle on ``count`` per-tile ready flags per rank shared by the
+        group (the fused tile operators, ``tiles.py``); the ranks' k-th calls share one
+        set."""
+        from distir.runtime.tiles import ThreadFlags
+
+        seq = self.__dict__.setdefault("_tile_seq", 0)
+        self._tile_seq = seq + 1
+        g = self.g
+        with g.lock:
+            table = g.__dict__.setdefault("tile_flags", {})
+            flags = table.get(seq)
+            if flags is None:
+                flags = table[seq] = ThreadFlags(self.size, count, self.world.abort)
+        return flags.handle(self.rank)
+
 
 # ======================================================================================
 # The backend

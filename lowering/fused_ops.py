@@ -1,0 +1,191 @@
+"""Lowering of the fused computation-collective operators: a ``coll.overlap ...
+granularity tile`` chain (``passes/overlap.py``) becomes one ``rt`` op whose tiles are
+the unit of both computation and communication, run by each backend its own way
+(``runtime/tiles.py``)::
+
+    dist.matmul -> coll.all_reduce       rt.matmul_all_reduce
+    dist.matmul -> coll.reduce_scatter   rt.matmul_reduce_scatter
+    dist.matmul [-> maps] -> all_to_all  rt.matmul_all_to_all { epilogue }
+    dist.embedding_bag -> all_to_all     rt.embedding_all_to_all { epilogue }
+
+The tile dim: for a reduce-scatter its dim; for an all-reduce the dim whose cut makes
+each tile re-read the smaller matmul operand (the output columns of a GEMV, whose
+weight is large and whose input is a few tokens; the rows of a GEMM with many rows);
+for an all-to-all its dim (the blocks bound for each rank). Each rank's block of that
+dim is cut into the largest tile count <= ``chunks`` that divides it. An all-reduce
+gets a reduction buffer ``%red[n, block]`` (slot j: rank j's partial of this rank's
+block). The maps of a GEMM + All-to-All (``rt.call`` of element-wise kernels after
+``lower-to-kernels``) become the op's epilogue region: launches of tile-shaped copies
+of their kernels (``@k0_tile_2x4x16``) on the tile, in place. The op takes the compute
+stream and the communication stream (stream 1)::
+
+    %y = coll.overlap chunks 2 order remote_first granularity tile -> T {
+      %l = dist.matmul %x, %w : ...
+      %s = coll.all_reduce sum %l : ...
+      coll.yield %s : T
+    }
+
+becomes::
+
+    %red = rt.alloc : () -> memref<2x4x8xf32>
+    rt.matmul_all_reduce sum %x, %w, %y, %red, %c, %s, %s1 dim 1 tiles 2 order remote_first : (...) -> ()
+
+A chain the runtime op cannot express (values held ``at<r>`` by some ranks, an
+epilogue with other tensor operands or index parameters, a dim no tile count divides)
+runs unfused, as the chain it means.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.dialects.builtin import IndexType, MemRefType
+from xdsl.ir import Block, Region, SSAValue
+
+from distir.dialects import coll, dist, layout, rt
+from distir.dialects.dist import TensorType
+from distir.lowering.common import group_size, local_shape
+
+
+def _tiles(extent: int, chunks: int) -> int:
+    """The largest tile count <= ``chunks`` dividing ``extent``."""
+    return max(t for t in range(1, max(1, chunks) + 1) if extent % t == 0)
+
+
+def reduce_dim(a_shape, b_shape, shape, n: int) -> int | None:
+    """The dim an all-reduce of ``a @ b`` (local result ``shape``) is cut along: the last
+    (output columns: each tile re-reads ``a``) when ``a`` is the smaller operand, else
+    the first other dim the group divides (each tile re-reads ``b``)."""
+    dims = [d for d in range(len(shape)) if shape[d] % n == 0]
+    if not dims:
+        return None
+    last = len(shape) - 1
+    if last in dims and math.prod(a_shape) <= math.prod(b_shape):
+        return last
+    rows = [d for d in dims if d != last]
+    return rows[0] if rows else last
+
+
+def _tile_kernel(lowering, kernel: rt.KernelOp, full: tuple[int, ...], tile: tuple[int, ...]) -> str | None:
+    """A copy of element-wise ``kernel`` over one tile: its space and its ``full``-shaped
+    memref parameters take the tile's shape. None when the kernel has index parameters
+    (a dropout's block offsets) or another space."""
+    if tuple(kernel.space) != full:
+        return None
+    if any(isinstance(a.type, IndexType) for a in kernel.params):
+        return None
+    name = f"{kernel.kernel_name}_tile_{'x'.join(map(str, tile))}"
+    if name in lowering.extra_kernels:
+        return name
+    new = kernel.clone()
+    new.properties["sym_name"] = type(kernel.sym_name)(name)
+    new.properties["shape"] = type(kernel.shape).from_list(kernel.shape.elt_type, list(tile))
+    block = new.body.block
+    for i in range(len(new.params)):
+        a = block.args[i]
+        t = a.type
+        if isinstance(t, MemRefType) and tuple(t.get_shape()) == full:
+            b = block.insert_arg(MemRefType(t.element_type, tile), i)
+            a.replace_all_uses_with(b)
+            block.erase_arg(a)
+    lowering.module.body.block.add_op(new)
+    lowering.extra_kernels.add(name)
+    return name
+
+
+def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
+    """Lower a ``granularity tile`` overlap to its fused operator (see the module doc);
+    False when the chain must run unfused."""
+    block = op.body.block
+    term = block.last_op
+    ops = [o for o in block.ops if o is not term]
+    if len(ops) < 2 or len(op.outputs) != 1:
+        return False
+    head, *epilogue, c = ops
+    if not isinstance(head, (dist.MatmulOp, dist.EmbeddingBagOp)):
+        return False
+    values = [v for o in ops for v in (*o.operands, *o.results) if isinstance(v.type, TensorType)]
+    if any(lowering.guard_placements(v.type) is not None for v in values):  # type: ignore[arg-type]
+        return False
+    t: TensorType = head.results[0].type  # type: ignore[assignment]
+    ct: TensorType = c.results[0].type  # type: ignore[assignment]
+    if ct.element_type != t.element_type:
+        return False
+    axes = list(c.option("axes") or (0,))
+    sizes = lowering.sizes(t)
+    n = group_size(sizes, axes)
+    shape = tuple(local_shape(t, sizes))
+    order = op.option("order")
+    chunks = op.option("chunks")
+    mesh = t.mesh_name
+    comm = lowering.comm(mesh, axes)
+    s0 = lowering.stream
+    s1 = lowering.stream_n(2 if s0 is lowering.stream_n(1) else 1)
+    elt = t.element_type
+
+    if isinstance(c, (coll.AllReduceOp, coll.ReduceScatterOp)):
+        if not isinstance(head, dist.MatmulOp) or epilogue:
+            return False
+        a_shape = lowering.memref(head.lhs.type).get_shape()  # type: ignore[attr-defined]
+        b_shape = lowering.memref(head.rhs.type).get_shape()  # type: ignore[attr-defined]
+        if isinstance(c, coll.ReduceScatterOp):
+            d = c.option("dim")
+            if shape[d] % n:
+                return False
+        else:
+            d = reduce_dim(a_shape, b_shape, shape, n)
+            if d is None:
+                return False
+        block_shape = list(shape)
+        block_shape[d] //= n
+        tiles = _tiles(block_shape[d], chunks)
+        a, b = lowering.input(head.lhs), lowering.input(head.rhs)
+        out = lowering.out(op.outputs[0])
+        red = lowering.alloc(MemRefType(elt, [n, *block_shape]), f"{op.outputs[0].name_hint or 'y'}_red")
+        cls = rt.MatmulAllReduceOp if isinstance(c, coll.AllReduceOp) else rt.MatmulReduceScatterOp
+        lowering.emit(cls.make([a, b, out, red, comm, s0, s1], [], op=c.option("op"), dim=d, tiles=tiles, order=order))
+        lowering.buf[op.outputs[0]] = out
+        return True
+
+    if not isinstance(c, coll.AllToAllOp):
+        return False
+    e = c.option("dim")
+    cat = layout.innermost_slicing(c.input.type.get_placements(), axes)  # type: ignore[attr-defined]
+    if cat is None or cat == e or shape[e] % n:
+        return False
+    tiles = _tiles(shape[e] // n, chunks)
+    tile = list(shape)
+    tile[e] //= n * tiles
+    tile_t = MemRefType(elt, tile)
+    region = Block(arg_types=[tile_t])
+    prev: SSAValue = head.results[0]
+    kernels = {k.kernel_name: k for k in lowering.module.ops if isinstance(k, rt.KernelOp)}
+    for call in epilogue:
+        if not isinstance(call, rt.CallOp) or len(call.outputs) != 1:
+            return False
+        kernel = kernels.get(call.kernel_name)
+        name = _tile_kernel(lowering, kernel, shape, tuple(tile)) if kernel is not None else None
+        if name is None:
+            return False
+        args: list[SSAValue] = []
+        for v in call.args:
+            if v is prev:
+                args.append(region.args[0])
+            elif isinstance(v.type, TensorType) and v.type.get_shape():
+                return False
+            else:
+                args.append(lowering.input(v))
+        region.add_op(rt.LaunchOp.get(name, [*args, region.args[0], s0]))
+        prev = call.outputs[0]
+    out = lowering.out(op.outputs[0])
+    options = {"dim": e, "concat": cat, "tiles": tiles, "order": order}
+    if isinstance(head, dist.MatmulOp):
+        operands = [lowering.input(head.lhs), lowering.input(head.rhs)]
+        new = rt.MatmulAllToAllOp.make([*operands, out, comm, s0, s1], [], [Region(region)], **options)
+    else:
+        operands = [lowering.input(head.table), lowering.input(head.indices), lowering.embedding_row0(head)]
+        new = rt.EmbeddingAllToAllOp.make([*operands, out, comm, s0, s1], [], [Region(region)], mode=head.option("mode"), **options)
+    lowering.emit(new)
+    lowering.buf[op.outputs[0]] = out
+    return True
+
