@@ -104,13 +104,13 @@ def int_name(t: Attribute) -> str:
 
 def storage_name(t: Attribute, target: str) -> str:
     """numba type of the array elements as the kernel sees them: f16/bf16 arrays are
-    widened to f32 by the CPU runtime; on CUDA f16 stays f16."""
+    widened to f32 by the CPU runtime; on CUDA f16 stays f16 and bf16 arrays hold the
+    values' 16 bits (uint16: numba has bf16 scalars but no bf16 arrays), converted
+    on load and store by ``BF16_HELPERS``."""
     if isinstance(t, (Float16Type,)):
         return "float16" if target == "cuda" else "float32"
     if isinstance(t, BFloat16Type):
-        if target == "cuda":
-            raise UnsupportedKernel("bf16 buffers are not supported by CUDA kernels")
-        return "float32"
+        return "uint16" if target == "cuda" else "float32"
     if is_float(t):
         return "float64" if float_bits(t) == 64 else "float32"
     return int_name(t)
@@ -260,6 +260,34 @@ def _bits(seed, index):
     return numba.int32(z >> _U40)
 '''
 
+BF16_HELPERS = '''
+# bf16 <-> f32 for arrays holding bf16 bits (uint16). On a GPU: numba.cuda.bf16
+# (numba-cuda >= 0.12, compute capability >= 8.0); numba's CUDA simulator has no bf16
+# type, so there the same round-to-nearest-even conversions are bit arithmetic.
+try:
+    from numba.cuda import bf16 as _bf16
+except ImportError:
+    _bf16 = None
+if _bf16 is not None and getattr(_bf16, "bfloat16", None) is not None:
+    @cuda.jit(device=True, inline=True)
+    def _bf16_load(bits):
+        return _bf16.bfloat162float(_bf16.ushort_as_bfloat16(numba.uint16(bits)))
+
+    @cuda.jit(device=True, inline=True)
+    def _bf16_store(x):
+        return _bf16.bfloat16_as_ushort(_bf16.float2bfloat16_rn(numba.float32(x)))
+else:
+    def _bf16_load(bits):
+        return np.array([np.uint32(bits) << np.uint32(16)], dtype=np.uint32).view(np.float32)[0]
+
+    def _bf16_store(x):
+        b = int(np.array([x], dtype=np.float32).view(np.uint32)[0])
+        if (b & 0x7FFFFFFF) > 0x7F800000:
+            return np.uint16(0x7FC0)
+        b += 0x7FFF + ((b >> 16) & 1)
+        return np.uint16((b >> 16) & 0xFFFF)
+'''
+
 CONSTANTS = """
 _GOLDEN = numba.uint64(0x9E3779B97F4A7C15)
 _M1 = numba.uint64(0xBF58476D1CE4E5B9)
@@ -376,6 +404,10 @@ class Translator:
         self.load_hook = None  # (param index, index expr list) -> expression
         self.store_hook = None  # (param index, index expr list, value expr) -> list of statements
 
+    def bf16(self, ref: SSAValue) -> bool:
+        """Whether ``ref`` is a bf16 array held as bits (CUDA)."""
+        return self.target == "cuda" and isinstance(ref.type.element_type, BFloat16Type)  # type: ignore[attr-defined]
+
     def pname(self, p: int) -> str:
         """The name parameter p is read and written through (its alias's)."""
         return self.names[self.params[p]]
@@ -425,13 +457,18 @@ class Translator:
                 expr = self.load_hook(p, idx)
             else:
                 expr = f"{self.name(op.memref)}[{', '.join(idx)}]"
+            if self.bf16(op.memref):
+                expr = f"_bf16_load({expr})"
             return [self.assign(op.res, f"{self.cast(op.res.type)}({expr})")]
         if isinstance(op, memref.StoreOp):
             p = self.params.index(op.memref)
             idx = self.index_exprs(op, op.memref)
             elt = op.memref.type.element_type  # type: ignore[attr-defined]
             st = storage_name(elt, self.target)
-            value = f"{'np' if st == 'float16' else 'numba'}.{st}({self.name(op.value)})"
+            if self.bf16(op.memref):
+                value = f"_bf16_store({self.name(op.value)})"
+            else:
+                value = f"{'np' if st == 'float16' else 'numba'}.{st}({self.name(op.value)})"
             if self.store_hook is not None:
                 return self.store_hook(p, idx, value)
             return [f"{self.name(op.memref)}[{', '.join(idx)}] = {value}"]
@@ -687,7 +724,10 @@ def cuda_source(kernel: rt.KernelOp) -> KernelSource:
             rest = f"r{k}"
     lines += _indent(unravel + body if body else unravel + ["pass"], 8)
     kinds, storage = _param_kinds(tr, "cuda")
-    src = _header("cuda") + "\n\n" + "\n".join(lines) + "\n"
+    head = _header("cuda")
+    if any(isinstance(a.type, MemRefType) and tr.bf16(a) for a in tr.params):
+        head += BF16_HELPERS
+    src = head + "\n\n" + "\n".join(lines) + "\n"
     return KernelSource("kernel", src, "cuda", kinds, storage)
 
 

@@ -72,9 +72,21 @@ def grid_for(total: int) -> tuple[int, int]:
     return max(1, min(MAX_BLOCKS, math.ceil(total / threads))), threads
 
 
+def _address(a) -> int:
+    """Device address of an array's first element (the simulator's numpy address)."""
+    ary = getattr(a, "_ary", None)
+    if ary is not None:
+        return ary.__array_interface__["data"][0]
+    return a.__cuda_array_interface__["data"][0]
+
+
 class CudaDevice:
     """Buffers and compute on one GPU (see the module doc). In the simulator, launches
-    from several rank threads are serialised (the simulator is not thread-safe)."""
+    from several rank threads are serialised (the simulator is not thread-safe).
+
+    bf16 buffers are stored as their 16 bits (uint16 device arrays, numba has no bf16
+    arrays); the device remembers which allocations hold bf16, and kernels convert on
+    load and store (``numba_codegen.BF16_HELPERS``: ``numba.cuda.bf16`` on a GPU)."""
 
     target = "cuda"
 
@@ -82,6 +94,23 @@ class CudaDevice:
         self._kernels: dict[int, tuple[Any, list[tuple[str, Any, bool]]]] = {}
         self.simulated = simulated()
         self._sim_lock = threading.RLock()
+        self._bf16: list[tuple[int, int]] = []
+        self._temps: dict[tuple, Any] = {}
+
+    # ------------------------------------------------------------------ bf16 bookkeeping
+    def _mark_bf16(self, a) -> None:
+        start = _address(a)
+        self._bf16.append((start, start + 2 * max(1, math.prod(a.shape))))
+
+    def is_bf16(self, a) -> bool:
+        if getattr(a, "dtype", None) != np.uint16 or not self._bf16:
+            return False
+        at = _address(a)
+        return any(lo <= at < hi for lo, hi in self._bf16)
+
+    def dtype_name(self, a) -> str:
+        """The element type a kernel sees in ``a`` ("bfloat16" for bf16 buffers)."""
+        return "bfloat16" if self.is_bf16(a) else a.dtype.name
 
     def _run(self, kernel, blocks, threads, stream, *args) -> None:
         if self.simulated:
@@ -93,22 +122,28 @@ class CudaDevice:
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape: Sequence[int], dtype: np.dtype):
         if dtype == BFLOAT16:
-            raise RuntimeError("bf16 buffers are not supported on the GPU")
+            a = _cuda().to_device(np.zeros(shape, dtype=np.uint16))
+            self._mark_bf16(a)
+            return a
         return _cuda().to_device(np.zeros(shape, dtype=dtype))
 
     def from_host(self, a: np.ndarray):
         if a.dtype == BFLOAT16:
-            raise RuntimeError("bf16 buffers are not supported on the GPU")
+            d = _cuda().to_device(np.ascontiguousarray(a).view(np.uint16))
+            self._mark_bf16(d)
+            return d
         return _cuda().to_device(np.ascontiguousarray(a))
 
     def to_host(self, a: Any) -> np.ndarray:
         if isinstance(a, np.ndarray) or np.isscalar(a):
             return np.asarray(a)
-        return a.copy_to_host()
+        host = a.copy_to_host()
+        return host.view(BFLOAT16) if self.is_bf16(a) else host
 
     def host_view(self, a: Any) -> np.ndarray:
         """The numpy array behind a simulator device array (simulator only)."""
-        return a._ary if hasattr(a, "_ary") else np.asarray(a)
+        host = a._ary if hasattr(a, "_ary") else np.asarray(a)
+        return host.view(BFLOAT16) if self.is_bf16(a) else host
 
     def block(self, buf, index: int, dim: int, count: int):
         step = buf.shape[dim] // count
@@ -140,7 +175,8 @@ class CudaDevice:
                 elif isinstance(t, IndexType):
                     kinds.append(("index", np.dtype(np.int64), False))
                 else:
-                    kinds.append(("scalar", numpy_dtype(t), False))
+                    dt = numpy_dtype(t)
+                    kinds.append(("scalar", np.dtype(np.float32) if dt == BFLOAT16 else dt, False))
             hit = self._kernels[id(kernel)] = (fn, kinds)
         return hit
 
@@ -163,9 +199,10 @@ class CudaDevice:
         self.copy(a, tmp, stream)
         return tmp
 
-    def matmul(self, a, b, c, stream, order=None, flags=None, rows_per_chunk: int = 1 << 30) -> None:
+    def matmul(self, a, b, c, stream, order=None, flags=None, flag_axis: tuple[int, int, int, int] | None = None) -> None:
         """``c = a @ b`` by the tiled kernel; tiles in ``order`` (default: row-major),
-        finished tiles counted per chunk of row tiles in ``flags``."""
+        finished elements counted in ``flags`` per ready flag as ``flag_axis`` = (which,
+        div, mod, span) says (see ``cuda_kernels.MATMUL``; default: one flag)."""
         cuda = _cuda()
         a3 = self.contiguous(a, stream)
         b3 = self.contiguous(b, stream)
@@ -180,8 +217,9 @@ class CudaDevice:
         if order is None:
             order = cuda.to_device(np.arange(tiles, dtype=np.int64), stream=stream.stream)
         if flags is None:
-            flags = cuda.to_device(np.zeros(max(1, tiles), dtype=np.int32), stream=stream.stream)
-        self._run(ck.matmul_kernel(c.dtype.name, tile), tiles, (tile, tile), stream, a3, b3, c3, order, flags, rows_per_chunk)
+            flags = cuda.to_device(np.zeros(1, dtype=np.int64), stream=stream.stream)
+        which, div, mod, span = flag_axis if flag_axis is not None else (1, 1, 1, 1 << 62)
+        self._run(ck.matmul_kernel(self.dtype_name(c), tile), tiles, (tile, tile), stream, a3, b3, c3, order, flags, which, div, mod, span)
         if not c.is_c_contiguous():
             self.copy(c3.reshape(*tuple(c.shape)), c, stream)
 
@@ -196,7 +234,7 @@ class CudaDevice:
         total_red = math.prod(shape[d] for d in dims)
         flat_out = self.contiguous(out, stream)
         blocks, threads = grid_for(total_out)
-        self._run(ck.reduce_kernel(kind, out.dtype.name), blocks, threads, stream,
+        self._run(ck.reduce_kernel(kind, self.dtype_name(out)), blocks, threads, stream,
             x.reshape(-1),
             flat_out.reshape(-1),
             total_out,
@@ -218,10 +256,70 @@ class CudaDevice:
         else:
             o3 = o
         blocks, threads = grid_for(math.prod(o3.shape))
-        self._run(ck.embedding_kernel(mode, out.dtype.name), blocks, threads, stream, t, i, o3, np.int64(row0))
+        self._run(ck.embedding_kernel(mode, self.dtype_name(out)), blocks, threads, stream, t, i, o3, np.int64(row0))
         if o is not out:
             self.copy(o, out, stream)
 
     def wait_flag(self, flags, index: int, target: int, stream: CudaStream) -> None:
         """Queue on ``stream`` a wait until ``flags[index] >= target``."""
         self._run(ck.wait_flag_kernel(), 1, 1, stream, flags, index, target)
+
+    # ------------------------------------------------------------------ fused tile operators
+    def tiled_matmul(self, a, b, c, plan, flags, stream: CudaStream) -> None:
+        """``c = a @ b`` by one kernel whose output tiles run in ``plan``'s order (tiles
+        bound for other ranks first) and count their finished elements per fused-
+        operator tile in ``flags`` (``runtime/tiles.py``)."""
+        from distir.runtime import tiles
+
+        shape = tuple(c.shape)  # (the simulator's shapes take no negative indices)
+        batch, m, n = shape[:-2], shape[-2], shape[-1]
+        key = ("order", id(plan))
+        order = self._temps.get(key)
+        if order is None:
+            host = tiles.kernel_tile_order(plan, batch, m, n, ck.TILE)
+            order = self._temps[key] = _cuda().to_device(host, stream=stream.stream)
+        which, div, mod = tiles.flag_axis(plan, batch)
+        self.matmul(a, b, c, stream, order=order, flags=flags, flag_axis=(which, div, mod, plan.tile))
+
+    def tiled_embedding(self, table, indices, row0: int, out, mode: str, plan, flags, stream: CudaStream) -> None:
+        """Embedding bags pooled by one kernel in ``plan``'s order (bags bound for other
+        ranks first), each bag counting its finished elements per tile in ``flags``."""
+        from distir.runtime import tiles
+
+        t = self.contiguous(table, stream)
+        i = self.contiguous(indices, stream)
+        o3 = out
+        if t.ndim == 2:
+            t, i, o3 = t.reshape(1, *tuple(t.shape)), i.reshape(1, *tuple(i.shape)), out.reshape(1, *tuple(out.shape))
+        key = ("bags", id(plan))
+        order = self._temps.get(key)
+        if order is None:
+            order = self._temps[key] = _cuda().to_device(tiles.bag_order(plan), stream=stream.stream)
+        r = len(plan.shape)
+        which = 2 if plan.dim == r - 1 else (1 if plan.dim == r - 2 else 0)
+        threads = min(THREADS, max(32, -(-o3.shape[2] // 32) * 32)) if not self.simulated else 8
+        bags = o3.shape[0] * o3.shape[1]
+        self._run(ck.embedding_tiled_kernel(mode, self.dtype_name(out)), bags, threads, stream, t, i, o3, np.int64(row0), order, flags, which, plan.tile)
+
+    def reduce_tile(self, kind: str, terms, out, stream: CudaStream) -> None:
+        """``out = kind(terms)`` element-wise in list order (``out`` may be a term)."""
+        if len(terms) == 1:
+            if terms[0] is not out:
+                self.copy(terms[0], out, stream)
+            return
+        # one accumulator per stream (rank threads share a simulated device)
+        key = ("acc", id(stream), tuple(out.shape), out.dtype.str, self.is_bf16(out))
+        acc = self._temps.get(key)
+        if acc is None:
+            acc = self._temps[key] = self.alloc(tuple(out.shape), BFLOAT16 if self.is_bf16(out) else out.dtype)
+        self.copy(terms[0], acc, stream)
+        name = self.dtype_name(out)
+        nd = max(1, len(out.shape))
+        total = math.prod(out.shape)
+        blocks, threads = grid_for(total)
+        acc_k = acc if acc.ndim else acc.reshape(1)
+        for j, term in enumerate(terms[1:]):
+            scale = 1.0 / len(terms) if kind == "avg" and j == len(terms) - 2 else 0.0
+            t = term if term.ndim else term.reshape(1)
+            self._run(ck.combine_kernel(kind, name, nd), blocks, threads, stream, t, acc_k, total, scale)
+        self.copy(acc, out, stream)

@@ -31,10 +31,12 @@ from numba import cuda
 TILE = {tile}
 
 
-def matmul(a, b, c, order, flags, rows_per_chunk):
+def matmul(a, b, c, order, flags, which, div, mod, span):
     # a: [B, M, K], b: [1 or B, K, N], c: [B, M, N]; block i computes tile order[i].
-    # A tile is (batch, row tile, column tile) in row-major order; after its stores the
-    # block's first thread adds 1 to flags[chunk], chunk = global row tile // rows_per_chunk.
+    # A tile is (batch, row tile, column tile) in row-major order. After its stores,
+    # each finished element counts 1 in flags[coord // span], where coord is its
+    # column (which 2), its row (which 1) or (batch // div) % mod (which 0): the
+    # per-tile ready flags of the fused tile operators (one flag when span is large).
     sa = cuda.shared.array((TILE, TILE), numba.{acc})
     sb = cuda.shared.array((TILE, TILE), numba.{acc})
     tx = cuda.threadIdx.x
@@ -54,11 +56,11 @@ def matmul(a, b, c, order, flags, rows_per_chunk):
     acc = numba.{acc}(0)
     for k0 in range(0, k, TILE):
         if row < m and k0 + tx < k:
-            sa[ty, tx] = numba.{acc}(a[bat, row, k0 + tx])
+            sa[ty, tx] = {load}(a[bat, row, k0 + tx])
         else:
             sa[ty, tx] = numba.{acc}(0)
         if col < n and k0 + ty < k:
-            sb[ty, tx] = numba.{acc}(b[bb, k0 + ty, col])
+            sb[ty, tx] = {load}(b[bb, k0 + ty, col])
         else:
             sb[ty, tx] = numba.{acc}(0)
         cuda.syncthreads()
@@ -67,10 +69,29 @@ def matmul(a, b, c, order, flags, rows_per_chunk):
         cuda.syncthreads()
     if row < m and col < n:
         c[bat, row, col] = {cast}(acc)
+    cuda.threadfence()
     cuda.syncthreads()
-    if tx == 0 and ty == 0:
-        cuda.threadfence()
-        cuda.atomic.add(flags, (bat * tiles_m + ti) // rows_per_chunk, 1)
+    # one thread per row of the tile counts the row's finished elements per flag
+    if tx == 0 and row < m:
+        if which == 2:
+            last = -1
+            count = 0
+            for cc in range(TILE):
+                cidx = tj * TILE + cc
+                if cidx < n:
+                    f = cidx // span
+                    if f != last:
+                        if count > 0:
+                            cuda.atomic.add(flags, last, count)
+                        last = f
+                        count = 0
+                    count += 1
+            if count > 0:
+                cuda.atomic.add(flags, last, count)
+        else:
+            coord = row if which == 1 else (bat // div) % mod
+            valid = min(TILE, n - tj * TILE)
+            cuda.atomic.add(flags, coord // span, valid)
 """
 
 WAIT_FLAG = """
@@ -115,7 +136,7 @@ def reduce(x, out, total_out, total_red, kept_shape, kept_strides, red_shape, re
             for d in range(red_shape.shape[0] - 1, -1, -1):
                 off += (rest % red_shape[d]) * red_strides[d]
                 rest //= red_shape[d]
-            v = numba.{acc}(x[off])
+            v = {load}(x[off])
             {combine}
         {finish}
         out[o] = {cast}(acc)
@@ -141,12 +162,65 @@ def embedding_bag(table, indices, out, row0):
         for l in range(bag):
             r = indices[t, b, l] - row0
             if r >= 0 and r < rows:
-                v = numba.{acc}(table[t, r, d])
+                v = {load}(table[t, r, d])
             else:
                 v = numba.{acc}(0)
             {combine}
         {finish}
         out[t, b, d] = {cast}(acc)
+"""
+
+
+EMBEDDING_TILED = """
+import numba
+import numpy as np
+from numba import cuda
+
+
+def embedding_tiled(table, indices, out, row0, order, flags, which, span):
+    # table [T, R, D], indices [T, B, L], out [T, B, D]; block i pools bag order[i]
+    # (flat t * B + b), its threads over d. Then thread 0 counts the bag's finished
+    # elements per ready flag: flag = coord // span with coord the bag's table (which
+    # 0), bag (which 1) or each element's feature index (which 2).
+    t_n, b_n, d_n = out.shape
+    rows = table.shape[1]
+    bag = indices.shape[2]
+    item = order[cuda.blockIdx.x]
+    t = item // b_n
+    b = item % b_n
+    for d in range(cuda.threadIdx.x, d_n, cuda.blockDim.x):
+        acc = {init}
+        for l in range(bag):
+            r = indices[t, b, l] - row0
+            if r >= 0 and r < rows:
+                v = {load}(table[t, r, d])
+            else:
+                v = numba.{acc}(0)
+            {combine}
+        {finish}
+        out[t, b, d] = {cast}(acc)
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        if which == 2:
+            for f in range((d_n + span - 1) // span):
+                cuda.atomic.add(flags, f, min(span, d_n - f * span))
+        else:
+            coord = t if which == 0 else b
+            cuda.atomic.add(flags, coord // span, d_n)
+"""
+
+COMBINE = """
+import numba
+import numpy as np
+from numba import cuda
+
+
+def combine(src, dst, total, scale):
+    # dst = dst (op) src element-wise over same-shaped arrays (any strides); scale != 0
+    # multiplies the result (an average's 1/n).
+    for g in range(cuda.grid(1), total, cuda.gridsize(1)):
+{body}
 """
 
 
@@ -162,21 +236,31 @@ def _compile(key: tuple, source: str, name: str):
 
 
 def cast(dtype_name: str) -> str:
-    """The conversion to an element type in a kernel (numpy's for float16)."""
+    """The conversion to an element type in a kernel (numpy's for float16; bf16 is
+    stored as its 16 bits)."""
+    if dtype_name == "bfloat16":
+        return "_bf16_store"
     return f"np.{dtype_name}" if dtype_name == "float16" else f"numba.{dtype_name}"
 
 
 def acc_type(dtype_name: str) -> str:
-    """Accumulator of an element type: f32 for f16/f32, f64 for f64, int64 for ints."""
-    if dtype_name in ("float16", "float32"):
+    """Accumulator of an element type: f32 for f16/bf16/f32, f64 for f64, int64 for ints."""
+    if dtype_name in ("float16", "float32", "bfloat16"):
         return "float32"
     if dtype_name == "float64":
         return "float64"
     return "int64"
 
 
+def load(dtype_name: str) -> str:
+    """The conversion of an element read from an array to the accumulator type."""
+    if dtype_name == "bfloat16":
+        return "_bf16_load"
+    return f"numba.{acc_type(dtype_name)}"
+
+
 def matmul_source(dtype_name: str, tile: int = TILE) -> str:
-    return MATMUL.format(tile=tile, acc=acc_type(dtype_name), cast=cast(dtype_name))
+    return _with_bf16(dtype_name, MATMUL.format(tile=tile, acc=acc_type(dtype_name), cast=cast(dtype_name), load=load(dtype_name)))
 
 
 def matmul_kernel(dtype_name: str, tile: int = TILE):
@@ -232,22 +316,82 @@ def reduce_source(kind: str, dtype_name: str) -> str:
         combine = "acc = v if v > acc else acc" if kind == "max" else "acc = v if v < acc else acc"
     if acc == "int64" and kind == "avg":
         finish = "acc = numba.int64(abs(acc) // total_red) * (1 if acc >= 0 else -1)"
-    return REDUCE.format(init=init.format(acc=acc), combine=combine, finish=finish or "pass", acc=acc, cast=cast(dtype_name))
+    src = REDUCE.format(init=init.format(acc=acc), combine=combine, finish=finish or "pass", acc=acc, cast=cast(dtype_name), load=load(dtype_name))
+    return _with_bf16(dtype_name, src)
 
 
 def reduce_kernel(kind: str, dtype_name: str):
     return _compile(("reduce", kind, dtype_name), reduce_source(kind, dtype_name), "reduce")
 
 
+def _pooling(mode: str, acc: str) -> tuple[str, str, str]:
+    if mode == "max":
+        return f"numba.{acc}(-math.inf)", "acc = v if v > acc else acc", "pass"
+    return f"numba.{acc}(0)", "acc += v", "acc = acc / bag" if mode == "mean" else "pass"
+
+
 def embedding_source(mode: str, dtype_name: str) -> str:
     acc = acc_type(dtype_name)
-    if mode == "max":
-        init, combine, finish = f"numba.{acc}(-math.inf)", "acc = v if v > acc else acc", "pass"
-    else:
-        init, combine = f"numba.{acc}(0)", "acc += v"
-        finish = "acc = acc / bag" if mode == "mean" else "pass"
-    src = EMBEDDING.format(init=init, combine=combine, finish=finish, acc=acc, cast=cast(dtype_name))
-    return "import math\n" + src
+    init, combine, finish = _pooling(mode, acc)
+    src = EMBEDDING.format(init=init, combine=combine, finish=finish, acc=acc, cast=cast(dtype_name), load=load(dtype_name))
+    return _with_bf16(dtype_name, "import math\n" + src)
+
+
+def embedding_tiled_source(mode: str, dtype_name: str) -> str:
+    acc = acc_type(dtype_name)
+    init, combine, finish = _pooling(mode, acc)
+    src = EMBEDDING_TILED.format(init=init, combine=combine, finish=finish, acc=acc, cast=cast(dtype_name), load=load(dtype_name))
+    return _with_bf16(dtype_name, "import math\n" + src)
+
+
+def embedding_tiled_kernel(mode: str, dtype_name: str):
+    return _compile(("embedding_tiled", mode, dtype_name), embedding_tiled_source(mode, dtype_name), "embedding_tiled")
+
+
+_COMBINE_OPS = {
+    "sum": "a + b",
+    "avg": "a + b",
+    "prod": "a * b",
+    "max": "a if a > b or a != a else b",
+    "min": "a if a < b or a != a else b",
+}
+
+
+def combine_source(kind: str, dtype_name: str, ndim: int) -> str:
+    """``dst = dst (kind) src`` element-wise over ``ndim``-d arrays, computed in the
+    accumulator type (``scale`` != 0 multiplies the result)."""
+    acc = acc_type(dtype_name)
+    lines = []
+    rest = "g"
+    idx = []
+    for d in reversed(range(ndim)):
+        if d == 0:
+            lines.append(f"        i0 = {rest}")
+        else:
+            lines.append(f"        i{d} = {rest} % dst.shape[{d}]")
+            lines.append(f"        r{d} = {rest} // dst.shape[{d}]")
+            rest = f"r{d}"
+    idx = ", ".join(f"i{d}" for d in range(ndim))
+    ld = load(dtype_name)
+    lines.append(f"        a = {ld}(dst[{idx}])")
+    lines.append(f"        b = {ld}(src[{idx}])")
+    lines.append(f"        v = {_COMBINE_OPS[kind]}")
+    lines.append("        if scale != 0:")
+    lines.append(f"            v = v * numba.{acc}(scale)")
+    lines.append(f"        dst[{idx}] = {cast(dtype_name)}(v)")
+    return _with_bf16(dtype_name, COMBINE.format(body="\n".join(lines)))
+
+
+def combine_kernel(kind: str, dtype_name: str, ndim: int):
+    return _compile(("combine", kind, dtype_name, ndim), combine_source(kind, dtype_name, ndim), "combine")
+
+
+def _with_bf16(dtype_name: str, source: str) -> str:
+    """bf16 elements are stored as their 16 bits (uint16 arrays); kernels over them
+    convert with the helpers of ``numba_codegen.BF16_HELPERS``."""
+    if dtype_name != "bfloat16":
+        return source
+    return source.replace("from numba import cuda\n", "from numba import cuda\n" + cg.BF16_HELPERS, 1)
 
 
 def embedding_kernel(mode: str, dtype_name: str):

@@ -20,6 +20,17 @@ On a stream other than 0 (``coll.overlap``) the non-blocking forms (``Iallreduce
 ``Ireduce_scatter_block``, ``Iallgather``, ...) are issued instead and polled between
 the ops of stream 0 (MPI progresses only inside MPI calls); a stream's requests
 complete, in order, before later work on that stream and at its events.
+
+Ranks that share a node share memory: every buffer of a rank (arguments and
+``rt.alloc``) lives in that rank's segment of one MPI-3 shared-memory window on the
+node (``MPI.Win.Allocate_shared`` on ``COMM_TYPE_SHARED``, ``SharedHeap``), so that the
+communicator can hand every rank of a group its peers' buffers (``peer_buffers``) as
+``local``'s does. That gives ``mpi`` the same zero-copy paths: a fused all-reduce
+(``rt.fused``, CoCoNet's fuse(RS-C-AG)) runs as one kernel that reduces straight from
+the peers' buffers and writes gathered results straight into theirs, and the fused
+tile operators store tiles straight into their destinations (``tiles.py``). A group
+that spans nodes (or a run with ``shared_memory=False``) keeps the reduce-scatter +
+kernel + all-gather path and sends tiles with non-blocking point-to-point messages.
 """
 
 from __future__ import annotations
@@ -162,16 +173,124 @@ class _RequestEvent:
         return self.done
 
 
-class MpiComm:
-    """One rank's communicator over an ``MPI.Comm`` (see the module doc)."""
+class SharedHeap:
+    """This process's buffers in shared memory: one MPI-3 shared-memory window on the
+    node (collective over the node's ranks, made once per runner), of which every rank
+    owns one segment. A rank bump-allocates its buffers in its own segment (arguments in
+    one region, reset by each ``bind``; ``rt.alloc`` buffers after it) and maps its node
+    peers' segments, so that a buffer is named across processes by (node rank, offset,
+    shape, strides, dtype)."""
 
-    def __init__(self, comm):
+    ALIGN = 64
+
+    def __init__(self, world, args_bytes: int, allocs_bytes: int):
+        MPI = _mpi()
+        self.node = world.Split_type(MPI.COMM_TYPE_SHARED)
+        self.args_bytes = self._align(args_bytes)
+        size = self.args_bytes + self._align(allocs_bytes)
+        self.win = MPI.Win.Allocate_shared(size, 1, comm=self.node)
+        self.segments = []
+        for r in range(self.node.Get_size()):
+            buf, _ = self.win.Shared_query(r)
+            self.segments.append(np.frombuffer(buf, dtype=np.uint8))
+        self.mine = self.segments[self.node.Get_rank()]
+        self.base = self.mine.__array_interface__["data"][0] if self.mine.size else 0
+        leader = self.node.bcast(world.Get_rank(), root=0)
+        # world rank -> (node, rank on the node)
+        self.where: list[tuple[int, int]] = world.allgather((leader, self.node.Get_rank()))
+        self.world_group = world.Get_group()
+        self.node_id = leader
+        self.top = {"args": 0, "allocs": self.args_bytes}
+        self.limit = {"args": self.args_bytes, "allocs": size}
+
+    @classmethod
+    def _align(cls, n: int) -> int:
+        return -(-n // cls.ALIGN) * cls.ALIGN
+
+    def reset_args(self) -> None:
+        self.top["args"] = 0
+
+    def alloc(self, shape, dtype: np.dtype, region: str = "allocs") -> np.ndarray | None:
+        """A zeroed array in this rank's segment, or None when the region is full."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        start = self.top[region]
+        if start + nbytes > self.limit[region]:
+            return None
+        self.top[region] = start + self._align(max(nbytes, 1))
+        a = np.ndarray(tuple(shape), dtype, buffer=self.mine, offset=start)
+        a[...] = 0
+        return a
+
+    def locate(self, a: Any) -> tuple | None:
+        """How peers find ``a``: (offset, shape, strides, dtype) in this rank's segment,
+        or None when it does not lie there."""
+        if not isinstance(a, np.ndarray) or not self.mine.size:
+            return None
+        start = a.__array_interface__["data"][0] - self.base
+        span = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if n) + a.itemsize
+        if start < 0 or any(st < 0 for st in a.strides) or start + span > self.mine.size:
+            return None
+        return (start, a.shape, a.strides, a.dtype.str)
+
+    def view(self, node_rank: int, where: tuple) -> np.ndarray:
+        offset, shape, strides, dtype = where
+        return np.ndarray(shape, np.dtype(dtype), buffer=self.segments[node_rank], offset=offset, strides=strides)
+
+    def node_ranks(self, comm) -> list[int] | None:
+        """The node ranks of the members of ``comm`` (in group order), or None when
+        they are not all on this node."""
+        members = comm.Get_group().Translate_ranks(list(range(comm.Get_size())), self.world_group)
+        places = [self.where[r] for r in members]
+        if any(node != self.node_id for node, _ in places):
+            return None
+        return [nr for _, nr in places]
+
+
+class MpiComm:
+    """One rank's communicator over an ``MPI.Comm`` (see the module doc); with a
+    ``SharedHeap`` whose node holds the whole group it also shares buffers."""
+
+    def __init__(self, comm, heap: SharedHeap | None = None):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self.heap = heap
+        self.node_ranks = heap.node_ranks(comm) if heap is not None else None
 
     def split(self, color: int, key: int) -> MpiComm:
-        return MpiComm(self.comm.Split(color, key))
+        return MpiComm(self.comm.Split(color, key), self.heap)
+
+    # ------------------------------------------------------------------ shared buffers
+    def peer_buffers(self, arrays: list[np.ndarray]) -> list[list[np.ndarray]] | None:
+        """Every group rank's ``arrays`` as views of their shared-memory segments
+        (collective: it synchronises the group), or None on every rank when some rank's
+        buffers are not in shared memory or the group spans nodes."""
+        if self.node_ranks is None:
+            return None
+        assert self.heap is not None
+        heap = self.heap
+        everyone = self.comm.allgather([heap.locate(a) for a in arrays])
+        if any(w is None for ws in everyone for w in ws):
+            return None
+        return [[heap.view(self.node_ranks[r], w) for w in ws] for r, ws in enumerate(everyone)]
+
+    def peer_barrier(self) -> None:
+        self.comm.Barrier()
+
+    def tile_flags(self, count: int):
+        """``count`` per-tile ready flags per rank in shared memory (``tiles.SharedFlags``;
+        collective), or None on every rank when they cannot be shared."""
+        from distir.runtime.tiles import SharedFlags
+
+        if self.node_ranks is None:
+            return None
+        assert self.heap is not None
+        mine = self.heap.alloc((count,), np.dtype(np.int64))
+        rows = self.peer_buffers([mine if mine is not None else np.zeros(0)])
+        if rows is None or mine is None:
+            return None
+        return SharedFlags(mine, [r[0] for r in rows])
 
     # Each call runs blocking on a SyncStream, and is queued on a RequestStream, where
     # its buffers are prepared only when the stream reaches it (after the work before).
@@ -355,10 +474,28 @@ class MpiComm:
 
 
 class MpiDevice(HostDevice):
-    """The host device with MPI request streams for streams other than 0."""
+    """The host device with MPI request streams for streams other than 0, and buffers
+    in the node's shared-memory window when there is one."""
+
+    def __init__(self, heap: SharedHeap | None = None):
+        super().__init__()
+        self.heap = heap
 
     def stream(self, index: int):
         return SyncStream(0) if index == 0 else RequestStream(index)
+
+    def alloc(self, shape, dtype: np.dtype) -> np.ndarray:
+        a = self.heap.alloc(shape, dtype) if self.heap is not None else None
+        return a if a is not None else np.zeros(shape, dtype=dtype)
+
+    def from_host(self, a: np.ndarray) -> np.ndarray:
+        if self.heap is None or not isinstance(a, np.ndarray):
+            return a
+        b = self.heap.alloc(a.shape, a.dtype, "args")
+        if b is None:
+            return a
+        b[...] = a
+        return b
 
 
 class PollingExecutor(RankExecutor):
@@ -385,6 +522,21 @@ class PollingExecutor(RankExecutor):
 # ======================================================================================
 
 
+def _shared_heap(world, program: LoweredProgram) -> SharedHeap | None:
+    """The node's shared-memory window for ``program``'s buffers; None on every rank
+    when one rank could not make it (the ranks then exchange messages only)."""
+    MPI = _mpi()
+    args, allocs = shared_bytes(program)
+    try:
+        heap: SharedHeap | None = SharedHeap(world, args, allocs)
+        ok = 1
+    except MPI.Exception:
+        heap, ok = None, 0
+    if world.allreduce(ok, op=MPI.MIN) == 0:
+        return None
+    return heap
+
+
 def mpiexec_path() -> str:
     """The ``mpiexec`` of the ``mpich`` wheel next to this Python, or one on PATH."""
     here = Path(sys.executable).parent / "mpiexec"
@@ -396,10 +548,38 @@ def mpiexec_path() -> str:
     return found
 
 
-class MpiRunner:
-    """This process's rank of a lowered program (the process count must be the rank count)."""
+def shared_bytes(program: LoweredProgram) -> tuple[int, int]:
+    """Bytes of this rank's (argument, ``rt.alloc``) buffers, with alignment and the
+    ready flags of the fused tile operators: the size of its shared-memory segment."""
+    from xdsl.dialects.builtin import MemRefType
 
-    def __init__(self, program: LoweredProgram):
+    from distir.dialects import rt
+    from distir.runtime.values import numpy_dtype
+
+    def size(t) -> int:
+        if not isinstance(t, MemRefType):
+            return 0
+        n = int(np.prod(t.get_shape(), dtype=np.int64)) * numpy_dtype(t.element_type).itemsize
+        return SharedHeap._align(max(n, 1))
+
+    args = sum(size(t) for t in program.func.function_type.inputs.data)
+    allocs = 0
+    for op in program.func.walk():
+        if isinstance(op, rt.AllocOp):
+            allocs += size(op.result.type)
+        elif isinstance(op, rt.TiledCollectiveOp):
+            n = op.ranks()
+            allocs += SharedHeap._align(2 * n * op.option("tiles") * 8) + SharedHeap.ALIGN
+    return args, allocs + SharedHeap.ALIGN
+
+
+class MpiRunner:
+    """This process's rank of a lowered program (the process count must be the rank
+    count). With ``shared_memory`` (the default) the buffers live in the node's MPI-3
+    shared-memory window (``SharedHeap``) and ranks of one node take the zero-copy
+    paths; without it every exchange is a message, as between nodes."""
+
+    def __init__(self, program: LoweredProgram, shared_memory: bool = True):
         MPI = _mpi()
         self.world = MPI.COMM_WORLD
         if self.world.Get_size() != program.ranks:
@@ -409,11 +589,14 @@ class MpiRunner:
             )
         self.program = program
         self.rank = self.world.Get_rank()
-        self.device = MpiDevice()
-        self.executor = PollingExecutor(program, self.rank, MpiComm(self.world), self.device)
+        self.heap = _shared_heap(self.world, program) if shared_memory else None
+        self.device = MpiDevice(self.heap)
+        self.executor = PollingExecutor(program, self.rank, MpiComm(self.world, self.heap), self.device)
         self.args: list[Any] = []
 
     def bind(self, inputs: Mapping[str, np.ndarray], pieces: Mapping[str, Any] | None = None) -> None:
+        if self.heap is not None:
+            self.heap.reset_args()
         self.args = self.program.rank_args(inputs, self.rank, self.device, pieces)
 
     def step(self) -> list[Any]:
