@@ -938,7 +938,7 @@ class TiledAllToAllOp(TiledCollectiveOp):
         want[d] //= n
         want[c] *= n
         if list(out.get_shape()) != want:
-            fail(self, f"output must have shape {want} (dim {d} divided and dim {c} multiplied by the {n} ranks), got {list(out.get_shape())}")
+            fail(self, f"output must have shape {want} for a group of {n} rank(s) (the producer's dim {d} divided by it, dim {c} multiplied), got {list(out.get_shape())}")
         block = self.body.block
         tile = MemRefType(out.element_type, self.tile_shape())
         if len(block.args) != 1 or block.args[0].type != tile:

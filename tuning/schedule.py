@@ -29,7 +29,9 @@ Verbs (each returns the schedule, except ``split``, which returns the two new na
   reduce_scatters / collectives are the targets; other names must exist, as CoCoNet's
   ``fuse(rsG, scComp, agP)`` lists the whole chain)
 * ``as_slice(*names)`` -> ``slice-state`` (function arguments)
-* ``overlap(*names, chunks=4, order="natural"|"ring"|"remote_first")`` -> ``overlap``
+* ``overlap(*names, chunks=4, order="natural"|"ring"|"remote_first",
+  granularity="chunk"|"tile")`` -> ``overlap`` (``tile``: a fused computation-collective
+  operator, the fused-operator paper)
 * ``canonicalize()`` and ``apply(*passes)`` for anything else (pass objects or ``-p``
   text)
 
@@ -178,11 +180,13 @@ class Schedule:
 
         return self.apply(SliceStatePass(targets=tuple(names)))
 
-    def overlap(self, *names: str, chunks: int = 4, order: str = "natural") -> Schedule:
-        """CoCoNet ``overlap``: run a producer -> collective chain chunk by chunk."""
+    def overlap(self, *names: str, chunks: int = 4, order: str = "natural", granularity: str = "chunk") -> Schedule:
+        """CoCoNet ``overlap``: run a producer -> collective chain chunk by chunk; with
+        ``granularity="tile"`` the chain becomes one fused computation-collective
+        operator (the fused-operator paper), ``chunks`` tiles per destination."""
         from distir.passes.overlap import OverlapPass
 
-        return self.apply(OverlapPass(chunks=chunks, order=order, targets=tuple(names)))
+        return self.apply(OverlapPass(chunks=chunks, order=order, granularity=granularity, targets=tuple(names)))
 
     def canonicalize(self) -> Schedule:
         return self.apply("canonicalize")
@@ -267,6 +271,13 @@ def _ol_rs_fuse_p2p_c_ag(s: Schedule) -> None:
     s.overlap(rs, "out", chunks=4)
 
 
+def _tiles(target: str):
+    def schedule(s: Schedule) -> None:
+        s.overlap(target, order="remote_first", granularity="tile")
+
+    return schedule
+
+
 PAPER_SCHEDULES: tuple[PaperSchedule, ...] = (
     PaperSchedule("adam.mlir", "AR-Adam", "adam_ar.mlir", lambda s: s.fuse()),
     PaperSchedule("adam.mlir", "RS-Adam-AG", "adam_rs_ag.mlir", _optimizer_rs),
@@ -283,6 +294,10 @@ PAPER_SCHEDULES: tuple[PaperSchedule, ...] = (
     PaperSchedule("megatron_mlp.mlir", "ol(MM,fuse(RS-C-AG))", "megatron_mlp_ol_fused.mlir", _ol_mm_fuse(1, "o")),
     PaperSchedule("pipeline_layer.mlir", "RS-P2P-C-AG", "pipeline_layer_rs_p2p_c_ag.mlir", _rs_p2p_c_ag),
     PaperSchedule("pipeline_layer.mlir", "ol(RS,fuse(P2P-C),AG)", "pipeline_layer_ol_fused.mlir", _ol_rs_fuse_p2p_c_ag),
+    # the fused-operator paper's operators: tiles bound for other ranks first
+    PaperSchedule("transformer_decode.mlir", "fused(GEMV+AR)", "transformer_decode_fused.mlir", _tiles("sum")),
+    PaperSchedule("dlrm_embedding.mlir", "fused(Emb+A2A)", "dlrm_embedding_fused.mlir", _tiles("mine")),
+    PaperSchedule("moe.mlir", "fused(GEMM+A2A)", "moe_fused.mlir", _tiles("back")),
 )
 
 

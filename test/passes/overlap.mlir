@@ -3,14 +3,30 @@
 // RUN: not distir-opt %s -p 'overlap{targets=lone}' 2>&1 | filecheck %s --check-prefix=NOCHAIN
 // RUN: not distir-opt %s -p 'overlap{order=backwards}' 2>&1 | filecheck %s --check-prefix=ORDER
 // RUN: not distir-opt %s -p 'overlap{chunks=0}' 2>&1 | filecheck %s --check-prefix=CHUNKS
+// RUN: distir-opt %s -p 'overlap{chunks=2 order=remote_first granularity=tile}' | filecheck %s --check-prefix=TILE
+// RUN: distir-opt %s -p 'overlap{granularity=tile targets=h}' | filecheck %s --check-prefix=TILETARGET
+// RUN: not distir-opt %s -p 'overlap{granularity=tile targets=rs}' 2>&1 | filecheck %s --check-prefix=NOTILE
+// RUN: not distir-opt %s -p 'overlap{granularity=tile targets=disp}' 2>&1 | filecheck %s --check-prefix=BEFORE
+// RUN: not distir-opt %s -p 'overlap{granularity=wave}' 2>&1 | filecheck %s --check-prefix=GRAN
 
 // NOCHAIN: 'overlap' pass: target %lone: 'dist.map' is in no producer -> collective chain (each op must read the single, single-use result of the previous one)
 // ORDER: 'overlap' pass: order must be one of natural, ring, remote_first, got 'backwards'
 // CHUNKS: 'overlap' pass: chunks must be at least 1, got 0
+// NOTILE: 'overlap' pass: target %rs: no fused tile operator holds 'coll.reduce_scatter': 'coll.reduce_scatter' is not fed by a dist.matmul or dist.embedding_bag (through maps only)
+// BEFORE: 'overlap' pass: target %disp: no fused tile operator holds 'coll.all_to_all': 'coll.all_to_all' is not fed by a dist.matmul or dist.embedding_bag (through maps only)
+// GRAN: 'overlap' pass: granularity must be one of chunk, tile, got 'wave'
 
 dist.mesh @world shape = [4]
 
 // MM-AR: the matmul and the all-reduce; the computations after the collective stay out.
+// With granularity=tile the same chain is one fused GEMM + AllReduce operator.
+// TILE-LABEL: func.func @matmul_all_reduce
+// TILE:         %[[S:.*]] = coll.overlap chunks 2 order remote_first granularity tile -> {{.*}}[replicated]> {
+// TILE-NEXT:      %[[L:.*]] = dist.matmul %a, %b
+// TILE-NEXT:      %[[R:.*]] = coll.all_reduce sum %[[L]]
+// TILE-NEXT:      coll.yield %[[R]]
+// TILE-NEXT:    }
+// TILE-NEXT:    dist.map(%[[S]])
 // CHECK-LABEL: func.func @matmul_all_reduce
 // CHECK:         %[[S:.*]] = coll.overlap chunks 4 order ring -> {{.*}}[replicated]> {
 // CHECK-NEXT:      %[[L:.*]] = dist.matmul %a, %b
@@ -38,6 +54,10 @@ func.func @matmul_all_reduce(%a: !dist.tensor<8x16xf32, @world, [sliced<1>]>, %b
 }
 
 // A chain of collectives with a computation between: reduce-scatter, map, all-gather.
+// No producer feeds a collective: no fused tile operator.
+// TILE-LABEL: func.func @scatter_compute_gather
+// TILE-NOT:     coll.overlap
+// TILE:         func.return
 // CHECK-LABEL: func.func @scatter_compute_gather
 // CHECK:         coll.overlap chunks 4 order ring
 // CHECK-NEXT:      coll.reduce_scatter
@@ -66,4 +86,50 @@ func.func @no_chain(%x: !dist.tensor<64xf32, @world, [local]>) -> (!dist.tensor<
   }
   %s = coll.all_reduce sum %lone : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
   func.return %s, %lone : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [local]>
+}
+
+// MoE: dispatch all_to_all, expert GEMM, activation, combine all_to_all. The fused
+// operator holds the GEMM, its activation (the epilogue) and the combine; the dispatch
+// before them stays out.
+// TILE-LABEL: func.func @moe
+// TILE:         %disp = coll.all_to_all %tokens dim 0
+// TILE-NEXT:    %[[B:.*]] = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<8x16x16xf32, @world, [sliced<1>]> {
+// TILE-NEXT:      %[[H:.*]] = dist.matmul %disp, %w
+// TILE-NEXT:      %[[A:.*]] = dist.map(%[[H]])
+// TILE:           %[[C:.*]] = coll.all_to_all %[[A]] dim 1
+// TILE-NEXT:      coll.yield %[[C]]
+// TILE-NEXT:    }
+// TILE-NEXT:    func.return %[[B]]
+// TILETARGET-LABEL: func.func @moe
+// TILETARGET:     coll.overlap chunks 4 granularity tile
+// TILETARGET-NEXT:  dist.matmul %disp, %w
+func.func @moe(%tokens: !dist.tensor<8x16x8xf32, @world, [sliced<1>]>, %w: !dist.tensor<8x8x16xf32, @world, [sliced<0>]>) -> !dist.tensor<8x16x16xf32, @world, [sliced<1>]> {
+  %disp = coll.all_to_all %tokens dim 0 : !dist.tensor<8x16x8xf32, @world, [sliced<1>]> -> !dist.tensor<8x16x8xf32, @world, [sliced<0>]>
+  %h = dist.matmul %disp, %w : (!dist.tensor<8x16x8xf32, @world, [sliced<0>]>, !dist.tensor<8x8x16xf32, @world, [sliced<0>]>) -> !dist.tensor<8x16x16xf32, @world, [sliced<0>]>
+  %act = dist.map(%h) : (!dist.tensor<8x16x16xf32, @world, [sliced<0>]>) -> !dist.tensor<8x16x16xf32, @world, [sliced<0>]> {
+  ^bb0(%z: f32):
+    %zero = arith.constant 0.0 : f32
+    %r = arith.maximumf %z, %zero : f32
+    dist.yield %r : f32
+  }
+  %back = coll.all_to_all %act dim 1 : !dist.tensor<8x16x16xf32, @world, [sliced<0>]> -> !dist.tensor<8x16x16xf32, @world, [sliced<1>]>
+  func.return %back : !dist.tensor<8x16x16xf32, @world, [sliced<1>]>
+}
+
+// Embedding + All-to-All (DLRM) and GEMV + ReduceScatter.
+// TILE-LABEL: func.func @embedding_and_gemv
+// TILE:         coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<8x16x8xf32, @world, [sliced<1>]> {
+// TILE-NEXT:      dist.embedding_bag %t, %i
+// TILE-NEXT:      coll.all_to_all
+// TILE:         coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<4x16xf32, @world, [sliced<1>]> {
+// TILE-NEXT:      dist.matmul %x, %v
+// TILE-NEXT:      coll.reduce_scatter sum %{{.*}} dim 1
+func.func @embedding_and_gemv(%t: !dist.tensor<8x32x8xf32, @world, [sliced<0>]>, %i: !dist.tensor<8x16x4xi32, @world, [sliced<0>]>,
+                              %x: !dist.tensor<4x32xf32, @world, [sliced<1>]>, %v: !dist.tensor<32x16xf32, @world, [sliced<0>]>)
+    -> (!dist.tensor<8x16x8xf32, @world, [sliced<1>]>, !dist.tensor<4x16xf32, @world, [sliced<1>]>) {
+  %e = dist.embedding_bag %t, %i : (!dist.tensor<8x32x8xf32, @world, [sliced<0>]>, !dist.tensor<8x16x4xi32, @world, [sliced<0>]>) -> !dist.tensor<8x16x8xf32, @world, [sliced<0>]>
+  %m = coll.all_to_all %e dim 1 : !dist.tensor<8x16x8xf32, @world, [sliced<0>]> -> !dist.tensor<8x16x8xf32, @world, [sliced<1>]>
+  %p = dist.matmul %x, %v : (!dist.tensor<4x32xf32, @world, [sliced<1>]>, !dist.tensor<32x16xf32, @world, [sliced<0>]>) -> !dist.tensor<4x16xf32, @world, [local]>
+  %rs = coll.reduce_scatter sum %p dim 1 : !dist.tensor<4x16xf32, @world, [local]> -> !dist.tensor<4x16xf32, @world, [sliced<1>]>
+  func.return %m, %rs : !dist.tensor<8x16x8xf32, @world, [sliced<1>]>, !dist.tensor<4x16xf32, @world, [sliced<1>]>
 }

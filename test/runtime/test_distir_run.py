@@ -245,13 +245,14 @@ EXAMPLE_RANKS = {
     "megatron_mlp": [1, 2, 4, 8],
     "moe": [1, 2, 4, 8],
     "dlrm_embedding": [1, 2, 4, 8],
+    "transformer_decode": [1, 2, 4, 8],
     "pipeline_layer": [2, 4, 8],
     "primitives": [4],
     "hierarchical_allreduce": [8],
 }
 # Examples whose inputs do not depend on the rank count (no local arguments): their
 # results must not depend on it either.
-RANK_INDEPENDENT = {"megatron_attention", "megatron_mlp", "moe", "dlrm_embedding"}
+RANK_INDEPENDENT = {"megatron_attention", "megatron_mlp", "moe", "dlrm_embedding", "transformer_decode"}
 
 
 def test_every_example_is_listed():

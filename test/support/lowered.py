@@ -22,7 +22,7 @@ SHRINK: dict[str, list[tuple[str, str]]] = {
     "adam": [("1048576", "64")],
     "lamb": [("1048576", "64")],
     "sgd": [("1048576", "64")],
-    "dlrm_embedding": [("4096", "32"), ("512x", "16x"), ("x64xf32", "x8xf32")],
+    "dlrm_embedding": [("4096", "32"), ("1024x", "16x"), ("x256xf32", "x8xf32"), ("x8xi32", "x4xi32")],
     "hierarchical_allreduce": [("1024", "64")],
     "megatron_attention": [("8x1024x3072", "4x8x16"), ("3072x3072", "16x16"), ("3072xf16", "16xf16")],
     "megatron_mlp": [
@@ -42,6 +42,7 @@ SHRINK: dict[str, list[tuple[str, str]]] = {
     ],
     "pipeline_layer": [("2x2048x12288", "2x8x16"), ("12288xf16", "16xf16")],
     "primitives": [],
+    "transformer_decode": [("8192", "64"), ("2048", "16")],
 }
 
 EXAMPLE_NAMES = sorted(SHRINK)
@@ -57,6 +58,7 @@ SCHEDULES: dict[str, str] = {
     "ol(fuse-collectives)": "split-allreduce,reorder-send,fuse-collectives,overlap{chunks=2}",
     "ol(C,fuse(RS-C-AG)) ring": "split-allreduce,reorder-allgather,fuse-maps,fuse-allreduce,overlap{chunks=2 order=ring}",
     "ol(C,coll) remote_first": "overlap{chunks=2 order=remote_first}",
+    "fused tiles": "overlap{chunks=2 order=remote_first granularity=tile}",
 }
 
 

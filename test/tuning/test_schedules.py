@@ -35,6 +35,9 @@ SHRINK: dict[str, list[tuple[str, str]]] = {
         ("1024xf32", "16xf32"),
     ],
     "pipeline_layer.mlir": [("2x2048x12288", "2x8x16"), ("12288xf16", "16xf16")],
+    "transformer_decode.mlir": [("8192", "64"), ("2048", "16")],
+    "dlrm_embedding.mlir": [("4096", "32"), ("1024x", "16x"), ("x256xf32", "x8xf32"), ("x8xi32", "x4xi32")],
+    "moe.mlir": [("8x256x1024", "8x16x16"), ("8x256x512", "8x16x8"), ("8x512x1024", "8x8x16"), ("8x256x1", "8x16x1"), ("256x1024", "16x16")],
 }
 RANKS: dict[str, tuple[int, ...]] = {"pipeline_layer.mlir": (2, 4, 8)}
 
