@@ -2,9 +2,12 @@
 
     mpiexec -n N python test/runtime/mpi_batch.py JOBS.json REPORT.json
 
-``JOBS.json`` is a list of ``{"id", "text", "func", "ranks", "seed"}``; the jobs whose
+``JOBS.json`` is a list of ``{"id", "text", "func", "ranks", "seed"}`` (optionally
+``"shared_memory": false``: ranks exchange messages only, as across nodes); the jobs whose
 ``ranks`` is N run, each compared on rank 0 with the reference interpreter; rank 0 writes
-``{"id": {"ok": bool, "message": str}}`` to ``REPORT.json``.
+``{"id": {"ok": bool, "message": str, "paths": {...}}}`` to ``REPORT.json``, ``paths``
+counting rank 0's zero-copy executions (``tiles``: fused tile operators through shared
+memory; ``fused``: fused all-reduces as one zero-copy kernel) and the others.
 """
 
 import json
@@ -16,7 +19,27 @@ from distir.dialects.context import parse_module
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.executor import LoweredProgram
 from distir.runtime.interpreter import interpret
+from distir.runtime import host, tiles
 from distir.runtime.mpi import MpiRunner
+
+PATHS: dict[str, int] = {}
+
+
+def _count(name):
+    def wrap(fn):
+        def spy(*args, **kwargs):
+            done = fn(*args, **kwargs)
+            key = f"{name} {'zero-copy' if done else 'other'}"
+            PATHS[key] = PATHS.get(key, 0) + 1
+            return done
+
+        return spy
+
+    return wrap
+
+
+tiles.run_shared = _count("tiles")(tiles.run_shared)
+host.HostDevice.zero_copy_fused = _count("fused")(host.HostDevice.zero_copy_fused)
 
 
 def main(jobs_path: str, report_path: str) -> int:
@@ -27,16 +50,17 @@ def main(jobs_path: str, report_path: str) -> int:
         if job["ranks"] != world.Get_size():
             continue
         module = parse_module(job["text"])
+        PATHS.clear()
         try:
             program = LoweredProgram.build(module, job["func"], job["ranks"])
-            runner = MpiRunner(program)
+            runner = MpiRunner(program, shared_memory=job.get("shared_memory", True))
             inputs = program.prepare_inputs({}, job["seed"])
             runner.bind(inputs)
             got = runner.outputs(runner.step())
             if world.Get_rank() == 0:
                 want = interpret(module, job["func"], inputs, job["ranks"], job["seed"])
                 c = compare_outputs(want, got, "interpret", "mpi")
-                report[job["id"]] = {"ok": c.ok, "message": c.message}
+                report[job["id"]] = {"ok": c.ok, "message": c.message, "paths": dict(PATHS)}
         except Exception as e:  # noqa: BLE001 - reported per job
             report[job["id"]] = {"ok": False, "message": f"{type(e).__name__}: {e}"}
     if world.Get_rank() == 0:

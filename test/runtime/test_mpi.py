@@ -37,6 +37,7 @@ def mpi_report(tmp_path_factory):
         {"id": case_id(c), "text": dict(schedules(c[0]))[c[1]], "func": c[2], "ranks": c[3], "seed": 2}
         for c in CASES
     ]
+    jobs += [{"id": f"paths-{k}", "text": t, "func": None, "ranks": 2, "seed": 2, "shared_memory": shared} for k, (t, shared) in PATH_JOBS.items()]
     (d / "jobs.json").write_text(json.dumps(jobs))
     report: dict[str, dict] = {}
     for n in sorted({c[3] for c in CASES}):
@@ -52,6 +53,27 @@ def mpi_report(tmp_path_factory):
         else:
             report[f"mpiexec -n {n}"] = {"ok": False, "message": proc.stderr[-2000:]}
     return report
+
+
+PATH_JOBS = {
+    "tiles-shared": (dict(schedules("moe"))["fused tiles"], True),
+    "tiles-messages": (dict(schedules("moe"))["fused tiles"], False),
+    "fused-shared": (dict(schedules("adam"))["fuse(RS-C-AG)+sliced-state"], True),
+    "fused-messages": (dict(schedules("adam"))["fuse(RS-C-AG)+sliced-state"], False),
+}
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_fused_operators_are_zero_copy_within_a_node(mpi_report, shared):
+    """Ranks of one node share their buffers through an MPI-3 shared-memory window: the
+    fused tile operators store tiles straight into their destinations and fuse(RS-C-AG)
+    runs as one zero-copy kernel; without shared memory (as across nodes) both take the
+    message paths, with the same results."""
+    for name in ("tiles", "fused"):
+        entry = mpi_report[f"paths-{name}-{'shared' if shared else 'messages'}"]
+        assert entry["ok"], entry["message"]
+        want = "zero-copy" if shared else "other"
+        assert entry["paths"] == {f"{name} {want}": 1}, entry["paths"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])

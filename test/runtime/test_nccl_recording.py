@@ -249,3 +249,74 @@ def test_ring_passes_accumulated_blocks_to_the_next_rank(n):
             ]
         want.append(calls)
     assert record(_p2p_program("ring", n, "reduce_scatter"), n) == want
+
+
+# ---- the fused tile operators (granularity tile): the message schedule the nccl backend
+# sends (the GPU kernel computes every tile, stream 1 sends each when its flag is set)
+
+
+def _tiled(text: str, order: str, tiles: int) -> str:
+    from distir.passes.pipeline import apply_pipeline
+
+    return str(apply_pipeline(parse_module(WORLD + text), f"overlap{{chunks={tiles} order={order} granularity=tile}}"))
+
+
+A2A = """
+func.func @f(%x: !dist.tensor<8x16x8xf32, @world, [sliced<0>]>, %w: !dist.tensor<8x8x16xf32, @world, [sliced<0>]>) -> !dist.tensor<8x16x16xf32, @world, [sliced<1>]> {
+  %h = dist.matmul %x, %w : (!dist.tensor<8x16x8xf32, @world, [sliced<0>]>, !dist.tensor<8x8x16xf32, @world, [sliced<0>]>) -> !dist.tensor<8x16x16xf32, @world, [sliced<0>]>
+  %b = coll.all_to_all %h dim 1 : !dist.tensor<8x16x16xf32, @world, [sliced<0>]> -> !dist.tensor<8x16x16xf32, @world, [sliced<1>]>
+  func.return %b : !dist.tensor<8x16x16xf32, @world, [sliced<1>]>
+}"""
+
+GEMV = """
+func.func @f(%x: !dist.tensor<4x64xf32, @world, [sliced<1>]>, %w: !dist.tensor<64x32xf32, @world, [sliced<0>]>) -> !dist.tensor<4x32xf32, @world, [replicated]> {
+  %l = dist.matmul %x, %w : (!dist.tensor<4x64xf32, @world, [sliced<1>]>, !dist.tensor<64x32xf32, @world, [sliced<0>]>) -> !dist.tensor<4x32xf32, @world, [local]>
+  %s = coll.all_reduce sum %l : !dist.tensor<4x32xf32, @world, [local]> -> !dist.tensor<4x32xf32, @world, [replicated]>
+  func.return %s : !dist.tensor<4x32xf32, @world, [replicated]>
+}"""
+
+
+def _group(*calls: str) -> list[str]:
+    return ["group_start comm1 stream1", *calls, "group_end comm1 stream1"]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_fused_gemm_all_to_all_sends_each_tile_remote_first(n):
+    """GEMM + All-to-All, 2 tiles per destination: tile k bound for me+s goes out while
+    tile k from me-s comes in, destinations me+1, .., me-1; own tiles need no call."""
+    count = (8 // n) * (16 // n // 2) * 16
+    want = []
+    for r in range(n):
+        calls = [split(r)]
+        for s in range(1, n):
+            for _ in range(2):
+                calls += _group(f"send {count}xfloat32 peer={(r + s) % n} comm1 stream1", f"recv {count}xfloat32 peer={(r - s) % n} comm1 stream1")
+        want.append(calls)
+    assert record(_tiled(A2A, "remote_first", 2), n) == want
+
+
+def test_fused_all_to_all_natural_order_sends_to_rank_j_at_step_j():
+    """The communication-oblivious order of the paper's Fig. 14: destination 0 first on
+    every rank, so rank 0 receives first and sends last."""
+    count = 4 * 4 * 16
+    r0 = [split(0)] + _group(f"recv {count}xfloat32 peer=1 comm1 stream1") * 2 + _group(f"send {count}xfloat32 peer=1 comm1 stream1") * 2
+    r1 = [split(1)] + _group(f"send {count}xfloat32 peer=0 comm1 stream1") * 2 + _group(f"recv {count}xfloat32 peer=0 comm1 stream1") * 2
+    assert record(_tiled(A2A, "natural", 2), 2) == [r0, r1]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_fused_gemv_all_reduce_sends_partials_then_reduced_tiles(n):
+    """GEMV + AllReduce, 2 tiles per owner (output columns): each partial tile goes to its
+    owner (remote first), then each reduced tile goes to every peer."""
+    count = 4 * (32 // n // 2)
+    want = []
+    for r in range(n):
+        calls = [split(r)]
+        for s in range(1, n):
+            for _ in range(2):
+                calls += _group(f"send {count}xfloat32 peer={(r + s) % n} comm1 stream1", f"recv {count}xfloat32 peer={(r - s) % n} comm1 stream1")
+        peers = [j for j in range(n) if j != r]
+        for _ in range(2):
+            calls += _group(*[f"send {count}xfloat32 peer={j} comm1 stream1" for j in peers], *[f"recv {count}xfloat32 peer={j} comm1 stream1" for j in peers])
+        want.append(calls)
+    assert record(_tiled(GEMV, "remote_first", 2), n) == want
