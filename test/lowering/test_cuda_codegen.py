@@ -15,7 +15,7 @@ import pytest
 cuda = pytest.importorskip("numba.cuda", reason="the GPU extra (numba-cuda) is not installed")
 from numba import types as nt  # noqa: E402
 from support.lowered import EXAMPLE_NAMES, schedules  # noqa: E402
-from xdsl.dialects.builtin import IndexType, MemRefType  # noqa: E402
+from xdsl.dialects.builtin import BFloat16Type, IndexType, MemRefType  # noqa: E402
 
 from distir.dialects.context import parse_module  # noqa: E402
 from distir.lowering import numba_codegen as cg  # noqa: E402
@@ -62,9 +62,15 @@ def kernel_signature(kernel):
             args.append(nt.Array(getattr(nt, cg.storage_name(t.element_type, "cuda")), max(1, len(t.get_shape())), "C"))
         elif isinstance(t, IndexType):
             args.append(nt.int64)
+        elif isinstance(t, BFloat16Type):
+            args.append(nt.float32)  # bf16 scalars are passed widened (runtime/cuda.py)
         else:
             args.append(getattr(nt, cg.storage_name(t, "cuda")))
     return nt.void(*args)
+
+
+NVCC = shutil.which("nvcc")
+NVLINK = shutil.which("nvlink")
 
 
 def check_compiles(pyfunc, sig, tmp_path):
@@ -75,9 +81,27 @@ def check_compiles(pyfunc, sig, tmp_path):
         pytest.skip("ptxas is not on PATH")
     src = tmp_path / "kernel.ptx"
     src.write_text(ptx)
-    proc = subprocess.run([PTXAS, "-arch=sm_90", str(src), "-o", str(tmp_path / "kernel.cubin")], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "kernel.cubin").stat().st_size > 0
+    cubin = tmp_path / "kernel.cubin"
+    if ".extern .func" not in ptx:
+        proc = subprocess.run([PTXAS, "-arch=sm_90", str(src), "-o", str(cubin)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    else:
+        # bf16 conversions call numba.cuda.bf16's CUDA C++ shims, which numba-cuda
+        # compiles with NVRTC and links when it loads the kernel on a GPU; here: the
+        # kernel as a relocatable sm_90 object, the shims by nvcc, linked by nvlink.
+        from numba.cuda._internal import cuda_bf16
+
+        proc = subprocess.run([PTXAS, "-arch=sm_90", "-c", str(src), "-o", str(tmp_path / "kernel.o")], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        if NVCC is None or NVLINK is None:
+            pytest.skip("nvcc/nvlink are not on PATH (the bf16 shims cannot be linked)")
+        shim = tmp_path / "shim.cu"
+        shim.write_text(cuda_bf16.shim_stream.getvalue())
+        proc = subprocess.run([NVCC, "-arch=sm_90", "-rdc=true", "-c", str(shim), "-o", str(tmp_path / "shim.o")], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        proc = subprocess.run([NVLINK, "-arch=sm_90", str(tmp_path / "kernel.o"), str(tmp_path / "shim.o"), "-o", str(cubin)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    assert cubin.stat().st_size > 0
 
 
 # Examples with element-wise computations (the others use only collectives and library
@@ -98,12 +122,37 @@ def arr(dt, ndim):
     return nt.Array(dt, ndim, "C")
 
 
+def elt(d: str):
+    """The numba element type of a dtype's device arrays (bf16: its bits)."""
+    return nt.uint16 if d == "bfloat16" else getattr(nt, d)
+
+
 FIXED = [
     *[
-        (f"matmul-{d}", ck.matmul_source(d), "matmul", (arr(getattr(nt, d), 3), arr(getattr(nt, d), 3), arr(getattr(nt, d), 3), arr(nt.int64, 1), arr(nt.int32, 1), nt.int64))
-        for d in ("float32", "float16", "float64")
+        (
+            f"matmul-{d}",
+            ck.matmul_source(d),
+            "matmul",
+            (arr(elt(d), 3), arr(elt(d), 3), arr(elt(d), 3), arr(nt.int64, 1), arr(nt.int64, 1), nt.int64, nt.int64, nt.int64, nt.int64),
+        )
+        for d in ("float32", "float16", "float64", "bfloat16")
     ],
-    ("wait_flag", ck.WAIT_FLAG, "wait_flag", (arr(nt.int32, 1), nt.int64, nt.int64)),
+    ("wait_flag", ck.WAIT_FLAG, "wait_flag", (arr(nt.int64, 1), nt.int64, nt.int64)),
+    *[
+        (
+            f"embedding-tiled-{m}-{d}",
+            ck.embedding_tiled_source(m, d),
+            "embedding_tiled",
+            (arr(elt(d), 3), arr(nt.int32, 3), arr(elt(d), 3), nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), nt.int64, nt.int64),
+        )
+        for m, d in (("sum", "float32"), ("mean", "float16"), ("max", "bfloat16"))
+    ],
+    *[
+        (f"combine-{k}-{d}", ck.combine_source(k, d, 2), "combine", (nt.Array(elt(d), 2, "A"), nt.Array(elt(d), 2, "A"), nt.int64, nt.float64))
+        for k, d in (("sum", "float32"), ("avg", "float32"), ("max", "float16"), ("sum", "bfloat16"))
+    ],
+    ("reduce-sum-bfloat16", ck.reduce_source("sum", "bfloat16"), "reduce", (arr(nt.uint16, 1), arr(nt.uint16, 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1))),
+    ("embedding-sum-bfloat16", ck.embedding_source("sum", "bfloat16"), "embedding_bag", (arr(nt.uint16, 3), arr(nt.int32, 3), arr(nt.uint16, 3), nt.int64)),
     *[
         (f"copy-{s}-{d}", ck.copy_source(s, d), "copy", (nt.Array(nt.float32, s, "A"), nt.Array(nt.float32, d, "A"), nt.int64))
         for s, d in ((1, 1), (2, 3), (3, 2), (3, 3))
@@ -129,3 +178,27 @@ FIXED = [
 def test_fixed_kernel_compiles(label, source, name, args, tmp_path):
     mod = cg._load_module(source, "cuda-rt")
     check_compiles(getattr(mod, name), nt.void(*args), tmp_path)
+
+
+BF16_MAP = """dist.mesh @world shape = [?]
+func.func @f(%x: !dist.tensor<64xbf16, @world, [sliced<0>]>, %y: !dist.tensor<64xbf16, @world, [sliced<0>]>, %k: bf16) -> !dist.tensor<64xbf16, @world, [sliced<0>]> {
+  %z = dist.map(%x, %y, %k) : (!dist.tensor<64xbf16, @world, [sliced<0>]>, !dist.tensor<64xbf16, @world, [sliced<0>]>, bf16) -> !dist.tensor<64xbf16, @world, [sliced<0>]> {
+  ^bb0(%a: bf16, %b: bf16, %c: bf16):
+    %m = arith.mulf %a, %c : bf16
+    %e = math.exp %m : bf16
+    %r = arith.addf %e, %b : bf16
+    dist.yield %r : bf16
+  }
+  func.return %z : !dist.tensor<64xbf16, @world, [sliced<0>]>
+}"""
+
+
+def test_generated_bf16_kernel_compiles(tmp_path):
+    """A generated kernel over bf16 tensors: bf16 arrays hold bits, converted with
+    numba.cuda.bf16 on load and store, arithmetic in f32."""
+    program = LoweredProgram.build(parse_module(BF16_MAP), None, 2)
+    (kernel,) = program.kernels.values()
+    ks = cg.cuda_source(kernel)
+    assert "_bf16_load(" in ks.source and "_bf16_store(" in ks.source
+    mod = cg._load_module(ks.source, "cuda")
+    check_compiles(mod.kernel, kernel_signature(kernel), tmp_path)

@@ -35,22 +35,119 @@ def simulate(code: str) -> None:
 
 
 def test_matmul_in_tile_order_with_ready_flags():
-    """Tiles computed in a permuted order (ring: start at the last chunk) give the same
-    product, and each chunk's flag counts the tiles of its rows."""
+    """Tiles computed in a permuted order (batch 1 first) give the same product, and the
+    ready flags count finished elements per batch (which 0), per row block (which 1) or
+    per column block (which 2)."""
     simulate(
         """
         a = rng.random((2, 40, 24), dtype=np.float32)
         b = rng.random((24, 20), dtype=np.float32)
-        c = dev.alloc((2, 40, 20), np.float32)
-        tiles_m, tiles_n = 3, 2                   # ceil(40/16), ceil(20/16)
-        per_chunk = 3                             # row tiles per chunk: one chunk per batch
-        order = np.concatenate([np.arange(6, 12), np.arange(0, 6)])  # batch 1 first
-        flags = cuda.to_device(np.zeros(2, np.int32))
-        dev.matmul(dev.from_host(a), dev.from_host(b), c, s, order=cuda.to_device(order), flags=flags, rows_per_chunk=per_chunk)
-        got = dev.to_host(c)
-        assert np.allclose(got, a @ b, rtol=1e-5), abs(got - a @ b).max()
-        assert list(flags.copy_to_host()) == [tiles_m * tiles_n, tiles_m * tiles_n]
-        dev.wait_flag(flags, 1, tiles_m * tiles_n, s)   # returns: the flag is set
+        order = np.concatenate([np.arange(6, 12), np.arange(0, 6)])  # 3 x 2 tiles per batch
+        for which, div, mod, span, want in [(0, 1, 2, 1, [800, 800]), (1, 1, 1, 8, [320] * 5), (2, 1, 1, 5, [400] * 4)]:
+            c = dev.alloc((2, 40, 20), np.float32)
+            flags = cuda.to_device(np.zeros(len(want), np.int64))
+            dev.matmul(dev.from_host(a), dev.from_host(b), c, s, order=cuda.to_device(order), flags=flags, flag_axis=(which, div, mod, span))
+            got = dev.to_host(c)
+            assert np.allclose(got, a @ b, rtol=1e-5), abs(got - a @ b).max()
+            assert list(flags.copy_to_host()) == want, (which, list(flags.copy_to_host()))
+            dev.wait_flag(flags, len(want) - 1, want[-1], s)   # returns: the flag is set
+        print("OK")
+        """
+    )
+
+
+def test_tiled_kernels_of_the_fused_operators():
+    """The GPU side of the fused tile operators: the matmul in remote-first tile order and
+    the embedding bags in remote-first bag order, each counting finished elements per
+    fused-operator tile; the reduction of tiles (avg) over strided views."""
+    simulate(
+        """
+        from distir.runtime import tiles
+        from distir.runtime.interpreter import embedding_bag
+        from distir.dialects.rt import tile_order
+        # rank 1 of 2, result [4, 32] cut along dim 1 into 2 blocks of 2 tiles
+        plan = tiles.TilePlan("reduce", "remote_first", 2, 1, 2, 1, None, True, "sum", (4, 32), tile_order("remote_first", 2, 1))
+        a = rng.random((4, 16), dtype=np.float32)
+        b = rng.random((16, 32), dtype=np.float32)
+        c = dev.alloc((4, 32), np.float32)
+        flags = dev.alloc((4,), np.int64)
+        dev.tiled_matmul(dev.from_host(a), dev.from_host(b), c, plan, flags, s)
+        assert np.allclose(dev.to_host(c), a @ b, rtol=1e-5)
+        assert list(flags.copy_to_host()) == [32] * 4
+        order = tiles.kernel_tile_order(plan, (), 4, 32, ck.TILE)
+        assert list(order) == [0, 1]   # column tiles 0-15 (rank 0's block) first
+        # embedding bags [T=2, B=8, D=4] cut along the bag dim for rank 0 of 2
+        eplan = tiles.TilePlan("all_to_all", "remote_first", 2, 0, 2, 1, 0, False, None, (2, 8, 4), tile_order("remote_first", 2, 0))
+        bags = tiles.bag_order(eplan)
+        assert sorted(bags) == list(range(16)) and all(b % 8 >= 4 for b in bags[:8])
+        table = rng.random((2, 10, 4), dtype=np.float32)
+        idx = rng.integers(0, 10, size=(2, 8, 3)).astype(np.int32)
+        out = dev.alloc((2, 8, 4), np.float32)
+        eflags = dev.alloc((4,), np.int64)
+        dev.tiled_embedding(dev.from_host(table), dev.from_host(idx), 0, out, "sum", eplan, eflags, s)
+        want = embedding_bag(table, idx, "sum", 0, 10, np.dtype(np.float32))
+        assert np.allclose(dev.to_host(out), want, rtol=1e-5)
+        assert list(eflags.copy_to_host()) == [16] * 4
+        # reduce tiles (strided column blocks) in list order, averaged
+        x = rng.random((3, 4, 8), dtype=np.float32)
+        bufs = [dev.from_host(x[i]) for i in range(3)]
+        terms = [bb[:, 2:6] for bb in bufs]
+        dev.reduce_tile("avg", terms, terms[1], s)
+        assert np.allclose(dev.to_host(bufs[1])[:, 2:6], x[:, :, 2:6].mean(axis=0), rtol=1e-5)
+        assert np.array_equal(dev.to_host(bufs[1])[:, :2], x[1][:, :2])
+        print("OK")
+        """
+    )
+
+
+BF16_PROGRAM = """dist.mesh @world shape = [1]
+func.func @f(%x: !dist.tensor<6x8xbf16, @world, [replicated]>, %y: !dist.tensor<6x8xbf16, @world, [replicated]>, %k: bf16) -> !dist.tensor<6x8xbf16, @world, [replicated]> {
+  %z = dist.map(%x, %y, %k) : (!dist.tensor<6x8xbf16, @world, [replicated]>, !dist.tensor<6x8xbf16, @world, [replicated]>, bf16) -> !dist.tensor<6x8xbf16, @world, [replicated]> {
+  ^bb0(%a: bf16, %b: bf16, %c: bf16):
+    %m = arith.mulf %a, %c : bf16
+    %r = arith.addf %m, %b : bf16
+    dist.yield %r : bf16
+  }
+  func.return %z : !dist.tensor<6x8xbf16, @world, [replicated]>
+}"""
+
+
+def test_bf16_buffers_and_kernels():
+    """bf16 buffers hold their bits on the device; generated kernels and the matmul,
+    reduction and embedding kernels convert on load and store (round to nearest even)."""
+    simulate(
+        f"""
+        import ml_dtypes
+        from distir.dialects.context import parse_module
+        from distir.runtime.executor import LoweredProgram
+        from distir.runtime.interpreter import embedding_bag
+        bf16 = np.dtype(ml_dtypes.bfloat16)
+        x = (rng.random((6, 8)) * 4 - 2).astype(bf16)
+        d = dev.from_host(x)
+        assert dev.is_bf16(d) and dev.is_bf16(d[2:4]) and np.array_equal(dev.to_host(d), x)
+        a = rng.random((3, 5, 7)).astype(bf16)
+        b = rng.random((7, 4)).astype(bf16)
+        c = dev.alloc((3, 5, 4), bf16)
+        dev.matmul(dev.from_host(a), dev.from_host(b), c, s)
+        want = (a.astype(np.float32) @ b.astype(np.float32)).astype(bf16)
+        got = dev.to_host(c).astype(np.float32)
+        assert np.allclose(got, want.astype(np.float32), rtol=1e-2), abs(got - want.astype(np.float32)).max()
+        out = dev.alloc((8,), bf16)
+        dev.reduce_tensor("sum", d, out, [0], s)
+        assert np.allclose(dev.to_host(out).astype(np.float32), x.astype(np.float32).sum(axis=0), rtol=1e-2)
+        table = rng.random((2, 10, 4)).astype(bf16)
+        idx = rng.integers(0, 10, size=(2, 5, 3)).astype(np.int32)
+        pooled = dev.alloc((2, 5, 4), bf16)
+        dev.embedding_bag(dev.from_host(table), dev.from_host(idx), 0, pooled, "sum", s)
+        want = embedding_bag(table, idx, "sum", 0, 10, bf16)
+        assert np.allclose(dev.to_host(pooled).astype(np.float32), want.astype(np.float32), rtol=1e-2)
+        program = LoweredProgram.build(parse_module({BF16_PROGRAM!r}), None, 1)
+        (kernel,) = program.kernels.values()
+        y = rng.random((6, 8)).astype(bf16)
+        z = dev.alloc((6, 8), bf16)
+        dev.launch(kernel, [d, dev.from_host(y), np.array(1.5, bf16)[()], z], s)
+        want = (x.astype(np.float32) * np.float32(1.5) + y.astype(np.float32)).astype(bf16)
+        assert np.array_equal(dev.to_host(z), want), (dev.to_host(z), want)
         print("OK")
         """
     )
