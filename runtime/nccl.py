@@ -8,6 +8,10 @@ stream; a group of point-to-point calls is ``group_start(); send/recv...; group_
 ``coll.overlap`` puts communication on stream 1, ordered after the computation of its
 chunk by events.
 
+The fused tile operators (``tiles.py``) run as one kernel computing every tile in
+the remote-first order with per-tile ready flags on stream 0, while stream 1 waits for
+each tile's flag and sends it with ``send``/``recv``.
+
 This needs a CUDA GPU and driver; where there is none, ``run`` says so. The call
 sequence a program issues is tested without a GPU by ``recording.RecordingComm``, and
 every generated kernel runs in numba's CUDA simulator and compiles to PTX and cubin.
@@ -42,37 +46,55 @@ def _flat(buf, count: int):
 
 
 class NcclComm:
-    """One rank's nccl4py communicator with the ``Comm`` interface (``comm.py``)."""
+    """One rank's nccl4py communicator with the ``Comm`` interface (``comm.py``).
 
-    def __init__(self, comm):
+    The device keeps bf16 buffers as their bits (uint16 arrays, ``cuda.CudaDevice``);
+    they are handed to NCCL as bf16 views (``StridedMemoryView`` with the ml-dtypes
+    bfloat16 dtype, NCCL's ``ncclBfloat16``). Not yet run on a GPU."""
+
+    def __init__(self, comm, device=None):
         self.comm = comm
         self.rank = comm.rank
         self.size = comm.nranks
+        self.device = device
 
     def split(self, color: int, key: int) -> NcclComm:
-        return NcclComm(self.comm.split(color, key))
+        return NcclComm(self.comm.split(color, key), self.device)
+
+    def _b(self, buf, count: int):
+        flat = _flat(buf, count)
+        if self.device is None or not self.device.is_bf16(buf):
+            return flat
+        try:
+            from cuda.core.utils import StridedMemoryView
+
+            from distir.runtime.values import BFLOAT16
+
+            return StridedMemoryView.from_any_interface(flat).view(dtype=BFLOAT16)
+        except Exception as e:  # noqa: BLE001 - reported with the reason
+            raise RuntimeError(f"cannot hand a bf16 buffer to NCCL as bf16: {e}") from e
 
     def all_reduce(self, send, recv, count, op, stream) -> None:
-        self.comm.allreduce(_flat(send, count), _flat(recv, count), _ops()[op], stream=stream.stream)
+        self.comm.allreduce(self._b(send, count), self._b(recv, count), _ops()[op], stream=stream.stream)
 
     def reduce_scatter(self, send, recv, count, op, stream) -> None:
-        self.comm.reduce_scatter(_flat(send, count * self.size), _flat(recv, count), _ops()[op], stream=stream.stream)
+        self.comm.reduce_scatter(self._b(send, count * self.size), self._b(recv, count), _ops()[op], stream=stream.stream)
 
     def all_gather(self, send, recv, count, stream) -> None:
-        self.comm.allgather(_flat(send, count), _flat(recv, count * self.size), stream=stream.stream)
+        self.comm.allgather(self._b(send, count), self._b(recv, count * self.size), stream=stream.stream)
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
-        self.comm.reduce(_flat(send, count), _flat(recv, count), _ops()[op], root=root, stream=stream.stream)
+        self.comm.reduce(self._b(send, count), self._b(recv, count), _ops()[op], root=root, stream=stream.stream)
 
     def broadcast(self, send, recv, count, root, stream) -> None:
-        self.comm.broadcast(_flat(send, count), _flat(recv, count), root, stream=stream.stream)
+        self.comm.broadcast(self._b(send, count), self._b(recv, count), root, stream=stream.stream)
 
     def group(self, calls: list[P2P], stream) -> None:
         nccl = _nccl()
         nccl.group_start()
         try:
             for c in calls:
-                buf = _flat(c.buffer, c.count)
+                buf = self._b(c.buffer, c.count)
                 if c.kind == "send":
                     self.comm.send(buf, c.peer, stream=stream.stream)
                 else:
@@ -133,6 +155,7 @@ class NcclBackend:
         full = program.prepare_inputs(inputs, seed)
         comm, mpi = world_comm(ranks)
         device = CudaDevice()
+        comm.device = device
         rank = mpi.Get_rank()
         ex = RankExecutor(program, rank, comm, device)
         try:
