@@ -9,6 +9,7 @@ widened to an f32 copy before the launch and rounded back into the buffer after 
 
 from __future__ import annotations
 
+import textwrap
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -324,17 +325,25 @@ _EMBEDDING: dict[str, Any] = {}
 
 
 def _embedding_kernel(mode: str):
-    """A numba loop pooling bags of table rows (3-d views: tables, bags, features),
-    accumulating in f64 and rounding once; rows outside this rank's block count as 0,
-    as ``interpreter.embedding_bag`` does."""
+    """A numba loop pooling bags of table rows (3-d views: tables, bags, features)
+    straight into ``out``: the rows of a bag are added one after the other (as
+    ``interpreter.embedding_bag`` does, in the table's precision), each row a
+    vectorised pass over the features; rows outside this rank's block count as 0."""
     fn = _EMBEDDING.get(mode)
     if fn is not None:
         return fn
     if mode == "max":
-        init, step = "-np.inf", "if acc == acc and (v != v or v > acc): acc = v"
+        init = "-np.inf"
+        step = "v = row[d]\na = o[d]\nif a == a and (v != v or v > a):\n    o[d] = v"
+        zero = "a = o[d]\nif a == a and a < 0:\n    o[d] = 0"
     else:
-        init, step = "0.0", "acc += v"
-    finish = "acc = acc / bag" if mode == "mean" else "pass"
+        init = "0"
+        step = "o[d] += row[d]"
+        zero = "pass"
+    step, zero = (textwrap.indent(x, " " * 24) for x in (step, zero))
+    value = "o[d] / bag" if mode == "mean" else "o[d]"
+    # The bag accumulates in a small contiguous buffer (vectorised even when ``out`` is
+    # a strided view, e.g. a block of a peer's buffer), stored into ``out`` once.
     src = f"""import numpy as np
 
 
@@ -342,16 +351,23 @@ def pool(table, indices, row0, out):
     t_n, b_n, d_n = out.shape
     held = table.shape[1]
     bag = indices.shape[2]
+    o = np.empty(d_n, dtype=table.dtype)
     for t in range(t_n):
         for b in range(b_n):
             for d in range(d_n):
-                acc = {init}
-                for l in range(bag):
-                    r = indices[t, b, l] - row0
-                    v = np.float64(table[t, r, d]) if r >= 0 and r < held else 0.0
-                    {step}
-                {finish}
-                out[t, b, d] = acc
+                o[d] = {init}
+            for l in range(bag):
+                r = indices[t, b, l] - row0
+                if r >= 0 and r < held:
+                    row = table[t, r]
+                    for d in range(d_n):
+{step}
+                else:
+                    for d in range(d_n):
+{zero}
+            dst = out[t, b]
+            for d in range(d_n):
+                dst[d] = {value}
 """
     fn = _EMBEDDING[mode] = cg.compile_cpu(cg.KernelSource("pool", src, "cpu", []))
     return fn

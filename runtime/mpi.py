@@ -207,6 +207,13 @@ class SharedHeap:
     def _align(cls, n: int) -> int:
         return -(-n // cls.ALIGN) * cls.ALIGN
 
+    def free(self) -> None:
+        """Release the window (collective over the node; no buffer of it may be used
+        after)."""
+        self.segments, self.mine = [], np.zeros(0, np.uint8)
+        self.win.Free()
+        self.node.Free()
+
     def reset_args(self) -> None:
         self.top["args"] = 0
 
@@ -590,6 +597,12 @@ class MpiRunner:
         self.program = program
         self.rank = self.world.Get_rank()
         self.heap = _shared_heap(self.world, program) if shared_memory else None
+        # One rank per core: BLAS threads of several ranks would fight over the cores
+        # (OpenBLAS threads spin between calls), as the local backend's rank threads do.
+        from distir.runtime.host import limit_blas_threads
+
+        on_node = self.heap.node.Get_size() if self.heap is not None else self.world.Get_size()
+        limit_blas_threads(max(1, (os.cpu_count() or 1) // on_node))
         self.device = MpiDevice(self.heap)
         self.executor = PollingExecutor(program, self.rank, MpiComm(self.world, self.heap), self.device)
         self.args: list[Any] = []
@@ -609,6 +622,15 @@ class MpiRunner:
         except Exception as e:  # noqa: BLE001 - a peer may be blocked: mpiexec ends the job when we exit
             raise ExecutionFailed(f"rank {self.rank}: {type(e).__name__}: {e}") from e
         return out
+
+    def close(self) -> None:
+        """Release the shared-memory window (collective: every rank closes its runner)."""
+        if self.heap is not None:
+            self.executor.env.clear()
+            self.executor.persistent.clear()
+            self.args = []
+            self.heap.free()
+            self.heap = None
 
     def outputs(self, results: list[Any]) -> list[np.ndarray] | None:
         """The logical outputs on rank 0 (None elsewhere)."""
