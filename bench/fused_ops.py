@@ -9,7 +9,8 @@ side by side in one run, next to the paper's figures:
 Each workload is its operator alone (producer -> collective, the consumer left out, as
 the paper times the kernels), at sizes taken from the paper and scaled to 2 cores and
 24 GiB (printed with the results). "bulk" is the program as written (producer kernel,
-then the collective); "fused" is ``overlap{order=remote_first granularity=tile}``. The
+then the collective); "fused" is ``overlap{order=remote_first granularity=tile
+chunks=C}`` (``TILES``: C tiles per destination). The
 breakdown rows time the producer alone and the collective alone. On ``mpi`` the fused
 operator runs zero-copy through MPI-3 shared-memory windows ("mpi"), and with
 messages only, as between nodes ("mpi msgs"). The skew experiment (the paper's Fig.
@@ -25,18 +26,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import LocalStep, interleaved, note, schedule, table  # noqa: E402
+from common import LocalStep, note, schedule, table  # noqa: E402
 
-FUSE = "overlap{order=remote_first granularity=tile}"
-FUSE_NATURAL = "overlap{order=natural granularity=tile}"
+FUSE_NATURAL = "overlap{order=natural granularity=tile chunks=2}"
+# Tiles per destination: GEMV tiles are column blocks of the weight, read with a stride
+# (each more tile costs bandwidth on a CPU), so one per owner; two elsewhere.
+TILES = {"GEMV + AllReduce": 1, "embedding + All-to-All": 2, "GEMM + All-to-All": 2}
+
+
+def fuse(workload: str) -> str:
+    return f"overlap{{order=remote_first granularity=tile chunks={TILES[workload]}}}"
 RANKS = 2
 
 # The paper's results (MI210 x 4, Infinity Fabric; inter-node: 2 nodes over IB), as
@@ -106,28 +115,46 @@ WORLD = "dist.mesh @world shape = [?]\n"
 def configs(quick: bool) -> list[tuple[str, str, tuple[str, str, str]]]:
     """(workload, size label, programs). Sizes: the paper's, scaled to 2 cores / 24 GiB."""
     out = []
-    # GEMV: hidden sizes of current models [T3]; 4 tokens in flight (decode batch)
-    for t, h in ([(4, 4096)] if quick else [(1, 4096), (4, 4096), (4, 8192)]):
+    # GEMV: a decode step with 4 tokens; hidden sizes from 1024 to current models' 4096
+    # (the paper's matrices, [T3]'s, go to 64k on a GPU)
+    for t, h in ([(4, 2048)] if quick else [(4, 1024), (4, 2048), (4, 4096)]):
         out.append(("GEMV + AllReduce", f"T={t} H={h} (W2 {4 * h}x{h})", gemv(t, h)))
-    # DLRM: dim 256 and global batches 1024/2048 as in the paper; tables per rank scaled
-    # from 64..256 per GPU to 8..32 per core, 4096 rows each, 10 lookups per bag
-    for batch, per_rank in ([(1024, 8)] if quick else [(1024, 8), (2048, 16), (2048, 32)]):
-        out.append(("embedding + All-to-All", f"batch {batch} | {per_rank} tables/rank, D=256, L=10", embedding(batch, RANKS * per_rank, 4096, 256, 10)))
-    # MoE (Tutel-like layer, scaled): 2 experts per rank, C tokens per expert, H -> F
-    for cap, h, f in ([(512, 512, 1024)] if quick else [(512, 512, 1024), (1024, 512, 2048), (1024, 1024, 1024)]):
+    # DLRM: the paper's embedding dim 256 and global batches 1024/2048; tables per rank
+    # scaled from the paper's 64..256 per GPU to 8..16 per core, 4096 rows each; 10
+    # lookups per bag (DLRM's generator's maximum) or 1 (one-hot features)
+    emb = [(1024, 8, 10)] if quick else [(1024, 8, 10), (2048, 16, 10), (2048, 16, 1)]
+    for batch, per_rank, bag in emb:
+        out.append(("embedding + All-to-All", f"batch {batch} | {per_rank} tables/rank, D=256, L={bag}", embedding(batch, RANKS * per_rank, 4096, 256, bag)))
+    # MoE (Tutel's expert layer, scaled): 2 experts per rank, C tokens per expert, H -> F
+    for cap, h, f in ([(512, 256, 1024)] if quick else [(512, 256, 1024), (1024, 512, 1024), (1024, 1024, 2048)]):
         out.append(("GEMM + All-to-All", f"E=4 C={cap} H={h} F={f}", moe(4, cap, h, f)))
     return out
 
 
-def programs_of(programs: tuple[str, str, str]) -> dict[str, str]:
+def programs_of(workload: str, programs: tuple[str, str, str]) -> dict[str, str]:
     op, prod, coll = programs
     bulk = WORLD + op
     return {
         "bulk": bulk,
-        "fused": schedule(bulk, FUSE),
+        "fused": schedule(bulk, fuse(workload)),
         "compute": WORLD + prod,
         "collective": WORLD + coll,
     }
+
+
+def measure(fns: dict, reps: int, warmup: int = 2) -> dict[str, dict[str, float]]:
+    """Median and minimum time of each function, run round-robin (a change in the
+    machine's load hits them all alike; the minimum is the least disturbed run)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - t)
+    return {k: {"median": statistics.median(v), "min": min(v)} for k, v in samples.items()}
 
 
 def run_mpi(jobs: dict[str, dict[str, str]], reps: int, skew: dict[str, str]) -> dict | None:
@@ -155,11 +182,11 @@ def main() -> int:
     results: list[dict] = []
     mpi_jobs: dict[str, dict[str, str]] = {}
     for workload, label, progs in configs(args.quick):
-        texts = programs_of(progs)
+        texts = programs_of(workload, progs)
         note(f"{workload}, {label}: local")
         steps = {k: LocalStep(t, RANKS) for k, t in texts.items()}
         try:
-            times = interleaved(steps, args.reps)
+            times = measure(steps, args.reps)
         finally:
             for s in steps.values():
                 s.close()
@@ -170,21 +197,28 @@ def main() -> int:
         note("mpi (2 processes): every program, shared memory and messages; skew")
         skew_prog = configs(True)[1][2]
         bulk = WORLD + skew_prog[0]
-        skew = {"natural": schedule(bulk, FUSE_NATURAL), "remote_first": schedule(bulk, FUSE)}
+        skew = {"natural": schedule(bulk, FUSE_NATURAL), "remote_first": schedule(bulk, fuse("embedding + All-to-All"))}
         mpi = run_mpi(mpi_jobs, args.reps, skew)
         if mpi:
             for r in results:
                 r["mpi"] = mpi["times"].get(f"{r['workload']} | {r['size']}")
     note(f"load average after: {os.getloadavg()}")
 
-    print(f"\nFused computation-collective operators vs bulk-synchronous, {RANKS} ranks (median of {args.reps}, ms)\n")
+    print(f"\nFused computation-collective operators vs bulk-synchronous, {RANKS} ranks (ms, median of {args.reps}; speedup from medians, [from minima])\n")
     rows = []
+
+    def ms(d, k):
+        return f"{d[k]['median'] * 1e3:.2f}"
+
+    def speedup(d, bulk, fused):
+        return f"{d[bulk]['median'] / d[fused]['median']:.2f}x [{d[bulk]['min'] / d[fused]['min']:.2f}x]"
+
     for r in results:
         lt = r["local"]
-        row = [r["workload"], r["size"], f"{lt['compute'] * 1e3:.2f}", f"{lt['collective'] * 1e3:.2f}", f"{lt['bulk'] * 1e3:.2f}", f"{lt['fused'] * 1e3:.2f}", f"{lt['bulk'] / lt['fused']:.2f}x"]
+        row = [r["workload"], r["size"], ms(lt, "compute"), ms(lt, "collective"), ms(lt, "bulk"), ms(lt, "fused"), speedup(lt, "bulk", "fused")]
         m = r.get("mpi")
         if m:
-            row += [f"{m['bulk'] * 1e3:.2f}", f"{m['fused'] * 1e3:.2f}", f"{m['bulk'] / m['fused']:.2f}x", f"{m['bulk msgs'] * 1e3:.2f}", f"{m['fused msgs'] * 1e3:.2f}", f"{m['bulk msgs'] / m['fused msgs']:.2f}x"]
+            row += [ms(m, "bulk"), ms(m, "fused"), speedup(m, "bulk", "fused"), ms(m, "bulk msgs"), ms(m, "fused msgs"), speedup(m, "bulk msgs", "fused msgs")]
         else:
             row += ["n/a"] * 6
         rows.append(row)
@@ -193,7 +227,7 @@ def main() -> int:
     print(" memory through MPI-3 windows; mpi msgs: messages only, as between nodes)\n")
     summary = []
     for workload, target in TARGETS.items():
-        ratios = [r["local"]["bulk"] / r["local"]["fused"] for r in results if r["workload"] == workload]
+        ratios = [r["local"]["bulk"]["median"] / r["local"]["fused"]["median"] for r in results if r["workload"] == workload]
         if not ratios:
             continue
         mean = sum(ratios) / len(ratios)

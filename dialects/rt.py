@@ -797,12 +797,15 @@ class TiledCollectiveOp(RtOp):
         raise NotImplementedError
 
     def tile_dim(self) -> int:
+        """The dim each destination's block is cut into tiles along (``dim`` unless
+        the op says otherwise)."""
         return self.option("dim")
 
     def tile_shape(self) -> tuple[int, ...]:
         """Shape of one tile (of the producer's result)."""
         shape = list(self.producer_shape())
-        shape[self.tile_dim()] //= self.ranks() * self.option("tiles")
+        shape[self.option("dim")] //= self.ranks()
+        shape[self.tile_dim()] //= self.option("tiles")
         return tuple(shape)
 
     def verify_types(self) -> None:
@@ -818,12 +821,16 @@ class TiledCollectiveOp(RtOp):
         if self.option("tiles") < 1:
             fail(self, f"tiles must be at least 1, got {self.option('tiles')}")
         p = self.producer_shape()
-        d = self.tile_dim()
-        if not 0 <= d < len(p):
-            fail(self, f"dim {d} is out of range for the producer's result of shape {list(p)}")
+        d, t = self.option("dim"), self.tile_dim()
+        for what, x in (("dim", d), ("tile_dim", t)):
+            if not 0 <= x < len(p):
+                fail(self, f"{what} {x} is out of range for the producer's result of shape {list(p)}")
         n = self.ranks()
-        if n < 1 or p[d] % (n * self.option("tiles")):
-            fail(self, f"dim {d} of the producer's result ({p[d]}) is not divisible into {n} blocks of {self.option('tiles')} tiles")
+        tiles = self.option("tiles")
+        if t == d and (n < 1 or p[d] % (n * tiles)):
+            fail(self, f"dim {d} of the producer's result ({p[d]}) is not divisible into {n} blocks of {tiles} tiles")
+        if t != d and (n < 1 or p[d] % n or p[t] % tiles):
+            fail(self, f"dim {d} of the producer's result ({p[d]}) is not divisible into {n} blocks, or its dim {t} ({p[t]}) into {tiles} tiles")
         self.verify_collective(p, n)
 
     def verify_producer(self) -> None:
@@ -910,18 +917,26 @@ class TiledAllToAllOp(TiledCollectiveOp):
     """Shared by the producer + All-to-All operators: the producer's result is sliced
     on ``concat`` (this rank holds block ``me`` of it) and the all-to-all slices it on
     ``dim`` instead: block j along ``dim`` goes to rank j, where it becomes block ``me``
-    along ``concat`` of ``%out``. The region is the epilogue, run on every finished tile
-    in place (its block argument, a view of the tile where it was stored), e.g. the
-    activation of an expert GEMM."""
+    along ``concat`` of ``%out``. Each block is cut into ``tiles`` tiles along
+    ``tile_dim`` (default: ``dim``; another dim, e.g. the tables of an embedding bag or
+    the experts of a batched GEMM, lets the tiles of one group of tables or experts for
+    every destination run back to back, reading their inputs once). The region is the
+    epilogue, run on every finished tile in place (its block argument, a view of the
+    tile where it was stored), e.g. the activation of an expert GEMM."""
 
     KEYWORDS: ClassVar[tuple[Kw, ...]] = (
         Kw("dim", "int"),
         Kw("concat", "int"),
+        Kw("tile_dim", "int", -1),
         Kw("tiles", "int"),
         Kw("order", "word", REQUIRED, TILE_ORDERS),
     )
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
+
+    def tile_dim(self) -> int:
+        t = self.option("tile_dim")
+        return self.option("dim") if t < 0 else t
 
     def ranks(self) -> int:
         p = self.producer_shape()

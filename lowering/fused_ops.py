@@ -12,7 +12,10 @@ The tile dim: for a reduce-scatter its dim; for an all-reduce the dim whose cut 
 each tile re-read the smaller matmul operand (the output columns of a GEMV, whose
 weight is large and whose input is a few tokens; the rows of a GEMM with many rows);
 for an all-to-all its dim (the blocks bound for each rank). Each rank's block of that
-dim is cut into the largest tile count <= ``chunks`` that divides it. An all-reduce
+dim is cut into the largest tile count <= ``chunks`` that divides it; an all-to-all
+whose producer has a leading table or expert dim (other than its dim) cuts that dim
+into tiles instead (``tile_dim``), so that each group of tables or experts is read
+once for all destinations. An all-reduce
 gets a reduction buffer ``%red[n, block]`` (slot j: rank j's partial of this rank's
 block). The maps of a GEMM + All-to-All (``rt.call`` of element-wise kernels after
 ``lower-to-kernels``) become the op's epilogue region: launches of tile-shaped copies
@@ -153,9 +156,17 @@ def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
     cat = layout.innermost_slicing(c.input.type.get_placements(), axes)  # type: ignore[attr-defined]
     if cat is None or cat == e or shape[e] % n:
         return False
-    tiles = _tiles(shape[e] // n, chunks)
+    # Tiles along the leading (table / expert) dim when there is one other than the
+    # destination dim: the tiles of one group of tables or experts then run back to back
+    # for every destination, reading their rows or weights once.
+    tile_dim = 0 if len(shape) >= 3 and e != 0 and shape[0] > 1 else e
+    if tile_dim == e:
+        tiles = _tiles(shape[e] // n, chunks)
+    else:
+        tiles = _tiles(shape[tile_dim], chunks)
     tile = list(shape)
-    tile[e] //= n * tiles
+    tile[e] //= n
+    tile[tile_dim] //= tiles
     tile_t = MemRefType(elt, tile)
     region = Block(arg_types=[tile_t])
     prev: SSAValue = head.results[0]
@@ -178,7 +189,7 @@ def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
         region.add_op(rt.LaunchOp.get(name, [*args, region.args[0], s0]))
         prev = call.outputs[0]
     out = lowering.out(op.outputs[0])
-    options = {"dim": e, "concat": cat, "tiles": tiles, "order": order}
+    options = {"dim": e, "concat": cat, "tile_dim": tile_dim if tile_dim != e else -1, "tiles": tiles, "order": order}
     if isinstance(head, dist.MatmulOp):
         operands = [lowering.input(head.lhs), lowering.input(head.rhs)]
         new = rt.MatmulAllToAllOp.make([*operands, out, comm, s0, s1], [], [Region(region)], **options)

@@ -199,10 +199,10 @@ class CudaDevice:
         self.copy(a, tmp, stream)
         return tmp
 
-    def matmul(self, a, b, c, stream, order=None, flags=None, flag_axis: tuple[int, int, int, int] | None = None) -> None:
+    def matmul(self, a, b, c, stream, order=None, flags=None, flag_axes: tuple[int, ...] | None = None) -> None:
         """``c = a @ b`` by the tiled kernel; tiles in ``order`` (default: row-major),
-        finished elements counted in ``flags`` per ready flag as ``flag_axis`` = (which,
-        div, mod, span) says (see ``cuda_kernels.MATMUL``; default: one flag)."""
+        finished elements counted in ``flags`` per ready flag as ``flag_axes`` = (w1, d1,
+        m1, s1, mult, w2, d2, m2, s2) say (``cuda_kernels.MATMUL``; default: one flag)."""
         cuda = _cuda()
         a3 = self.contiguous(a, stream)
         b3 = self.contiguous(b, stream)
@@ -218,8 +218,8 @@ class CudaDevice:
             order = cuda.to_device(np.arange(tiles, dtype=np.int64), stream=stream.stream)
         if flags is None:
             flags = cuda.to_device(np.zeros(1, dtype=np.int64), stream=stream.stream)
-        which, div, mod, span = flag_axis if flag_axis is not None else (1, 1, 1, 1 << 62)
-        self._run(ck.matmul_kernel(self.dtype_name(c), tile), tiles, (tile, tile), stream, a3, b3, c3, order, flags, which, div, mod, span)
+        axes = flag_axes if flag_axes is not None else (1, 1, 1, 1 << 62, 0, 1, 1, 1, 1 << 62)
+        self._run(ck.matmul_kernel(self.dtype_name(c), tile), tiles, (tile, tile), stream, a3, b3, c3, order, flags, *axes)
         if not c.is_c_contiguous():
             self.copy(c3.reshape(*tuple(c.shape)), c, stream)
 
@@ -278,8 +278,7 @@ class CudaDevice:
         if order is None:
             host = tiles.kernel_tile_order(plan, batch, m, n, ck.TILE)
             order = self._temps[key] = _cuda().to_device(host, stream=stream.stream)
-        which, div, mod = tiles.flag_axis(plan, batch)
-        self.matmul(a, b, c, stream, order=order, flags=flags, flag_axis=(which, div, mod, plan.tile))
+        self.matmul(a, b, c, stream, order=order, flags=flags, flag_axes=tiles.flag_axes(plan, tiles.matmul_axis(plan, batch)))
 
     def tiled_embedding(self, table, indices, row0: int, out, mode: str, plan, flags, stream: CudaStream) -> None:
         """Embedding bags pooled by one kernel in ``plan``'s order (bags bound for other
@@ -295,11 +294,10 @@ class CudaDevice:
         order = self._temps.get(key)
         if order is None:
             order = self._temps[key] = _cuda().to_device(tiles.bag_order(plan), stream=stream.stream)
-        r = len(plan.shape)
-        which = 2 if plan.dim == r - 1 else (1 if plan.dim == r - 2 else 0)
+        axes = tiles.flag_axes(plan, tiles.embedding_axis(plan))
         threads = min(THREADS, max(32, -(-o3.shape[2] // 32) * 32)) if not self.simulated else 8
         bags = o3.shape[0] * o3.shape[1]
-        self._run(ck.embedding_tiled_kernel(mode, self.dtype_name(out)), bags, threads, stream, t, i, o3, np.int64(row0), order, flags, which, plan.tile)
+        self._run(ck.embedding_tiled_kernel(mode, self.dtype_name(out)), bags, threads, stream, t, i, o3, np.int64(row0), order, flags, *axes)
 
     def reduce_tile(self, kind: str, terms, out, stream: CudaStream) -> None:
         """``out = kind(terms)`` element-wise in list order (``out`` may be a term)."""

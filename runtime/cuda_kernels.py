@@ -31,12 +31,12 @@ from numba import cuda
 TILE = {tile}
 
 
-def matmul(a, b, c, order, flags, which, div, mod, span):
+def matmul(a, b, c, order, flags, w1, d1, m1, s1, mult, w2, d2, m2, s2):
     # a: [B, M, K], b: [1 or B, K, N], c: [B, M, N]; block i computes tile order[i].
     # A tile is (batch, row tile, column tile) in row-major order. After its stores,
-    # each finished element counts 1 in flags[coord // span], where coord is its
-    # column (which 2), its row (which 1) or (batch // div) % mod (which 0): the
-    # per-tile ready flags of the fused tile operators (one flag when span is large).
+    # each finished element counts 1 in its ready flag (c1 // s1) * mult + c2 // s2,
+    # where c1, c2 are its column (w 2), row (w 1) or (batch // d) % m (w 0): the
+    # per-tile flags of the fused tile operators (a single flag when s1, s2 are large).
     sa = cuda.shared.array((TILE, TILE), numba.{acc})
     sb = cuda.shared.array((TILE, TILE), numba.{acc})
     tx = cuda.threadIdx.x
@@ -73,25 +73,22 @@ def matmul(a, b, c, order, flags, which, div, mod, span):
     cuda.syncthreads()
     # one thread per row of the tile counts the row's finished elements per flag
     if tx == 0 and row < m:
-        if which == 2:
-            last = -1
-            count = 0
-            for cc in range(TILE):
-                cidx = tj * TILE + cc
-                if cidx < n:
-                    f = cidx // span
-                    if f != last:
-                        if count > 0:
-                            cuda.atomic.add(flags, last, count)
-                        last = f
-                        count = 0
-                    count += 1
-            if count > 0:
-                cuda.atomic.add(flags, last, count)
-        else:
-            coord = row if which == 1 else (bat // div) % mod
-            valid = min(TILE, n - tj * TILE)
-            cuda.atomic.add(flags, coord // span, valid)
+        last = -1
+        count = 0
+        for cc in range(TILE):
+            cidx = tj * TILE + cc
+            if cidx < n:
+                c1 = cidx if w1 == 2 else (row if w1 == 1 else (bat // d1) % m1)
+                c2 = cidx if w2 == 2 else (row if w2 == 1 else (bat // d2) % m2)
+                f = (c1 // s1) * mult + c2 // s2
+                if f != last:
+                    if count > 0:
+                        cuda.atomic.add(flags, last, count)
+                    last = f
+                    count = 0
+                count += 1
+        if count > 0:
+            cuda.atomic.add(flags, last, count)
 """
 
 WAIT_FLAG = """
@@ -177,11 +174,11 @@ import numpy as np
 from numba import cuda
 
 
-def embedding_tiled(table, indices, out, row0, order, flags, which, span):
+def embedding_tiled(table, indices, out, row0, order, flags, w1, d1, m1, s1, mult, w2, d2, m2, s2):
     # table [T, R, D], indices [T, B, L], out [T, B, D]; block i pools bag order[i]
     # (flat t * B + b), its threads over d. Then thread 0 counts the bag's finished
-    # elements per ready flag: flag = coord // span with coord the bag's table (which
-    # 0), bag (which 1) or each element's feature index (which 2).
+    # elements per ready flag (c1 // s1) * mult + c2 // s2, where c1, c2 are the
+    # element's feature (w 2), bag (w 1) or (t // d) % m (w 0).
     t_n, b_n, d_n = out.shape
     rows = table.shape[1]
     bag = indices.shape[2]
@@ -202,12 +199,20 @@ def embedding_tiled(table, indices, out, row0, order, flags, which, span):
     cuda.threadfence()
     cuda.syncthreads()
     if cuda.threadIdx.x == 0:
-        if which == 2:
-            for f in range((d_n + span - 1) // span):
-                cuda.atomic.add(flags, f, min(span, d_n - f * span))
-        else:
-            coord = t if which == 0 else b
-            cuda.atomic.add(flags, coord // span, d_n)
+        last = -1
+        count = 0
+        for d in range(d_n):
+            c1 = d if w1 == 2 else (b if w1 == 1 else (t // d1) % m1)
+            c2 = d if w2 == 2 else (b if w2 == 1 else (t // d2) % m2)
+            f = (c1 // s1) * mult + c2 // s2
+            if f != last:
+                if count > 0:
+                    cuda.atomic.add(flags, last, count)
+                last = f
+                count = 0
+            count += 1
+        if count > 0:
+            cuda.atomic.add(flags, last, count)
 """
 
 COMBINE = """

@@ -64,19 +64,33 @@ Box = tuple[slice, ...]
 
 @dataclass
 class TilePlan:
-    """Where the tiles of one fused operator go, seen from group rank ``me`` of ``n``."""
+    """Where the tiles of one fused operator go, seen from group rank ``me`` of ``n``.
+
+    The producer's result (``shape``) is cut along ``dim`` into one block per
+    destination; each block is cut into ``tiles`` tiles along ``tile_dim`` (``dim``
+    itself, or another dim whose extent the tiles divide). Tile (dest, k) is computed
+    at its place in ``steps()``: destination-major in ``order`` when the tiles cut
+    ``dim`` (all tiles bound for other ranks first, under ``remote_first``); tile-
+    major when they cut another dim, so that the tiles sharing producer inputs (a
+    group of embedding tables, an expert's weights) run back to back for every
+    destination, remote destinations first."""
 
     kind: str  # "reduce" (AllReduce / ReduceScatter) or "all_to_all"
     order_name: str
     n: int
     me: int
     tiles: int
-    dim: int  # the dim cut into destination blocks and tiles
+    dim: int  # the dim cut into destination blocks
     concat: int | None  # all_to_all: the dim the received blocks are stacked along
     gather: bool  # reduce: AllReduce (True) or ReduceScatter (False)
     reduction: str | None
     shape: tuple[int, ...]  # this rank's producer result
     order: list[int]  # destination ranks in computation order
+    tile_dim: int = -1  # the dim blocks are cut into tiles along (-1: dim)
+
+    def __post_init__(self) -> None:
+        if self.tile_dim < 0:
+            self.tile_dim = self.dim
 
     @classmethod
     def of(cls, op: rt.TiledCollectiveOp, n: int, me: int) -> TilePlan:
@@ -93,7 +107,13 @@ class TilePlan:
             reduction=None if a2a else op.option("op"),
             shape=tuple(op.producer_shape()),
             order=rt.tile_order(op.option("order"), n, me),
+            tile_dim=op.tile_dim(),
         )
+
+    @property
+    def along_dim(self) -> bool:
+        """Whether the tiles cut the destination dim itself."""
+        return self.tile_dim == self.dim
 
     @property
     def block(self) -> int:
@@ -102,41 +122,57 @@ class TilePlan:
 
     @property
     def tile(self) -> int:
-        """Extent along ``dim`` of one tile."""
-        return self.block // self.tiles
+        """Extent along ``tile_dim`` of one tile."""
+        full = self.block if self.along_dim else self.shape[self.tile_dim]
+        return full // self.tiles
 
     @property
     def tile_shape(self) -> tuple[int, ...]:
         s = list(self.shape)
-        s[self.dim] = self.tile
+        s[self.dim] = self.block
+        s[self.tile_dim] = self.tile
         return tuple(s)
 
-    def _box(self, rank: int, ranges: dict[int, tuple[int, int]]) -> Box:
-        return tuple(slice(*ranges[d]) if d in ranges else slice(None) for d in range(rank))
+    def steps(self) -> list[tuple[int, int]]:
+        """(destination, tile) in computation order (see the class doc)."""
+        if self.along_dim:
+            return [(dest, k) for dest in self.order for k in range(self.tiles)]
+        return [(dest, k) for k in range(self.tiles) for dest in self.order]
 
-    def _along(self, start: int) -> tuple[int, int]:
-        return start, start + self.tile
+    def _box(self, ranges: dict[int, tuple[int, int]]) -> Box:
+        return tuple(slice(*ranges[d]) if d in ranges else slice(None) for d in range(len(self.shape)))
+
+    def _ranges(self, dim_start: int, k: int, extra: dict[int, tuple[int, int]] | None = None) -> dict[int, tuple[int, int]]:
+        """Ranges of tile k of the block starting at ``dim_start`` along ``dim``."""
+        r = dict(extra or {})
+        if self.along_dim:
+            start = dim_start + k * self.tile
+            r[self.dim] = (start, start + self.tile)
+        else:
+            r[self.dim] = (dim_start, dim_start + self.block)
+            base = r[self.tile_dim][0] if self.tile_dim in r else 0
+            r[self.tile_dim] = (base + k * self.tile, base + (k + 1) * self.tile)
+        return r
 
     def source(self, dest: int, k: int) -> Box:
         """Tile k of ``dest``'s block in this rank's producer result."""
-        return self._box(len(self.shape), {self.dim: self._along(dest * self.block + k * self.tile)})
+        return self._box(self._ranges(dest * self.block, k))
 
     def arrival(self, src: int, k: int) -> Box:
         """All-to-All: where tile k from rank ``src`` lands in the receiver's output
-        (block ``src`` along ``concat``, tile k of the receiver's slice along ``dim``)."""
+        (block ``src`` along ``concat``; the receiver's slice along ``dim``)."""
         assert self.concat is not None
         c = self.shape[self.concat]
-        return self._box(len(self.shape), {self.concat: (src * c, (src + 1) * c), self.dim: self._along(k * self.tile)})
+        return self._box(self._ranges(0, k, {self.concat: (src * c, (src + 1) * c)}))
 
     def result_tile(self, owner: int, k: int) -> Box:
         """Reduce: tile k of ``owner``'s block in an output (AllReduce: the full result;
         ReduceScatter: the block itself, so the owner is implied)."""
-        start = (owner * self.block if self.gather else 0) + k * self.tile
-        return self._box(len(self.shape), {self.dim: self._along(start)})
+        return self._box(self._ranges(owner * self.block if self.gather else 0, k))
 
     def partial_slot(self, src: int, k: int) -> Box:
         """Reduce: where ``src``'s partial of tile k sits in an owner's reduction buffer."""
-        return (slice(src, src + 1), *self._box(len(self.shape), {self.dim: self._along(k * self.tile)}))
+        return (slice(src, src + 1), *self._box(self._ranges(0, k)))
 
     def peers(self) -> list[int]:
         return [r for r in range(self.n) if r != self.me]
@@ -149,15 +185,14 @@ class TilePlan:
         ranks send to j at step j."""
         out = []
         shifted = self.order_name != "natural"
-        for dest in self.order:
-            for k in range(self.tiles):
-                if shifted:
-                    s = (dest - self.me) % self.n
-                    out.append((dest, k, [dest] if s else [], [(self.me - s) % self.n] if s else []))
-                elif dest != self.me:
-                    out.append((dest, k, [dest], []))
-                else:
-                    out.append((dest, k, [], self.peers()))
+        for dest, k in self.steps():
+            if shifted:
+                s = (dest - self.me) % self.n
+                out.append((dest, k, [dest] if s else [], [(self.me - s) % self.n] if s else []))
+            elif dest != self.me:
+                out.append((dest, k, [dest], []))
+            else:
+                out.append((dest, k, [], self.peers()))
         return out
 
 
@@ -306,21 +341,20 @@ def run_shared(ex, op, state: TileState, producer: Producer, comm, out, red) -> 
     epoch = state.epoch
     device = ex.device
     gather_base = n * tiles
-    for dest in plan.order:
-        for k in range(tiles):
-            box = plan.source(dest, k)
-            if plan.kind == "all_to_all":
-                view = peers[dest][0][plan.arrival(me, k)]
-                producer.compute(device, box, view)
-                _epilogue(ex, op, view)
-            elif dest == me:
-                view = out[plan.result_tile(me, k)]
-                producer.compute(device, box, view)
-            else:
-                view = peers[dest][1][plan.partial_slot(me, k)][0]
-                producer.compute(device, box, view)
-            if dest != me:
-                flags.signal(dest, me * tiles + k, epoch)
+    for dest, k in plan.steps():
+        box = plan.source(dest, k)
+        if plan.kind == "all_to_all":
+            view = peers[dest][0][plan.arrival(me, k)]
+            producer.compute(device, box, view)
+            _epilogue(ex, op, view)
+        elif dest == me:
+            view = out[plan.result_tile(me, k)]
+            producer.compute(device, box, view)
+        else:
+            view = peers[dest][1][plan.partial_slot(me, k)][0]
+            producer.compute(device, box, view)
+        if dest != me:
+            flags.signal(dest, me * tiles + k, epoch)
     others = plan.peers()
     if plan.kind == "all_to_all":
         flags.wait([s * tiles + k for s in others for k in range(tiles)], epoch)
@@ -528,59 +562,82 @@ def run_gpu(ex, op, state: TileState, producer: Producer, comm, out, red, s0, s1
     run_messages(ex, op, state, producer, comm, out, red, s0, s1, computed)
 
 
+HUGE = 1 << 62
+
+
+def flag_axes(plan: TilePlan, axis_of) -> tuple[int, ...]:
+    """How a GPU kernel finds the ready flag (dest * tiles + k) of a result element
+    from two of its coordinates: flag = (c1 // s1) * mult + c2 // s2, where each
+    coordinate is named by ``axis_of(dim)`` = (which, div, mod) (see the kernels)."""
+    a1 = axis_of(plan.dim)
+    if plan.along_dim:
+        return (*a1, plan.tile, 1, *a1, HUGE)
+    return (*a1, plan.block, plan.tiles, *axis_of(plan.tile_dim), plan.tile)
+
+
+def matmul_axis(plan: TilePlan, batch: Sequence[int]):
+    """(which, div, mod) of a matmul result dim: 2 the columns, 1 the rows, 0 a batch
+    dim (coordinate = (flat batch index // div) % mod)."""
+    r = len(plan.shape)
+
+    def axis(d: int) -> tuple[int, int, int]:
+        if d == r - 1:
+            return 2, 1, 1
+        if d == r - 2:
+            return 1, 1, 1
+        return 0, math.prod(batch[d + 1 :]), batch[d]
+
+    return axis
+
+
+def _flag_of(axes: tuple[int, ...], coords: dict[int, int], flat_batch: int = 0) -> int:
+    w1, d1, m1, s1, mult, w2, d2, m2, s2 = axes
+
+    def c(which, div, mod):
+        return coords[which] if which else (flat_batch // div) % mod
+
+    return (c(w1, d1, m1) // s1) * mult + c(w2, d2, m2) // s2
+
+
 def kernel_tile_order(plan: TilePlan, batch: Sequence[int], m: int, n: int, edge: int) -> np.ndarray:
     """The order in which a tiled matmul kernel computes its ``edge`` x ``edge`` output
-    tiles (row-major ids over flattened batch, row tiles, column tiles): by the position
-    of the destination of the tile's first element in ``plan.order``, then by tile."""
+    tiles (row-major ids over flattened batch, row tiles, column tiles): by the place
+    in ``plan.steps()`` of the fused-operator tile holding the tile's first element."""
     tm, tn = -(-m // edge), -(-n // edge)
-    pos = {d: i for i, d in enumerate(plan.order)}
-    nb = math.prod(batch)
+    place = {step: i for i, step in enumerate(plan.steps())}
+    axes = flag_axes(plan, matmul_axis(plan, batch))
     keys = []
-    for t in range(nb * tm * tn):
+    for t in range(math.prod(batch) * tm * tn):
         bat, rest = divmod(t, tm * tn)
         ti, tj = divmod(rest, tn)
-        coord = flag_coord(plan, batch, bat, ti * edge, tj * edge)
-        f = coord // plan.tile
-        keys.append((pos[f // plan.tiles], f, t))
+        f = _flag_of(axes, {1: ti * edge, 2: tj * edge}, bat)
+        keys.append((place[divmod(f, plan.tiles)], t))
     keys.sort()
-    return np.array([t for _, _, t in keys], dtype=np.int64)
+    return np.array([t for _, t in keys], dtype=np.int64)
 
 
-def flag_coord(plan: TilePlan, batch: Sequence[int], bat: int, row: int, col: int) -> int:
-    """The coordinate along the plan's tile dim of matmul result element (flattened
-    batch ``bat``, ``row``, ``col``)."""
-    which, div, mod = flag_axis(plan, batch)
-    if which == 2:
-        return col
-    if which == 1:
-        return row
-    return (bat // div) % mod
+def embedding_axis(plan: TilePlan):
+    """(which, div, mod) of an embedding result dim: 0 the table, 1 the bag, 2 the
+    feature (a 2-d result has no table dim)."""
+    lead = len(plan.shape) - 2
 
+    def axis(d: int) -> tuple[int, int, int]:
+        return (d + 1 - lead, 1, 1) if d >= lead else (0, 1, 1 << 62)
 
-def flag_axis(plan: TilePlan, batch: Sequence[int]) -> tuple[int, int, int]:
-    """(which, div, mod) telling a kernel where the tile dim is: 2 the last dim, 1 the
-    second last, 0 a batch dim (coordinate = (flat batch index // div) % mod)."""
-    r = len(plan.shape)
-    d = plan.dim
-    if d == r - 1:
-        return 2, 1, 1
-    if d == r - 2:
-        return 1, 1, 1
-    return 0, math.prod(batch[d + 1 :]), batch[d]
+    return axis
 
 
 def bag_order(plan: TilePlan) -> np.ndarray:
     """The order in which the tiled embedding kernel pools its bags (flat (table, bag)
-    ids), by the position of the bag's destination in ``plan.order``."""
+    ids): by the place in ``plan.steps()`` of the tile holding the bag's first element."""
     shape = plan.shape
     t_n = shape[0] if len(shape) == 3 else 1
     b_n = shape[-2]
-    pos = {d: i for i, d in enumerate(plan.order)}
+    place = {step: i for i, step in enumerate(plan.steps())}
+    axes = flag_axes(plan, embedding_axis(plan))
     keys = []
     for t, b in itertools.product(range(t_n), range(b_n)):
-        coord = [t, b, 0][-len(shape) :] if len(shape) == 3 else [b, 0]
-        c = coord[plan.dim] if plan.dim < len(shape) - 1 else 0
-        f = c // plan.tile
-        keys.append((pos[f // plan.tiles], f, t * b_n + b))
+        f = _flag_of(axes, {1: b, 2: 0}, t)
+        keys.append((place[divmod(f, plan.tiles)], t * b_n + b))
     keys.sort()
-    return np.array([i for _, _, i in keys], dtype=np.int64)
+    return np.array([i for _, i in keys], dtype=np.int64)

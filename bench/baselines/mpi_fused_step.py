@@ -55,7 +55,7 @@ def main(path: str) -> None:
                 t = timed(r)
                 if i >= 2:
                     samples[k].append(t)
-        times[name] = {k: statistics.median(v) for k, v in samples.items()}
+        times[name] = {k: {"median": statistics.median(v), "min": min(v)} for k, v in samples.items()}
         for r in runners.values():
             r.close()
     skew = {}

@@ -52,11 +52,12 @@ func.func @gemm_reduce_scatter(%x: !dist.tensor<16x32xf32, @world, [sliced<1>]>,
 
 // GEMM + All-to-All (MoE combine): the activation becomes the epilogue, a tile-shaped
 // copy of its kernel launched on each finished tile in place; the scalar operand is
-// passed through.
+// passed through. The tiles cut the experts (tile_dim 0): each expert's weights are
+// read for all destinations back to back.
 // CHECK-LABEL: func.func @gemm_all_to_all
-// CHECK:       rt.matmul_all_to_all %x, %w, %[[O:.*]], %{{.*}}, %[[S:.*]], %{{.*}} dim 1 concat 0 tiles 2 order remote_first : (memref<4x16x8xf32>, memref<4x8x16xf32>, memref<8x8x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
-// CHECK-NEXT:  ^bb0(%[[T:.*]]: memref<4x4x16xf32>):
-// CHECK-NEXT:    rt.launch @[[K:.*]]_tile_4x4x16(%[[T]], %alpha, %[[T]], %[[S]]) : (memref<4x4x16xf32>, f32, memref<4x4x16xf32>, !rt.stream) -> ()
+// CHECK:       rt.matmul_all_to_all %x, %w, %[[O:.*]], %{{.*}}, %[[S:.*]], %{{.*}} dim 1 concat 0 tile_dim 0 tiles 2 order remote_first : (memref<4x16x8xf32>, memref<4x8x16xf32>, memref<8x8x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
+// CHECK-NEXT:  ^bb0(%[[T:.*]]: memref<2x8x16xf32>):
+// CHECK-NEXT:    rt.launch @[[K:.*]]_tile_2x8x16(%[[T]], %alpha, %[[T]], %[[S]]) : (memref<2x8x16xf32>, f32, memref<2x8x16xf32>, !rt.stream) -> ()
 // CHECK-NEXT:  }
 // CHECK:       func.return %[[O]]
 func.func @gemm_all_to_all(%x: !dist.tensor<8x16x8xf32, @world, [sliced<0>]>, %w: !dist.tensor<8x8x16xf32, @world, [sliced<0>]>, %alpha: f32) -> !dist.tensor<8x16x16xf32, @world, [sliced<1>]> {
@@ -76,15 +77,15 @@ func.func @gemm_all_to_all(%x: !dist.tensor<8x16x8xf32, @world, [sliced<0>]>, %w
 }
 
 // Embedding + All-to-All (DLRM): the table block's first row is 0 (tables are sliced,
-// not their rows); the epilogue is empty.
+// not their rows); the tiles cut the tables; the epilogue is empty.
 // CHECK-LABEL: func.func @embedding_all_to_all
 // CHECK:       %[[R0:.*]] = arith.constant 0 : index
-// CHECK:       rt.embedding_all_to_all %t, %i, %[[R0]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} mode mean dim 1 concat 0 tiles 2 order remote_first : (memref<4x32x8xf32>, memref<4x16x4xi32>, index, memref<8x8x8xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
-// CHECK-NEXT:  ^bb0(%{{.*}}: memref<4x4x8xf32>):
+// CHECK:       rt.embedding_all_to_all %t, %i, %[[R0]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} mode mean dim 1 concat 0 tile_dim 0 tiles 2 order remote_first : (memref<4x32x8xf32>, memref<4x16x4xi32>, index, memref<8x8x8xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
+// CHECK-NEXT:  ^bb0(%{{.*}}: memref<2x8x8xf32>):
 // CHECK-NEXT:  }
 // The tile-shaped copy of the MoE activation's kernel (after the functions):
-// CHECK:       rt.kernel @[[K]]_tile_4x4x16 shape [4, 4, 16] {
-// CHECK-NEXT:  ^bb0(%{{.*}}: memref<4x4x16xf32>, %{{.*}}: f32, %{{.*}}: memref<4x4x16xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index):
+// CHECK:       rt.kernel @[[K]]_tile_2x8x16 shape [2, 8, 16] {
+// CHECK-NEXT:  ^bb0(%{{.*}}: memref<2x8x16xf32>, %{{.*}}: f32, %{{.*}}: memref<2x8x16xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index):
 func.func @embedding_all_to_all(%t: !dist.tensor<8x32x8xf32, @world, [sliced<0>]>, %i: !dist.tensor<8x16x4xi32, @world, [sliced<0>]>) -> !dist.tensor<8x16x8xf32, @world, [sliced<1>]> {
   %y = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<8x16x8xf32, @world, [sliced<1>]> {
     %e = dist.embedding_bag %t, %i mode mean : (!dist.tensor<8x32x8xf32, @world, [sliced<0>]>, !dist.tensor<8x16x4xi32, @world, [sliced<0>]>) -> !dist.tensor<8x16x8xf32, @world, [sliced<0>]>

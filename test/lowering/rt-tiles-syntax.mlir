@@ -31,11 +31,11 @@ func.func @f(%a: memref<4x64xf32>, %w: memref<64x32xf32>, %x: memref<1x8x16xf32>
     rt.launch @relu(%tl, %tl, %s) : (memref<1x2x32xf32>, memref<1x2x32xf32>, !rt.stream) -> ()
   }
   %o4 = rt.alloc : () -> memref<4x4x16xf32>
-  // CHECK: rt.embedding_all_to_all %t, %ii, %{{.*}}, %{{.*}}, %[[C]], %[[S]], %[[S1]] dim 1 concat 0 tiles 2 order ring : (memref<2x100x16xf32>, memref<2x8x4xi32>, index, memref<4x4x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
-  // CHECK-NEXT: ^bb0(%{{.*}}: memref<2x2x16xf32>):
+  // CHECK: rt.embedding_all_to_all %t, %ii, %{{.*}}, %{{.*}}, %[[C]], %[[S]], %[[S1]] dim 1 concat 0 tile_dim 0 tiles 2 order ring : (memref<2x100x16xf32>, memref<2x8x4xi32>, index, memref<4x4x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
+  // CHECK-NEXT: ^bb0(%{{.*}}: memref<1x4x16xf32>):
   // CHECK-NEXT: }
-  rt.embedding_all_to_all %t, %ii, %r0, %o4, %c, %s, %s1 dim 1 concat 0 tiles 2 order ring : (memref<2x100x16xf32>, memref<2x8x4xi32>, index, memref<4x4x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
-  ^bb0(%tile: memref<2x2x16xf32>):
+  rt.embedding_all_to_all %t, %ii, %r0, %o4, %c, %s, %s1 dim 1 concat 0 tile_dim 0 tiles 2 order ring : (memref<2x100x16xf32>, memref<2x8x4xi32>, index, memref<4x4x16xf32>, !rt.comm, !rt.stream, !rt.stream) -> () {
+  ^bb0(%tile: memref<1x4x16xf32>):
   }
   func.return
 }

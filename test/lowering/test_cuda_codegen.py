@@ -133,7 +133,7 @@ FIXED = [
             f"matmul-{d}",
             ck.matmul_source(d),
             "matmul",
-            (arr(elt(d), 3), arr(elt(d), 3), arr(elt(d), 3), arr(nt.int64, 1), arr(nt.int64, 1), nt.int64, nt.int64, nt.int64, nt.int64),
+            (arr(elt(d), 3), arr(elt(d), 3), arr(elt(d), 3), arr(nt.int64, 1), arr(nt.int64, 1), *[nt.int64] * 9),
         )
         for d in ("float32", "float16", "float64", "bfloat16")
     ],
@@ -143,7 +143,7 @@ FIXED = [
             f"embedding-tiled-{m}-{d}",
             ck.embedding_tiled_source(m, d),
             "embedding_tiled",
-            (arr(elt(d), 3), arr(nt.int32, 3), arr(elt(d), 3), nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), nt.int64, nt.int64),
+            (arr(elt(d), 3), arr(nt.int32, 3), arr(elt(d), 3), nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), *[nt.int64] * 9),
         )
         for m, d in (("sum", "float32"), ("mean", "float16"), ("max", "bfloat16"))
     ],

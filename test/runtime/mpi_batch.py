@@ -16,10 +16,10 @@ import sys
 from mpi4py import MPI
 
 from distir.dialects.context import parse_module
+from distir.runtime import host, tiles
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.executor import LoweredProgram
 from distir.runtime.interpreter import interpret
-from distir.runtime import host, tiles
 from distir.runtime.mpi import MpiRunner
 
 PATHS: dict[str, int] = {}

@@ -43,10 +43,11 @@ def test_matmul_in_tile_order_with_ready_flags():
         a = rng.random((2, 40, 24), dtype=np.float32)
         b = rng.random((24, 20), dtype=np.float32)
         order = np.concatenate([np.arange(6, 12), np.arange(0, 6)])  # 3 x 2 tiles per batch
+        huge = 1 << 62
         for which, div, mod, span, want in [(0, 1, 2, 1, [800, 800]), (1, 1, 1, 8, [320] * 5), (2, 1, 1, 5, [400] * 4)]:
             c = dev.alloc((2, 40, 20), np.float32)
             flags = cuda.to_device(np.zeros(len(want), np.int64))
-            dev.matmul(dev.from_host(a), dev.from_host(b), c, s, order=cuda.to_device(order), flags=flags, flag_axis=(which, div, mod, span))
+            dev.matmul(dev.from_host(a), dev.from_host(b), c, s, order=cuda.to_device(order), flags=flags, flag_axes=(which, div, mod, span, 1, which, div, mod, huge))
             got = dev.to_host(c)
             assert np.allclose(got, a @ b, rtol=1e-5), abs(got - a @ b).max()
             assert list(flags.copy_to_host()) == want, (which, list(flags.copy_to_host()))

@@ -282,14 +282,15 @@ def _group(*calls: str) -> list[str]:
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_fused_gemm_all_to_all_sends_each_tile_remote_first(n):
-    """GEMM + All-to-All, 2 tiles per destination: tile k bound for me+s goes out while
-    tile k from me-s comes in, destinations me+1, .., me-1; own tiles need no call."""
-    count = (8 // n) * (16 // n // 2) * 16
+    """GEMM + All-to-All, tiles of 2 experts' rows bound for one rank: for each group of
+    experts, the tile bound for me+s goes out while the one from me-s comes in,
+    destinations me+1, .., me-1 (own tiles need no call)."""
+    count = (8 // n // 2) * (16 // n) * 16
     want = []
     for r in range(n):
         calls = [split(r)]
-        for s in range(1, n):
-            for _ in range(2):
+        for _ in range(2):
+            for s in range(1, n):
                 calls += _group(f"send {count}xfloat32 peer={(r + s) % n} comm1 stream1", f"recv {count}xfloat32 peer={(r - s) % n} comm1 stream1")
         want.append(calls)
     assert record(_tiled(A2A, "remote_first", 2), n) == want
@@ -297,11 +298,11 @@ def test_fused_gemm_all_to_all_sends_each_tile_remote_first(n):
 
 def test_fused_all_to_all_natural_order_sends_to_rank_j_at_step_j():
     """The communication-oblivious order of the paper's Fig. 14: destination 0 first on
-    every rank, so rank 0 receives first and sends last."""
-    count = 4 * 4 * 16
-    r0 = [split(0)] + _group(f"recv {count}xfloat32 peer=1 comm1 stream1") * 2 + _group(f"send {count}xfloat32 peer=1 comm1 stream1") * 2
-    r1 = [split(1)] + _group(f"send {count}xfloat32 peer=0 comm1 stream1") * 2 + _group(f"recv {count}xfloat32 peer=0 comm1 stream1") * 2
-    assert record(_tiled(A2A, "natural", 2), 2) == [r0, r1]
+    every rank, so for each group of experts rank 0 receives first and sends last."""
+    count = 2 * 8 * 16
+    recv0, send0 = _group(f"recv {count}xfloat32 peer=1 comm1 stream1"), _group(f"send {count}xfloat32 peer=1 comm1 stream1")
+    send1, recv1 = _group(f"send {count}xfloat32 peer=0 comm1 stream1"), _group(f"recv {count}xfloat32 peer=0 comm1 stream1")
+    assert record(_tiled(A2A, "natural", 2), 2) == [[split(0)] + (recv0 + send0) * 2, [split(1)] + (send1 + recv1) * 2]
 
 
 @pytest.mark.parametrize("n", [2, 4])

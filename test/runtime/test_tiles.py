@@ -95,19 +95,20 @@ def test_tile_orders(n):
             assert sorted(tile_order(order, n, me)) == list(range(n))
 
 
-def _plans(order: str, n: int, tiles_: int = 2) -> list[tiles.TilePlan]:
+def _plans(order: str, n: int, tiles_: int = 2, tile_dim: int = -1) -> list[tiles.TilePlan]:
     return [
-        tiles.TilePlan("all_to_all", order, n, me, tiles_, 1, 0, False, None, (4, 8 * n), tile_order(order, n, me))
+        tiles.TilePlan("all_to_all", order, n, me, tiles_, 1, 0, False, None, (4, 8 * n), tile_order(order, n, me), tile_dim)
         for me in range(n)
     ]
 
 
+@pytest.mark.parametrize("tile_dim", [-1, 0])
 @pytest.mark.parametrize("order,n", list(itertools.product(["remote_first", "ring", "natural"], [1, 2, 3, 4, 5])))
-def test_message_schedule_matches_and_delivers_every_tile_once(order, n):
+def test_message_schedule_matches_and_delivers_every_tile_once(order, n, tile_dim):
     """Each rank issues its groups in order, a group completing when all its sends and
     receives have met their partners (NCCL's grouped point-to-point semantics): the
     schedule never deadlocks, and every (source, destination, tile) moves exactly once."""
-    groups = [[(set(s), set(r), k) for _, k, s, r in p.exchanges() if s or r] for p in _plans(order, n)]
+    groups = [[(set(s), set(r), k) for _, k, s, r in p.exchanges() if s or r] for p in _plans(order, n, 2, tile_dim)]
     pos = [0] * n
 
     def current(r):
@@ -131,13 +132,23 @@ def test_message_schedule_matches_and_delivers_every_tile_once(order, n):
     assert sorted(moved) == sorted(want)
 
 
-def test_tiles_cover_the_result_once():
-    plan = _plans("remote_first", 4, 4)[1]
+@pytest.mark.parametrize("tile_dim", [-1, 0])
+def test_tiles_cover_the_result_once(tile_dim):
+    """Tiles partition this rank's result, and the tiles it receives partition its
+    output; tiles along another dim run tile-major (each group for every destination),
+    along the destination dim destination-major (remote destinations first)."""
+    plan = _plans("remote_first", 4, 4 if tile_dim < 0 else 2, tile_dim)[1]
     seen = np.zeros(plan.shape, int)
-    for dest in plan.order:
-        for k in range(plan.tiles):
-            seen[plan.source(dest, k)] += 1
-    assert (seen == 1).all()
+    got = np.zeros((4 * 4, 8), int)  # the receiver's output: concat 4 x 4, its slice of 8
+    for dest, k in plan.steps():
+        seen[plan.source(dest, k)] += 1
+        got[plan.arrival(dest, k)] += 1
+    assert (seen == 1).all() and (got == 1).all()
+    steps = plan.steps()
+    if tile_dim < 0:
+        assert [d for d, _ in steps[:12]] == [2] * 4 + [3] * 4 + [0] * 4 and steps[-1][0] == 1
+    else:
+        assert steps[:4] == [(2, 0), (3, 0), (0, 0), (1, 0)]
 
 
 # -------------------------------------------------------------------------- local
