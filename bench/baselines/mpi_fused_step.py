@@ -61,7 +61,7 @@ def main(path: str) -> None:
     skew = {}
     runners = {order: runner(text, False) for order, text in spec["skew"].items()}
     per_rank = {order: [] for order in runners}
-    for i in range(reps + 2):
+    for i in range(spec.get("skew_reps", reps) + 2):
         for order, r in runners.items():
             world.Barrier()
             t = time.perf_counter()
