@@ -20,9 +20,18 @@ EXIT_MISMATCH = 2
 EXIT_INTERNAL = 3
 
 
+def distir_version() -> str:
+    """The installed distir's version (``--version`` of every tool)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("distir")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def run_tool(tool: str, body: Callable[[], int]) -> int:
     """Run a tool's body, mapping exceptions to messages on stderr and exit codes."""
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
     try:
         return body()
     except InputRejected as e:
