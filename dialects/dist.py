@@ -52,7 +52,6 @@ from xdsl.printer import Printer
 from xdsl.traits import (
     HasCanonicalizationPatternsTrait,
     HasParent,
-    IsolatedFromAbove,
     IsTerminator,
     Pure,
     SymbolOpInterface,
@@ -74,6 +73,7 @@ from distir.dialects.placements import (
     Unplaced,
     parse_placement,
 )
+from distir.dialects.verifier import IsolatedBody
 
 # ======================================================================================
 # Types
@@ -781,7 +781,7 @@ class MapOp(DistOp):
     operands broadcast as in PyTorch; builtin scalars (``f32``) are replicated scalars.
     All operands share the result's placements (an operand broadcast along a sliced dim
     is replicated there). The body sees only its block arguments and the values it defines
-    (``IsolatedFromAbove``). ``map`` commutes with every functional primitive.
+    (``IsolatedBody``). ``map`` commutes with every functional primitive.
 
     ::
 
@@ -798,8 +798,7 @@ class MapOp(DistOp):
     inputs = var_operand_def()
     outputs = var_result_def(TensorType)
     body = region_def("single_block")
-    # The body computes one element from its arguments only (verifier.py checks it).
-    traits = traits_def(Pure(), DistCanonicalization(), IsolatedFromAbove())
+    traits = traits_def(Pure(), DistCanonicalization(), IsolatedBody())
 
     def verify_rule(self) -> None:
         if not self.outputs:

@@ -9,8 +9,8 @@ Two steps, the first before any op verifier, pass or backend sees the program:
    encloses the use (a block argument of it, or an op before the one that holds the
    use). A value defined inside a region is not visible outside it: not after the op
    that holds the region, not in a sibling op's region. An op whose regions are isolated
-   (the ``IsolatedFromAbove`` trait: ``func.func``, ``dist.map``, kernels) sees no value
-   from outside them. Values of a region's entry block are visible in its other blocks;
+   (xDSL's ``IsolatedFromAbove`` trait: ``func.func``, kernels; or ``IsolatedBody``:
+   ``dist.map``) sees no value from outside them. Values of a region's entry block are visible in its other blocks;
    the values of another block only in that block (distir has no branches). xDSL's
    parser resolves a name used before its definition to the later definition, even
    one in another region; this step rejects exactly those programs.
@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from xdsl.ir import Block, Operation, Region, SSAValue
-from xdsl.traits import IsolatedFromAbove
+from xdsl.traits import IsolatedFromAbove, OpTrait
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
 
@@ -56,8 +56,17 @@ def _name(v: SSAValue) -> str:
     return f"%{v.name_hint}" if v.name_hint else "an unnamed value"
 
 
+class IsolatedBody(OpTrait):
+    """The op's regions use only values defined inside them, as with xDSL's
+    ``IsolatedFromAbove``, but the printer keeps one naming scope (``%x`` inside and
+    outside stay distinct names). Checked by ``check_scopes``."""
+
+    def verify(self, op: Operation) -> None:
+        pass  # check_scopes checks every op's scopes in one pass over the module
+
+
 def _isolated(op: Operation) -> bool:
-    return op.has_trait(IsolatedFromAbove)
+    return op.has_trait(IsolatedFromAbove) or op.has_trait(IsolatedBody)
 
 
 # --------------------------------------------------------------------------------------

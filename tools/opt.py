@@ -30,7 +30,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from distir.dialects.frontend import SourceParser, decode_source, parse_source  # noqa: F401 - SourceParser re-exported
 from distir.dialects.verifier import verify_module
-from distir.tools.diagnostics import InputRejected, distir_version, run_tool
+from distir.tools.diagnostics import InputRejected, argparse_error, distir_version, run_tool
 
 
 def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
@@ -111,10 +111,7 @@ class DistirOptMain(xDSLOptMain):
 
         arg_parser.format_help = help_with_passes  # type: ignore[method-assign]
 
-        def error(message: str):
-            raise InputRejected(f"distir-opt: {message}")
-
-        arg_parser.error = error  # type: ignore[method-assign]
+        arg_parser.error = argparse_error("distir-opt", arg_parser)  # type: ignore[method-assign]
 
     def setup_pipeline(self):
         if self.args.verify_diagnostics:
