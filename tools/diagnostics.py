@@ -50,6 +50,8 @@ def describe(tool: str, e: BaseException) -> tuple[int, str]:
         return EXIT_REJECTED, str(e)
     if isinstance(e, ResultsDiffer):
         return EXIT_MISMATCH, str(e)
+    if isinstance(e, MemoryError):  # a resource limit, not a bug
+        return EXIT_REJECTED, f"{tool}: out of memory{': ' + str(e) if str(e) else ''}"
     where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
     at = f" at {where.filename}:{where.lineno}" if where else ""
     return EXIT_INTERNAL, f"{tool}: internal error: {type(e).__name__}: {e}{at} (a bug in distir)"

@@ -214,6 +214,40 @@ class MpiSession:
         stop_job(code)
 
 
+def _available_memory() -> int | None:
+    """Bytes of memory available to this process now (Linux), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_arguments(func: FuncOp, grids) -> None:
+    """Every argument can be given as an array, and all of them fit in memory (a
+    diagnostic now rather than an allocation failure later)."""
+    import math
+
+    from distir.runtime.values import UnsupportedType
+
+    total = 0
+    for name, t in npz.signature(func):
+        try:
+            shape, dtype = npz.expected_array(t, grids)
+        except UnsupportedType as e:
+            raise InputRejected(f"distir-run: argument '{name}' of @{func.sym_name.data}: {e}") from None
+        total += math.prod(shape) * dtype.itemsize
+    available = _available_memory()
+    if available is not None and total > available:
+        raise InputRejected(
+            f"distir-run: the arguments of @{func.sym_name.data} need {total / 2**30:.4g} GiB, "
+            f"more than the {available / 2**30:.1f} GiB of memory available"
+        )
+
+
 def _fingerprint(args, sources: dict[str, bytes], func: str, ranks: int, backend: str, given: dict) -> dict[str, str]:
     """What the ranks of an MPI job must agree on before they start."""
     from distir.runtime.mpi import inputs_fingerprint, program_digest
@@ -279,6 +313,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
     if backend_name == "interpret" and is_lowered(module):
         raise InputRejected("distir-run: the program is lowered (rt/nccl ops): the interpreter runs dist/coll-level programs; use --backend local, mpi or nccl")
     grids = npz.resolve_grids(module, ranks)
+    check_arguments(func, grids)
     given = npz.load_npz(args.inputs) if args.inputs else {}
     pieces: dict = {}
     if args.scatter_args:
