@@ -24,7 +24,9 @@ changing xDSL (a subclassed lexer and parser, and a scan before lexing):
 * **Shapes.** ``4x8x...xf32`` with thousands of dims parses in linear time (xDSL re-lexes
   the rest of the ``x4x8...`` identifier after every dim).
 * **Anything else** xDSL's parser raises on malformed input (``ValueError``,
-  ``OverflowError``, ``RecursionError``) becomes a diagnostic at the current token.
+  ``OverflowError``, a ``VerifyException`` of an attribute built while parsing, ...:
+  ``EXPECTED_PARSER_ERRORS``) becomes a diagnostic at the current token; a name that is
+  never defined is reported at its first use (xDSL reports it at the end of the input).
 
 ``spans`` maps every parsed op to the source position of its first token, so that the
 verifier (``dialects/verifier.py``) and the pass manager can point at the source line.
@@ -34,6 +36,7 @@ The spans of a parsed module are also remembered for it (``source_spans``).
 from __future__ import annotations
 
 import re
+import struct
 import sys
 import weakref
 
@@ -42,7 +45,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
-from xdsl.utils.exceptions import ParseError
+from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
@@ -126,6 +129,30 @@ class SourceParser(Parser):
             self.op_spans[op] = start
         return op
 
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError as e:
+            if not self.forward_ssa_references or not e.msg.startswith("values used but not defined"):
+                raise
+            raise self._undefined_value() from None
+
+    def _undefined_value(self) -> ParseError:
+        """xDSL reports names never defined at the end of the input; point at the first
+        use instead."""
+        first: tuple[int, str, Span] | None = None
+        for name, refs in self.forward_ssa_references.items():
+            for value in refs.values():
+                for use in value.uses:
+                    span = self.op_spans.get(use.operation)
+                    if span is not None and (first is None or span.start < first[0]):
+                        first = (span.start, name, span)
+        if first is None:
+            names = ", ".join("%" + n for n in self.forward_ssa_references)
+            return ParseError(self._current_token.span, f"values used but not defined: [{names}]")
+        _, name, span = first
+        return ParseError(span, f"%{name} is used but not defined here (a value defined inside a region is not visible outside it)")
+
     def parse_dimension_list(self) -> list[int]:
         """``4x?x8`` (the ``x`` before the element type stays), in linear time."""
         token = self._current_token
@@ -151,12 +178,18 @@ class SourceParser(Parser):
         start = self._current_token.span.start
         try:
             return super().parse_optional_builtin_int_or_float_attr()
-        except (ValueError, OverflowError):
+        except (ValueError, OverflowError, VerifyException):
             text = self.lexer.input.content[start : self.pos].rstrip()
             span = Span(start, start + max(len(text), 1), self.lexer.input)
             value, _, type_ = (" ".join(text.split())).partition(" : ")
             raise ParseError(span, f"{value} is out of range for {type_ or 'its type'}") from None
 
+
+EXPECTED_PARSER_ERRORS = (ValueError, OverflowError, RecursionError, VerifyException, struct.error, NotImplementedError)
+"""What xDSL's parser raises (rather than a ParseError) on some malformed inputs: out of
+range values, attributes that do not verify, unsupported widths (``dense<1> :
+tensor<2xi128>``). ``parse_source`` turns these, and anything else, into a
+``ParseError`` at the current token (its ``cause`` is the original type)."""
 
 _SPANS: weakref.WeakKeyDictionary[Operation, dict[Operation, Span]] = weakref.WeakKeyDictionary()
 
@@ -184,10 +217,19 @@ def parse_source(text: str, name: str, ctx: Context, implicit_module: bool = Tru
         module = parser.parse_module(implicit_module)
     except ParseError:
         raise
-    except (ValueError, OverflowError, RecursionError) as e:
+    except Exception as e:  # noqa: BLE001 - xDSL's parser on malformed input: a diagnostic here
         token = parser._current_token.span  # noqa: SLF001 - where the parser stood
-        why = "input nested too deeply" if isinstance(e, RecursionError) else str(e)
-        raise ParseError(token, why) from None
+        if isinstance(e, RecursionError):
+            why = "input nested too deeply"
+        elif isinstance(e, struct.error):
+            why = f"a value does not fit its element type ({e})"
+        elif isinstance(e, EXPECTED_PARSER_ERRORS):
+            why = str(e)
+        else:
+            why = f"cannot parse this ({type(e).__name__}: {e})"
+        error = ParseError(token, why)
+        error.cause = type(e)  # type: ignore[attr-defined] - the fuzz tests look at it
+        raise error from None
     _SPANS[module] = parser.op_spans
     return module, parser.op_spans
 
