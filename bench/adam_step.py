@@ -13,7 +13,8 @@ by side in one run and printed as ratios (the issue's targets in brackets):
 
 PyTorch (pip install torch==2.13.0, the CPU wheel) and the mpich wheel's mpiexec are
 needed for (c) and (b); a missing one is reported at the start and its ratio left out,
-the rest runs. Memory: about 3.5 GB at the default size (2^24), half per step down.
+the rest runs. Memory: about 2.2 GB at the default size (2^24; half per --log2n less),
+plus 0.7-0.8 GB per process of the mpi baselines, which run after the local ones.
 """
 
 from __future__ import annotations

@@ -84,7 +84,15 @@ class LocalStep:
         self.runner.step()
 
     def close(self) -> None:
+        """Stop the rank threads and drop the buffers (the next program's memory starts
+        from here: peaks stay those of the programs alive together)."""
+        import gc
+
         self.runner.close()
+        for t in self.runner._threads:  # noqa: SLF001 - a thread holds its runner until it ends
+            t.join(timeout=10)
+        self.runner = self.program = None  # type: ignore[assignment]
+        gc.collect()
 
 
 def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2) -> dict[str, float]:

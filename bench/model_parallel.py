@@ -9,7 +9,7 @@ measured side by side; only those two programs are in memory at a time.
 
     python bench/model_parallel.py [--b 8 --s 1024 --h 3072] [--chunks 4] [--reps 5]
 
-Memory: about 2 GB at the default size (it grows with B*S*H and H*H).
+Memory: about 3 GB at the default size (it grows with B*S*H and H*H).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ PREFIX.csv and a plot as PREFIX.png (matplotlib). The README's table and plot ar
 
     python bench/sizes.py [--min 10] [--max 26] [--step 2] [--out PREFIX]
 
-Memory: about 2.5 GB at the largest default size (2^26), a quarter per step of 2 down.
+Memory: about 9 GB at the largest default size (2^26); --max 24 needs about 2.3 GB.
 """
 
 from __future__ import annotations
