@@ -75,7 +75,7 @@ def check_front_end(kind: str, data: bytes) -> None:
 
 # Mostly generated inputs (cheap); mutated examples also run through the tools below
 # and in test_opt_mutations.py.
-@settings(max_examples=2000, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1500, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2**32), st.sampled_from([k for k in GENERATORS if k != "mutation"] * 3 + ["mutation"]))
 def test_front_end_gives_a_module_or_a_located_diagnostic(seed, kind):
     check_front_end(*fuzz_input(random.Random(seed), kind))
@@ -88,7 +88,7 @@ def test_every_kind_of_input_is_generated_and_bounded(kind):
         check_front_end(*fuzz_input(rng, kind))
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2**32))
 def test_tools_exit_with_0_1_or_2(tmp_path_factory, seed):
     kind, data = fuzz_input(random.Random(seed))
