@@ -262,8 +262,15 @@ class MpiComm:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self.heap: SharedHeap | None = None
+        self.node_ranks: list[int] | None = None
+        if heap is not None:
+            self.attach(heap)
+
+    def attach(self, heap: SharedHeap) -> None:
+        """Share buffers through ``heap`` (when the whole group is on its node)."""
         self.heap = heap
-        self.node_ranks = heap.node_ranks(comm) if heap is not None else None
+        self.node_ranks = heap.node_ranks(self.comm)
 
     def split(self, color: int, key: int) -> MpiComm:
         return MpiComm(self.comm.Split(color, key), self.heap)
@@ -615,23 +622,43 @@ class MpiRunner:
             )
         self.program = program
         self.rank = self.world.Get_rank()
-        self.heap = _shared_heap(self.world, program) if shared_memory else None
-        # One rank per core: BLAS threads of several ranks would fight over the cores
-        # (OpenBLAS threads spin between calls), as the local backend's rank threads do.
-        from distir.runtime.host import limit_blas_threads
-
-        on_node = self.heap.node.Get_size() if self.heap is not None else self.world.Get_size()
-        limit_blas_threads(max(1, (os.cpu_count() or 1) // on_node))
-        self.device = MpiDevice(self.heap)
-        self.executor = PollingExecutor(program, self.rank, MpiComm(self.world, self.heap), self.device)
+        self.shared_memory = shared_memory
+        self.heap: SharedHeap | None = None
+        self.started = False
+        self.device = MpiDevice()
+        self.comm = MpiComm(self.world)
+        self.executor = PollingExecutor(program, self.rank, self.comm, self.device)
         self.args: list[Any] = []
 
     def bind(self, inputs: Mapping[str, np.ndarray], pieces: Mapping[str, Any] | None = None) -> None:
+        """This rank's argument buffers (no communication: before the first step they
+        are private, and move into the shared-memory window when it is made)."""
         if self.heap is not None:
             self.heap.reset_args()
         self.args = self.program.rank_args(inputs, self.rank, self.device, pieces)
 
+    def start(self) -> None:
+        """Collective, once, at the first step (after the ranks' start-up agreement):
+        make the node's shared-memory window and move the bound arguments into it, and
+        give each rank its share of the node's cores for BLAS (OpenBLAS threads of
+        several ranks would fight over the cores, as the local backend's rank threads
+        would)."""
+        if self.started:
+            return
+        self.started = True
+        if self.shared_memory:
+            self.heap = _shared_heap(self.world, self.program)
+        if self.heap is not None:
+            self.device.heap = self.heap
+            self.comm.attach(self.heap)
+            self.args = [self.device.from_host(a) if isinstance(a, np.ndarray) else a for a in self.args]
+        from distir.runtime.host import limit_blas_threads
+
+        on_node = self.heap.node.Get_size() if self.heap is not None else self.world.Get_size()
+        limit_blas_threads(max(1, (os.cpu_count() or 1) // on_node))
+
     def step(self) -> list[Any]:
+        self.start()
         try:
             out = self.executor.run(self.args)
             for s in self.executor.streams.values():
