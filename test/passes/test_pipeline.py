@@ -52,7 +52,7 @@ def test_each_pass_has_a_one_line_summary():
     [
         ("split-alreduce", "unknown pass 'split-alreduce' (did you mean 'split-allreduce'?)"),
         ("fuse-allreduce,ovrlap", "unknown pass 'ovrlap' (did you mean 'overlap'?)"),
-        ("overlap{chunk=2}", "pass 'overlap' has no option 'chunk' (did you mean 'chunks'?) (its options: chunks, order, targets)"),
+        ("overlap{chunk=2}", "pass 'overlap' has no option 'chunk' (did you mean 'chunks'?) (its options: chunks, order, granularity, targets)"),
         ("overlap{chunks=two}", "pass 'overlap':"),
         ("overlap{", "Error parsing pass pipeline specification"),
     ],

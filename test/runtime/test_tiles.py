@@ -209,3 +209,20 @@ def test_failure_on_one_rank_stops_the_others(monkeypatch):
     runner.bind(program.prepare_inputs({}, 0))
     with pytest.raises(ExecutionFailed, match="rank 1.*injected failure"):
         runner.step()
+
+
+@pytest.mark.parametrize("name", ["transformer_decode", "dlrm_embedding", "moe"])
+def test_distir_run_compares_the_fused_schedule_with_the_program(capsys, name):
+    """``distir-run examples/schedules/<name>_fused.mlir --compare examples/<name>.mlir``:
+    the workload's fused operator on ``local`` (2 ranks, its own sizes) agrees with the
+    unfused program on the interpreter."""
+    from pathlib import Path
+
+    from distir.tools.run import main
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    code = main([str(examples / "schedules" / f"{name}_fused.mlir"), "--ranks", "2", "--backend", "local",
+                 "--compare", str(examples / f"{name}.mlir"), "--compare-backend", "interpret"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "results agree" in out
