@@ -936,6 +936,8 @@ class Watchdog:
         self.seconds, self.label, self.where, self.grace, self.code = seconds, label, where, grace, code
         self.deadline = time.monotonic() + seconds
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._fired = False
         self._thread = threading.Thread(target=self._watch, name="distir-watchdog", daemon=True)
         self._thread.start()
 
@@ -944,6 +946,10 @@ class Watchdog:
 
         if self._done.wait(max(self.deadline - time.monotonic(), 0)):
             return
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._fired = True
         try:
             where = self.where()
         except Exception as e:  # noqa: BLE001 - the report must not fail
@@ -954,7 +960,14 @@ class Watchdog:
         stop_job(self.code)
 
     def stop(self) -> None:
-        self._done.set()
+        """The run is over; once the timeout was reported, the process ends as the
+        report said (the run finishing during the grace period does not make it a
+        success)."""
+        with self._lock:
+            self._done.set()
+            fired = self._fired
+        if fired:
+            self._thread.join()
 
 
 def stop_job(code: int) -> None:
