@@ -95,9 +95,9 @@ class LocalStep:
         gc.collect()
 
 
-def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2) -> dict[str, float]:
-    """Median time of each function, the functions run round-robin (so that a change in
-    the machine's load hits them all alike)."""
+def samples(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2) -> dict[str, list[float]]:
+    """``reps`` times of each function, the functions run round-robin (so that a change
+    in the machine's load hits them all alike)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -107,7 +107,12 @@ def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2
             t = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2) -> dict[str, float]:
+    """Median time of each function, run round-robin (``samples``)."""
+    return {k: statistics.median(v) for k, v in samples(fns, reps, warmup).items()}
 
 
 def triad_runner(n: int, threads: int = 2) -> Callable[[], None]:

@@ -30,13 +30,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import LocalStep, note, schedule, table  # noqa: E402
+from common import LocalStep, note, samples, schedule, table  # noqa: E402
 
 # Tiles per destination: GEMV tiles are column blocks of the weight, read with a stride
 # (each more tile costs bandwidth on a CPU), so one per owner; embedding tiles are
@@ -143,19 +142,10 @@ def programs_of(workload: str, programs: tuple[str, str, str]) -> dict[str, str]
     }
 
 
-def measure(fns: dict, reps: int, warmup: int = 2) -> dict[str, dict[str, float]]:
-    """Median and minimum time of each function, run round-robin (a change in the
-    machine's load hits them all alike; the minimum is the least disturbed run)."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for k, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            samples[k].append(time.perf_counter() - t)
-    return {k: {"median": statistics.median(v), "min": min(v)} for k, v in samples.items()}
+def measure(fns: dict, reps: int) -> dict[str, dict[str, float]]:
+    """Median and minimum time of each function, run round-robin (the minimum is the
+    least disturbed run)."""
+    return {k: {"median": statistics.median(v), "min": min(v)} for k, v in samples(fns, reps).items()}
 
 
 def run_mpi(jobs: dict[str, dict[str, str]], reps: int, skew: dict[str, str], skew_reps: int) -> dict | None:

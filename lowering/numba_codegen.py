@@ -703,6 +703,21 @@ def _flat_expr(space: Sequence[int]) -> str:
     return expr
 
 
+def unravel(ndim: int, extent, index: str = "i", rest_name: str = "r") -> list[str]:
+    """Statements turning the flat index ``g`` into indices ``{index}0 ..`` (row-major;
+    ``extent(d)`` is the source text of dim d's extent)."""
+    lines = []
+    rest = "g"
+    for k in reversed(range(ndim)):
+        if k == 0:
+            lines.append(f"{index}0 = {rest}")
+        else:
+            lines.append(f"{index}{k} = {rest} % {extent(k)}")
+            lines.append(f"{rest_name}{k} = {rest} // {extent(k)}")
+            rest = f"{rest_name}{k}"
+    return lines
+
+
 def cuda_source(kernel: rt.KernelOp) -> KernelSource:
     """The CUDA kernel of a kernel: one thread per element, grid-stride loop."""
     tr = Translator(kernel, "cuda")
@@ -713,16 +728,8 @@ def cuda_source(kernel: rt.KernelOp) -> KernelSource:
     lines = [f"def kernel({', '.join(args)}):"]
     lines += _indent(hoisted, 4)
     lines.append(f"    for g in range(cuda.grid(1), {total}, cuda.gridsize(1)):")
-    rest = "g"
-    unravel = []
-    for k in reversed(range(len(space))):
-        if k == 0:
-            unravel.append(f"i0 = {rest}")
-        else:
-            unravel.append(f"i{k} = {rest} % {space[k]}")
-            unravel.append(f"r{k} = {rest} // {space[k]}")
-            rest = f"r{k}"
-    lines += _indent(unravel + body if body else unravel + ["pass"], 8)
+    idx = unravel(len(space), lambda k: str(space[k]))
+    lines += _indent(idx + body if body else idx + ["pass"], 8)
     kinds, storage = _param_kinds(tr, "cuda")
     head = _header("cuda")
     if any(isinstance(a.type, MemRefType) and tr.bf16(a) for a in tr.params):

@@ -110,6 +110,18 @@ def chain_of(op: Operation) -> list[Operation]:
     return chain
 
 
+def maximal_chains(ops: list[Operation]) -> list[list[Operation]]:
+    """The maximal chains through ``ops``, each once."""
+    seen: set[Operation] = set()
+    out = []
+    for o in ops:
+        if o not in seen:
+            chain = chain_of(o)
+            seen.update(chain)
+            out.append(chain)
+    return out
+
+
 def _trim(chain: list[Operation], keep: set[Operation]) -> list[Operation] | None:
     """The chain from its first op in ``keep`` (its head when ``keep`` is empty) to its
     last collective or last op in ``keep``, whichever comes later; None when that holds
@@ -200,30 +212,21 @@ class OverlapPass(ModulePass):
             targets.require_known("chain ops", [r for o in ops for r in o.results])
             chains: list[list[Operation]] = []
             if targets.all:
-                seen: set[Operation] = set()
-                for o in ops:
-                    if o in seen:
-                        continue
-                    chain = chain_of(o)
-                    seen.update(chain)
+                for chain in maximal_chains(ops):
                     trimmed = _trim(chain, set())
                     if trimmed is not None:
                         chains.append(trimmed)
             else:
                 by_head: dict[Operation, set[Operation]] = {}
-                for name in targets.wanted:
-                    for v in targets.values(name):
-                        owner = v.owner
-                        if not isinstance(owner, Operation) or owner not in ops:
-                            fail(self.name, f"target %{name}: not a computation or collective that a chain can hold")
-                        chain = chain_of(owner)
-                        if _trim(chain, set()) is None:
-                            fail(
-                                self.name,
-                                f"target %{name}: '{owner.name}' is in no producer -> collective chain "
-                                "(each op must read the single, single-use result of the previous one)",
-                            )
-                        by_head.setdefault(chain[0], set()).add(owner)
+                for name, owner in self.targeted(targets, ops):
+                    chain = chain_of(owner)
+                    if _trim(chain, set()) is None:
+                        fail(
+                            self.name,
+                            f"target %{name}: '{owner.name}' is in no producer -> collective chain "
+                            "(each op must read the single, single-use result of the previous one)",
+                        )
+                    by_head.setdefault(chain[0], set()).add(owner)
                 for head, keep in by_head.items():
                     trimmed = _trim(chain_of(head), keep)
                     if trimmed is None:
@@ -242,24 +245,26 @@ class OverlapPass(ModulePass):
         targets.require_known("chain ops", [r for o in ops for r in o.results])
         segments: dict[Operation, list[Operation]] = {}
         if targets.all:
-            seen: set[Operation] = set()
-            for o in ops:
-                if o not in seen:
-                    chain = chain_of(o)
-                    seen.update(chain)
-                    for seg in tile_segments(chain):
-                        segments[seg[0]] = seg
-        else:
-            for name in targets.wanted:
-                for v in targets.values(name):
-                    owner = v.owner
-                    if not isinstance(owner, Operation) or owner not in ops:
-                        fail(self.name, f"target %{name}: not a computation or collective that a chain can hold")
-                    chain = chain_of(owner)
-                    seg, why = tile_segment(chain, chain.index(owner))
-                    if seg is None:
-                        fail(self.name, f"target %{name}: no fused tile operator holds '{owner.name}': {why}")
+            for chain in maximal_chains(ops):
+                for seg in tile_segments(chain):
                     segments[seg[0]] = seg
+        else:
+            for name, owner in self.targeted(targets, ops):
+                chain = chain_of(owner)
+                seg, why = tile_segment(chain, chain.index(owner))
+                if seg is None:
+                    fail(self.name, f"target %{name}: no fused tile operator holds '{owner.name}': {why}")
+                segments[seg[0]] = seg
         for seg in segments.values():
             wrap(seg, self.chunks, self.order, "tile")
+
+    def targeted(self, targets: Targets, ops: list[Operation]):
+        """(name, op) of every targeted op; a target that no chain can hold is an error."""
+        eligible = set(ops)
+        for name in targets.wanted:
+            for v in targets.values(name):
+                owner = v.owner
+                if not isinstance(owner, Operation) or owner not in eligible:
+                    fail(self.name, f"target %{name}: not a computation or collective that a chain can hold")
+                yield name, owner
 

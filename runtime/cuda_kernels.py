@@ -12,6 +12,7 @@ compile to PTX for any compute capability and be assembled by ``ptxas``.
 
 from __future__ import annotations
 
+import textwrap
 import threading
 from typing import Any
 
@@ -20,6 +21,30 @@ from distir.lowering import numba_codegen as cg
 TILE = 16
 """Square tile edge of the matmul (TILE x TILE threads per block)."""
 
+FLAGS = """
+
+@cuda.jit(device=True, inline=True)
+def _flag(c_last, c_mid, c_batch, w1, d1, m1, s1, mult, w2, d2, m2, s2):
+    # The ready flag of an element: (c1 // s1) * mult + c2 // s2, each coordinate its
+    # last-dim (w 2), second-last-dim (w 1) or batch coordinate ((c_batch // d) % m, w 0).
+    c1 = c_last if w1 == 2 else (c_mid if w1 == 1 else (c_batch // d1) % m1)
+    c2 = c_last if w2 == 2 else (c_mid if w2 == 1 else (c_batch // d2) % m2)
+    return (c1 // s1) * mult + c2 // s2
+
+
+@cuda.jit(device=True, inline=True)
+def _tally(flags, f, last, count):
+    # Count one finished element for flag f; the running count of the previous flag is
+    # added to it (atomically) when the flag changes (f = -2 flushes).
+    if f != last:
+        if count > 0:
+            cuda.atomic.add(flags, last, count)
+        return f, 1
+    return last, count + 1
+
+"""
+"""Device functions of the kernels that count finished elements per ready flag."""
+
 _LOCK = threading.Lock()
 _CACHE: dict[tuple, Any] = {}
 
@@ -27,7 +52,7 @@ MATMUL = """
 import numba
 import numpy as np
 from numba import cuda
-
+{flags}
 TILE = {tile}
 
 
@@ -78,17 +103,9 @@ def matmul(a, b, c, order, flags, w1, d1, m1, s1, mult, w2, d2, m2, s2):
         for cc in range(TILE):
             cidx = tj * TILE + cc
             if cidx < n:
-                c1 = cidx if w1 == 2 else (row if w1 == 1 else (bat // d1) % m1)
-                c2 = cidx if w2 == 2 else (row if w2 == 1 else (bat // d2) % m2)
-                f = (c1 // s1) * mult + c2 // s2
-                if f != last:
-                    if count > 0:
-                        cuda.atomic.add(flags, last, count)
-                    last = f
-                    count = 0
-                count += 1
-        if count > 0:
-            cuda.atomic.add(flags, last, count)
+                f = _flag(cidx, row, bat, w1, d1, m1, s1, mult, w2, d2, m2, s2)
+                last, count = _tally(flags, f, last, count)
+        _tally(flags, -2, last, count)
 """
 
 WAIT_FLAG = """
@@ -155,16 +172,7 @@ def embedding_bag(table, indices, out, row0):
         d = g % d_n
         b = (g // d_n) % b_n
         t = g // (d_n * b_n)
-        acc = {init}
-        for l in range(bag):
-            r = indices[t, b, l] - row0
-            if r >= 0 and r < rows:
-                v = {load}(table[t, r, d])
-            else:
-                v = numba.{acc}(0)
-            {combine}
-        {finish}
-        out[t, b, d] = {cast}(acc)
+{pool}
 """
 
 
@@ -172,7 +180,7 @@ EMBEDDING_TILED = """
 import numba
 import numpy as np
 from numba import cuda
-
+{flags}
 
 def embedding_tiled(table, indices, out, row0, order, flags, w1, d1, m1, s1, mult, w2, d2, m2, s2):
     # table [T, R, D], indices [T, B, L], out [T, B, D]; block i pools bag order[i]
@@ -186,33 +194,15 @@ def embedding_tiled(table, indices, out, row0, order, flags, w1, d1, m1, s1, mul
     t = item // b_n
     b = item % b_n
     for d in range(cuda.threadIdx.x, d_n, cuda.blockDim.x):
-        acc = {init}
-        for l in range(bag):
-            r = indices[t, b, l] - row0
-            if r >= 0 and r < rows:
-                v = {load}(table[t, r, d])
-            else:
-                v = numba.{acc}(0)
-            {combine}
-        {finish}
-        out[t, b, d] = {cast}(acc)
+{pool}
     cuda.threadfence()
     cuda.syncthreads()
     if cuda.threadIdx.x == 0:
         last = -1
         count = 0
         for d in range(d_n):
-            c1 = d if w1 == 2 else (b if w1 == 1 else (t // d1) % m1)
-            c2 = d if w2 == 2 else (b if w2 == 1 else (t // d2) % m2)
-            f = (c1 // s1) * mult + c2 // s2
-            if f != last:
-                if count > 0:
-                    cuda.atomic.add(flags, last, count)
-                last = f
-                count = 0
-            count += 1
-        if count > 0:
-            cuda.atomic.add(flags, last, count)
+            last, count = _tally(flags, _flag(d, b, t, w1, d1, m1, s1, mult, w2, d2, m2, s2), last, count)
+        _tally(flags, -2, last, count)
 """
 
 COMBINE = """
@@ -265,7 +255,7 @@ def load(dtype_name: str) -> str:
 
 
 def matmul_source(dtype_name: str, tile: int = TILE) -> str:
-    return _with_bf16(dtype_name, MATMUL.format(tile=tile, acc=acc_type(dtype_name), cast=cast(dtype_name), load=load(dtype_name)))
+    return _with_bf16(dtype_name, MATMUL.format(tile=tile, acc=acc_type(dtype_name), cast=cast(dtype_name), load=load(dtype_name), flags=FLAGS))
 
 
 def matmul_kernel(dtype_name: str, tile: int = TILE):
@@ -282,16 +272,7 @@ def copy_source(src_ndim: int, dst_ndim: int) -> str:
     def unravel(prefix: str, ndim: int, arr: str) -> str:
         if ndim == 0:
             return "0"
-        names = []
-        rest = "g"
-        for d in reversed(range(ndim)):
-            if d == 0:
-                body.append(f"        {prefix}0 = {rest}")
-            else:
-                body.append(f"        {prefix}{d} = {rest} % {arr}.shape[{d}]")
-                body.append(f"        {prefix}r{d} = {rest} // {arr}.shape[{d}]")
-                rest = f"{prefix}r{d}"
-            names.append(f"{prefix}{d}")
+        body.extend(f"        {x}" for x in cg.unravel(ndim, lambda d: f"{arr}.shape[{d}]", prefix, f"{prefix}r"))
         return ", ".join(f"{prefix}{d}" for d in range(ndim))
 
     si = unravel("s", src_ndim, "src")
@@ -329,6 +310,26 @@ def reduce_kernel(kind: str, dtype_name: str):
     return _compile(("reduce", kind, dtype_name), reduce_source(kind, dtype_name), "reduce")
 
 
+POOL = """acc = {init}
+for l in range(bag):
+    r = indices[t, b, l] - row0
+    if r >= 0 and r < rows:
+        v = {load}(table[t, r, d])
+    else:
+        v = numba.{acc}(0)
+    {combine}
+{finish}
+out[t, b, d] = {cast}(acc)"""
+"""One output element (t, b, d) of an embedding bag, pooled (both embedding kernels)."""
+
+
+def _pool(mode: str, dtype_name: str) -> str:
+    acc = acc_type(dtype_name)
+    init, combine, finish = _pooling(mode, acc)
+    body = POOL.format(init=init, combine=combine, finish=finish, acc=acc, cast=cast(dtype_name), load=load(dtype_name))
+    return textwrap.indent(body, " " * 8)
+
+
 def _pooling(mode: str, acc: str) -> tuple[str, str, str]:
     if mode == "max":
         return f"numba.{acc}(-math.inf)", "acc = v if v > acc else acc", "pass"
@@ -336,16 +337,12 @@ def _pooling(mode: str, acc: str) -> tuple[str, str, str]:
 
 
 def embedding_source(mode: str, dtype_name: str) -> str:
-    acc = acc_type(dtype_name)
-    init, combine, finish = _pooling(mode, acc)
-    src = EMBEDDING.format(init=init, combine=combine, finish=finish, acc=acc, cast=cast(dtype_name), load=load(dtype_name))
+    src = EMBEDDING.format(pool=_pool(mode, dtype_name))
     return _with_bf16(dtype_name, "import math\n" + src)
 
 
 def embedding_tiled_source(mode: str, dtype_name: str) -> str:
-    acc = acc_type(dtype_name)
-    init, combine, finish = _pooling(mode, acc)
-    src = EMBEDDING_TILED.format(init=init, combine=combine, finish=finish, acc=acc, cast=cast(dtype_name), load=load(dtype_name))
+    src = EMBEDDING_TILED.format(pool=_pool(mode, dtype_name), flags=FLAGS)
     return _with_bf16(dtype_name, "import math\n" + src)
 
 
@@ -366,16 +363,7 @@ def combine_source(kind: str, dtype_name: str, ndim: int) -> str:
     """``dst = dst (kind) src`` element-wise over ``ndim``-d arrays, computed in the
     accumulator type (``scale`` != 0 multiplies the result)."""
     acc = acc_type(dtype_name)
-    lines = []
-    rest = "g"
-    idx = []
-    for d in reversed(range(ndim)):
-        if d == 0:
-            lines.append(f"        i0 = {rest}")
-        else:
-            lines.append(f"        i{d} = {rest} % dst.shape[{d}]")
-            lines.append(f"        r{d} = {rest} // dst.shape[{d}]")
-            rest = f"r{d}"
+    lines = [f"        {x}" for x in cg.unravel(ndim, lambda d: f"dst.shape[{d}]")]
     idx = ", ".join(f"i{d}" for d in range(ndim))
     ld = load(dtype_name)
     lines.append(f"        a = {ld}(dst[{idx}])")
