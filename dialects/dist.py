@@ -19,6 +19,7 @@ meshes and placements, and reports a broken rule as
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, NoReturn
@@ -130,11 +131,11 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         mesh: str | None = None,
         placements: Sequence[Placement] | None = None,
     ) -> TensorType:
-        return TensorType(
-            self.get_shape() if shape is None else shape,
+        return _tensor_type(
+            self.get_shape() if shape is None else tuple(shape),
             self.element_type if element_type is None else element_type,
-            self.mesh if mesh is None else mesh,
-            self.get_placements() if placements is None else placements,
+            self.mesh_name if mesh is None else mesh,
+            self.get_placements() if placements is None else tuple(placements),
         )
 
     def format_shape(self) -> str:
@@ -185,6 +186,13 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         why = self.layout_error(self.rank, self.get_placements())
         if why:
             raise VerifyException(f"!dist.tensor {why}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_type(shape: tuple[int, ...], element_type: Attribute, mesh: str, placements: tuple[Placement, ...]) -> TensorType:
+    """``TensorType(...)``, built (and verified) once per distinct type: passes derive
+    types by the thousand on model-scale programs, and types are immutable."""
+    return TensorType(shape, element_type, mesh, placements)
 
 
 # ======================================================================================

@@ -171,4 +171,4 @@ class SliceStatePass(ModulePass):
                     if why is not None and not targets.all:
                         fail(self.name, f"target %{targets.name(arg)}: cannot keep the argument sliced: {why}")
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)
