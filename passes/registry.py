@@ -35,6 +35,7 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "fuse-allreduce": _lazy("passes.fuse_allreduce", "FuseAllReducePass"),
     "fuse-collectives": _lazy("passes.fuse_collectives", "FuseCollectivesPass"),
     "overlap": _lazy("passes.overlap", "OverlapPass"),
+    "combine-collectives": _lazy("passes.combine_collectives", "CombineCollectivesPass"),
     # leaving the dist/coll level (lowering/)
     "fix-mesh-sizes": _lazy("lowering.fix_mesh_sizes", "FixMeshSizesPass"),
     "lower-overlap": _lazy("lowering.lower_overlap", "LowerOverlapPass"),
