@@ -39,6 +39,7 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     # leaving the dist/coll level (lowering/)
     "fix-mesh-sizes": _lazy("lowering.fix_mesh_sizes", "FixMeshSizesPass"),
     "lower-overlap": _lazy("lowering.lower_overlap", "LowerOverlapPass"),
+    "lower-buckets": _lazy("lowering.lower_buckets", "LowerBucketsPass"),
     "lower-to-kernels": _lazy("lowering.lower_to_kernels", "LowerToKernelsPass"),
     "lower-collectives": _lazy("lowering.lower_collectives", "LowerCollectivesPass"),
 }
