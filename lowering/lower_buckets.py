@@ -393,7 +393,8 @@ def horizontal(u: rt.UnpackOp, order: BlockOrder, packs: dict[tuple, SSAValue]) 
     assert isinstance(xt, TensorType)
     sizes = mesh_sizes(u, xt)
     new_ops: list[Operation] = []
-    made = instantiate(template, u.input, new_ops.append, new_ops.append, sizes, packs)
+    outer: list[Operation] = []  # packs first, so that the ops stay one run (one kernel)
+    made = instantiate(template, u.input, new_ops.append, outer.append, sizes, packs)
     if made is None:
         return
     members_done: list[Operation] = []
@@ -408,7 +409,7 @@ def horizontal(u: rt.UnpackOp, order: BlockOrder, packs: dict[tuple, SSAValue]) 
             for m, nu in zip(members, un.members):
                 nu.name_hint = m.name_hint
                 m.replace_all_uses_with(nu)
-    ops = [*new_ops, *members_done]
+    ops = [*outer, *new_ops, *members_done]
     anchor = u.next_op
     assert anchor is not None
     block.insert_ops_before(ops, anchor)
@@ -417,6 +418,9 @@ def horizontal(u: rt.UnpackOp, order: BlockOrder, packs: dict[tuple, SSAValue]) 
         for op in reversed(c):
             op.detach()
             op.erase()
+    if all(not m.uses for m in u.members):
+        u.detach()
+        u.erase()
 
 
 @dataclass(frozen=True)

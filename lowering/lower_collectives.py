@@ -546,6 +546,8 @@ class FuncLowering:
         full = self.input(op.input)
         args = self.arena_members.get(full)
         for k, (m, off) in enumerate(zip(op.members, op.offsets())):
+            if not m.uses:
+                continue
             if args is not None:
                 self.buf[m] = self.entry.args[args[k]]
             else:

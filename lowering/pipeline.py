@@ -46,9 +46,9 @@ def lower(module: ModuleOp, ranks: int) -> ModuleOp:
     from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
     from distir.lowering.lower_buckets import LowerBucketsPass
     from distir.lowering.lower_collectives import LowerCollectivesPass
-    from distir.passes.combine_collectives import CombineCollectivesPass
     from distir.lowering.lower_overlap import LowerOverlapPass
     from distir.lowering.lower_to_kernels import LowerToKernelsPass
+    from distir.passes.combine_collectives import CombineCollectivesPass
 
     out = module.clone()
     ctx = Context()
