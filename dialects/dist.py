@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -402,11 +403,39 @@ def fail(op: Operation, msg: str) -> NoReturn:
     raise VerifyException(f"'{op.name}' op {msg}")
 
 
+_SYMBOLS: weakref.WeakKeyDictionary[Operation, dict[str, Operation]] = weakref.WeakKeyDictionary()
+
+
 def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:
-    try:
-        return SymbolTable.lookup_symbol(op, ref)
-    except ValueError:
-        return None
+    """The symbol ``ref`` names, from ``op``'s closest symbol table. Top-level names are
+    found through a table of the symbols built once and rebuilt only when it is stale
+    (xDSL's lookup scans the module, which made verifying a lowered module with a
+    kernel per op quadratic)."""
+    name = ref if isinstance(ref, str) else ref.root_reference.data if not ref.nested_references.data else None
+    anchor: Operation | None = op
+    while anchor is not None and not anchor.has_trait(SymbolTable):
+        anchor = anchor.parent_op()
+    if name is None or anchor is None:
+        try:
+            return SymbolTable.lookup_symbol(op, ref)
+        except ValueError:
+            return None
+    table = _SYMBOLS.get(anchor)
+    hit = table.get(name) if table is not None else None
+    if hit is not None and hit.parent_op() is anchor and _sym_name(hit) == name:
+        return hit
+    table = {}
+    for o in anchor.regions[0].block.ops:
+        n = _sym_name(o)
+        if n is not None:
+            table.setdefault(n, o)
+    _SYMBOLS[anchor] = table
+    return table.get(name)
+
+
+def _sym_name(op: Operation) -> str | None:
+    a = op.properties.get("sym_name") or op.attributes.get("sym_name")
+    return a.data if isinstance(a, StringAttr) else None
 
 
 def lookup_mesh(op: Operation, t: TensorType) -> MeshOp:

@@ -92,6 +92,30 @@ def _take_slice_chain(arg: SSAValue) -> tuple[list[Operation], SSAValue] | str:
     return chain, cur
 
 
+def _chain_type(arg: SSAValue):
+    """What ``_take_slice_chain`` would find, without changing the IR: the type of the
+    sliced value, or why the argument is read some other way."""
+    level = [arg]
+    depth = 0
+    while True:
+        users = [u.operation for v in level for u in v.uses]
+        if not users:
+            break
+        if not all(isinstance(u, dist.TakeSliceOp) for u in users):
+            if depth == 0:
+                bad = next(u for u in users if not isinstance(u, dist.TakeSliceOp))
+                return f"it is read by '{bad.name}', not only through dist.take_slice"
+            break
+        first = users[0]
+        if any(u.options() != first.options() for u in users[1:]):  # type: ignore[attr-defined]
+            return "it is sliced in different ways"
+        level = [u.results[0] for u in users]
+        depth += 1
+    if depth == 0:
+        return "it is not read through dist.take_slice"
+    return level[0].type
+
+
 def _gathered_from(v: SSAValue, want) -> tuple[list[Operation], SSAValue] | None:
     """The AllGathers ending in ``v`` and the value of type ``want`` they gather."""
     ags: list[Operation] = []
@@ -114,16 +138,13 @@ def _slice_argument(f: func.FuncOp, arg: BlockArgument, called: set[str]) -> str
         return f"no result of @{f.sym_name.data} updates it in place ({{dist.inplace = {arg.index}}})"
     ret = f.body.block.last_op
     assert isinstance(ret, func.ReturnOp)
-    probe = f.clone()
-    probe_arg = probe.body.block.args[arg.index]
-    got = _take_slice_chain(probe_arg)
+    got = _chain_type(arg)
     if isinstance(got, str):
         return got
-    _, sliced = got
-    want = sliced.type
-    if _gathered_from(probe.body.block.last_op.operands[j], want) is None:  # type: ignore[union-attr]
+    want = got
+    if _gathered_from(ret.operands[j], want) is None:
         return f"its in-place update is not an all_gather of a value placed {want}"
-    # the checks passed on a copy: now rewrite for real
+    # the checks passed (without changing anything): now rewrite
     chain, sliced = _take_slice_chain(arg)  # type: ignore[misc]
     ags, update = _gathered_from(ret.operands[j], want)  # type: ignore[misc]
     new_arg = Rewriter.replace_value_with_new_type(arg, want)
