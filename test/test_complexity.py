@@ -1,5 +1,5 @@
 """Compile time grows linearly with program size: every rewrite pass, canonicalize,
-the lowering passes and the default lowering do at most ~4x the work on a program with
+the lowering passes, the default lowering and the interpreter do at most ~4x the work on a program with
 4x the tensors. Work is counted, never timed: the number of Python function calls the
 pass makes (``sys.setprofile``), which a rescan of the block per candidate (the
 quadratic pattern) multiplies by the program size."""
@@ -12,6 +12,7 @@ from distir.dialects.context import make_context, parse_module
 from distir.examples.optimizer_step import megatron_mlp_stack, optimizer_step, pipeline_layers, uniform_parameters
 from distir.lowering.pipeline import lower
 from distir.passes.pipeline import parse_pipeline
+from distir.runtime.interpreter import interpret
 
 FUSED = "split-allreduce,reorder-allgather,fuse-maps,fuse-allreduce"
 SMALL, LARGE = 12, 48
@@ -41,6 +42,7 @@ CASES = [
     ("lower-collectives", "sgd", "fix-mesh-sizes{ranks=2},lower-to-kernels"),
     ("lower", "sgd", ""),
     ("lower", "adam", FUSED),
+    ("interpret", "sgd", ""),
 ]
 
 
@@ -58,7 +60,7 @@ def calls(kind: str, n: int, prefix: str, timed: str) -> int:
     ctx = make_context()
     for p in parse_pipeline(prefix) if prefix else ():
         p.apply(ctx, module)
-    passes = () if timed == "lower" else parse_pipeline(timed)
+    passes = () if timed in ("lower", "interpret") else parse_pipeline(timed)
     count = 0
 
     def counter(frame, event, arg):
@@ -70,6 +72,8 @@ def calls(kind: str, n: int, prefix: str, timed: str) -> int:
     try:
         if timed == "lower":
             lower(module, 2)
+        elif timed == "interpret":
+            interpret(module, None, {}, ranks=2)
         else:
             for p in passes:
                 p.apply(ctx, module)
