@@ -869,6 +869,14 @@ def _numel(t: Attribute) -> int:
     return math.prod(t.get_shape())  # type: ignore[attr-defined]
 
 
+def _offsets(types: Sequence[Attribute]) -> list[int]:
+    out, at = [], 0
+    for t in types:
+        out.append(at)
+        at += _numel(t)
+    return out
+
+
 def _bucket_error(members: Sequence[Attribute], bucket: Attribute) -> str | None:
     """Why ``bucket`` is not the 1-d bucket type of ``members``, or None."""
     from distir.dialects import layout
@@ -937,11 +945,7 @@ class PackOp(IRDLOperation):
 
     def offsets(self) -> list[int]:
         """Element offset of each member in the bucket."""
-        out, at = [], 0
-        for m in self.members:
-            out.append(at)
-            at += _numel(m.type)
-        return out
+        return _offsets([m.type for m in self.members])
 
 
 @irdl_op_definition
@@ -981,11 +985,8 @@ class UnpackOp(IRDLOperation):
             fail(self, why)
 
     def offsets(self) -> list[int]:
-        out, at = [], 0
-        for m in self.members:
-            out.append(at)
-            at += _numel(m.type)
-        return out
+        """Element offset of each member in the bucket."""
+        return _offsets([m.type for m in self.members])
 
 
 @irdl_op_definition
