@@ -316,8 +316,9 @@ def lower_fused(f: coll.FusedAllReduceOp, packs: dict[tuple, SSAValue]) -> rt.Un
         block.insert_ops_before([*before, new], f)
         results = list(new.results)
     unpacks = []
+    outputs = list(f.outputs)
     for r, v in enumerate(results):
-        members = [f.outputs[b * n_res + r] for b in range(n_in)]
+        members = [outputs[b * n_res + r] for b in range(n_in)]
         u = rt.UnpackOp.get(v, [m.type for m in members])
         block.insert_op_before(u, f)
         for m, nu in zip(members, u.members):

@@ -385,9 +385,10 @@ class FuncLowering:
         ret = block.last_op
         assert isinstance(ret, func.ReturnOp)
         order = {op: k for k, op in enumerate(block.ops)}
-        self._assign_bucket_dests(block, ret, order)
+        returned = list(ret.arguments)  # (each access to an op's named operands builds the list)
+        self._assign_bucket_dests(block, returned, order)
         for i, n in self.inplace.items():
-            v = ret.arguments[i]
+            v = returned[i]
             arg = block.args[n]
             producer = v.owner
             if not isinstance(producer, Operation) or producer.parent_block() is not block:
@@ -397,16 +398,16 @@ class FuncLowering:
             if self._safe_inplace(arg, v, producer, order):
                 self.dest[v] = self.buf[arg]
 
-    def _assign_bucket_dests(self, block: Block, ret: func.ReturnOp, order: dict[Operation, int]) -> None:
+    def _assign_bucket_dests(self, block: Block, returned: list[SSAValue], order: dict[Operation, int]) -> None:
         """A bucket whose members are all results written in place into the arguments of
         one arena is computed straight into that arena (when that is safe, as for one
         value)."""
         by_unpack: dict[rt.UnpackOp, dict[int, int]] = {}
         for i, n in self.inplace.items():
-            v = ret.arguments[i]
+            v = returned[i]
             u = v.owner
             if isinstance(u, rt.UnpackOp) and u.parent_block() is block:
-                by_unpack.setdefault(u, {})[list(u.members).index(v)] = n  # type: ignore[arg-type]
+                by_unpack.setdefault(u, {})[v.index] = n  # type: ignore[attr-defined]
         for u, members in by_unpack.items():
             if len(members) != len(u.members):
                 continue
