@@ -42,6 +42,7 @@ CASES = [
     ("lower-collectives", "sgd", "fix-mesh-sizes{ranks=2},lower-to-kernels"),
     ("lower", "sgd", ""),
     ("lower", "adam", FUSED),
+    ("lower", "mlp", ""),
     ("interpret", "sgd", ""),
 ]
 
