@@ -46,7 +46,7 @@ from xdsl.passes import ModulePass
 from distir.dialects import coll, dist, layout, rt
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Sliced
-from distir.passes.support import BlockOrder, ancestor_in, infer_type, make_yield, mesh_sizes, try_build
+from distir.passes.support import BlockOrder, ancestor_in, gc_paused, infer_type, make_yield, mesh_sizes, try_build
 
 PASS = "lower-buckets"
 ELEMENTWISE = (dist.MapOp, dist.CastOp)
@@ -432,6 +432,10 @@ class LowerBucketsPass(ModulePass):
     name = "lower-buckets"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        with gc_paused():
+            self._apply(ctx, op)
+
+    def _apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in [o for o in op.ops if isinstance(o, func.FuncOp)]:
             if not f.body.blocks:
                 continue

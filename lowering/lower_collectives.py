@@ -61,6 +61,7 @@ from distir.lowering.common import (
     meshes,
     static_sizes,
 )
+from distir.passes.support import gc_paused
 
 PASS = "lower-collectives"
 INDEX = IndexType()
@@ -836,6 +837,10 @@ class LowerCollectivesPass(ModulePass):
     name = "lower-collectives"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        with gc_paused():
+            self._apply(ctx, op)
+
+    def _apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             if DIST_TYPE in f.attributes:
                 continue

@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects import dist
 from distir.lowering.lower_collectives import DIST_TYPE
+from distir.passes.support import gc_paused
 
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
 
@@ -43,6 +44,11 @@ def lower(module: ModuleOp, ranks: int) -> ModuleOp:
     """The module lowered for ``ranks`` ranks (a copy; the input is left as it is)."""
     if is_lowered(module):
         return module
+    with gc_paused():
+        return _lower(module, ranks)
+
+
+def _lower(module: ModuleOp, ranks: int) -> ModuleOp:
     from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
     from distir.lowering.lower_buckets import LowerBucketsPass
     from distir.lowering.lower_collectives import LowerCollectivesPass

@@ -50,7 +50,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, layout
 from distir.dialects.dist import TensorType
-from distir.passes.support import ancestor_in, fail, infer_type, make_yield, mesh_sizes
+from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes
 
 DEFAULT_BUCKET_BYTES = 32 * 1024 * 1024
 """Operand bytes of one combined collective (the logical size of its operands)."""
@@ -285,6 +285,10 @@ class CombineCollectivesPass(ModulePass):
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        with gc_paused():
+            self._apply(ctx, op)
+
+    def _apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.bucket_bytes < 1:
             fail(self.name, f"bucket-bytes must be at least 1, got {self.bucket_bytes}")
         for f in [o for o in op.ops if isinstance(o, func.FuncOp)]:

@@ -15,6 +15,8 @@ they replace: ``%sum`` split into ``%sum_rs`` and ``%sum_ag``, the sliced versio
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
@@ -121,6 +123,22 @@ class Targets:
             fail(self.pass_name, f"target %{name}: {why}")
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """No automatic garbage collection inside: a pass allocates many small objects while
+    the whole module is alive, and each full collection walks every live object, which
+    made passes on large modules superlinear (measured: lower-collectives 5.8x the time
+    for 4x the tensors with collections, 3.8x without). The garbage (erased ops) is
+    collected after the pass as usual."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def apply_all_or_nothing(module: ModuleOp, body: Callable[[ModuleOp], None], targets: Sequence[str] | None = None) -> None:
     """Run ``body`` on a copy of ``module`` and, if it returns, move the result into
     ``module``; if it raises, ``module`` is left exactly as it was.
@@ -130,10 +148,12 @@ def apply_all_or_nothing(module: ModuleOp, body: Callable[[ModuleOp], None], tar
     place: the copy, the one whole-module cost of a pass besides its own work, is paid
     only when a rejection can happen."""
     if targets is not None and not targets:
-        body(module)
+        with gc_paused():
+            body(module)
         return
-    work = module.clone()
-    body(work)
+    with gc_paused():
+        work = module.clone()
+        body(work)
     old = module.body.block
     new = work.body.block
     work.body.detach_block(new)
