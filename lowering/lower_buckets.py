@@ -46,7 +46,7 @@ from xdsl.passes import ModulePass
 from distir.dialects import coll, dist, layout, rt
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Sliced
-from distir.passes.support import BlockOrder, ancestor_in, gc_paused, infer_type, make_yield, mesh_sizes, try_build
+from distir.passes.support import BlockOrder, ancestor_in, gc_paused, infer_type, make_yield, mesh_sizes, replace_values, try_build
 
 PASS = "lower-buckets"
 ELEMENTWISE = (dist.MapOp, dist.CastOp)
@@ -317,14 +317,16 @@ def lower_fused(f: coll.FusedAllReduceOp, packs: dict[tuple, SSAValue]) -> rt.Un
         results = list(new.results)
     unpacks = []
     outputs = list(f.outputs)
+    replaced: dict[SSAValue, SSAValue] = {}
     for r, v in enumerate(results):
         members = [outputs[b * n_res + r] for b in range(n_in)]
         u = rt.UnpackOp.get(v, [m.type for m in members])
         block.insert_op_before(u, f)
         for m, nu in zip(members, u.members):
             nu.name_hint = m.name_hint
-            m.replace_all_uses_with(nu)
+            replaced[m] = nu
         unpacks.append(u)
+    replace_values(replaced)
     f.detach()
     f.erase()
     return unpacks[0] if len(unpacks) == 1 else None
@@ -399,6 +401,7 @@ def horizontal(u: rt.UnpackOp, order: BlockOrder, packs: dict[tuple, SSAValue]) 
     if made is None:
         return
     members_done: list[Operation] = []
+    replaced: dict[SSAValue, SSAValue] = {}
     for j, op in enumerate(template.chunks[0]):
         for k in range(len(op.results)):
             members = [c[j].results[k] for c in template.chunks]
@@ -409,7 +412,8 @@ def horizontal(u: rt.UnpackOp, order: BlockOrder, packs: dict[tuple, SSAValue]) 
             members_done.append(un)
             for m, nu in zip(members, un.members):
                 nu.name_hint = m.name_hint
-                m.replace_all_uses_with(nu)
+                replaced[m] = nu
+    replace_values(replaced)
     ops = [*outer, *new_ops, *members_done]
     anchor = u.next_op
     assert anchor is not None

@@ -162,6 +162,18 @@ def apply_all_or_nothing(module: ModuleOp, body: Callable[[ModuleOp], None], tar
     old.erase(safe_erase=False)
 
 
+def replace_values(mapping: dict[SSAValue, SSAValue]) -> None:
+    """Every use of each key becomes a use of its value, each using op updated once:
+    xDSL copies an op's whole operand tuple per replaced operand, so replacing the n
+    values a ``func.return`` returns one by one costs O(n^2)."""
+    ops: dict[Operation, None] = {}
+    for old in mapping:
+        for use in old.uses:
+            ops[use.operation] = None
+    for op in ops:
+        op.operands = [mapping.get(v, v) for v in op.operands]
+
+
 def set_name(value: SSAValue, base: str | None, suffix: str = "") -> None:
     """Name a new value after the one it replaces (no name when the base has none)."""
     if base:
