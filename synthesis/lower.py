@@ -69,11 +69,13 @@ def instruction_axes(hierarchy: SynthesisHierarchy, ins: Instruction) -> tuple[l
     return group, inner
 
 
-def check_form(placements: Sequence, group: Sequence[int], inner: Sequence[int], kind: str) -> str | None:
+def check_form(placements: Sequence, group: Sequence[int], inner: Sequence[int], kind: str, scope: Sequence[int] | None = None) -> str | None:
     """Why a collective over ``group`` on a value with ``placements`` is not P²'s form
     ``kind`` (None if it is): Master needs the value held only by the ranks at 0 on the
-    axes below the slice; InsideGroup and Parallel need every group to hold it."""
-    held_at = {a for a, p in enumerate(placements) if isinstance(p, At) and a not in group}
+    axes below the slice; InsideGroup and Parallel need every group to hold it. Only the
+    axes in ``scope`` (the synthesis hierarchy's; default all) count."""
+    scope = set(range(len(placements)) if scope is None else scope)
+    held_at = {a for a, p in enumerate(placements) if isinstance(p, At) and a not in group and a in scope}
     if kind == MASTER:
         if held_at != set(inner):
             return f"Master needs the value at<0> exactly on the axes below the slice {sorted(inner)}, it is at<> on {sorted(held_at)}"
@@ -106,7 +108,8 @@ def typed_step(placement: Placement, hierarchy: SynthesisHierarchy, t: dist.Tens
     """The type after ``ins`` by distir's rules (the ops' ``infer``, which their verifier
     applies, plus P²'s form), or why the rules reject it."""
     group, inner = instruction_axes(hierarchy, ins)
-    bad = check_form(t.get_placements(), group, inner, ins.form.kind)
+    scope = [k for lv in hierarchy.levels for k in lv.factors]
+    bad = check_form(t.get_placements(), group, inner, ins.form.kind, scope)
     if bad:
         return bad
     sizes = placement.sizes
@@ -138,6 +141,40 @@ def reference(placement: Placement, reduce_axes: Sequence[int], shape: Sequence[
     return func.FuncOp(name, FunctionType.from_lists([tin], [ar.result.type]), Region(block))
 
 
+def emit_program(
+    placement: Placement,
+    hierarchy: SynthesisHierarchy,
+    program: Sequence[Instruction],
+    value: SSAValue,
+    op_kind: str = "sum",
+    base: str = "s",
+) -> tuple[list[Operation], SSAValue] | str:
+    """The ops of ``program`` applied to ``value`` (on the hardware mesh, ``local`` on the
+    reduction factor axes), and the last value; or why distir's rules reject a step."""
+    sizes = placement.sizes
+    ops: list[Operation] = []
+    for i, ins in enumerate(program, start=1):
+        group, _ = instruction_axes(hierarchy, ins)
+        t = value.type
+        assert isinstance(t, dist.TensorType)
+        checked = typed_step(placement, hierarchy, t, ins)
+        if isinstance(checked, str):
+            return f"step {i} ({ins.collective} over axes {group}): {checked}"
+        for a in _forgotten_copies(t, ins, group):
+            drop = dist.DropOp.of(value, sizes=sizes, axis=a)
+            store = dist.StoreOp.of(drop.result, sizes=sizes, axis=a, rank=0)
+            ops += [drop, store]
+            value = store.result
+        cls, options = COLL_OPS[ins.collective]
+        if "op" in options:
+            options = {**options, "op": op_kind}
+        op = cls.of(value, sizes=sizes, axes=group, **options)
+        op.result.name_hint = f"{base}{i}"
+        ops.append(op)
+        value = op.result
+    return ops, value
+
+
 def lower_program(
     placement: Placement,
     hierarchy: SynthesisHierarchy,
@@ -155,37 +192,19 @@ def lower_program(
     block = Block(arg_types=[tin])
     block.args[0].name_hint = "x"
     sizes = placement.sizes
-    ops: list[Operation] = []
     h = dist.RemeshOp.make([block.args[0]], [_tensor(shape, et, "hw", [LOCAL] * len(sizes))])
     h.result.name_hint = "h"
-    ops.append(h)
-    value: SSAValue = h.result
-    for i, ins in enumerate(program, start=1):
-        group, _ = instruction_axes(hierarchy, ins)
-        where = f"step {i} ({ins.collective} over axes {group})"
-        t = value.type
-        assert isinstance(t, dist.TensorType)
-        checked = typed_step(placement, hierarchy, t, ins)
-        if isinstance(checked, str):
-            return Lowered(None, f"{where}: {checked}")
-        for a in _forgotten_copies(t, ins, group):
-            drop = dist.DropOp.of(value, sizes=sizes, axis=a)
-            store = dist.StoreOp.of(drop.result, sizes=sizes, axis=a, rank=0)
-            ops += [drop, store]
-            value = store.result
-        cls, options = COLL_OPS[ins.collective]
-        op = cls.of(value, sizes=sizes, axes=group, **options)
-        op.result.name_hint = f"s{i}"
-        ops.append(op)
-        value = op.result
+    emitted = emit_program(placement, hierarchy, program, h.result)
+    if isinstance(emitted, str):
+        return Lowered(None, emitted)
+    ops, value = emitted
     want = [REPLICATED if placement.factors[k].axis in set(reduce_axes) else LOCAL for k in range(len(sizes))]
     got = value.type.get_placements()  # type: ignore[union-attr]
     if not layout.same_layout(list(got), want):
         return Lowered(None, f"the program ends with {layout.format_placements(got)}, not the all_reduce's {layout.format_placements(want)}")
     back = dist.RemeshOp.make([value], [tout])
     back.result.name_hint = "y"
-    ops += [back, func.ReturnOp(back.result)]
-    block.add_ops(ops)
+    block.add_ops([h, *ops, back, func.ReturnOp(back.result)])
     return Lowered(func.FuncOp(name, FunctionType.from_lists([tin], [tout]), Region(block)))
 
 

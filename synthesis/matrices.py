@@ -137,6 +137,46 @@ class Placement:
         )
         return Placement(hierarchy, names, axes, factors)
 
+    @staticmethod
+    def from_view(
+        parent_sizes: Sequence[int],
+        views: Sequence[Sequence[int]],
+        hierarchy: Sequence[int],
+        level_names: Sequence[str] | None = None,
+        parent_names: Sequence[str] | None = None,
+    ) -> Placement | None:
+        """The placement a view mesh describes: ``views[i]`` lists the parent (hardware)
+        axes of logical axis i. None when a parent axis straddles two levels of
+        ``hierarchy`` or belongs to no logical axis (the view is no P² placement)."""
+        hierarchy = tuple(hierarchy)
+        names = tuple(level_names) if level_names else default_level_names(len(hierarchy))
+        axis_of = {}
+        for i, v in enumerate(views):
+            for a in v:
+                axis_of[a] = i
+        levels, j, acc = [], 0, 1
+        for s in parent_sizes:
+            while j < len(hierarchy) and hierarchy[j] == 1 and acc == 1:
+                j += 1
+            if j == len(hierarchy):
+                return None
+            acc *= s
+            levels.append(j)
+            if acc == hierarchy[j]:
+                j, acc = j + 1, 1
+            elif hierarchy[j] % acc:
+                return None
+        while j < len(hierarchy) and hierarchy[j] == 1:
+            j += 1
+        if j != len(hierarchy) or acc != 1 or set(axis_of) != set(range(len(parent_sizes))):
+            return None
+        axes = tuple(math.prod(parent_sizes[a] for a in v) for v in views)
+        factors = tuple(
+            FactorAxis(levels[a], axis_of[a], s, parent_names[a] if parent_names else f"{names[levels[a]]}_p{axis_of[a]}")
+            for a, s in enumerate(parent_sizes)
+        )
+        return Placement(hierarchy, names, axes, factors)
+
     @property
     def matrix(self) -> Matrix:
         rows = [[1] * len(self.hierarchy) for _ in self.axes]
