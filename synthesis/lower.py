@@ -222,3 +222,31 @@ def tensor_length(placement: Placement, reduce_axes: Sequence[int], at_least: in
         if f.axis in set(reduce_axes):
             g *= f.size
     return -(-at_least // g) * g
+
+
+def typed_programs(placement: Placement, hierarchy: SynthesisHierarchy, reduce_axes: Sequence[int], size_limit: int = 5) -> set[tuple[Instruction, ...]]:
+    """Every program of at most ``size_limit`` instructions that distir's rules accept
+    (``typed_step`` at every step) and that ends with the all_reduce's type: the
+    counterpart, by types, of ``language.enumerate_programs``."""
+    from distir.synthesis.language import instructions
+
+    et = Float32Type()
+    length = tensor_length(placement, reduce_axes)
+    start = _tensor([length], et, "hw", [LOCAL] * len(placement.sizes))
+    want = [REPLICATED if f.axis in set(reduce_axes) else LOCAL for f in placement.factors]
+    frontier: dict = {start: [()]}
+    found: set = set()
+    for _ in range(size_limit):
+        nxt: dict = {}
+        for t, prefixes in frontier.items():
+            for ins in instructions(hierarchy):
+                r = typed_step(placement, hierarchy, t, ins)
+                if isinstance(r, str):
+                    continue
+                progs = [p + (ins,) for p in prefixes]
+                if layout.same_layout(list(r.get_placements()), want):
+                    found.update(progs)
+                else:
+                    nxt.setdefault(r, []).extend(progs)
+        frontier = nxt
+    return found
