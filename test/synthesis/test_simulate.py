@@ -69,7 +69,7 @@ def test_step_times_by_hand():
     # [[4,16]] of p2-a100: 16 rings of 4 GPUs share each NIC with a sixteenth of the data
     p = Placement.standard(((4, 16),), (4, 16))
     h = synthesis_hierarchy(p, [0])
-    (prog,) = [q for q in enumerate_programs(h) if notation(h, q).== "(node, InsideGroup, ReduceScatter) (node, Parallel(root), AllReduce) (node, InsideGroup, AllGather)"]
+    (prog,) = [q for q in enumerate_programs(h) if notation(h, q) == "(node, InsideGroup, ReduceScatter) (node, Parallel(root), AllReduce) (node, InsideGroup, AllGather)"]
     s = 1e9
     rs, ar, ag = step_times(p, h, prog, A100, s, "ring")
     assert rs == pytest.approx(15 / 16 * s / 270e9 + 15e-6)
