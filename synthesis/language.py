@@ -38,7 +38,7 @@ from distir.synthesis.hierarchy import (
     shape_of,
     slice_forms,
 )
-from distir.synthesis.semantics import COLLECTIVES, Invalid, final_state, initial_state, step
+from distir.synthesis.semantics import COLLECTIVES, Invalid, apply_groups, final_state, initial_state, outside
 
 Program = tuple[Instruction, ...]
 
@@ -73,6 +73,7 @@ class SearchStats:
 def _search(hierarchy: SynthesisHierarchy, size_limit: int, prune: bool, stats: SearchStats) -> tuple[Program, ...]:
     order = instructions(hierarchy, prune)
     index = {ins: i for i, ins in enumerate(order)}
+    plans = [(ins, hierarchy.groups(ins.slice, ins.form), outside(hierarchy, ins)) for ins in order]
     final = final_state(hierarchy)
     frontier: dict = {initial_state(hierarchy.devices): [()]}
     found: list[Program] = []
@@ -80,9 +81,9 @@ def _search(hierarchy: SynthesisHierarchy, size_limit: int, prune: bool, stats: 
         nxt: dict = {}
         for state, prefixes in frontier.items():
             stats.states += 1
-            for ins in order:
+            for ins, groups, left_out in plans:
                 stats.steps_tried += 1
-                new = step(hierarchy, state, ins)
+                new = apply_groups(state, ins.collective, groups, left_out)
                 if isinstance(new, Invalid):
                     continue
                 progs = [p + (ins,) for p in prefixes]

@@ -49,9 +49,15 @@ COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
 
 @dataclass(frozen=True)
 class Invalid:
-    """Why a step is not semantically valid."""
+    """Why a step is not semantically valid (formatted only when read: the enumeration
+    meets many invalid steps and never prints them)."""
 
-    reason: str
+    template: str
+    args: tuple = ()
+
+    @property
+    def reason(self) -> str:
+        return self.template.format(*self.args)
 
     def __str__(self) -> str:
         return self.reason
@@ -84,12 +90,24 @@ def final_state(hierarchy: SynthesisHierarchy) -> State:
     return tuple(tuple(masks[key(d)] for _ in range(k)) for d in range(k))
 
 
+_ROWS: dict[DeviceState, list[int]] = {}
+
+
 def _rows(s: DeviceState) -> list[int]:
-    return [i for i, m in enumerate(s) if m]
+    """The chunks a device holds (memoized: few distinct device states occur)."""
+    r = _ROWS.get(s)
+    if r is None:
+        if len(_ROWS) > 1 << 16:
+            _ROWS.clear()
+        r = _ROWS[s] = [i for i, m in enumerate(s) if m]
+    return r
 
 
-def _names(group: Sequence[int]) -> str:
-    return "{" + ", ".join(str(d) for d in group) + "}"
+class _Group(tuple):
+    """A device group, printed as ``{0, 1}`` in diagnostics."""
+
+    def __format__(self, spec: str) -> str:
+        return "{" + ", ".join(str(d) for d in self) + "}"
 
 
 def collective(state: State, kind: str, group: Sequence[int], out: list[DeviceState]) -> Invalid | None:
@@ -102,14 +120,17 @@ def collective(state: State, kind: str, group: Sequence[int], out: list[DeviceSt
         for d, s in zip(group[1:], ss[1:]):
             if _rows(s) != rows:
                 return Invalid(
-                    f"{kind} over {_names(group)}: devices {group[0]} and {d} hold different chunks "
-                    f"({_rows(ss[0])} and {_rows(s)}): data of different chunks would be reduced"
+                    "{} over {}: devices {} and {} hold different chunks ({} and {}): data of different chunks would be reduced",
+                    (kind, _Group(group), group[0], d, rows, _rows(s)),
                 )
         total = [0] * k
         for d, s in zip(group, ss):
             for i in rows:
                 if total[i] & s[i]:
-                    return Invalid(f"{kind} over {_names(group)}: chunk {i} of device {d} repeats data already in the group: the same data would be reduced twice")
+                    return Invalid(
+                        "{} over {}: chunk {} of device {} repeats data already in the group: the same data would be reduced twice",
+                        (kind, _Group(group), i, d),
+                    )
                 total[i] |= s[i]
         if kind == "AllReduce":
             t = tuple(total)
@@ -122,7 +143,7 @@ def collective(state: State, kind: str, group: Sequence[int], out: list[DeviceSt
         else:
             n = len(group)
             if len(rows) % n:
-                return Invalid(f"ReduceScatter over {_names(group)}: {len(rows)} chunks cannot be scattered over {n} devices")
+                return Invalid("ReduceScatter over {}: {} chunks cannot be scattered over {} devices", (_Group(group), len(rows), n))
             b = len(rows) // n
             for j, d in enumerate(group):
                 keep = set(rows[j * b : (j + 1) * b])
@@ -132,11 +153,11 @@ def collective(state: State, kind: str, group: Sequence[int], out: list[DeviceSt
         rows = [_rows(s) for s in ss]
         seq = [i for r in rows for i in r]
         if len(set(seq)) != len(seq):
-            return Invalid(f"AllGather over {_names(group)}: two devices hold the same chunk")
+            return Invalid("AllGather over {}: two devices hold the same chunk", (_Group(group),))
         if any(len(r) != len(rows[0]) for r in rows):
-            return Invalid(f"AllGather over {_names(group)}: the devices hold different numbers of chunks ({[len(r) for r in rows]})")
+            return Invalid("AllGather over {}: the devices hold different numbers of chunks ({})", (_Group(group), [len(r) for r in rows]))
         if seq and seq != list(range(seq[0], seq[0] + len(seq))):
-            return Invalid(f"AllGather over {_names(group)}: the chunks {rows} do not concatenate in group order")
+            return Invalid("AllGather over {}: the chunks {} do not concatenate in group order", (_Group(group), rows))
         total = [0] * k
         for r, s in zip(rows, ss):
             for i in r:
@@ -150,10 +171,10 @@ def collective(state: State, kind: str, group: Sequence[int], out: list[DeviceSt
         grows = False
         for d, s in zip(group[1:], ss[1:]):
             if any(a & ~b for a, b in zip(s, root)):
-                return Invalid(f"Broadcast over {_names(group)}: device {d} holds data its root {group[0]} lacks")
+                return Invalid("Broadcast over {}: device {} holds data its root {} lacks", (_Group(group), d, group[0]))
             grows = grows or s != root
         if not grows:
-            return Invalid(f"Broadcast over {_names(group)}: no device gains data (no information increase)")
+            return Invalid("Broadcast over {}: no device gains data (no information increase)", (_Group(group),))
         for d in group:
             out[d] = root
         return None
@@ -164,17 +185,28 @@ def step(hierarchy: SynthesisHierarchy, state: State, instr: Instruction) -> Sta
     """The state after ``instr``, or why it is invalid (Fig. 8 applied to every group of the
     instruction, plus the participation rules of the module docstring)."""
     gs = hierarchy.groups(instr.slice, instr.form)
-    for g in gs:
+    return apply_groups(state, instr.collective, gs, outside(hierarchy, instr), hierarchy.names[instr.slice], hierarchy.form_name(instr.form))
+
+
+def outside(hierarchy: SynthesisHierarchy, instr: Instruction) -> tuple[int, ...]:
+    """Devices in no group of ``instr`` (Master's non-masters; none for the other forms)."""
+    if instr.form.kind != MASTER:
+        return ()
+    inside = {d for g in hierarchy.groups(instr.slice, instr.form) for d in g}
+    return tuple(d for d in range(hierarchy.devices) if d not in inside)
+
+
+def apply_groups(state: State, kind: str, groups: Sequence[Sequence[int]], outside: Sequence[int] = (), slice_name: str = "", form_name: str = "") -> State | Invalid:
+    """``step`` on precomputed groups (``outside``: the devices Master leaves out)."""
+    for g in groups:
         if not any(any(state[d]) for d in g):
-            return Invalid(f"group {_names(g)} of ({hierarchy.names[instr.slice]}, {hierarchy.form_name(instr.form)}) holds no data")
-    if instr.form.kind == MASTER:
-        inside = {d for g in gs for d in g}
-        for d, s in enumerate(state):
-            if d not in inside and any(s):
-                return Invalid(f"Master: device {d} outside the master groups still holds data")
+            return Invalid("group {} of ({}, {}) holds no data", (_Group(g), slice_name, form_name))
+    for d in outside:
+        if any(state[d]):
+            return Invalid("Master: device {} outside the master groups still holds data", (d,))
     out = list(state)
-    for g in gs:
-        bad = collective(state, instr.collective, g, out)
+    for g in groups:
+        bad = collective(state, kind, g, out)
         if bad is not None:
             return bad
     return tuple(out)
