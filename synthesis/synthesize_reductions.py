@@ -102,14 +102,15 @@ class SynthesizeReductionsPass(ModulePass):
             fail(self.name, f"size-limit must be positive, got {self.size_limit}")
 
         def run(module: ModuleOp) -> None:
+            machines: dict[int, tuple[Topology, tuple[int, ...]]] = {}  # by rank count: read a topology file once
             for ar in [o for o in module.walk() if isinstance(o, coll.AllReduceOp)]:
                 if inside_fused_or_overlap(ar):
                     continue
-                self._rewrite(ar)
+                self._rewrite(ar, machines)
 
         apply_all_or_nothing(op, run)
 
-    def _rewrite(self, ar: coll.AllReduceOp) -> None:
+    def _rewrite(self, ar: coll.AllReduceOp, machines: dict[int, tuple[Topology, tuple[int, ...]]]) -> None:
         t = ar.input.type
         assert isinstance(t, dist.TensorType)
         mesh = dist.lookup_mesh(ar, t)
@@ -120,7 +121,10 @@ class SynthesizeReductionsPass(ModulePass):
         if kind == "avg" and isinstance(t.element_type, IntegerType):
             return
         psizes = tuple(parent.sizes())
-        topo, hierarchy = self._topology(math.prod(psizes))
+        ranks = math.prod(psizes)
+        if ranks not in machines:
+            machines[ranks] = self._topology(ranks)
+        topo, hierarchy = machines[ranks]
         placement = Placement.from_view(psizes, mesh.factor_lists, hierarchy, level_names_for(hierarchy, topo), parent.axis_names)
         if placement is None:
             return
