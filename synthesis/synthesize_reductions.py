@@ -103,14 +103,26 @@ class SynthesizeReductionsPass(ModulePass):
 
         def run(module: ModuleOp) -> None:
             machines: dict[int, tuple[Topology, tuple[int, ...]]] = {}  # by rank count: read a topology file once
+            best: dict[tuple, tuple] = {}  # (placement, reduction axes, bytes) -> (hierarchy, program): decided once
             for ar in [o for o in module.walk() if isinstance(o, coll.AllReduceOp)]:
                 if inside_fused_or_overlap(ar):
                     continue
-                self._rewrite(ar, machines)
+                self._rewrite(ar, machines, best)
 
         apply_all_or_nothing(op, run)
 
-    def _rewrite(self, ar: coll.AllReduceOp, machines: dict[int, tuple[Topology, tuple[int, ...]]]) -> None:
+    def _best(self, placement: Placement, axes: tuple[int, ...], nbytes: float, topo: Topology):
+        """(synthesis hierarchy, fastest program), program None when the single AllReduce
+        (always program 0) is already the fastest or there is nothing to split."""
+        sh = synthesis_hierarchy(placement, axes)
+        if len(sh.levels) == 1:
+            return sh, None
+        programs = enumerate_programs(sh, self.size_limit)
+        times = [program_time(placement, sh, p, topo, nbytes, self.algorithm) for p in programs]
+        i = min(range(len(programs)), key=lambda i: (times[i], i))
+        return sh, (programs[i] if i else None)
+
+    def _rewrite(self, ar: coll.AllReduceOp, machines: dict[int, tuple[Topology, tuple[int, ...]]], best: dict[tuple, tuple]) -> None:
         t = ar.input.type
         assert isinstance(t, dist.TensorType)
         mesh = dist.lookup_mesh(ar, t)
@@ -128,19 +140,16 @@ class SynthesizeReductionsPass(ModulePass):
         placement = Placement.from_view(psizes, mesh.factor_lists, hierarchy, level_names_for(hierarchy, topo), parent.axis_names)
         if placement is None:
             return
-        sh = synthesis_hierarchy(placement, ar.axes)
-        if len(sh.levels) == 1:
-            return
-        programs = enumerate_programs(sh, self.size_limit)
-        nbytes = _bytes_per_rank(t, mesh.sizes())
-        times = [program_time(placement, sh, p, topo, nbytes, self.algorithm) for p in programs]
-        best = min(range(len(programs)), key=lambda i: (times[i], i))
-        if best == 0:  # the single AllReduce (always program 0) is already the fastest
+        key = (placement, tuple(ar.axes), _bytes_per_rank(t, mesh.sizes()))
+        if key not in best:
+            best[key] = self._best(placement, tuple(ar.axes), key[2], topo)
+        sh, program = best[key]
+        if program is None:
             return
         base = ar.result.name_hint or "r"
         to_hw = dist.RemeshOp.make([ar.input], [t.with_(mesh=parent.mesh_name, placements=mesh.to_root(t.get_placements()))])
         to_hw.result.name_hint = f"{base}_hw"
-        emitted = emit_program(placement, sh, programs[best], to_hw.result, kind, f"{base}_s")
+        emitted = emit_program(placement, sh, program, to_hw.result, kind, f"{base}_s")
         if isinstance(emitted, str):  # the semantics and the types agree (tested); never expected
             raise RuntimeError(f"synthesized program does not lower: {emitted}")
         ops, value = emitted
