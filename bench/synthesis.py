@@ -12,7 +12,7 @@ and (``--check``) every synthesized program run against the all_reduce.
    nodes float32 per GPU) next to P²'s measured numbers.
 3. ``--check``: every program of every synthesis-hierarchy shape (1, 2 and 3 levels) on
    8 and 16 interpreted ranks equals one all_reduce; ``--check-local`` also runs the
-   16-rank ones on the local backend (slow: ~0.5-1 s a program, ~15 min).
+   16-rank ones on the local backend (about a minute in all).
 """
 
 from __future__ import annotations
