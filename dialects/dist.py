@@ -60,7 +60,7 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
-from distir.dialects.format import REDUCTIONS, FormattedOp, Kw
+from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
     REPLICATED,
@@ -73,6 +73,7 @@ from distir.dialects.placements import (
     Unplaced,
     parse_placement,
 )
+from distir.dialects.verifier import IsolatedBody
 
 # ======================================================================================
 # Types
@@ -144,7 +145,10 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         parser.parse_punctuation("<")
+        start = parser.pos
         dims, elt = parser.parse_ranked_shape()
+        if any(d > I64_MAX for d in dims):
+            parser.raise_error(f"!dist.tensor dimension {max(dims)} is out of range for i64", start, parser.pos)
         if any(d < 0 for d in dims):
             parser.raise_error("!dist.tensor shapes are static: '?' is allowed only in mesh shapes")
         parser.parse_punctuation(",")
@@ -305,7 +309,7 @@ class MeshOp(IRDLOperation):
         parser.parse_keyword("shape")
         parser.parse_punctuation("=")
         sizes = parser.parse_comma_separated_list(
-            parser.Delimiter.SQUARE, lambda: None if parser.parse_optional_punctuation("?") else parser.parse_integer()
+            parser.Delimiter.SQUARE, lambda: None if parser.parse_optional_punctuation("?") else parse_int(parser)
         )
         axis_names = None
         if parser.parse_optional_keyword("axes"):
@@ -316,7 +320,7 @@ class MeshOp(IRDLOperation):
             view = parser.parse_symbol_name().data
             factors = parser.parse_comma_separated_list(
                 parser.Delimiter.SQUARE,
-                lambda: parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer),
+                lambda: parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser)),
             )
         attrs = parser.parse_optional_attr_dict()
         op = cls.create_mesh(name.data, sizes, axis_names, view, factors)
@@ -776,7 +780,8 @@ class MapOp(DistOp):
     elements of the operands (``arith``/``math`` ops, ended by ``dist.yield``). Tensor
     operands broadcast as in PyTorch; builtin scalars (``f32``) are replicated scalars.
     All operands share the result's placements (an operand broadcast along a sliced dim
-    is replicated there). ``map`` commutes with every functional primitive.
+    is replicated there). The body sees only its block arguments and the values it defines
+    (``IsolatedBody``). ``map`` commutes with every functional primitive.
 
     ::
 
@@ -793,7 +798,7 @@ class MapOp(DistOp):
     inputs = var_operand_def()
     outputs = var_result_def(TensorType)
     body = region_def("single_block")
-    traits = traits_def(Pure(), DistCanonicalization())
+    traits = traits_def(Pure(), DistCanonicalization(), IsolatedBody())
 
     def verify_rule(self) -> None:
         if not self.outputs:

@@ -71,6 +71,7 @@ from distir.dialects.format import (
     REDUCTIONS,
     FormattedOp,
     Kw,
+    parse_int,
     parse_type_signature,
     print_type_list,
 )
@@ -201,7 +202,7 @@ class CommOp(MeshRefOp):
     def parse(cls, parser: Parser) -> CommOp:
         mesh = parser.parse_symbol_name().data
         parser.parse_keyword("axes")
-        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser))
         parser.parse_punctuation(":")
         parser.parse_type()
         return cls.get(mesh, axes)
@@ -246,10 +247,10 @@ class GroupRankOp(MeshRefOp):
     def parse(cls, parser: Parser) -> GroupRankOp:
         mesh = parser.parse_symbol_name().data
         parser.parse_keyword("axes")
-        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser))
         shift = 0
         if parser.parse_optional_keyword("shift"):
-            shift = parser.parse_integer()
+            shift = parse_int(parser)
         parser.parse_punctuation(":")
         parser.parse_type()
         return cls.get(mesh, axes, shift)
@@ -333,7 +334,7 @@ class StreamOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> StreamOp:
-        n = parser.parse_integer()
+        n = parse_int(parser)
         parser.parse_punctuation(":")
         parser.parse_type()
         return cls.get(n)
@@ -529,7 +530,7 @@ class KernelOp(IRDLOperation):
     def parse(cls, parser: Parser) -> KernelOp:
         name = parser.parse_symbol_name().data
         parser.parse_keyword("shape")
-        shape = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        shape = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser))
         region = parser.parse_region()
         return cls.get(name, shape, region)
 
@@ -770,9 +771,9 @@ class ChunkOp(IRDLOperation):
         parser.parse_punctuation(",")
         k = parser.parse_unresolved_operand()
         parser.parse_keyword("dim")
-        d = parser.parse_integer()
+        d = parse_int(parser)
         parser.parse_keyword("count")
-        n = parser.parse_integer()
+        n = parse_int(parser)
         parser.parse_punctuation(":")
         ins, outs = parse_type_signature(parser)
         return cls.get(parser.resolve_operand(x, ins[0]), parser.resolve_operand(k, ins[1]), d, n, outs[0])
@@ -810,7 +811,7 @@ class AssembleOp(IRDLOperation):
         while parser.parse_optional_punctuation(","):
             unresolved.append(parser.parse_unresolved_operand())
         parser.parse_keyword("dim")
-        d = parser.parse_integer()
+        d = parse_int(parser)
         parser.parse_punctuation(":")
         ins, outs = parse_type_signature(parser)
         return cls.get([parser.resolve_operand(u, t) for u, t in zip(unresolved, ins)], d, outs[0])

@@ -731,9 +731,22 @@ def _load_module(source: str, tag: str):
     return mod
 
 
+def _quiet_numba_notes() -> None:
+    """Numba's note that ``parallel=True`` found nothing to parallelise (a small or
+    sequential kernel) is for distir's developers, not its users."""
+    import warnings
+
+    from numba.core.errors import NumbaPerformanceWarning
+
+    warnings.filterwarnings("ignore", message=r"(?s)\s*The keyword argument 'parallel=True' was specified", category=NumbaPerformanceWarning)
+
+
 def compile_cpu(ks: KernelSource, parallel: bool = False, fastmath: frozenset[str] = DEFAULT_FASTMATH):
     """The ``numba.njit`` function of a CPU kernel source (compiled lazily on first call)."""
     import numba
+
+    if parallel:
+        _quiet_numba_notes()
 
     key = ("cpu", ks.source, parallel, fastmath)
     with _LOCK:
