@@ -40,4 +40,6 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "lower-overlap": _lazy("lowering.lower_overlap", "LowerOverlapPass"),
     "lower-to-kernels": _lazy("lowering.lower_to_kernels", "LowerToKernelsPass"),
     "lower-collectives": _lazy("lowering.lower_collectives", "LowerCollectivesPass"),
+    # P² synthesis (synthesis/)
+    "synthesize-reductions": _lazy("synthesis.synthesize_reductions", "SynthesizeReductionsPass"),
 }
