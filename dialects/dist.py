@@ -19,7 +19,9 @@ meshes and placements, and reports a broken rule as
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -131,11 +133,11 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         mesh: str | None = None,
         placements: Sequence[Placement] | None = None,
     ) -> TensorType:
-        return TensorType(
-            self.get_shape() if shape is None else shape,
+        return _tensor_type(
+            self.get_shape() if shape is None else tuple(shape),
             self.element_type if element_type is None else element_type,
-            self.mesh if mesh is None else mesh,
-            self.get_placements() if placements is None else placements,
+            self.mesh_name if mesh is None else mesh,
+            self.get_placements() if placements is None else tuple(placements),
         )
 
     def format_shape(self) -> str:
@@ -189,6 +191,13 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         why = self.layout_error(self.rank, self.get_placements())
         if why:
             raise VerifyException(f"!dist.tensor {why}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_type(shape: tuple[int, ...], element_type: Attribute, mesh: str, placements: tuple[Placement, ...]) -> TensorType:
+    """``TensorType(...)``, built (and verified) once per distinct type: passes derive
+    types by the thousand on model-scale programs, and types are immutable."""
+    return TensorType(shape, element_type, mesh, placements)
 
 
 # ======================================================================================
@@ -398,11 +407,39 @@ def fail(op: Operation, msg: str) -> NoReturn:
     raise VerifyException(f"'{op.name}' op {msg}")
 
 
+_SYMBOLS: weakref.WeakKeyDictionary[Operation, dict[str, Operation]] = weakref.WeakKeyDictionary()
+
+
 def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:
-    try:
-        return SymbolTable.lookup_symbol(op, ref)
-    except ValueError:
-        return None
+    """The symbol ``ref`` names, from ``op``'s closest symbol table. Top-level names are
+    found through a table of the symbols built once and rebuilt only when it is stale
+    (xDSL's lookup scans the module, which made verifying a lowered module with a
+    kernel per op quadratic)."""
+    name = ref if isinstance(ref, str) else ref.root_reference.data if not ref.nested_references.data else None
+    anchor: Operation | None = op
+    while anchor is not None and not anchor.has_trait(SymbolTable):
+        anchor = anchor.parent_op()
+    if name is None or anchor is None:
+        try:
+            return SymbolTable.lookup_symbol(op, ref)
+        except ValueError:
+            return None
+    table = _SYMBOLS.get(anchor)
+    hit = table.get(name) if table is not None else None
+    if hit is not None and hit.parent_op() is anchor and _sym_name(hit) == name:
+        return hit
+    table = {}
+    for o in anchor.regions[0].block.ops:
+        n = _sym_name(o)
+        if n is not None:
+            table.setdefault(n, o)
+    _SYMBOLS[anchor] = table
+    return table.get(name)
+
+
+def _sym_name(op: Operation) -> str | None:
+    a = op.properties.get("sym_name") or op.attributes.get("sym_name")
+    return a.data if isinstance(a, StringAttr) else None
 
 
 def lookup_mesh(op: Operation, t: TensorType) -> MeshOp:

@@ -236,7 +236,7 @@ class OverlapPass(ModulePass):
             for chain in chains:
                 wrap(chain, self.chunks, self.order)
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)
 
     def run_tiles(self, module: ModuleOp) -> None:
         """``granularity=tile``: wrap each fused-operator segment (see the module doc)."""

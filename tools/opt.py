@@ -42,12 +42,13 @@ def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
     from distir.passes.registry import ALL_PASSES
 
     lines = ["distir passes (-p 'name{option=value ...},...'):"]
+    width = max(map(len, ALL_PASSES)) + 2
     for name, factory in ALL_PASSES.items():
         cls = factory()
-        lines.append(f"  {name:<20}{pass_summary(cls)}")
+        lines.append(f"  {name:<{width}}{pass_summary(cls)}")
         opts = pass_options(cls)
         if opts:
-            lines.append(f"  {'':<20}options: " + ", ".join(f"{o}={d}" for o, d in opts))
+            lines.append(f"  {'':<{width}}options: " + ", ".join(f"{o}={d}" for o, d in opts))
     if with_xdsl:
         lines.append("")
         lines.append("xDSL's passes (canonicalize applies distir's canonicalization patterns too):")
