@@ -367,6 +367,8 @@ class FuncLowering:
                 inner_uses.append(use.operation)
             elif isinstance(top, func.ReturnOp) or order[top] > order[producer]:
                 return False
+            elif isinstance(top, (dist.TakeSliceOp, dist.RemeshOp)) and self._view_read_after(top, producer, order):
+                return False
         if isinstance(producer, rt.CallOp):
             return all(_same_space(producer, arg) for _ in inner_uses)
         if isinstance(producer, coll.CollectiveOp):
@@ -398,6 +400,24 @@ class FuncLowering:
             else:
                 return False
         return True
+
+    def _view_read_after(self, view: Operation, producer: Operation, order: dict[Operation, int]) -> bool:
+        """Whether a view of an argument (``take_slice``, ``remesh``: the same buffer) is
+        read after ``producer`` or returned, so that the argument's old contents are still
+        needed after it."""
+        pending = list(view.results[0].uses)
+        while pending:
+            user = pending.pop().operation
+            top = user
+            while top.parent_op() is not self.f:
+                top = top.parent_op()  # type: ignore[assignment]
+            if top is producer:
+                continue
+            if isinstance(top, func.ReturnOp) or order[top] > order[producer]:
+                return True
+            if isinstance(top, (dist.TakeSliceOp, dist.RemeshOp)):
+                pending += list(top.results[0].uses)
+        return False
 
     def _assign_gather_dests(self) -> None:
         """A kernel result that a ``coll.all_gather`` of the same block gathers is computed
