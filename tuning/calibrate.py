@@ -1,0 +1,287 @@
+"""The ``local`` topology: this machine, fitted by short runs of the ``local`` and ``mpi``
+backends (``distir-tune --calibrate``) and reused afterwards.
+
+Calibration times small distir programs on each backend (``timing.py``: warm-up, best of
+interleaved rounds) and fits the parameters the cost model (``cost_model.py``) needs:
+
+* the host's costs (``Runtime``): a fixed cost per step of a program and a dispatch
+  cost per op, from programs of 1 and 8 tiny kernels;
+* the memory bandwidth, from an element-wise kernel over large buffers (read two,
+  write one), every rank at once (so the bandwidth is each rank's share);
+* the element-wise peak, from a kernel of 64 fused multiply-adds per element, and the
+  matmul rate per element type (BLAS for f32);
+* alpha and beta of every collective kind (AllReduce, ReduceScatter, AllGather,
+  Reduce, Broadcast, point-to-point send), by least squares over three sizes, on what
+  is left of the measured time once the model's host costs are taken out.
+
+The result is stored as JSON in the user's cache directory (``platformdirs``:
+``~/.cache/distir/calibration.json`` on Linux), per backend and rank count, and
+registered in ``BUILTIN_TOPOLOGIES``: ``local`` is the ``local`` backend's fit,
+``local-mpi`` the ``mpi`` backend's; ``--nodes N`` (or the tuner's ``--ranks N``) picks
+the fit for N ranks. A machine that was not calibrated gets a diagnostic that says how.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from distir.dialects.diagnostics import InputRejected
+from distir.tuning.cost_model import CalibratedTopology, Runtime
+from distir.tuning.topology import Device, Level, PeakTflops, register_topology
+
+FILE_NAME = "calibration.json"
+VERSION = 1
+COLLECTIVE_SIZES = (1 << 12, 1 << 18, 1 << 22)
+BANDWIDTH_SIZE = 1 << 22
+
+
+def cache_path() -> Path:
+    """Where the calibration is stored (the user's cache directory)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("distir")) / FILE_NAME
+
+
+# --------------------------------------------------------------------------------------
+# The programs
+# --------------------------------------------------------------------------------------
+
+_MESH = "dist.mesh @world shape = [?]\n"
+
+
+def _t(n: int, placement: str, dtype: str = "f32") -> str:
+    return f"!dist.tensor<{n}x{dtype}, @world, [{placement}]>"
+
+
+def triad_program(n: int) -> str:
+    """c = a + s * b on every rank's own buffers (12 bytes per element)."""
+    t = _t(n, "local")
+    return _MESH + (
+        f"func.func @triad(%a: {t}, %b: {t}, %s: f32) -> {t} {{\n"
+        f"  %c = dist.map(%a, %b, %s) : ({t}, {t}, f32) -> {t} {{\n"
+        "  ^bb0(%x: f32, %y: f32, %k: f32):\n"
+        "    %m = arith.mulf %k, %y : f32\n"
+        "    %r = arith.addf %x, %m : f32\n"
+        "    dist.yield %r : f32\n"
+        "  }\n"
+        f"  func.return %c : {t}\n}}\n"
+    )
+
+
+def kernels_program(count: int) -> str:
+    """``count`` tiny kernels of different shapes (so that none fuse)."""
+    args, body, rets = [], [], []
+    for i in range(count):
+        t = _t(64 + i, "local")
+        args.append(f"%a{i}: {t}")
+        body.append(
+            f"  %c{i} = dist.map(%a{i}) : ({t}) -> {t} {{\n  ^bb0(%x: f32):\n    %r = arith.addf %x, %x : f32\n    dist.yield %r : f32\n  }}\n"
+        )
+        rets.append((f"%c{i}", t))
+    sig = ", ".join(t for _, t in rets)
+    return _MESH + (
+        f"func.func @kernels({', '.join(args)}) -> ({sig}) {{\n" + "".join(body) + f"  func.return {', '.join(v for v, _ in rets)} : {sig}\n}}\n"
+    )
+
+
+def flops_program(n: int, fmas: int = 64) -> str:
+    """``fmas`` dependent multiply-adds per element (2·fmas flops, 8 bytes)."""
+    t = _t(n, "local")
+    lines = ["    %v0 = arith.addf %x, %x : f32"]
+    for i in range(fmas):
+        lines.append(f"    %m{i} = arith.mulf %v{i}, %k : f32")
+        lines.append(f"    %v{i + 1} = arith.addf %m{i}, %x : f32")
+    return _MESH + (
+        f"func.func @flops(%a: {t}, %s: f32) -> {t} {{\n"
+        f"  %c = dist.map(%a, %s) : ({t}, f32) -> {t} {{\n"
+        "  ^bb0(%x: f32, %k: f32):\n" + "\n".join(lines) + f"\n    dist.yield %v{fmas} : f32\n  }}\n"
+        f"  func.return %c : {t}\n}}\n"
+    )
+
+
+def matmul_program(n: int, dtype: str) -> str:
+    a = f"!dist.tensor<{n}x{n}x{dtype}, @world, [replicated]>"
+    return _MESH + (
+        f"func.func @mm(%a: {a}, %b: {a}) -> {a} {{\n  %c = dist.matmul %a, %b : ({a}, {a}) -> {a}\n  func.return %c : {a}\n}}\n"
+    )
+
+
+def collective_program(kind: str, n: int) -> str:
+    """One collective of ``kind`` over ``n`` f32 elements per rank (its input for
+    AllReduce, ReduceScatter, Reduce; its output for AllGather; the message of a send)."""
+    ops = {
+        "all_reduce": ("local", "replicated", "coll.all_reduce sum %x"),
+        "reduce_scatter": ("local", "sliced<0>", "coll.reduce_scatter sum %x dim 0"),
+        "all_gather": ("sliced<0>", "replicated", "coll.all_gather %x"),
+        "reduce": ("local", "at<0>", "coll.reduce sum %x root 0"),
+        "broadcast": ("at<0>", "replicated", "coll.broadcast %x"),
+        "send": ("at<0>", "at<1>", "coll.send %x to 1"),
+    }
+    src, dst, op = ops[kind]
+    ti, to = _t(n, src), _t(n, dst)
+    return _MESH + f"func.func @c(%x: {ti}) -> {to} {{\n  %y = {op} : {ti} -> {to}\n  func.return %y : {to}\n}}\n"
+
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "send")
+
+
+# --------------------------------------------------------------------------------------
+# Fitting
+# --------------------------------------------------------------------------------------
+
+
+def _modules(texts: dict[str, str]):
+    from distir.dialects.context import parse_module
+
+    return [(name, parse_module(text)) for name, text in texts.items()]
+
+
+def measure(backend: str, ranks: int, progress: Callable[[str], None] | None = None) -> dict:
+    """Time the calibration programs on ``backend`` and fit the parameters (module doc)."""
+    from distir.tuning.timing import time_programs
+
+    programs: dict[str, str] = {
+        "k1": kernels_program(1),
+        "k8": kernels_program(8),
+        "triad_small": triad_program(1 << 12),
+        "triad": triad_program(BANDWIDTH_SIZE),
+        "flops": flops_program(1 << 20),
+        "mm_f32": matmul_program(512, "f32"),
+        "mm_f16": matmul_program(128, "f16"),
+    }
+    for kind in KINDS:
+        for n in COLLECTIVE_SIZES:
+            programs[f"{kind}_{n}"] = collective_program(kind, n * (ranks if kind in ("reduce_scatter",) else 1))
+    times = time_programs(_modules(programs), ranks, backend, rounds=5, min_time=0.3, progress=progress)
+    missing = [k for k, v in times.items() if v is None]
+    if missing:
+        raise InputRejected(f"calibration on {backend}: programs {', '.join(missing)} could not run on {ranks} ranks")
+    t = {k: float(v) for k, v in times.items()}  # type: ignore[arg-type]
+    return fit(t, ranks, backend)
+
+
+def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
+    """The parameters from the measured step times ``t`` (seconds by program name)."""
+    ops1, ops8 = _op_count(kernels_program(1), ranks), _op_count(kernels_program(8), ranks)
+    dispatch = max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1))
+    step = max(0.0, t["k1"] - ops1 * dispatch)
+    runtime = Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
+    overhead = step + _op_count(triad_program(BANDWIDTH_SIZE), ranks) * dispatch
+    kernel = max(1e-9, t["triad"] - max(t["triad_small"], overhead))
+    bandwidth = 12 * BANDWIDTH_SIZE / kernel
+    flop_time = max(1e-9, t["flops"] - overhead)
+    peak = 2 * 64 * (1 << 20) / flop_time
+    mm32 = 2 * 512**3 / max(1e-9, t["mm_f32"] - overhead)
+    mm16 = 2 * 128**3 / max(1e-9, t["mm_f16"] - overhead)
+    collectives = {}
+    for kind in KINDS:
+        xs, ys = [], []
+        for n in COLLECTIVE_SIZES:
+            prog = collective_program(kind, n * (ranks if kind == "reduce_scatter" else 1))
+            nbytes = 4 * n * (ranks if kind in ("reduce_scatter",) else 1)
+            if kind == "all_gather":
+                nbytes = 4 * n
+            xs.append(nbytes)
+            ys.append(t[f"{kind}_{n}"] - step - _op_count(prog, ranks) * dispatch)
+        beta, alpha = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+        collectives[kind] = [max(0.0, float(alpha)), max(1e-15, float(beta))]
+    return {
+        "memory_bandwidth_GBps": bandwidth / 1e9,
+        "peak_tflops": {"f32": peak / 1e12, "f16": peak / 1e12, "bf16": peak / 1e12},
+        "matmul_tflops": {"f32": mm32 / 1e12, "f16": mm16 / 1e12, "bf16": mm16 / 1e12},
+        "runtime": asdict(runtime),
+        "collectives": collectives,
+        "measured": dict(sorted(t.items())),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "backend": backend,
+        "ranks": ranks,
+    }
+
+
+def _op_count(text: str, ranks: int) -> int:
+    """Ops a rank executes in one step of the lowered program."""
+    from xdsl.dialects import func
+
+    from distir.dialects.context import parse_module
+    from distir.lowering.pipeline import lower
+
+    lowered = lower(parse_module(text), ranks)
+    f = next(o for o in lowered.ops if isinstance(o, func.FuncOp))
+    return sum(1 for _ in f.walk()) - 1
+
+
+def calibrate(ranks: int = 2, backends: tuple[str, ...] = ("local", "mpi"), progress: Callable[[str], None] | None = None) -> Path:
+    """Measure ``backends`` on ``ranks`` ranks and store the fit (merged with earlier fits
+    for other rank counts); returns the file."""
+    path = cache_path()
+    data = _load(path) or {"version": VERSION, "backends": {}}
+    data["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+    for backend in backends:
+        data["backends"].setdefault(backend, {})[str(ranks)] = measure(backend, ranks, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)
+    return path
+
+
+def _load(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("version") == VERSION else None
+
+
+def topology_from(fit_: dict, name: str, ranks: int) -> CalibratedTopology:
+    """The ``CalibratedTopology`` of one fit."""
+    runtime = Runtime(**fit_["runtime"])
+    ar_alpha, ar_beta = fit_["collectives"]["all_reduce"]
+    link = Level("rank", ranks, 1 / max(ar_beta, 1e-15) / 1e9, ar_alpha * 1e6)
+    dev = Device(
+        f"{platform.processor() or platform.machine()} core ({fit_['backend']} backend)",
+        fit_["memory_bandwidth_GBps"],
+        PeakTflops(**fit_["peak_tflops"]),
+    )
+    return CalibratedTopology(
+        name,
+        (link,),
+        dev,
+        collectives=tuple((k, float(a), float(b)) for k, (a, b) in sorted(fit_["collectives"].items())),
+        runtime=runtime,
+        backend=fit_["backend"],
+        matmul_tflops=tuple(sorted((k, float(v)) for k, v in fit_["matmul_tflops"].items())),
+    )
+
+
+def local_topology(nodes: int | None = None, backend: str = "local") -> CalibratedTopology:
+    """This machine as calibrated for ``nodes`` ranks on ``backend`` (the only fit, or
+    the one for 2 ranks, when ``nodes`` is None)."""
+    name = "local" if backend == "local" else f"local-{backend}"
+    path = cache_path()
+    data = _load(path)
+    fits = (data or {}).get("backends", {}).get(backend, {})
+    if not fits:
+        raise InputRejected(
+            f"topology '{name}' is not calibrated on this machine: run 'distir-tune --calibrate --ranks N' first (it is stored in {path})"
+        )
+    if nodes is None:
+        key = "2" if "2" in fits else sorted(fits, key=int)[0]
+    else:
+        key = str(nodes)
+        if key not in fits:
+            have = ", ".join(sorted(fits, key=int))
+            raise InputRejected(f"topology '{name}' is calibrated for {have} rank(s), not {nodes}: run 'distir-tune --calibrate --ranks {nodes}'")
+    return topology_from(fits[key], name, int(key))
+
+
+register_topology("local", lambda nodes=None: local_topology(nodes, "local"))
+register_topology("local-mpi", lambda nodes=None: local_topology(nodes, "mpi"))
