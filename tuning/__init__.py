@@ -8,3 +8,7 @@ topology, shared by the tuner's cost model and P² synthesis (``distir.synthesis
 ``PAPER_SCHEDULES``), which sits above the runtime because ``Schedule.check`` runs the
 interpreter.
 """
+
+# ``local`` (and ``local-mpi``): this machine as ``distir-tune --calibrate`` fitted it,
+# registered among the built-in topologies whenever the tuning package is imported.
+from distir.tuning import calibrate as _calibrate  # noqa: E402, F401

@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -152,6 +153,22 @@ engines concurrent."""
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """What the model may choose from (the defaults are NCCL's): ``protocols``, the
+    AllReduce ``algorithms``, whether trees get NCCL's size correction, and the host
+    ``runtime`` (None: the topology's: ``GPU_RUNTIME``, or a calibration's). Tests and
+    studies narrow them to check the model by hand."""
+
+    protocols: tuple[Protocol, ...] = NCCL_PROTOCOLS
+    algorithms: tuple[str, ...] = ("ring", "tree")
+    tree_correction: bool = True
+    runtime: Runtime | None = None
+
+
+DEFAULT_OPTIONS = ModelOptions()
+
+
+@dataclass(frozen=True)
 class CalibratedTopology(Topology):
     """A topology fitted by measurement on a backend: ``collectives`` maps a collective
     kind (``collectives.KINDS``) to (alpha seconds, beta seconds per byte, in the byte
@@ -163,6 +180,12 @@ class CalibratedTopology(Topology):
     runtime: Runtime = GPU_RUNTIME
     backend: str = "local"
     matmul_tflops: tuple[tuple[str, float], ...] = ()
+    write_allocate: bool = False
+    """A store to memory the kernel did not read first costs a read as well (CPU caches)."""
+    fused_in_memory: bool = False
+    """The backend runs ``rt.fused`` as one kernel in shared memory (the ``local``
+    backend's zero-copy path), so its collectives' memory traffic for the buffers passed
+    inside the fused op disappears too."""
 
     def peak_matmul(self, dtype: str) -> float:
         """The matmul rate for ``dtype`` in flop/s (the device's peak when not measured)."""
@@ -304,7 +327,7 @@ class Prepared:
 class _Walker:
     """Turns a lowered function into steps (see the module doc)."""
 
-    def __init__(self, module: ModuleOp, f: func.FuncOp, topology: Topology, ranks: int, scaling: Scaling):
+    def __init__(self, module: ModuleOp, f: func.FuncOp, topology: Topology, ranks: int, scaling: Scaling, options: ModelOptions):
         from distir.runtime import npz
         from distir.runtime.values import rank_coords
 
@@ -313,7 +336,8 @@ class _Walker:
         self.topo = topology
         self.ranks = ranks
         self.scaling = scaling
-        self.runtime = topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME
+        self.options = options
+        self.runtime = options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
         self.grids = npz.resolve_grids(module, ranks)
         self.coords = {name: rank_coords(g) for name, g in self.grids.items()}
         self.kernels = {k.kernel_name: k for k in module.ops if isinstance(k, rt.KernelOp)}
@@ -457,7 +481,8 @@ class _Walker:
             moved, flops, dtype = self.kernel_work(op, fused)
         elif isinstance(op, rt.CopyOp):
             src = op.args[0]
-            moved, flops, dtype = self._bytes(src).scale(2.0), ZERO, _dtype(self._mem(src).element_type)
+            wa = isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate
+            moved, flops, dtype = self._bytes(src).scale(3.0 if wa else 2.0), ZERO, _dtype(self._mem(src).element_type)
             self._shape(op.args[1])
         elif isinstance(op, rt.MatmulOp):
             a, b, c = op.args[:3]
@@ -492,12 +517,20 @@ class _Walker:
         self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s))
 
     def kernel_work(self, op: rt.LaunchOp, fused: dict | None) -> tuple[Poly, Poly, str]:
+        """Bytes moved, flops and element type of a kernel launch. Bytes: each buffer it
+        loads and each it stores, once (and, where the machine write-allocates, a store
+        to a buffer the kernel does not read costs its read too); a buffer passed inside a
+        fused op is free. Flops: the ops that depend on the loaded elements or the index,
+        per element of the space (the others are computed once, outside the loop)."""
         kernel = self.kernels[op.kernel_name]
         params = list(kernel.params)
         args = list(op.args[:-1])
-        loads = {o.memref for o in kernel.body.block.ops if isinstance(o, memref.LoadOp)}
-        stores = {o.memref for o in kernel.body.block.ops if isinstance(o, memref.StoreOp)}
+        body = list(kernel.body.block.ops)
+        loads = {o.memref for o in body if isinstance(o, memref.LoadOp)}
+        stores = {o.memref for o in body if isinstance(o, memref.StoreOp)}
         free = set(fused.get("free", ())) if fused else set()
+        write_allocate = isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate
+        loaded = {a for p, a in zip(params, args) if p in loads}
         moved = ZERO
         dtype = "f32"
         seen: set[tuple[SSAValue, bool]] = set()
@@ -506,12 +539,18 @@ class _Walker:
                 continue
             if p in stores and (a, True) not in seen:
                 seen.add((a, True))
-                moved = moved + self._bytes(a)
+                moved = moved + self._bytes(a).scale(2.0 if write_allocate and a not in loaded else 1.0)
                 dtype = _dtype(a.type.element_type)
             if p in loads and (a, False) not in seen and a not in free:
                 seen.add((a, False))
                 moved = moved + self._bytes(a)
-        per = sum(FLOPS.get(o.name, 1.0) for o in kernel.body.block.ops if o.name not in FREE and not o.name.startswith("rt."))
+        varying: set[SSAValue] = set(kernel.indices)
+        per = 0.0
+        for o in body:
+            if isinstance(o, memref.LoadOp) or any(v in varying for v in o.operands):
+                varying.update(o.results)
+                if o.name not in FREE and not o.name.startswith("rt."):
+                    per += FLOPS.get(o.name, 1.0)
         flops = self.scaling.count(kernel.space, per)
         return moved, flops, dtype
 
@@ -535,9 +574,16 @@ class _Walker:
         if kind in ("reduce_scatter", "all_gather"):
             count = count.scale(n)
         first = fused is None or not fused.get("launched")
-        cost = self.collective_cost(kind, groups, count, self.runtime.device_s if first else 0.0)
+        extra = self.runtime.device_s if first else 0.0
+        cost = self.collective_cost(kind, groups, count, extra)
         if fused is not None and kind == "reduce_scatter":
             fused.setdefault("free", []).append(recv)
+        if fused is not None and isinstance(self.topo, CalibratedTopology) and self.topo.fused_in_memory:
+            # the passed buffer (reduce-scatter output, all-gather input) is not stored or
+            # reloaded by the collective either
+            saved = self._bytes(recv if kind == "reduce_scatter" else send).scale(1 / (self.topo.device.memory_bandwidth_GBps * 1e9))
+            full = cost
+            cost = lambda r, full=full, saved=saved: np.maximum(full(r) - saved(r), 0.0)  # noqa: E731
         if fused is not None:
             fused["launched"] = True
         host = self.runtime.launch_s if first else self.runtime.dispatch_s
@@ -553,13 +599,14 @@ class _Walker:
             a, b = topo.alpha_beta(kind)
             return lambda r: a + extra + b * nbytes(r)
         options = []
-        algorithms = ("ring", "tree") if kind == "all_reduce" else ("ring",)
+        algorithms = self.options.algorithms if kind == "all_reduce" else ("ring",)
         for alg in algorithms:
             lat, per_byte = collective_cost(topo, kind, groups, alg)
             if alg == "ring":
                 lat = ring_latency(topo, kind, groups)
-            for p in NCCL_PROTOCOLS:
-                options.append((lat * p.latency, per_byte / p.bandwidth, p.name if alg == "tree" else None))
+            corrected = alg == "tree" and self.options.tree_correction
+            for p in self.options.protocols:
+                options.append((lat * p.latency, per_byte / p.bandwidth, p.name if corrected else None))
 
         def cost(r: np.ndarray) -> np.ndarray:
             b = nbytes(r)
@@ -610,7 +657,7 @@ class _Walker:
             a, b = self.topo.alpha_beta("send")
             return lambda r: a + extra + b * nbytes(r)
         lat, per_byte = collective_cost(self.topo, "send", pairs, "ring")
-        options = [(lat * p.latency, per_byte / p.bandwidth) for p in NCCL_PROTOCOLS]
+        options = [(lat * p.latency, per_byte / p.bandwidth) for p in self.options.protocols]
 
         def cost(r: np.ndarray) -> np.ndarray:
             b = nbytes(r)
@@ -622,7 +669,8 @@ class _Walker:
         self.block(op.body.block, classes, {"launched": False})
 
 
-def ring_latency(topology: Topology, kind: str, groups: Sequence[Sequence[int]]) -> float:
+@lru_cache(maxsize=4096)
+def ring_latency(topology: Topology, kind: str, groups: tuple[tuple[int, ...], ...]) -> float:
     """The latency of a ring collective as NCCL's tuning model counts it: a chunk crosses
     every hop of the ring (n-1 hops per phase; an AllReduce has two phases), each at the
     latency of the level the hop crosses, so the hops inside a node cost the intra-node
@@ -662,7 +710,9 @@ def _dtype(t: Attribute) -> str:
 # ======================================================================================
 
 
-def prepare(lowered: ModuleOp, func_name: str, topology: Topology, ranks: int, scaling: Scaling) -> Prepared:
+def prepare(
+    lowered: ModuleOp, func_name: str, topology: Topology, ranks: int, scaling: Scaling, options: ModelOptions = DEFAULT_OPTIONS
+) -> Prepared:
     """The steps of ``func_name`` in ``lowered`` (a module lowered for ``ranks`` ranks at
     the reference size of ``scaling``)."""
     f = next((o for o in lowered.ops if isinstance(o, func.FuncOp) and o.sym_name.data == func_name), None)
@@ -670,9 +720,30 @@ def prepare(lowered: ModuleOp, func_name: str, topology: Topology, ranks: int, s
         raise InputRejected(f"cost model: no function @{func_name}")
     if ranks > topology.ranks:
         raise InputRejected(f"--ranks {ranks} is more than the {topology.ranks} devices of {topology.describe()}")
-    w = _Walker(lowered, f, topology, ranks, scaling)
+    w = _Walker(lowered, f, topology, ranks, scaling, options)
     w.run()
     return Prepared(w.steps, w.n_classes, scaling, frozenset(w.divisors), w.ops, w.runtime, w.notes)
+
+
+def predict_program(
+    module: ModuleOp,
+    topology: Topology,
+    ranks: int,
+    sizes: Sequence[int],
+    dim: int,
+    options: ModelOptions = DEFAULT_OPTIONS,
+    func_name: str | None = None,
+) -> np.ndarray:
+    """Seconds of one step of a dist-level program at each size (``dim`` replaced by the
+    size), lowered once at the reference size; NaN where a size does not fit."""
+    from distir.lowering.pipeline import lower
+    from distir.tuning.sizes import at_size, program_dims
+
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp) and (func_name is None or o.sym_name.data == func_name))
+    d_ref, q = reference_size(list(program_dims(module)), ranks, dim)
+    lowered = lower(at_size(module, dim, d_ref), ranks)
+    prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(d_ref, q), options)
+    return predict(prepared, sizes)
 
 
 def valid_sizes(prepared: Prepared, sizes: Sequence[int]) -> np.ndarray:
