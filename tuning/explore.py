@@ -187,9 +187,12 @@ def _values(module: ModuleOp, as_slice: Sequence[str] | None = None) -> dict[str
             if name is None:
                 continue
             kind = _COLLECTIVE_KIND.get(type(op))
+            t = op.results[0].type
+            scalar = not isinstance(t, TensorType) or t.rank == 0
+            if scalar:
+                continue  # a norm's scalar AllReduce belongs to its computation (CoCoNet)
             if kind == "all_reduce":
-                t = op.results[0].type
-                out.setdefault(kind, []).append((name, t.rank if isinstance(t, TensorType) else 0))
+                out.setdefault(kind, []).append((name, t.rank))
             elif kind is not None:
                 out.setdefault(kind, []).append(name)
             if isinstance(op, coll.CollectiveOp) and _fusable(op):
@@ -429,7 +432,14 @@ _FINISH_OUTSIDE = {coll.FusedAllGatherOp: "AG", coll.FusedBroadcastOp: "Bcast"}
 
 def _tokens(ops: Sequence[Operation], label: str) -> list[str]:
     out: list[str] = []
+    last: list[str] = []
     for op in ops:
+        if isinstance(op, (coll.AllGatherOp, coll.BroadcastOp)) and op.result.uses and all(
+            isinstance(u.operation, func.ReturnOp) for u in op.result.uses
+        ):
+            # a gather of a result finishes the program, wherever it is issued
+            last.append(_TOKENS[type(op)])
+            continue
         if isinstance(op, coll.OverlapOp):
             inner = _tokens([o for o in op.body.block.ops if not isinstance(o, coll.YieldOp)], label)
             out.append("ol(" + ",".join(inner) + ")")
@@ -445,7 +455,7 @@ def _tokens(ops: Sequence[Operation], label: str) -> list[str]:
             out.append(_TOKENS[type(op)])
         elif isinstance(op, _COMPUTE):
             out.append(label)
-    return _collapse(out, label)
+    return _collapse(out + last, label)
 
 
 def _collapse(tokens: list[str], label: str) -> list[str]:
