@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 
@@ -300,6 +301,10 @@ def _run_tool(argv: Sequence[str] | None) -> int:
 
     try:
         return _run(argv)
+    except BrokenPipeError:
+        # the reader of the table went away (``| head``): not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed pipe until exit
+        return 0
     except _Located:
         raise  # a parse or verification diagnostic, located in the file
     except InputRejected as e:

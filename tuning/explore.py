@@ -226,27 +226,29 @@ def state_names(f: func.FuncOp) -> set[str]:
 
 
 def _starts_chain(op: Operation) -> bool:
-    """Whether ``op`` heads a maximal producer -> collective chain (``passes/overlap.py``):
-    no chain op feeds it, its single result feeds exactly one op of the chain, and a
-    collective follows."""
+    """Whether ``op`` heads a maximal producer -> collective chain (``passes/overlap.py``)
+    worth overlapping: no chain op feeds it, its single result feeds exactly one op of
+    the chain, a collective follows, and the chain does some work besides collectives
+    that only reassemble each other (a computation, a fused collective, a send): an
+    overlapped ReduceScatter -> AllGather is just a chunked AllReduce."""
     for v in op.operands:
         owner = v.owner
         if isinstance(owner, _CHAIN_OPS) and owner.parent_block() is op.parent_block() and len(list(v.uses)) == 1:
             return False
-    cur = op
-    length = 1
-    has_collective = isinstance(op, (coll.CollectiveOp, coll.FusedCollectiveOp))
-    while len(cur.results) == 1:
-        uses = list(cur.results[0].uses)
+    chain = [op]
+    while len(chain[-1].results) == 1:
+        uses = list(chain[-1].results[0].uses)
         if len(uses) != 1:
             break
         nxt = uses[0].operation
         if not isinstance(nxt, _CHAIN_OPS) or nxt.parent_block() is not op.parent_block():
             break
-        cur = nxt
-        length += 1
-        has_collective = has_collective or isinstance(cur, (coll.CollectiveOp, coll.FusedCollectiveOp))
-    return has_collective and length >= 2
+        chain.append(nxt)
+    last = max((i for i, o in enumerate(chain) if isinstance(o, (coll.CollectiveOp, coll.FusedCollectiveOp))), default=-1)
+    chain = chain[: last + 1]  # the pass wraps up to the last collective
+    communicates = last >= 0
+    works = any(not isinstance(o, coll.CollectiveOp) or isinstance(o, coll.SendOp) for o in chain)
+    return len(chain) >= 2 and communicates and works
 
 
 # ======================================================================================
@@ -341,6 +343,8 @@ def explore(
                     if new is None:
                         continue
                     key = structure_key(new.module)
+                    if key not in seen and not _verifies(new, errors):
+                        continue
                     if key not in seen:
                         if len(found) >= max_schedules:
                             truncated = True
@@ -360,11 +364,20 @@ def explore(
     return Exploration(found, truncated, errors)
 
 
+def _verifies(cand: Candidate, errors: list[str]) -> bool:
+    """Verify a new program (a pass that produces an invalid one is a distir bug)."""
+    try:
+        cand.module.verify()
+    except (VerifyException, DiagnosticException) as e:
+        errors.append(f"{cand.pipeline}: the result does not verify: {e}")
+        return False
+    return True
+
+
 def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str]) -> Candidate | None:
     m = cand.module.clone()
     try:
         p.apply(ctx, m)
-        m.verify()
     except (PassFailedException, VerifyException, DiagnosticException, InputRejected):
         return None
     except Exception as e:  # noqa: BLE001 - a pass that crashes is a distir bug, reported, not fatal

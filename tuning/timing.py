@@ -53,6 +53,17 @@ def time_programs(
     raise InputRejected(f"--backend {backend}: the tuner times on 'local' or 'mpi' (use --model for a topology)")
 
 
+def build(module: ModuleOp, ranks: int):
+    """The ``LoweredProgram`` of a dist-level module on ``ranks`` ranks; InputRejected
+    when its shapes do not fit that rank count (as ``distir-run`` checks them)."""
+    from distir.runtime import npz
+    from distir.runtime.executor import LoweredProgram
+
+    f = npz.select_function(module, None)
+    npz.check_sizes(f, npz.resolve_grids(module, ranks), ranks)
+    return LoweredProgram.build(module, None, ranks)
+
+
 def _footprint(program) -> int:
     """Bytes of one program's buffers on all ranks (arguments and allocations)."""
     from xdsl.dialects.builtin import MemRefType
@@ -70,13 +81,11 @@ def _footprint(program) -> int:
 
 
 def _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress) -> dict[str, float | None]:
-    from distir.runtime.executor import LoweredProgram
-
     out: dict[str, float | None] = {}
     built = []
     for name, module in programs:
         try:
-            built.append((name, LoweredProgram.build(module, None, ranks)))
+            built.append((name, build(module, ranks)))
         except InputRejected:
             out[name] = None
     batch: list = []
@@ -162,7 +171,6 @@ def mpi_worker(job_dir: str) -> int:
     from mpi4py import MPI
 
     from distir.dialects.context import parse_module
-    from distir.runtime.executor import LoweredProgram
     from distir.runtime.mpi import MpiRunner
 
     world = MPI.COMM_WORLD
@@ -172,7 +180,7 @@ def mpi_worker(job_dir: str) -> int:
     failed: dict[str, None] = {}
     for i, name in enumerate(spec["names"]):
         try:
-            program = LoweredProgram.build(parse_module((job / f"p{i}.mlir").read_text()), None, spec["ranks"])
+            program = build(parse_module((job / f"p{i}.mlir").read_text()), spec["ranks"])
         except InputRejected:
             failed[name] = None
             continue
