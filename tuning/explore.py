@@ -568,33 +568,48 @@ def _prod(xs) -> int:
     return out
 
 
+@dataclass
+class Checker:
+    """The interpreter check of one program's schedules: the reduced shapes (every dim
+    d becomes gcd(d, 16·ranks)) and the program as written at them."""
+
+    ranks: int
+    mapping: dict[int, int]
+    original: ModuleOp
+
+    @classmethod
+    def of(cls, exploration: Exploration, ranks: int) -> Checker:
+        import math
+
+        from distir.tuning.sizes import program_dims, substitute
+
+        original = exploration.candidates[0].module
+        n = check_ranks(original, ranks)
+        mapping = {d: math.gcd(d, n * max(CHUNKS)) for d in program_dims(original)}
+        return cls(n, mapping, substitute(original, mapping))
+
+    def __call__(self, cand: Candidate) -> str:
+        """``ok``, ``differs: ...`` or ``not run: ...`` (see ``Candidate.check``)."""
+        from distir.runtime.equivalence import equivalent
+        from distir.tuning.sizes import substitute
+
+        if cand.original:
+            return "ok"
+        small = substitute(cand.module, self.mapping)
+        try:
+            report = equivalent(self.original, small, self.ranks, trials=1, seed=0)
+        except (InputRejected, ValueError, ArithmeticError) as e:
+            return f"not run: {e}"
+        return "ok" if report else f"differs: {report.message}"
+
+
 def check(exploration: Exploration, ranks: int, progress: Callable[[int], None] | None = None) -> list[Candidate]:
     """Check every schedule against the program as written with the reference
-    interpreter on reduced shapes (``sizes.reduced``); returns the schedules that
-    disagree (distir bugs)."""
-    from distir.runtime.equivalence import equivalent
-    from distir.tuning.sizes import program_dims, substitute
-
-    original = exploration.candidates[0]
-    n = check_ranks(original.module, ranks)
-    import math
-
-    mapping = {d: math.gcd(d, n * max(CHUNKS)) for d in program_dims(original.module)}
-    small_original = substitute(original.module, mapping)
-    original.check = "ok"
-    bad = []
-    for i, cand in enumerate(exploration.candidates[1:], 1):
-        small = substitute(cand.module, mapping)
-        try:
-            report = equivalent(small_original, small, n, trials=1, seed=0)
-        except (InputRejected, ValueError, ArithmeticError) as e:
-            cand.check = f"not run: {e}"
-        else:
-            if report:
-                cand.check = "ok"
-            else:
-                cand.check = f"differs: {report.message}"
-                bad.append(cand)
-        if progress is not None:
+    interpreter on reduced shapes (``Checker``); returns the schedules that disagree
+    (distir bugs)."""
+    checker = Checker.of(exploration, ranks)
+    for i, cand in enumerate(exploration.candidates):
+        cand.check = checker(cand)
+        if progress is not None and i:
             progress(i)
-    return bad
+    return [c for c in exploration.candidates if c.check.startswith("differs")]

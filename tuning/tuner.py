@@ -21,6 +21,8 @@ size (``sizes.at_size``) and runs it.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects.diagnostics import InputRejected
-from distir.tuning.explore import Candidate, Exploration, check, explore, only_function
+from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
 from distir.tuning.sizes import at_size, choose_dim, program_dims
 from distir.tuning.topology import Topology
 
@@ -101,9 +103,11 @@ def tune(
     as_slice: Sequence[str] | None = None,
     progress: Progress | None = None,
     rounds: int = 5,
+    jobs: int | None = None,
 ) -> TuneResult:
     """Explore, check and time (``backend``) or predict (``model``) every schedule of
-    ``module``'s function at every size (the program's own size when ``sizes`` is None)."""
+    ``module``'s function at every size (the program's own size when ``sizes`` is None);
+    ``jobs`` processes check and predict many schedules (default: one per core)."""
     if (model is None) == (backend is None):
         raise InputRejected("give either a backend to time on or a topology to predict for")
     if ranks < 1:
@@ -118,9 +122,12 @@ def tune(
     ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0))
     seconds["explore"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    n = len(ex.candidates)
-    bad = check(ex, ranks, progress=lambda i: report("check", i, n - 1))
-    seconds["check"] = time.perf_counter() - t0
+    evaluate = _Evaluation(ex, ranks, d, sizes, model)
+    results = _each(evaluate, len(ex.candidates), jobs, lambda i: report("predict" if model else "check", i, len(ex.candidates)))
+    for c, (status, _) in zip(ex.candidates, results):
+        c.check = status
+    seconds["check and predict" if model else "check"] = time.perf_counter() - t0
+    bad = [c for c in ex.candidates if c.check.startswith("differs")]
     bugs = [f"distir bug: schedule {c.name} ({c.pipeline}) does not compute what the program does: {c.check}" for c in bad]
     bugs += [f"distir bug: a pass crashed during the exploration: {e}" for e in ex.errors]
     notes = []
@@ -132,13 +139,11 @@ def tune(
             f"{len(unchecked)} schedule(s) could not run on the reduced shapes of the check (e.g. {unchecked[0].name}: "
             f"{unchecked[0].check.removeprefix('not run: ')}); they are not picked"
         )
-
-    t0 = time.perf_counter()
     if model is not None:
-        times = _predict(ex, model, ranks, d, sizes, report)
+        times = [t for _, t in results]
         how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
-        seconds["predict"] = time.perf_counter() - t0
     else:
+        t0 = time.perf_counter()
         times = _measure(ex, backend, ranks, d, sizes, report, rounds)  # type: ignore[arg-type]
         how = f"backend {backend}"
         seconds["time"] = time.perf_counter() - t0
@@ -152,29 +157,70 @@ def tune(
     return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes)
 
 
-def _predict(ex: Exploration, topo: Topology, ranks: int, d: int, sizes: Sequence[int], report: Progress) -> list[dict[int, float | None]]:
-    from distir.lowering.pipeline import lower
-    from distir.tuning.cost_model import Scaling, predict, prepare, reference_size
+class _Evaluation:
+    """What each schedule needs on its own: its interpreter check and, with a model, its
+    prediction at every size (lowered once at the reference size)."""
 
-    if ranks > topo.ranks:
-        raise InputRejected(f"--ranks {ranks} is more than the {topo.ranks} devices of {topo.describe()} (give --nodes)")
-    original = ex.candidates[0].module
-    d_ref, q = reference_size(list(program_dims(original)), ranks, d)
-    scaling = Scaling(d_ref, q)
-    out: list[dict[int, float | None]] = []
-    for i, c in enumerate(ex.candidates):
-        report("predict", i + 1, len(ex.candidates))
-        times: dict[int, float | None] = {s: None for s in sizes}
-        if c.check == "ok":
-            try:
-                lowered = lower(at_size(c.module, d, d_ref), ranks)
-                prepared = prepare(lowered, _name(c), topo, ranks, scaling)
-            except (InputRejected, PassFailedException, VerifyException):
-                pass  # not applicable on this rank count (a dim the ranks do not divide)
-            else:
-                for s, t in zip(sizes, predict(prepared, sizes)):
-                    times[s] = None if math.isnan(t) else float(t)
-        out.append(times)
+    def __init__(self, ex: Exploration, ranks: int, d: int, sizes: Sequence[int], model: Topology | None):
+        from distir.tuning.cost_model import Scaling, reference_size
+
+        if model is not None and ranks > model.ranks:
+            raise InputRejected(f"--ranks {ranks} is more than the {model.ranks} devices of {model.describe()} (give --nodes)")
+        self.ex = ex
+        self.checker = Checker.of(ex, ranks)
+        self.ranks, self.d, self.sizes, self.model = ranks, d, list(sizes), model
+        d_ref, q = reference_size(list(program_dims(ex.candidates[0].module)), ranks, d)
+        self.scaling = Scaling(d_ref, q)
+
+    def __call__(self, i: int) -> tuple[str, dict[int, float | None]]:
+        from distir.lowering.pipeline import lower
+        from distir.tuning.cost_model import predict, prepare
+
+        c = self.ex.candidates[i]
+        status = self.checker(c)
+        times: dict[int, float | None] = {s: None for s in self.sizes}
+        if status != "ok" or self.model is None:
+            return status, times
+        try:
+            lowered = lower(at_size(c.module, self.d, self.scaling.d_ref), self.ranks)
+            prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
+        except (InputRejected, PassFailedException, VerifyException):
+            return status, times  # not applicable on this rank count (a dim the ranks do not divide)
+        for s, t in zip(self.sizes, predict(prepared, self.sizes)):
+            times[s] = None if math.isnan(t) else float(t)
+        return status, times
+
+
+PARALLEL_FROM = 24
+"""Schedules from which the checks and predictions run in parallel processes."""
+
+_JOB: Callable[[int], object] | None = None
+
+
+def _run_job(i: int):
+    assert _JOB is not None
+    return i, _JOB(i)
+
+
+def _each(fn: Callable[[int], object], count: int, jobs: int | None, progress: Callable[[int], None]) -> list:
+    """``[fn(i) for i in range(count)]``, in ``jobs`` forked processes (default: one per
+    core) when there are many; results in order."""
+    global _JOB
+    jobs = jobs or os.cpu_count() or 1
+    out: list = [None] * count
+    if jobs < 2 or count < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
+        for i in range(count):
+            out[i] = fn(i)
+            progress(i + 1)
+        return out
+    _JOB = fn
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, count)) as pool:
+            for done, (i, r) in enumerate(pool.imap_unordered(_run_job, range(count)), 1):
+                out[i] = r
+                progress(done)
+    finally:
+        _JOB = None
     return out
 
 
