@@ -302,7 +302,6 @@ class Step:
     cost: Callable[[np.ndarray], np.ndarray] | None = None
     host: float = 0.0
     event: int = -1
-    channel: Any = None
 
 
 @dataclass
@@ -314,7 +313,6 @@ class Prepared:
     classes: int
     scaling: Scaling
     divisors: frozenset[int]
-    ops: int
     runtime: Runtime = GPU_RUNTIME
     notes: list[str] = field(default_factory=list)
 
@@ -345,7 +343,6 @@ class _Walker:
         self.steps: list[Step] = []
         self.divisors: set[int] = set()
         self.events = 0
-        self.ops = 0
         self.pending = 0.0
         self.notes: list[str] = []
         self._classes()
@@ -360,7 +357,6 @@ class _Walker:
         rows, self.class_of = np.unique(table, axis=0, return_inverse=True)
         self.class_of = self.class_of.reshape(-1)
         self.n_classes = len(rows)
-        self.members = [np.flatnonzero(self.class_of == c) for c in range(self.n_classes)]
         for j, op in enumerate(holds):
             self.env[op.result] = rows[:, j]  # per class
 
@@ -407,7 +403,6 @@ class _Walker:
                 self.op(op, classes, fused)
 
     def op(self, op: Operation, classes: tuple[int, ...], fused: dict | None) -> None:
-        self.ops += 1
         if isinstance(op, (func.ReturnOp, scf.YieldOp)):
             return
         if not isinstance(op, (scf.IfOp, rt.FusedOp, rt.EventRecordOp, rt.StreamWaitOp, rt.StreamSyncOp, nccl.NcclOp, *_WORK)):
@@ -638,14 +633,13 @@ class _Walker:
         for c in recvs:
             self._shape(c.args[0])
         stream = self.env[calls[0].args[-1]] if calls else 0
-        channel = (tuple(sorted(self.env[c.args[2]][1] for c in calls)) if calls else (), len(sends), len(recvs))
         launch = self.runtime.launch_s
         if sends and recvs:
             cost = self._send_cost(pairs, nbytes)
             self.emit(Step("collective", classes, stream, cost, host=launch))
         elif sends:
             cost = self._send_cost(pairs, nbytes)
-            self.emit(Step("send", classes, stream, cost, host=launch, channel=channel))
+            self.emit(Step("send", classes, stream, cost, host=launch))
         elif recvs:
             self.emit(Step("recv", classes, stream, host=launch))
 
@@ -722,7 +716,7 @@ def prepare(
         raise InputRejected(f"--ranks {ranks} is more than the {topology.ranks} devices of {topology.describe()}")
     w = _Walker(lowered, f, topology, ranks, scaling, options)
     w.run()
-    return Prepared(w.steps, w.n_classes, scaling, frozenset(w.divisors), w.ops, w.runtime, w.notes)
+    return Prepared(w.steps, w.n_classes, scaling, frozenset(w.divisors), w.runtime, w.notes)
 
 
 def predict_program(
