@@ -226,15 +226,19 @@ def state_names(f: func.FuncOp) -> set[str]:
 
 
 def _starts_chain(op: Operation) -> bool:
-    """Whether ``op`` heads a maximal producer -> collective chain (``passes/overlap.py``)
-    worth overlapping: no chain op feeds it, its single result feeds exactly one op of
-    the chain, a collective follows, and the chain does some work besides collectives
-    that only reassemble each other (a computation, a fused collective, a send): an
-    overlapped ReduceScatter -> AllGather is just a chunked AllReduce."""
-    for v in op.operands:
-        owner = v.owner
-        if isinstance(owner, _CHAIN_OPS) and owner.parent_block() is op.parent_block() and len(list(v.uses)) == 1:
-            return False
+    """Whether ``op`` starts a producer -> collective chain (``passes/overlap.py``) worth
+    overlapping: a matmul or embedding bag anywhere in a chain, or the collective at a
+    chain's head; its single result feeds exactly one op of the chain, a collective
+    follows, and the chain does some work besides collectives that only reassemble each
+    other (a computation, a fused collective, a send): an overlapped ReduceScatter ->
+    AllGather is just a chunked AllReduce."""
+    if not isinstance(op, (dist.MatmulOp, dist.EmbeddingBagOp)):
+        # a collective starts a chain only at its head (a matmul may start one anywhere:
+        # CoCoNet overlaps the MLP's second matmul with its AllReduce)
+        for v in op.operands:
+            owner = v.owner
+            if isinstance(owner, _CHAIN_OPS) and owner.parent_block() is op.parent_block() and len(list(v.uses)) == 1:
+                return False
     chain = [op]
     while len(chain[-1].results) == 1:
         uses = list(chain[-1].results[0].uses)
@@ -247,6 +251,8 @@ def _starts_chain(op: Operation) -> bool:
     last = max((i for i, o in enumerate(chain) if isinstance(o, (coll.CollectiveOp, coll.FusedCollectiveOp))), default=-1)
     chain = chain[: last + 1]  # the pass wraps up to the last collective
     communicates = last >= 0
+    if any(isinstance(o, (dist.MatmulOp, dist.EmbeddingBagOp)) for o in chain[1:]):
+        return False  # the later producer starts the chain to overlap
     works = any(not isinstance(o, coll.CollectiveOp) or isinstance(o, coll.SendOp) for o in chain)
     return len(chain) >= 2 and communicates and works
 
