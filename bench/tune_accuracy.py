@@ -1,10 +1,15 @@
 """The cost model against the runtime: after ``distir-tune --calibrate``, ``--model local``
 predicts the measured step time of every Adam, SGD and LAMB schedule the tuner explores,
 on 2 ranks of the ``local`` backend, at 2^16 ... 2^24 elements; prints each prediction
-next to the measurement (both from one run), then the median and the worst relative
-error [targets: median within 25%, worst within 50%].
+next to the measurement, then the median and the worst relative error [targets: median
+within 25%, worst within 50%], and for each size whether the model's pick is the
+fastest measured schedule.
 
-    python bench/tune_accuracy.py [--sizes 2^16..2^24:2] [--ranks 2] [--examples adam,sgd,lamb] [--rounds 5]
+The calibration runs first, in this process (``--no-calibrate`` reuses the stored one),
+so that it and the measurements see the machine in the same state: on a machine shared
+with other jobs, a calibration from an hour before describes another machine.
+
+    python bench/tune_accuracy.py [--sizes 2^16..2^24:2] [--ranks 2] [--examples adam,sgd,lamb] [--rounds 5] [--no-calibrate]
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--examples", default="adam,sgd,lamb")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-calibrate", action="store_true")
     args = ap.parse_args()
+    import os
 
     from distir.dialects.context import parse_module
     from distir.tuning.calibrate import local_topology
@@ -35,6 +42,12 @@ def main() -> int:
     from distir.tuning.tuner import tune
 
     sizes = parse_sizes(args.sizes)
+    note(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if not args.no_calibrate:
+        from distir.tuning.calibrate import calibrate
+
+        note("calibrating the local topology")
+        calibrate(args.ranks, backends=("local",))
     topo = local_topology(args.ranks)
     rows, errors = [], []
     start = time.perf_counter()
@@ -60,6 +73,7 @@ def main() -> int:
                 pick = measured.by_name(best_p[s]).times[s]
                 note(f"  {name} {format_size(s)}: model picks {best_p[s]} ({pick * 1e3:.3f} ms measured), fastest measured {best_m[s]} ({measured.by_name(best_m[s]).times[s] * 1e3:.3f} ms): {pick / measured.by_name(best_m[s]).times[s]:.2f}x")
     print(table(rows, ["program", "schedule", "size", "measured ms", "predicted ms", "error"]))
+    note(f"load average {os.getloadavg()[0]:.1f}")
     if errors:
         print(f"\n{len(errors)} predictions: median |error| {statistics.median(errors) * 100:.0f}% [target <= 25%], "
               f"worst {max(errors) * 100:.0f}% [target <= 50%]  ({time.perf_counter() - start:.0f} s)")
