@@ -112,23 +112,30 @@ def format_time(t: float | None) -> str:
     return f"{t:.3f} s"
 
 
+def _label(s) -> str:
+    """A schedule's name in the table, flagged when its check did not pass."""
+    if s.check == "ok":
+        return s.name
+    return s.name + (" (WRONG: a distir bug)" if s.check.startswith("differs") else " (not checked)")
+
+
 def render_table(result) -> str:
     """Per size: every schedule by time, its speedup over the program as written, the
     best marked ``*``, and its pipeline."""
     lines = []
+    header = ["", "schedule", "time", "speedup", "pipeline"]
     for size in result.sizes:
         rows = sorted(result.schedules, key=lambda s: (s.times.get(size) is None, s.times.get(size) or 0.0))
-        lines.append(f"size {format_size(size)} ({size}):")
-        header = ["", "schedule", "time", "speedup", "pipeline"]
         table = []
         for s in rows:
-            t = s.times.get(size)
             sp = result.speedup(s, size)
-            mark = "*" if result.best.get(size) == s.name else ("!" if s.check.startswith("differs") else "")
-            table.append([mark, s.name + ("" if s.check == "ok" else " (not checked)" if not s.check.startswith("differs") else " (WRONG)"), format_time(t), f"{sp:.2f}x" if sp else "-", s.pipeline or "(as written)"])
+            mark = "*" if result.best.get(size) == s.name else ""
+            table.append([mark, _label(s), format_time(s.times.get(size)), f"{sp:.2f}x" if sp else "-", s.pipeline or "(as written)"])
         widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+        lines.append(f"size {format_size(size)} ({size}):")
         for r in [header, *table]:
-            lines.append("  " + "  ".join(c.ljust(w) if i != 2 and i != 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+            cells = [c.rjust(w) if i in (2, 3) else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+            lines.append("  " + "  ".join(cells).rstrip())
         lines.append("")
     best = ", ".join(f"{format_size(s)}: {n or 'none'}" for s, n in result.best.items())
     lines.append(f"best: {best}")

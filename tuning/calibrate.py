@@ -146,10 +146,8 @@ def _modules(texts: dict[str, str]):
     return [(name, parse_module(text)) for name, text in texts.items()]
 
 
-def measure(backend: str, ranks: int, progress: Callable[[str], None] | None = None) -> dict:
-    """Time the calibration programs on ``backend`` and fit the parameters (module doc)."""
-    from distir.tuning.timing import time_programs
-
+def programs() -> dict[str, str]:
+    """The calibration programs by name (``fit`` reads their step times by these names)."""
     programs: dict[str, str] = {
         "k1": kernels_program(1),
         "k8": kernels_program(8),
@@ -162,7 +160,14 @@ def measure(backend: str, ranks: int, progress: Callable[[str], None] | None = N
     for kind in KINDS:
         for n in COLLECTIVE_SIZES:
             programs[f"{kind}_{n}"] = collective_program(kind, n)
-    modules = _modules(programs)
+    return programs
+
+
+def measure(backend: str, ranks: int, progress: Callable[[str], None] | None = None) -> dict:
+    """Time the calibration programs on ``backend`` and fit the parameters (module doc)."""
+    from distir.tuning.timing import time_programs
+
+    modules = _modules(programs())
     best: dict[str, float] = {}
     for _ in range(REPEATS):
         times = time_programs(modules, ranks, backend, rounds=5, min_time=0.3, progress=progress)
