@@ -8,8 +8,9 @@ The calibration (``distir-tune --calibrate``'s programs and fit) runs *interleav
 the schedules it predicts: each batch of schedules is timed round-robin together with
 the calibration programs, and the fit of that batch predicts them. On a machine shared
 with other jobs the memory bandwidth changes several-fold within minutes; a calibration
-measured at another moment describes another machine. ``--stored`` uses the stored
-calibration instead.
+measured at another moment describes another machine; and both sides take the median
+of their rounds (a 5 ms calibration program finds a quiet moment more often than a
+100 ms step would). ``--stored`` uses the stored calibration instead.
 
     python bench/tune_accuracy.py [--sizes 2^16..2^24:2] [--ranks 2] [--examples adam,sgd,lamb] [--rounds 5] [--stored]
 """
@@ -73,7 +74,7 @@ def main() -> int:
             measured, predicted = {}, {}
             for batch in batches:
                 note(f"{name} {format_size(s)}: {len(batch)} schedules with the calibration programs (load {os.getloadavg()[0]:.1f})")
-                times = time_programs(batch + ([] if args.stored else cal), args.ranks, "local", rounds=args.rounds)
+                times = time_programs(batch + ([] if args.stored else cal), args.ranks, "local", rounds=args.rounds, statistic="median")
                 if args.stored:
                     topo = calibrate.local_topology(args.ranks)
                 else:

@@ -8,11 +8,15 @@ place it applies (each ``targets`` value, each option), in CoCoNet's order: fuse
 computations; split an AllReduce (ReduceScatter + AllGather along each dim, or Reduce +
 Broadcast); reorder an AllGather, Broadcast or send with computations; fuse collectives
 with computations (``fuse-allreduce``, ``fuse-collectives``); keep in-place state sliced
-(``slice-state``, CoCoNet's ``asSlice``); overlap a producer with its collectives in 2, 4,
-8 or 16 chunks in every order. A request the rules forbid is simply not a step.
-Programs that are structurally equal (the same printed IR up to SSA names) are one
-schedule, reached by the shortest pipeline. ``TRANSFORMATIONS`` is data: a new pass
-(e.g. tile-granular overlap) is one more ``Transformation``.
+(``slice-state``, CoCoNet's ``asSlice``, on the optimizer state: ``state_names``); last,
+overlap a producer with its collectives in 2, 4, 8 or 16 chunks (a matmul's or an
+embedding's chain in every order; ``_starts_chain`` says which chains are worth it). A
+scalar AllReduce (a norm) belongs to its computation and is not split. Each
+transformation proposes only the places that pass cheap necessary conditions of its
+pass (``_values``); a request the pass then refuses is simply not a step. Programs that
+are structurally equal (the same printed IR up to SSA names) are one schedule, reached
+by the shortest pipeline; every new program is verified. ``TRANSFORMATIONS`` is data: a
+new pass (e.g. tile-granular overlap) is one more ``Transformation``.
 
 Each schedule is named from its structure, CoCoNet-style: ``AR`` (AllReduce), ``RS``,
 ``AG``, ``Reduce``, ``Bcast``, ``A2A``, ``P2P`` (send), ``MM`` (matmul), ``Emb``
@@ -25,10 +29,12 @@ bracket then names: the state kept sliced (``[asSlice(m,v)]``), the overlap's ch
 and order (``[4 ring]``), the dim an AllReduce was split along (``[dim 1]``). The
 program as written is always a candidate (``(as written)`` when its name is taken).
 
-``check`` runs each schedule and the original on the same random inputs with the
-reference interpreter on reduced shapes (``sizes.reduced``): every transformation
-preserves meaning, so a disagreement is a bug in distir, reported as such, and that
-schedule is never picked.
+``check`` (a ``Checker`` per schedule) runs each schedule and the original on the same
+random inputs with the reference interpreter on reduced shapes (every dim d becomes
+gcd(d, 16·ranks), on at most 4 ranks times the static part of the mesh): every
+transformation preserves meaning, so a disagreement is a bug in distir, reported as
+such, and that schedule is never picked; one that cannot run on the reduced shapes is
+not picked either.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,10 +45,12 @@ def time_programs(
     min_time: float = MIN_TIME,
     memory_budget: int = MEMORY_BUDGET,
     progress: Callable[[str], None] | None = None,
+    statistic: str = "best",
 ) -> dict[str, float | None]:
-    """The best step time of each program (module doc)."""
+    """The best (or, with ``statistic="median"``, the median) step time of each program
+    over its rounds (module doc)."""
     if backend == "local":
-        return _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress)
+        return _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress, statistic)
     if backend == "mpi":
         return _time_mpi(programs, ranks, rounds, warmup, min_time, progress)
     raise InputRejected(f"--backend {backend}: the tuner times on 'local' or 'mpi' (use --model for a topology)")
@@ -80,7 +83,7 @@ def _footprint(program) -> int:
     return total * program.ranks
 
 
-def _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress) -> dict[str, float | None]:
+def _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress, statistic="best") -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     built = []
     for name, module in programs:
@@ -93,16 +96,16 @@ def _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progre
     for name, program in built:
         size = _footprint(program)
         if batch and used + size > memory_budget:
-            out.update(_run_local_batch(batch, rounds, warmup, min_time, progress))
+            out.update(_run_local_batch(batch, rounds, warmup, min_time, progress, statistic))
             batch, used = [], 0
         batch.append((name, program))
         used += size
     if batch:
-        out.update(_run_local_batch(batch, rounds, warmup, min_time, progress))
+        out.update(_run_local_batch(batch, rounds, warmup, min_time, progress, statistic))
     return {name: out.get(name) for name, _ in programs}
 
 
-def _run_local_batch(batch, rounds, warmup, min_time, progress) -> dict[str, float | None]:
+def _run_local_batch(batch, rounds, warmup, min_time, progress, statistic="best") -> dict[str, float | None]:
     from distir.runtime.local import LocalRunner
 
     runners = {}
@@ -116,26 +119,27 @@ def _run_local_batch(batch, rounds, warmup, min_time, progress) -> dict[str, flo
             runner.bind(program.prepare_inputs({}, 0))
             for _ in range(warmup):
                 runner.step()
-        out = _round_robin({n: r.step for n, r in runners.items()}, rounds, min_time)
+        out = _round_robin({n: r.step for n, r in runners.items()}, rounds, min_time, statistic)
     finally:
         for r in runners.values():
             r.close()
     return out
 
 
-def _round_robin(steps: dict[str, Callable[[], object]], rounds: int, min_time: float) -> dict[str, float | None]:
-    """Best time of each step, run round-robin at least ``rounds`` times and until
-    ``min_time`` seconds have passed (at most 20 rounds)."""
-    best = {n: math.inf for n in steps}
+def _round_robin(steps: dict[str, Callable[[], object]], rounds: int, min_time: float, statistic: str = "best") -> dict[str, float | None]:
+    """Best (or median) time of each step, run round-robin at least ``rounds`` times and
+    until ``min_time`` seconds have passed (at most 20 rounds)."""
+    times: dict[str, list[float]] = {n: [] for n in steps}
     start = time.perf_counter()
     done = 0
     while done < rounds or (time.perf_counter() - start < min_time and done < 20):
         for n, step in steps.items():
             t = time.perf_counter()
             step()
-            best[n] = min(best[n], time.perf_counter() - t)
+            times[n].append(time.perf_counter() - t)
         done += 1
-    return {n: (b if math.isfinite(b) else None) for n, b in best.items()}
+    pick = min if statistic == "best" else statistics.median
+    return {n: (pick(v) if v else None) for n, v in times.items()}
 
 
 # --------------------------------------------------------------------------------------
