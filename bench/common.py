@@ -15,6 +15,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
+# numba's notes for distir's developers (why a generated kernel did not parallelise)
+# are not for the reader of a benchmark.
+from distir.tools.diagnostics import quiet_developer_warnings  # noqa: E402
+
+quiet_developer_warnings()
+
 ADAM_SCHEDULES = {
     "AR-Adam": "",
     # CoCoNet's RS-Opt-AG reorders the AllGather with the *fused* optimizer computation:
@@ -36,18 +42,21 @@ def schedule(text: str, pipeline: str) -> str:
     """The program after a pass pipeline (``distir-opt -p``)."""
     if not pipeline:
         return text
-    from xdsl.passes import PassPipeline
+    from distir.dialects.context import parse_module
+    from distir.passes.pipeline import apply_pipeline
 
-    from distir.dialects.context import make_context, parse_module
-    from distir.passes.registry import ALL_PASSES
-
-    module = parse_module(text)
-    PassPipeline.parse_spec(dict(ALL_PASSES), pipeline).apply(make_context(), module)
-    return str(module)
+    return str(apply_pipeline(parse_module(text), pipeline))
 
 
 def adam_text(n: int) -> str:
     return (EXAMPLES / "adam.mlir").read_text().replace("1048576", str(n))
+
+
+def have_module(name: str) -> bool:
+    """Whether an optional baseline's package is installed (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 def median_time(fn: Callable[[], object], reps: int, warmup: int = 2) -> float:
@@ -77,7 +86,15 @@ class LocalStep:
         self.runner.step()
 
     def close(self) -> None:
+        """Stop the rank threads and drop the buffers (the next program's memory starts
+        from here: peaks stay those of the programs alive together)."""
+        import gc
+
         self.runner.close()
+        for t in self.runner._threads:  # noqa: SLF001 - a thread holds its runner until it ends
+            t.join(timeout=10)
+        self.runner = self.program = None  # type: ignore[assignment]
+        gc.collect()
 
 
 def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2) -> dict[str, float]:

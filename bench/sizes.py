@@ -1,8 +1,11 @@
 """Adam step time vs tensor size (2^10 ... 2^26 f32 elements per rank) for each schedule
-on the local backend (2 ranks): prints a table and saves it as bench/adam_sizes.csv and
-a plot as bench/adam_sizes.png (matplotlib).
+on the local backend (2 ranks): prints a table; with ``--out PREFIX`` also saves it as
+PREFIX.csv and a plot as PREFIX.png (matplotlib). The README's table and plot are
+``--out bench/adam_sizes``.
 
-    python bench/sizes.py [--min 10] [--max 26] [--step 2]
+    python bench/sizes.py [--min 10] [--max 26] [--step 2] [--out PREFIX]
+
+Memory: about 9 GB at the largest default size (2^26); --max 24 needs about 2.3 GB.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def main() -> int:
     ap.add_argument("--min", type=int, default=10)
     ap.add_argument("--max", type=int, default=26)
     ap.add_argument("--step", type=int, default=2)
-    ap.add_argument("--out", default=str(HERE / "adam_sizes"))
+    ap.add_argument("--out", metavar="PREFIX", help="also write PREFIX.csv and PREFIX.png (default: print only)")
     args = ap.parse_args()
     sizes = list(range(args.min, args.max + 1, args.step))
     results: dict[str, dict[int, float]] = {name: {} for name in ADAM_SCHEDULES}
@@ -42,6 +45,8 @@ def main() -> int:
         rows.append([f"2^{log2n}", *[f"{x * 1e3:.3f} ms" for x in t], f"{t[0] / t[-1]:.2f}x"])
     print("\nAdam step time vs size, local backend, 2 ranks (median):\n")
     print(table(rows, header))
+    if not args.out:
+        return 0
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["log2_elements", *[f"{name}_s" for name in ADAM_SCHEDULES]])

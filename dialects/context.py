@@ -5,7 +5,6 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, memref, scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
 
 
 def _dist():
@@ -49,9 +48,13 @@ def make_context() -> Context:
 
 
 def parse_module(text: str, name: str = "<string>", verify: bool = True) -> ModuleOp:
-    """Parse (and by default verify) a distir module; raises xDSL's ParseError or
-    VerifyException on bad input."""
-    module = Parser(make_context(), text, name).parse_module()
+    """Parse (and by default verify) a distir module with the robust front end
+    (``frontend.py``, ``verifier.py``); raises xDSL's ParseError or VerifyException,
+    whose text is a located diagnostic, on bad input."""
+    from distir.dialects.frontend import parse_source
+    from distir.dialects.verifier import verify_module
+
+    module, spans = parse_source(text, name, make_context())
     if verify:
-        module.verify()
+        verify_module(module, spans)
     return module

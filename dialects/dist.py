@@ -19,7 +19,9 @@ meshes and placements, and reports a broken rule as
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -60,7 +62,7 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
-from distir.dialects.format import REDUCTIONS, FormattedOp, Kw
+from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
     REPLICATED,
@@ -73,6 +75,7 @@ from distir.dialects.placements import (
     Unplaced,
     parse_placement,
 )
+from distir.dialects.verifier import IsolatedBody
 
 # ======================================================================================
 # Types
@@ -130,11 +133,11 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         mesh: str | None = None,
         placements: Sequence[Placement] | None = None,
     ) -> TensorType:
-        return TensorType(
-            self.get_shape() if shape is None else shape,
+        return _tensor_type(
+            self.get_shape() if shape is None else tuple(shape),
             self.element_type if element_type is None else element_type,
-            self.mesh if mesh is None else mesh,
-            self.get_placements() if placements is None else placements,
+            self.mesh_name if mesh is None else mesh,
+            self.get_placements() if placements is None else tuple(placements),
         )
 
     def format_shape(self) -> str:
@@ -144,7 +147,10 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         parser.parse_punctuation("<")
+        start = parser.pos
         dims, elt = parser.parse_ranked_shape()
+        if any(d > I64_MAX for d in dims):
+            parser.raise_error(f"!dist.tensor dimension {max(dims)} is out of range for i64", start, parser.pos)
         if any(d < 0 for d in dims):
             parser.raise_error("!dist.tensor shapes are static: '?' is allowed only in mesh shapes")
         parser.parse_punctuation(",")
@@ -185,6 +191,13 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         why = self.layout_error(self.rank, self.get_placements())
         if why:
             raise VerifyException(f"!dist.tensor {why}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_type(shape: tuple[int, ...], element_type: Attribute, mesh: str, placements: tuple[Placement, ...]) -> TensorType:
+    """``TensorType(...)``, built (and verified) once per distinct type: passes derive
+    types by the thousand on model-scale programs, and types are immutable."""
+    return TensorType(shape, element_type, mesh, placements)
 
 
 # ======================================================================================
@@ -305,7 +318,7 @@ class MeshOp(IRDLOperation):
         parser.parse_keyword("shape")
         parser.parse_punctuation("=")
         sizes = parser.parse_comma_separated_list(
-            parser.Delimiter.SQUARE, lambda: None if parser.parse_optional_punctuation("?") else parser.parse_integer()
+            parser.Delimiter.SQUARE, lambda: None if parser.parse_optional_punctuation("?") else parse_int(parser)
         )
         axis_names = None
         if parser.parse_optional_keyword("axes"):
@@ -316,7 +329,7 @@ class MeshOp(IRDLOperation):
             view = parser.parse_symbol_name().data
             factors = parser.parse_comma_separated_list(
                 parser.Delimiter.SQUARE,
-                lambda: parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer),
+                lambda: parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser)),
             )
         attrs = parser.parse_optional_attr_dict()
         op = cls.create_mesh(name.data, sizes, axis_names, view, factors)
@@ -394,11 +407,39 @@ def fail(op: Operation, msg: str) -> NoReturn:
     raise VerifyException(f"'{op.name}' op {msg}")
 
 
+_SYMBOLS: weakref.WeakKeyDictionary[Operation, dict[str, Operation]] = weakref.WeakKeyDictionary()
+
+
 def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:
-    try:
-        return SymbolTable.lookup_symbol(op, ref)
-    except ValueError:
-        return None
+    """The symbol ``ref`` names, from ``op``'s closest symbol table. Top-level names are
+    found through a table of the symbols built once and rebuilt only when it is stale
+    (xDSL's lookup scans the module, which made verifying a lowered module with a
+    kernel per op quadratic)."""
+    name = ref if isinstance(ref, str) else ref.root_reference.data if not ref.nested_references.data else None
+    anchor: Operation | None = op
+    while anchor is not None and not anchor.has_trait(SymbolTable):
+        anchor = anchor.parent_op()
+    if name is None or anchor is None:
+        try:
+            return SymbolTable.lookup_symbol(op, ref)
+        except ValueError:
+            return None
+    table = _SYMBOLS.get(anchor)
+    hit = table.get(name) if table is not None else None
+    if hit is not None and hit.parent_op() is anchor and _sym_name(hit) == name:
+        return hit
+    table = {}
+    for o in anchor.regions[0].block.ops:
+        n = _sym_name(o)
+        if n is not None:
+            table.setdefault(n, o)
+    _SYMBOLS[anchor] = table
+    return table.get(name)
+
+
+def _sym_name(op: Operation) -> str | None:
+    a = op.properties.get("sym_name") or op.attributes.get("sym_name")
+    return a.data if isinstance(a, StringAttr) else None
 
 
 def lookup_mesh(op: Operation, t: TensorType) -> MeshOp:
@@ -776,7 +817,8 @@ class MapOp(DistOp):
     elements of the operands (``arith``/``math`` ops, ended by ``dist.yield``). Tensor
     operands broadcast as in PyTorch; builtin scalars (``f32``) are replicated scalars.
     All operands share the result's placements (an operand broadcast along a sliced dim
-    is replicated there). ``map`` commutes with every functional primitive.
+    is replicated there). The body sees only its block arguments and the values it defines
+    (``IsolatedBody``). ``map`` commutes with every functional primitive.
 
     ::
 
@@ -793,7 +835,7 @@ class MapOp(DistOp):
     inputs = var_operand_def()
     outputs = var_result_def(TensorType)
     body = region_def("single_block")
-    traits = traits_def(Pure(), DistCanonicalization())
+    traits = traits_def(Pure(), DistCanonicalization(), IsolatedBody())
 
     def verify_rule(self) -> None:
         if not self.outputs:

@@ -31,11 +31,24 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Region, SSAValue
 from xdsl.irdl import IRDLOperation, VarOperandDef, VarResultDef, opt_prop_def, prop_def
-from xdsl.parser import Parser
+from xdsl.parser import BaseParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 REDUCTIONS = ("sum", "prod", "max", "min", "avg")
+
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+def parse_int(parser: BaseParser, context_msg: str = "") -> int:
+    """An integer of distir's syntax (a dim, an axis, a size): stored as i64, so a value
+    outside [-2^63, 2^63) is a diagnostic at the literal rather than a wrapped value."""
+    start = parser.pos
+    value = parser.parse_integer(context_msg=context_msg)
+    if not I64_MIN <= value <= I64_MAX:
+        end = start + len(parser.lexer.input.content[start : parser.pos].rstrip())
+        parser.raise_error(f"integer {value} is out of range for i64", start, end)
+    return value
 
 Kind = Literal["int", "ints", "float", "bools", "word"]
 
@@ -84,12 +97,12 @@ class Kw:
 
     def parse_value(self, parser: Parser) -> Any:
         if self.kind == "int":
-            return parser.parse_integer(context_msg=f" after '{self.keyword}'")
+            return parse_int(parser, f" after '{self.keyword}'")
         if self.kind == "float":
             return parser.parse_number(context_msg=f" after '{self.keyword}'")
         if self.kind == "ints":
             return parser.parse_comma_separated_list(
-                parser.Delimiter.SQUARE, parser.parse_integer, f" after '{self.keyword}'"
+                parser.Delimiter.SQUARE, lambda: parse_int(parser), f" after '{self.keyword}'"
             )
         if self.kind == "bools":
             return parser.parse_comma_separated_list(

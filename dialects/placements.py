@@ -26,6 +26,8 @@ from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 
+from distir.dialects.format import parse_int
+
 PLACEMENT_WORDS = ("replicated", "sliced", "local", "at", "unplaced")
 
 
@@ -116,7 +118,7 @@ UNPLACED = Unplaced()
 
 def _parse_int_args(parser: AttrParser, word: str, lo: int, hi: int) -> list[int]:
     args = parser.parse_comma_separated_list(
-        parser.Delimiter.ANGLE, parser.parse_integer, f" after '{word}'"
+        parser.Delimiter.ANGLE, lambda: parse_int(parser), f" after '{word}'"
     )
     if not lo <= len(args) <= hi:
         want = f"{lo}" if lo == hi else f"{lo} or {hi}"

@@ -55,6 +55,7 @@ from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
     irdl_op_definition,
+    operand_def,
     prop_def,
     region_def,
     result_def,
@@ -71,6 +72,7 @@ from distir.dialects.format import (
     REDUCTIONS,
     FormattedOp,
     Kw,
+    parse_int,
     parse_type_signature,
     print_type_list,
 )
@@ -201,7 +203,7 @@ class CommOp(MeshRefOp):
     def parse(cls, parser: Parser) -> CommOp:
         mesh = parser.parse_symbol_name().data
         parser.parse_keyword("axes")
-        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser))
         parser.parse_punctuation(":")
         parser.parse_type()
         return cls.get(mesh, axes)
@@ -246,10 +248,10 @@ class GroupRankOp(MeshRefOp):
     def parse(cls, parser: Parser) -> GroupRankOp:
         mesh = parser.parse_symbol_name().data
         parser.parse_keyword("axes")
-        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser))
         shift = 0
         if parser.parse_optional_keyword("shift"):
-            shift = parser.parse_integer()
+            shift = parse_int(parser)
         parser.parse_punctuation(":")
         parser.parse_type()
         return cls.get(mesh, axes, shift)
@@ -333,7 +335,7 @@ class StreamOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> StreamOp:
-        n = parser.parse_integer()
+        n = parse_int(parser)
         parser.parse_punctuation(":")
         parser.parse_type()
         return cls.get(n)
@@ -529,7 +531,7 @@ class KernelOp(IRDLOperation):
     def parse(cls, parser: Parser) -> KernelOp:
         name = parser.parse_symbol_name().data
         parser.parse_keyword("shape")
-        shape = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+        shape = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser))
         region = parser.parse_region()
         return cls.get(name, shape, region)
 
@@ -770,9 +772,9 @@ class ChunkOp(IRDLOperation):
         parser.parse_punctuation(",")
         k = parser.parse_unresolved_operand()
         parser.parse_keyword("dim")
-        d = parser.parse_integer()
+        d = parse_int(parser)
         parser.parse_keyword("count")
-        n = parser.parse_integer()
+        n = parse_int(parser)
         parser.parse_punctuation(":")
         ins, outs = parse_type_signature(parser)
         return cls.get(parser.resolve_operand(x, ins[0]), parser.resolve_operand(k, ins[1]), d, n, outs[0])
@@ -810,7 +812,7 @@ class AssembleOp(IRDLOperation):
         while parser.parse_optional_punctuation(","):
             unresolved.append(parser.parse_unresolved_operand())
         parser.parse_keyword("dim")
-        d = parser.parse_integer()
+        d = parse_int(parser)
         parser.parse_punctuation(":")
         ins, outs = parse_type_signature(parser)
         return cls.get([parser.resolve_operand(u, t) for u, t in zip(unresolved, ins)], d, outs[0])
@@ -859,6 +861,182 @@ class FusedOp(IRDLOperation):
         printer.print_op_attributes(self.attributes)
 
 
+# ======================================================================================
+# Buckets: values side by side in one buffer (combined collectives, horizontal kernels)
+# ======================================================================================
+
+
+def _numel(t: Attribute) -> int:
+    return math.prod(t.get_shape())  # type: ignore[attr-defined]
+
+
+def _offsets(types: Sequence[Attribute]) -> list[int]:
+    out, at = [], 0
+    for t in types:
+        out.append(at)
+        at += _numel(t)
+    return out
+
+
+def _bucket_error(members: Sequence[Attribute], bucket: Attribute) -> str | None:
+    """Why ``bucket`` is not the 1-d bucket type of ``members``, or None."""
+    from distir.dialects import layout
+    from distir.dialects.dist import TensorType
+    from distir.dialects.placements import At, Sliced
+
+    if not members:
+        return "needs at least one member"
+    if not isinstance(bucket, TensorType) or bucket.rank != 1:
+        return f"bucket must be a 1-d !dist.tensor, got {bucket}"
+    for i, t in enumerate(members):
+        if not isinstance(t, TensorType):
+            return f"member {i} must be a !dist.tensor, got {t}"
+        if t.element_type != bucket.element_type or t.mesh_name != bucket.mesh_name:
+            return f"member {i} of type {t} must have the bucket's element type and mesh ({bucket})"
+        if any(isinstance(p, (Sliced, At)) for p in t.get_placements()):
+            return f"member {i} of type {t} must not be sliced or at<r>: every rank holds its whole buffer"
+        if not layout.same_layout(t.get_placements(), bucket.get_placements()):
+            return f"member {i} of type {t} must be placed as the bucket ({bucket})"
+    total = sum(_numel(t) for t in members)
+    if bucket.get_shape() != (total,):
+        return f"bucket must have the members' {total} elements, got {bucket.get_shape()[0]}"
+    return None
+
+
+@irdl_op_definition
+class PackOp(IRDLOperation):
+    """``rt.pack %x0, %x1, ..``: one 1-d value holding the operands side by side, each
+    flattened, in order (value semantics, before bufferization; made by
+    ``lower-buckets`` for combined collectives and horizontal kernels). The operands are
+    distributed values of one element type and mesh, placed alike and never sliced or
+    at<r>: every rank's buffer of the result is its buffers of the operands,
+    concatenated. Bufferized without copies when the operands are function arguments
+    (the runtime lays them out in one buffer) or are computed straight into it.
+
+    ``%b = rt.pack %x, %y : (!dist.tensor<64xf32, @world, [local]>, !dist.tensor<8x4xf32, @world, [local]>) -> !dist.tensor<96xf32, @world, [local]>``
+    """
+
+    name = "rt.pack"
+    members = var_operand_def()
+    result = result_def(Attribute)
+
+    @classmethod
+    def get(cls, members, result_type: Attribute) -> PackOp:
+        return cls.build(operands=[list(members)], result_types=[result_type])
+
+    @classmethod
+    def parse(cls, parser: Parser) -> PackOp:
+        unresolved = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
+        parser.parse_punctuation(":")
+        ins, outs = parse_type_signature(parser)
+        return cls.get([parser.resolve_operand(u, t) for u, t in zip(unresolved, ins)], outs[0])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list(self.members, printer.print_operand)
+        printer.print_string(" : ")
+        print_type_list(printer, [a.type for a in self.members], parens=True)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+
+    def verify_(self) -> None:
+        why = _bucket_error([m.type for m in self.members], self.result.type)
+        if why:
+            fail(self, why)
+
+    def offsets(self) -> list[int]:
+        """Element offset of each member in the bucket."""
+        return _offsets([m.type for m in self.members])
+
+
+@irdl_op_definition
+class UnpackOp(IRDLOperation):
+    """``rt.unpack %b``: the members of a bucket (the inverse of ``rt.pack``): result i is
+    the elements of ``%b`` after those of results 0..i-1, in result i's shape.
+
+    ``%x, %y = rt.unpack %b : !dist.tensor<96xf32, @world, [local]> -> (!dist.tensor<64xf32, @world, [local]>, !dist.tensor<8x4xf32, @world, [local]>)``
+    """
+
+    name = "rt.unpack"
+    input = operand_def()
+    members = var_result_def()
+
+    @classmethod
+    def get(cls, bucket, member_types) -> UnpackOp:
+        return cls.build(operands=[bucket], result_types=[list(member_types)])
+
+    @classmethod
+    def parse(cls, parser: Parser) -> UnpackOp:
+        u = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        ins, outs = parse_type_signature(parser)
+        return cls.get(parser.resolve_operand(u, ins[0]), outs)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_string(" : ")
+        printer.print_attribute(self.input.type)
+        printer.print_string(" -> ")
+        print_type_list(printer, [r.type for r in self.members], parens=len(self.members) != 1)
+
+    def verify_(self) -> None:
+        why = _bucket_error([m.type for m in self.members], self.input.type)
+        if why:
+            fail(self, why)
+
+    def offsets(self) -> list[int]:
+        """Element offset of each member in the bucket."""
+        return _offsets([m.type for m in self.members])
+
+
+@irdl_op_definition
+class ViewOp(IRDLOperation):
+    """``rt.view %b offset N``: a view (no copy) of elements ``N .. N + count`` of a
+    contiguous buffer, in the result's shape: a member of a bucket buffer.
+
+    ``%v = rt.view %b offset 64 : memref<96xf32> -> memref<8x4xf32>``
+    """
+
+    name = "rt.view"
+    buffer = operand_def(MemRefType)
+    offset = prop_def(IntegerAttr)
+    result = result_def(MemRefType)
+
+    @classmethod
+    def get(cls, buffer, offset: int, result_type: Attribute) -> ViewOp:
+        return cls.build(operands=[buffer], result_types=[result_type], properties={"offset": IntegerAttr(offset, i64)})
+
+    @property
+    def offset_value(self) -> int:
+        return self.offset.value.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ViewOp:
+        u = parser.parse_unresolved_operand()
+        parser.parse_keyword("offset")
+        n = parser.parse_integer()
+        parser.parse_punctuation(":")
+        ins, outs = parse_type_signature(parser)
+        return cls.get(parser.resolve_operand(u, ins[0]), n, outs[0])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.buffer)
+        printer.print_string(f" offset {self.offset_value} : ")
+        printer.print_attribute(self.buffer.type)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+
+    def verify_(self) -> None:
+        b = need_memref(self, self.buffer.type, "buffer")
+        r = need_memref(self, self.result.type, "result")
+        if b.element_type != r.element_type:
+            fail(self, f"result element type must be {b.element_type}, got {r.element_type}")
+        if self.offset_value < 0 or self.offset_value + memref_count(r) > memref_count(b):
+            fail(self, f"elements {self.offset_value}..{self.offset_value + memref_count(r)} are outside {b}")
+
+
 Rt = Dialect(
     "rt",
     [
@@ -882,6 +1060,9 @@ Rt = Dialect(
         ChunkOp,
         AssembleOp,
         FusedOp,
+        PackOp,
+        UnpackOp,
+        ViewOp,
     ],
     [CommType, StreamType, EventType],
 )

@@ -16,12 +16,17 @@ from distir.dialects.dist import MeshOp, TensorType
 
 
 class LoweringError(PassFailedException):
-    """A program the lowering cannot handle; the message names the op and the reason."""
+    """A program the lowering cannot handle; the message names the op and the reason,
+    ``op`` is that op (the pass manager locates the diagnostic at it)."""
+
+    op: Operation | None = None
 
 
 def fail(pass_name: str, msg: str, op: Operation | None = None) -> NoReturn:
     where = f"'{op.name}' op " if op is not None else ""
-    raise LoweringError(f"'{pass_name}' pass: {where}{msg}")
+    err = LoweringError(f"'{pass_name}' pass: {where}{msg}")
+    err.op = op
+    raise err
 
 
 def meshes(module: ModuleOp) -> dict[str, MeshOp]:

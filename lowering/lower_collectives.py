@@ -39,9 +39,13 @@ from typing import Any
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
     IndexType,
     MemRefType,
     ModuleOp,
+    i64,
 )
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -57,11 +61,15 @@ from distir.lowering.common import (
     meshes,
     static_sizes,
 )
+from distir.passes.support import gc_paused
 
 PASS = "lower-collectives"
 INDEX = IndexType()
 DIST_TYPE = "rt.dist_type"
 """Function attribute holding the dist-level signature of a lowered function."""
+ARENAS = "rt.arenas"
+"""Function attribute listing, per extra trailing argument (an arena), the indices of the
+arguments the runtime lays out side by side in it (``lower-buckets``' packs)."""
 
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
 
@@ -98,6 +106,8 @@ class FuncLowering:
             coll.OverlapOp: self._overlap,
             rt.ChunkOp: self._chunk,
             rt.AssembleOp: self._assemble,
+            rt.PackOp: self._pack,
+            rt.UnpackOp: self._unpack,
             dist.ReduceOp: self._primitive,
             dist.SliceOp: self._primitive,
             dist.JoinOp: self._primitive,
@@ -269,12 +279,22 @@ class FuncLowering:
         old_block = f.body.block
         arg_types = [self.memref(a.type) for a in old_block.args]
         res_types = [self.memref(t) for t in f.function_type.outputs.data]
-        self.entry = Block(arg_types=arg_types)
+        arenas = self._arenas(old_block)
+        self.entry = Block(arg_types=[*arg_types, *(self.memref(p.result.type) for p, _ in arenas)])
         self.blocks = [self.entry]
         for old, new in zip(old_block.args, self.entry.args):
             new.name_hint = old.name_hint
             self.buf[old] = new
             self.contig[new] = True
+        self.arena_members: dict[SSAValue, list[int]] = {}
+        self.arena_of: dict[tuple[int, ...], tuple[SSAValue, SSAValue]] = {}
+        for k, (p, idx) in enumerate(arenas):
+            a = self.entry.args[len(arg_types) + k]
+            a.name_hint = f"arena{k}"
+            self.buf[p.result] = a
+            self.contig[a] = True
+            self.arena_members[a] = idx
+            self.arena_of[tuple(idx)] = (a, p.result)
         self.stream = self.stream_n(0)
         self.inplace = self._inplace_results()
         self._assign_inplace_dests()
@@ -284,15 +304,20 @@ class FuncLowering:
                 self._return(op, res_types)
             else:
                 self.lower_op(op)
+        arg_attrs = f.arg_attrs
+        if arenas and arg_attrs is not None:
+            arg_attrs = ArrayAttr([*arg_attrs.data, *(DictionaryAttr({}) for _ in arenas)])
         new = func.FuncOp(
             f.sym_name.data,
-            (arg_types, res_types),
+            ([*arg_types, *(self.memref(p.result.type) for p, _ in arenas)], res_types),
             Region(self.entry),
             f.sym_visibility,
-            arg_attrs=f.arg_attrs,
+            arg_attrs=arg_attrs,
             res_attrs=f.res_attrs,
         )
         new.attributes[DIST_TYPE] = f.function_type
+        if arenas:
+            new.attributes[ARENAS] = ArrayAttr([DenseArrayBase.from_list(i64, idx) for _, idx in arenas])
         for k, v in f.attributes.items():
             new.attributes.setdefault(k, v)
         return new
@@ -338,13 +363,34 @@ class FuncLowering:
                 out[i] = a.value.data  # type: ignore[attr-defined]
         return out
 
+    def _arenas(self, block: Block) -> list[tuple[rt.PackOp, list[int]]]:
+        """Packs of distinct function arguments (``lower-buckets``): each becomes one
+        buffer the runtime lays those arguments out in (an extra function argument; the
+        ``rt.arenas`` attribute lists its members), so that packing them copies nothing."""
+        out: list[tuple[rt.PackOp, list[int]]] = []
+        claimed: set[int] = set()
+        for op in block.ops:
+            if not isinstance(op, rt.PackOp):
+                continue
+            members = list(op.members)
+            if not all(isinstance(v, BlockArgument) and v.owner is block for v in members):
+                continue
+            idx = [v.index for v in members]  # type: ignore[attr-defined]
+            if len(set(idx)) != len(idx) or claimed & set(idx):
+                continue
+            claimed.update(idx)
+            out.append((op, idx))
+        return out
+
     def _assign_inplace_dests(self) -> None:
         block = self.f.body.block
         ret = block.last_op
         assert isinstance(ret, func.ReturnOp)
         order = {op: k for k, op in enumerate(block.ops)}
+        returned = list(ret.arguments)  # (each access to an op's named operands builds the list)
+        self._assign_bucket_dests(block, returned, order)
         for i, n in self.inplace.items():
-            v = ret.arguments[i]
+            v = returned[i]
             arg = block.args[n]
             producer = v.owner
             if not isinstance(producer, Operation) or producer.parent_block() is not block:
@@ -353,6 +399,33 @@ class FuncLowering:
                 continue
             if self._safe_inplace(arg, v, producer, order):
                 self.dest[v] = self.buf[arg]
+
+    def _assign_bucket_dests(self, block: Block, returned: list[SSAValue], order: dict[Operation, int]) -> None:
+        """A bucket whose members are all results written in place into the arguments of
+        one arena is computed straight into that arena (when that is safe, as for one
+        value)."""
+        by_unpack: dict[rt.UnpackOp, dict[int, int]] = {}
+        for i, n in self.inplace.items():
+            v = returned[i]
+            u = v.owner
+            if isinstance(u, rt.UnpackOp) and u.parent_block() is block:
+                by_unpack.setdefault(u, {})[v.index] = n  # type: ignore[attr-defined]
+        for u, members in by_unpack.items():
+            if len(members) != len(u.members):
+                continue
+            idx = tuple(members[k] for k in range(len(u.members)))
+            arena = self.arena_of.get(idx)
+            if arena is None:
+                continue
+            a, packed = arena
+            if any(block.args[n].get_unique_use() is None for n in idx):
+                continue  # an argument read elsewhere too
+            b = u.input
+            producer = b.owner
+            if not isinstance(producer, (rt.CallOp, coll.FusedCollectiveOp, coll.CollectiveOp)) or producer.parent_block() is not block:
+                continue
+            if self._safe_inplace(packed, b, producer, order):
+                self.dest[b] = a
 
     def _safe_inplace(self, arg: SSAValue, v: SSAValue, producer: Operation, order: dict[Operation, int]) -> bool:
         """Whether ``v`` can be computed straight into ``arg``'s buffer: no op after its
@@ -544,6 +617,29 @@ class FuncLowering:
         axis, dim = op.option("axis"), op.option("dim")
         n = self.sizes(t)[axis]
         self.buf[op.result] = self.block(self.input(op.input), self.group_rank(t.mesh_name, [axis]), dim, n)
+
+    def _pack(self, op: rt.PackOp) -> None:
+        """A bucket: the arena of its arguments, else a new buffer the members are
+        copied into."""
+        if op.result in self.buf:
+            return
+        full = self.out(op.result)
+        for m, off in zip(op.members, op.offsets()):
+            self.copy(self.input(m), self.emit(rt.ViewOp.get(full, off, self.memref(m.type))).results[0])
+        self.buf[op.result] = full
+
+    def _unpack(self, op: rt.UnpackOp) -> None:
+        """Members of a bucket: the arguments laid out in it (an arena), else views."""
+        full = self.input(op.input)
+        args = self.arena_members.get(full)
+        for k, (m, off) in enumerate(zip(op.members, op.offsets())):
+            if not m.uses:
+                continue
+            if args is not None:
+                self.buf[m] = self.entry.args[args[k]]
+            else:
+                self.buf[m] = self.emit(rt.ViewOp.get(full, off, self.memref(m.type))).results[0]
+            self.contig[self.buf[m]] = True
 
     def _remesh(self, op: dist.RemeshOp) -> None:
         self.buf[op.result] = self.input(op.input)
@@ -826,6 +922,10 @@ class LowerCollectivesPass(ModulePass):
     name = "lower-collectives"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        with gc_paused():
+            self._apply(ctx, op)
+
+    def _apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             if DIST_TYPE in f.attributes:
                 continue

@@ -54,6 +54,8 @@ from xdsl.passes import ModulePass
 from distir.dialects import coll, dist, layout, rng, rt
 from distir.dialects.dist import TensorType
 from distir.lowering.common import buffer_type, fail, local_shape, meshes, static_sizes
+from distir.lowering.lower_buckets import body_key
+from distir.passes.support import gc_paused
 
 PASS = "lower-to-kernels"
 ELEMENTWISE = (dist.MapOp, dist.CastOp, dist.DropoutOp)
@@ -302,9 +304,14 @@ class LowerToKernelsPass(ModulePass):
     name = "lower-to-kernels"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        with gc_paused():
+            self._apply(ctx, op)
+
+    def _apply(self, ctx: Context, op: ModuleOp) -> None:
         mesh_ops = meshes(op)
         names = {k.kernel_name for k in op.ops if isinstance(k, rt.KernelOp)}
         counter = 0
+        built: dict[tuple, str] = {}
         for block in _blocks(op):
             for run, views in _runs(block):
                 space: TensorType = run[0].results[0].type  # type: ignore[assignment]
@@ -320,12 +327,18 @@ class LowerToKernelsPass(ModulePass):
                 while f"k{counter}" in names:
                     counter += 1
                 name = f"k{counter}"
-                names.add(name)
                 try:
                     kernel = builder.build(name)
                 except ValueError as e:
                     fail(PASS, str(e), run[0])
-                op.body.block.add_op(kernel)
+                # kernels computing alike over the same space are one kernel
+                key = (tuple(kernel.space), body_key(kernel.body.block))
+                if key in built:
+                    name = built[key]
+                else:
+                    built[key] = name
+                    names.add(name)
+                    op.body.block.add_op(kernel)
                 for view in views:
                     view.detach()
                     block.insert_op_before(view, run[0])

@@ -597,6 +597,9 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
 
         tr.load_hook, tr.store_hook = bload, bstore
     hoisted, body = tr.split()
+    # Loop bounds are read from an output's shape, so that the source (and its compiled
+    # code) is the same for every kernel with this body, whatever its iteration space.
+    extent = _extents(tr, kernel)
     lines = [f"def {name}({', '.join(args)}):"]
     lines += _indent(pre + hoisted, 4)
     if isinstance(variant, Bucketed):
@@ -625,8 +628,8 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
             [
                 f"tmp = np.empty({tile}, np.{rct})",
                 "base = numba.uint64(base)",
-                f"for t0 in range(numba.uint64(0), numba.uint64({space[0]}), numba.uint64({tile})):",
-                f"    size = min(numba.uint64({tile}), numba.uint64({space[0]}) - t0)",
+                f"for t0 in range(numba.uint64(0), numba.uint64({extent[0]}), numba.uint64({tile})):",
+                f"    size = min(numba.uint64({tile}), numba.uint64({extent[0]}) - t0)",
                 "    for j in range(size):",
                 f"        tmp[j] = {reduced('base + t0 + j')}",
                 "    for j in range(size):",
@@ -645,9 +648,9 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
         lines += _indent(body, 4)
     else:
         loop_indent = 4
-        for k, extent in enumerate(space):
+        for k, bound in enumerate(extent):
             rng_fn = "numba.prange" if k == 0 else "range"
-            lines.append(" " * loop_indent + f"for i{k} in {rng_fn}({extent}):")
+            lines.append(" " * loop_indent + f"for i{k} in {rng_fn}({bound}):")
             loop_indent += 4
         lines += _indent(body, loop_indent)
     if len(lines) == 1 or lines[-1].endswith(":"):
@@ -655,6 +658,20 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
     kinds, storage = _param_kinds(tr, "cpu")
     src = _header("cpu") + "\n\n" + "\n".join(lines) + "\n"
     return KernelSource(name, src, "cpu", kinds, storage)
+
+
+def _extents(tr: Translator, kernel: rt.KernelOp) -> list[str]:
+    """The iteration space's extents as expressions: the shape of a stored parameter of
+    the space's rank (every kernel stores its results over the whole space), else the
+    constants."""
+    space = list(kernel.space)
+    for op in kernel.body.block.ops:
+        if isinstance(op, memref.StoreOp):
+            t = op.memref.type
+            if isinstance(t, MemRefType) and list(t.get_shape()) == space and space:
+                p = tr.params.index(op.memref)
+                return [f"{tr.pname(p)}.shape[{k}]" for k in range(len(space))]
+    return [str(e) for e in space]
 
 
 def _flat_expr(space: Sequence[int]) -> str:
@@ -731,9 +748,22 @@ def _load_module(source: str, tag: str):
     return mod
 
 
+def _quiet_numba_notes() -> None:
+    """Numba's note that ``parallel=True`` found nothing to parallelise (a small or
+    sequential kernel) is for distir's developers, not its users."""
+    import warnings
+
+    from numba.core.errors import NumbaPerformanceWarning
+
+    warnings.filterwarnings("ignore", message=r"(?s)\s*The keyword argument 'parallel=True' was specified", category=NumbaPerformanceWarning)
+
+
 def compile_cpu(ks: KernelSource, parallel: bool = False, fastmath: frozenset[str] = DEFAULT_FASTMATH):
     """The ``numba.njit`` function of a CPU kernel source (compiled lazily on first call)."""
     import numba
+
+    if parallel:
+        _quiet_numba_notes()
 
     key = ("cpu", ks.source, parallel, fastmath)
     with _LOCK:

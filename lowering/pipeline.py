@@ -2,7 +2,12 @@
 
     form-collectives        (only when functional primitives are left: they never run)
     fix-mesh-sizes{ranks=N}
+    combine-collectives     (independent collectives of one kind become one; CoCoNet's
+                             scattered tensors, DDP's buckets: on by default, so every
+                             schedule the tuner or a user writes is combined when it runs)
     lower-overlap           (coll.overlap chains cut into chunks on two streams)
+    lower-buckets           (a combined collective runs over one buffer, the maps that
+                             follow it as one kernel over that buffer)
     lower-to-kernels
     lower-collectives
 
@@ -18,6 +23,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects import dist
 from distir.lowering.lower_collectives import DIST_TYPE
+from distir.passes.support import gc_paused
 
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
 
@@ -25,7 +31,7 @@ PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp
 def pipeline_string(ranks: int, primitives: bool = False) -> str:
     """The ``-p`` string of the default lowering pipeline for ``ranks`` ranks."""
     steps = ["form-collectives"] if primitives else []
-    steps += [f"fix-mesh-sizes{{ranks={ranks}}}", "lower-overlap", "lower-to-kernels", "lower-collectives"]
+    steps += [f"fix-mesh-sizes{{ranks={ranks}}}", "combine-collectives", "lower-overlap", "lower-buckets", "lower-to-kernels", "lower-collectives"]
     return ",".join(steps)
 
 
@@ -38,10 +44,17 @@ def lower(module: ModuleOp, ranks: int) -> ModuleOp:
     """The module lowered for ``ranks`` ranks (a copy; the input is left as it is)."""
     if is_lowered(module):
         return module
+    with gc_paused():
+        return _lower(module, ranks)
+
+
+def _lower(module: ModuleOp, ranks: int) -> ModuleOp:
     from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+    from distir.lowering.lower_buckets import LowerBucketsPass
     from distir.lowering.lower_collectives import LowerCollectivesPass
     from distir.lowering.lower_overlap import LowerOverlapPass
     from distir.lowering.lower_to_kernels import LowerToKernelsPass
+    from distir.passes.combine_collectives import CombineCollectivesPass
 
     out = module.clone()
     ctx = Context()
@@ -50,7 +63,9 @@ def lower(module: ModuleOp, ranks: int) -> ModuleOp:
 
         ALL_PASSES["form-collectives"]()().apply(ctx, out)
     FixMeshSizesPass(ranks=ranks).apply(ctx, out)
+    CombineCollectivesPass().apply(ctx, out)
     LowerOverlapPass().apply(ctx, out)
+    LowerBucketsPass().apply(ctx, out)
     LowerToKernelsPass().apply(ctx, out)
     LowerCollectivesPass().apply(ctx, out)
     out.verify()

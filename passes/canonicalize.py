@@ -18,8 +18,8 @@ a collective giving its operand's type -> x     send to the holder itself, all_t
 two collectives over a group of size 1 -> one   on one rank every collective is a copy:
   (or none)                                     the pair becomes the collective of the
                                                 overall placement change, or vanishes
-a fused collective whose region only yields     the plain FIRST and FINISH collectives
-  its arguments -> plain collectives
+a fused collective of one operand whose       the plain FIRST and FINISH collectives
+  region only yields it -> plain collectives
 a collective, fused collective, overlap or      dead code (Pure ops are removed by the
   dropout without uses -> erased                pass's own dead-code elimination)
 =============================================  ==========================================
@@ -228,10 +228,14 @@ class SumOfAllReduces(RewritePattern):
 
 
 class UnfuseTrivialRegion(RewritePattern):
-    """A fused collective whose region only yields its arguments -> FIRST and FINISH."""
+    """A fused collective of one operand whose region only yields its argument -> FIRST
+    and FINISH. (With several operands it is a combined collective, see
+    ``combine-collectives``: one call over all of them, which stays.)"""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: coll.FusedCollectiveOp, rewriter: PatternRewriter, /):
+        if len(op.inputs) != 1:
+            return
         block = op.body.block
         term = block.last_op
         if block.first_op is not term or not all(v in block.args for v in term.operands):  # type: ignore[union-attr]

@@ -278,4 +278,4 @@ class CommuteMapsPass(ModulePass):
                 GreedyRewritePatternApplier([pattern]), apply_recursively=True
             ).rewrite_module(module)
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)

@@ -45,14 +45,15 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll
 from distir.passes.fusion import ancestor_in, forward_plan, fuse
-from distir.passes.support import Targets, apply_all_or_nothing, fail
+from distir.passes.support import BlockOrder, Targets, apply_all_or_nothing, fail
 
 
-def fuse_reduce_scatter(rs: coll.ReduceScatterOp) -> str | None:
+def fuse_reduce_scatter(rs: coll.ReduceScatterOp, order: BlockOrder | None = None) -> str | None:
     """Fuse ``rs``, the computations on its slices and their AllGathers; return why
     not, or None when done."""
     axes = list(rs.axes)
-    plan = forward_plan(rs, coll.AllGatherOp, axes)
+    order = order or BlockOrder()
+    plan = forward_plan(rs, coll.AllGatherOp, axes, order)
     if not plan.finishes:
         return f"no coll.all_gather over axes {axes} of its result or of computations on it"
     region_ops = set(plan.region)
@@ -81,7 +82,7 @@ def fuse_reduce_scatter(rs: coll.ReduceScatterOp) -> str | None:
     def make(region, result_types) -> Operation:
         return coll.FusedAllReduceOp.make([rs.input], list(result_types), [region], **options)
 
-    fused = fuse(plan, [rs.result], yields, make, types, replaced, [rs, *plan.finishes])
+    fused = fuse(plan, [rs.result], yields, make, types, replaced, [rs, *plan.finishes], order)
     for r, g in zip(fused.results, flags):
         # a sliced result is the sliced value itself (m after slice-state): drop `_s`
         if not g and r.name_hint and r.name_hint.endswith("_s"):
@@ -107,16 +108,17 @@ class FuseAllReducePass(ModulePass):
                 targets.require(
                     name, any(isinstance(v.owner, coll.ReduceScatterOp) for v in targets.values(name)), "is not the result of a coll.reduce_scatter"
                 )
+            order = BlockOrder()
             for rs in rss:
                 if rs.parent is None or not targets.selects(rs.result):
                     continue
                 if any(isinstance(p, coll.FusedCollectiveOp | coll.OverlapOp) for p in _parents(rs)):
                     continue
-                why = fuse_reduce_scatter(rs)
+                why = fuse_reduce_scatter(rs, order)
                 if why is not None and not targets.all:
                     fail(self.name, f"target %{targets.name(rs.result)}: cannot fuse into a coll.fused_all_reduce: {why}")
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)
 
 
 def _parents(op: Operation):

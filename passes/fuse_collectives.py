@@ -54,6 +54,7 @@ from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Sliced
 from distir.passes.fusion import ancestor_in, backward_plan, forward_plan, fuse
 from distir.passes.support import (
+    BlockOrder,
     Targets,
     apply_all_or_nothing,
     fail,
@@ -71,9 +72,9 @@ FINISH_FUSED: dict[type, type[coll.FusedCollectiveOp]] = {
 }
 
 
-def fuse_first(c: coll.CollectiveOp) -> str | None:
+def fuse_first(c: coll.CollectiveOp, order: BlockOrder) -> str | None:
     """c followed by computations -> fused op with FIRST = c; why not, or None."""
-    plan = forward_plan(c)
+    plan = forward_plan(c, order=order)
     if not plan.region:
         return "no computation reads its result"
     members = set(plan.region)
@@ -88,13 +89,13 @@ def fuse_first(c: coll.CollectiveOp) -> str | None:
     def make(region, types) -> Operation:
         return cls.make([c.input], list(types), [region], **options)
 
-    fuse(plan, [c.result], yields, make, [v.type for v in yields], yields, [c])
+    fuse(plan, [c.result], yields, make, [v.type for v in yields], yields, [c], order)
     return None
 
 
-def fuse_finish(c: coll.CollectiveOp) -> str | None:
+def fuse_finish(c: coll.CollectiveOp, order: BlockOrder) -> str | None:
     """computations feeding only c -> fused op with FINISH = c; why not, or None."""
-    plan = backward_plan(c)
+    plan = backward_plan(c, order=order)
     if not plan.region:
         return "no computation feeds it alone"
     x = c.input.type
@@ -130,7 +131,7 @@ def fuse_finish(c: coll.CollectiveOp) -> str | None:
     def make(region, types) -> Operation:
         return cls.make(args, list(types), [region], **options)
 
-    fuse(plan, args, [c.input], make, [c.result.type], [c.result], [c])
+    fuse(plan, args, [c.input], make, [c.result.type], [c.result], [c], order)
     return None
 
 
@@ -156,6 +157,7 @@ class FuseCollectivesPass(ModulePass):
                     any(isinstance(v.owner, kinds) for v in targets.values(name)),
                     "is not the result of a reduce_scatter, reduce, all_to_all, all_gather or broadcast",
                 )
+            order = BlockOrder()
             for first_pass in (True, False):
                 for c in colls:
                     if c.parent is None or not targets.selects(c.result) or inside_fused_or_overlap(c):
@@ -163,9 +165,9 @@ class FuseCollectivesPass(ModulePass):
                     if (type(c) in FIRST_FUSED) != first_pass:
                         continue
                     name = targets.name(c.result)
-                    why = fuse_first(c) if first_pass else fuse_finish(c)
+                    why = fuse_first(c, order) if first_pass else fuse_finish(c, order)
                     if why is not None and not targets.all:
                         fail(self.name, f"target %{name}: cannot fuse '{c.name}' with computations: {why}")
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)
 

@@ -35,6 +35,7 @@ from xdsl.pattern_rewriter import (
 from distir.dialects import dist, layout
 from distir.dialects.dist import TensorType
 from distir.passes.support import (
+    BlockOrder,
     Targets,
     ancestor_in,
     apply_all_or_nothing,
@@ -54,11 +55,15 @@ def _fits_as_result(v: SSAValue, result: TensorType) -> bool:
     return t.get_shape() == result.get_shape() and layout.same_layout(t.get_placements(), result.get_placements())
 
 
-def fuse_pair(producer: dist.MapOp, consumer: dist.MapOp) -> tuple[dist.MapOp, list[SSAValue], list[SSAValue]] | None:
+def fuse_pair(
+    producer: dist.MapOp, consumer: dist.MapOp, order: BlockOrder | None = None
+) -> tuple[dist.MapOp, list[SSAValue], list[SSAValue]] | None:
     """The fused map of ``consumer`` over ``producer``, the old values its results replace,
-    and those results; None when the pair may not fuse."""
+    and those results; None when the pair may not fuse. ``order`` answers "is A before
+    B" in the block (shared by the caller across pairs)."""
     block = consumer.parent_block()
-    if block is None or producer.parent_block() is not block or not producer.is_before_in_block(consumer):
+    order = order or BlockOrder()
+    if block is None or producer.parent_block() is not block or not order.before(producer, consumer):
         return None
     res0 = consumer.outputs[0].type
     assert isinstance(res0, TensorType)
@@ -74,10 +79,10 @@ def fuse_pair(producer: dist.MapOp, consumer: dist.MapOp) -> tuple[dist.MapOp, l
             a = ancestor_in(user, block)
             if a is None or a is consumer:
                 return None
-            if not consumer.is_before_in_block(a):
+            if not order.before(consumer, a):
                 # a user between the two maps can follow the fused map if nothing up to
                 # the consumer reads it
-                if any(not consumer.is_before_in_block(ancestor_in(u.operation, block) or consumer) for ar in a.results for u in ar.uses):
+                if any(not order.before(consumer, ancestor_in(u.operation, block) or consumer) for ar in a.results for u in ar.uses):
                     return None
                 if a not in postpone:
                     postpone.append(a)
@@ -120,10 +125,11 @@ def fuse_pair(producer: dist.MapOp, consumer: dist.MapOp) -> tuple[dist.MapOp, l
     old = [*consumer.outputs, *extra]
     for o, n in zip(old, fused.outputs):
         n.name_hint = o.name_hint
-    order = {op: i for i, op in enumerate(block.ops)}
-    for a in sorted(postpone, key=lambda o: order[o], reverse=True):
+    moved = order.sort(postpone)
+    for a in reversed(moved):
         a.detach()
         block.insert_op_after(a, consumer)
+    order.place_run(moved)
     return fused, old, list(fused.outputs)
 
 
@@ -133,6 +139,7 @@ class FuseMapIntoConsumer(RewritePattern):
 
     targets: Targets
     fused: set[Operation] = field(default_factory=set)
+    order: BlockOrder = field(default_factory=BlockOrder)
 
     def _selected(self, m: dist.MapOp) -> bool:
         return m in self.fused or all(self.targets.selects(r) for r in m.outputs)
@@ -147,12 +154,13 @@ class FuseMapIntoConsumer(RewritePattern):
             if not isinstance(p, dist.MapOp) or p is op or p in seen or not self._selected(p):
                 continue
             seen.append(p)
-            done = fuse_pair(p, op)
+            done = fuse_pair(p, op, self.order)
             if done is None:
                 continue
             fused, old, new = done
             self.fused.add(fused)
             rewriter.insert(fused, _before(op))
+            self.order.place(fused)
             for o, n in zip(old, new):
                 rewriter.replace_all_uses_with(o, n)
             rewriter.erase(op)
@@ -186,4 +194,4 @@ class FuseMapsPass(ModulePass):
                 GreedyRewritePatternApplier([FuseMapIntoConsumer(targets)]), apply_recursively=True
             ).rewrite_module(module)
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)

@@ -23,13 +23,14 @@ after the last of them and moves after it the ops that read its results.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from distir.dialects import coll, dist
-from distir.passes.support import make_yield
+from distir.passes.support import BlockOrder, make_yield
 
 LOCAL_COMPUTATIONS = (
     dist.MapOp,
@@ -73,21 +74,40 @@ def _takeable_forward(op: Operation) -> bool:
     return isinstance(op, (*LOCAL_COMPUTATIONS, coll.AllReduceOp)) and not op.regions
 
 
-def forward_plan(first: Operation, finish_kind: type | None = None, finish_axes: Sequence[int] = ()) -> Plan:
+def forward_plan(first: Operation, finish_kind: type | None = None, finish_axes: Sequence[int] = (), order: BlockOrder | None = None) -> Plan:
+    """The forward plan of ``first`` (see the module doc). The ops that read what
+    ``first`` produces are found through its results' uses, transitively, and looked
+    at in block order (``order``, shared by the callers that plan many collectives of
+    one block): the cost is the number of uses reached, not the block's length."""
     block = first.parent_block()
     assert block is not None
+    order = order or BlockOrder()
     plan = Plan(block)
     inside: set[SSAValue] = set(first.results)
-    tainted: set[SSAValue] = set()
-    ops = list(block.ops)
-    for op in ops[ops.index(first) + 1 :]:
-        operands = all_operands(op)
-        reads_inside = any(v in inside for v in operands)
-        reads_tainted = any(v in tainted for v in operands)
-        if not reads_inside and not reads_tainted:
+    reads_inside: set[Operation] = set()
+    reads_tainted: set[Operation] = set()
+    start = order.key(first)
+    heap: list[tuple[float, int, Operation]] = []
+    queued: set[Operation] = set()
+
+    def reached(values: Sequence[SSAValue], flags: set[Operation]) -> None:
+        for v in values:
+            for use in v.uses:
+                a = ancestor_in(use.operation, block)
+                if a is None or a is first:
+                    continue
+                flags.add(a)
+                if a not in queued:
+                    queued.add(a)
+                    heapq.heappush(heap, (order.key(a), len(queued), a))
+
+    reached(first.results, reads_inside)
+    while heap:
+        key, _, op = heapq.heappop(heap)
+        if key <= start:
             continue
-        if reads_tainted:
-            tainted.update(op.results)
+        if op in reads_tainted:
+            reached(op.results, reads_tainted)
         elif (
             finish_kind is not None
             and isinstance(op, finish_kind)
@@ -95,38 +115,60 @@ def forward_plan(first: Operation, finish_kind: type | None = None, finish_axes:
             and op.operands[0] in inside
         ):
             plan.finishes.append(op)
-            tainted.update(op.results)  # the gathered value exists only after the fused op
+            reached(op.results, reads_tainted)  # the gathered value exists only after the fused op
         elif _takeable_forward(op):
             plan.region.append(op)
             inside.update(op.results)
+            reached(op.results, reads_inside)
         else:
-            tainted.update(op.results)
+            reached(op.results, reads_tainted)
+    # take_slices of outer values that only region ops read
     members = set(plan.region)
-    for op in ops:
-        if isinstance(op, dist.TakeSliceOp) and op not in members:
-            users = {ancestor_in(u.operation, block) for u in op.result.uses}
-            if users and users <= members:
-                plan.region.append(op)
-                members.add(op)
-    order = {op: i for i, op in enumerate(ops)}
-    plan.region.sort(key=lambda o: order[o])
+    for op in list(plan.region):
+        for v in all_operands(op):
+            ts = v.owner
+            if isinstance(ts, dist.TakeSliceOp) and ts not in members and ts.parent_block() is block:
+                users = {ancestor_in(u.operation, block) for u in ts.result.uses}
+                if users and users <= members:
+                    plan.region.append(ts)
+                    members.add(ts)
+    plan.region.sort(key=order.key)
     return plan
 
 
-def backward_plan(finish: Operation, allow_send: bool = True) -> Plan:
+def backward_plan(finish: Operation, allow_send: bool = True, order: BlockOrder | None = None) -> Plan:
+    """The backward plan of ``finish``: its operands' producers, transitively, looked at
+    in reverse block order; an op is taken when all its users are taken."""
     block = finish.parent_block()
     assert block is not None
+    order = order or BlockOrder()
     plan = Plan(block)
     members: set[Operation] = {finish}
     kinds = (*LOCAL_COMPUTATIONS, coll.SendOp) if allow_send else LOCAL_COMPUTATIONS
-    ops = list(block.ops)
-    for op in reversed(ops[: ops.index(finish)]):
+    heap: list[tuple[float, int, Operation]] = []
+    queued: set[Operation] = set()
+
+    def producers(op: Operation) -> None:
+        for v in op.operands:
+            p = v.owner
+            if isinstance(p, Operation) and p.parent_block() is block and p not in queued:
+                queued.add(p)
+                heapq.heappush(heap, (-order.key(p), len(queued), p))
+
+    producers(finish)
+    limit = order.key(finish)
+    while heap:
+        negkey, _, op = heapq.heappop(heap)
+        if -negkey >= limit:
+            continue
         if not isinstance(op, kinds) or (op.regions and not isinstance(op, dist.MapOp)) or not op.results:
             continue
         users = {ancestor_in(u.operation, block) for r in op.results for u in r.uses}
         if users and users <= members:
             members.add(op)
-            plan.region.insert(0, op)
+            plan.region.append(op)
+            producers(op)
+    plan.region.sort(key=order.key)
     return plan
 
 
@@ -138,22 +180,25 @@ def fuse(
     result_types: Sequence[Attribute],
     replaced: Sequence[SSAValue],
     erase: Sequence[Operation],
+    order: BlockOrder | None = None,
 ) -> Operation:
     """Build the fused op (``make(region, result_types)``) whose region runs
     ``plan.region`` with ``args`` as block arguments and yields ``yields``; every use of
     ``replaced[i]`` outside the region becomes a use of result i; ``erase`` (the first
     and finishing collectives) goes away."""
     block = plan.block
+    order = order or BlockOrder()
     taken = set(plan.region) | set(plan.finishes) | set(erase)
-    ops = list(block.ops)
-    last = max(ops.index(o) for o in taken)
-    anchor = next(o for o in ops[last + 1 :] if o not in taken)
+    last = max(taken, key=order.key)
+    anchor = last.next_op
+    assert anchor is not None, "a fused op needs an op after it (the block's terminator at least)"
 
     body = Block(arg_types=[a.type for a in args])
     for v, a in zip(args, body.args):
         a.name_hint = v.name_hint
     for op in plan.region:
         op.detach()
+        order.forget(op)
         body.add_op(op)
     inner = {v: a for v, a in zip(args, body.args)}
     for v, a in inner.items():
@@ -161,23 +206,31 @@ def fuse(
     body.add_op(make_yield(coll.YieldOp, [inner.get(y, y) for y in yields]))
     fused = make(Region(body), result_types)
     block.insert_op_before(fused, anchor)
+    order.place(fused)
     for old, new in zip(replaced, fused.results):
         new.name_hint = old.name_hint
         old.replace_uses_with_if(new, lambda use: ancestor_in(use.operation, body) is None)
     for op in reversed(list(erase)):
         op.detach()
+        order.forget(op)
         op.erase()
-    # ops before the fused op that read its results (the tainted ones) now follow it
-    produced = set(fused.results)
-    ops = list(block.ops)
-    after: list[Operation] = []
-    for op in ops[: ops.index(fused)]:
-        if any(v in produced for v in all_operands(op)):
-            after.append(op)
-            produced.update(op.results)
+    # ops before the fused op that read its results (the tainted ones) now follow it, in
+    # their order: the users of its results before it, transitively
+    limit = order.key(fused)
+    after: set[Operation] = set()
+    work = list(fused.results)
+    while work:
+        v = work.pop()
+        for use in v.uses:
+            a = ancestor_in(use.operation, block)
+            if a is not None and a is not fused and a not in after and order.key(a) < limit:
+                after.add(a)
+                work.extend(a.results)
+    moved = order.sort(after)
     prev = fused
-    for op in after:
+    for op in moved:
         op.detach()
         block.insert_op_after(op, prev)
         prev = op
+    order.place_run(moved)
     return fused

@@ -173,5 +173,5 @@ class OverlapPass(ModulePass):
             for chain in chains:
                 wrap(chain, self.chunks, self.order)
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)
 

@@ -35,9 +35,13 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "fuse-allreduce": _lazy("passes.fuse_allreduce", "FuseAllReducePass"),
     "fuse-collectives": _lazy("passes.fuse_collectives", "FuseCollectivesPass"),
     "overlap": _lazy("passes.overlap", "OverlapPass"),
+    "combine-collectives": _lazy("passes.combine_collectives", "CombineCollectivesPass"),
     # leaving the dist/coll level (lowering/)
     "fix-mesh-sizes": _lazy("lowering.fix_mesh_sizes", "FixMeshSizesPass"),
     "lower-overlap": _lazy("lowering.lower_overlap", "LowerOverlapPass"),
+    "lower-buckets": _lazy("lowering.lower_buckets", "LowerBucketsPass"),
     "lower-to-kernels": _lazy("lowering.lower_to_kernels", "LowerToKernelsPass"),
     "lower-collectives": _lazy("lowering.lower_collectives", "LowerCollectivesPass"),
+    # P² synthesis (synthesis/)
+    "synthesize-reductions": _lazy("synthesis.synthesize_reductions", "SynthesizeReductionsPass"),
 }

@@ -38,8 +38,9 @@ becomes::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerType, ModuleOp
@@ -50,6 +51,7 @@ from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Replicated
 from distir.passes.support import (
+    BlockOrder,
     Targets,
     apply_all_or_nothing,
     clone_map,
@@ -77,6 +79,14 @@ class Mover:
 
     kind: type[coll.CollectiveOp]
     cache: dict[tuple, SSAValue]
+    order: BlockOrder = field(default_factory=BlockOrder)
+
+    def insert(self, ops: Sequence[Operation], at: Operation) -> None:
+        """Insert ``ops`` before ``at`` (keeping the block order index up to date)."""
+        block = at.parent_block()
+        assert block is not None
+        block.insert_ops_before(list(ops), at)
+        self.order.place_run(list(ops))
 
     # ------------------------------------------------------------ per-collective rules
     def before_type(self, c: coll.CollectiveOp, operand: TensorType, result: TensorType) -> TensorType:
@@ -124,7 +134,7 @@ class Mover:
             op = try_build(lambda: dist.TakeSliceOp.of(cur, sizes=sizes, dim=p.dim.data, axis=a))  # type: ignore[union-attr]
             if op is None:
                 raise NotSliceable(f"operand {display(v)} cannot be sliced along dim {p.dim.data}")  # type: ignore[union-attr]
-            at.parent_block().insert_op_before(op, at)  # type: ignore[union-attr]
+            self.insert([op], at)
             set_name(op.results[0], v.name_hint, "_s")
             cur = op.results[0]
         return cur
@@ -160,13 +170,12 @@ class Mover:
         return [part, done]
 
     # ------------------------------------------------------------ shared engine
-    @staticmethod
-    def _reuse(v: SSAValue, at: Operation) -> SSAValue:
-        if not defined_before(v, at):
+    def _reuse(self, v: SSAValue, at: Operation) -> SSAValue:
+        if not defined_before(v, at, self.order):
             owner = v.owner
             assert isinstance(owner, Operation)
             owner.detach()
-            at.parent_block().insert_op_before(owner, at)  # type: ignore[union-attr]
+            self.insert([owner], at)
         return v
 
     def operand(self, c: coll.CollectiveOp, v: SSAValue, want: TensorType, at: Operation) -> SSAValue:
@@ -211,7 +220,7 @@ class Mover:
             ops = [new]
         elif isinstance(op, dist.ReduceTensorOp):
             ops = self.reduce_rule(c, op, x, sizes)
-            block.insert_ops_before(ops, op)
+            self.insert(ops, op)
             op.result.replace_all_uses_with(ops[-1].results[0])
             ops[-1].results[0].name_hint = op.result.name_hint
             op.detach()
@@ -227,7 +236,7 @@ class Mover:
             set_name(v, old.name_hint, "_s")
             f.results[0].name_hint = old.name_hint
             finishes.append(f)
-        block.insert_ops_before([*ops, *finishes], op)
+        self.insert([*ops, *finishes], op)
         for old, f in zip(op.results, finishes):
             old.replace_all_uses_with(f.results[0])
         op.detach()
@@ -288,7 +297,7 @@ def run_reorder(
             else:
                 fail(pass_name, f"target %{name}: a function argument is neither a {kind.name} nor a computation")
     created: list[Operation] = []
-    queue: list[coll.CollectiveOp] = colls if targets.all else named_colls
+    queue: deque[coll.CollectiveOp] = deque(colls if targets.all else named_colls)
 
     def try_move(user: Operation, c: coll.CollectiveOp, explicit: bool) -> None:
         try:
@@ -308,7 +317,7 @@ def run_reorder(
             c.erase()
 
     while queue:
-        c = queue.pop(0)
+        c = queue.popleft()
         if c.parent is None:
             continue
         block = c.parent_block()
@@ -338,5 +347,6 @@ class ReorderAllGatherPass(ModulePass):
         apply_all_or_nothing(
             op,
             lambda m: run_reorder(self.name, coll.AllGatherOp, Mover(coll.AllGatherOp, {}), m, self.targets, "all_gather"),
+            self.targets,
         )
 

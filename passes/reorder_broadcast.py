@@ -69,7 +69,7 @@ class BroadcastMover(Mover):
             ops += [drop, store]
             cur = store.results[0]
         if same_type(cur.type, want):
-            at.parent_block().insert_ops_before(ops, at)  # type: ignore[union-attr]
+            self.insert(ops, at)
             set_name(cur, v.name_hint, "_s")
         return cur
 
@@ -99,4 +99,5 @@ class ReorderBroadcastPass(ModulePass):
         apply_all_or_nothing(
             op,
             lambda m: run_reorder(self.name, coll.BroadcastOp, BroadcastMover(coll.BroadcastOp, {}), m, self.targets, "broadcast"),
+            self.targets,
         )

@@ -91,4 +91,4 @@ class ReorderSendPass(ModulePass):
                 if why is not None and not targets.all:
                     fail(self.name, f"target %{targets.name(send.result)}: cannot reorder the send with an all_gather: {why}")
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)

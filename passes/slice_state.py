@@ -92,6 +92,30 @@ def _take_slice_chain(arg: SSAValue) -> tuple[list[Operation], SSAValue] | str:
     return chain, cur
 
 
+def _chain_type(arg: SSAValue):
+    """What ``_take_slice_chain`` would find, without changing the IR: the type of the
+    sliced value, or why the argument is read some other way."""
+    level = [arg]
+    depth = 0
+    while True:
+        users = [u.operation for v in level for u in v.uses]
+        if not users:
+            break
+        if not all(isinstance(u, dist.TakeSliceOp) for u in users):
+            if depth == 0:
+                bad = next(u for u in users if not isinstance(u, dist.TakeSliceOp))
+                return f"it is read by '{bad.name}', not only through dist.take_slice"
+            break
+        first = users[0]
+        if any(u.options() != first.options() for u in users[1:]):  # type: ignore[attr-defined]
+            return "it is sliced in different ways"
+        level = [u.results[0] for u in users]
+        depth += 1
+    if depth == 0:
+        return "it is not read through dist.take_slice"
+    return level[0].type
+
+
 def _gathered_from(v: SSAValue, want) -> tuple[list[Operation], SSAValue] | None:
     """The AllGathers ending in ``v`` and the value of type ``want`` they gather."""
     ags: list[Operation] = []
@@ -105,25 +129,38 @@ def _gathered_from(v: SSAValue, want) -> tuple[list[Operation], SSAValue] | None
     return ags, cur
 
 
-def _slice_argument(f: func.FuncOp, arg: BlockArgument, called: set[str]) -> str | None:
-    """Make ``arg`` sliced; return why it cannot be, or None when done."""
+def _inplace_results(f: func.FuncOp) -> dict[int, int]:
+    """argument index -> index of the result updating it in place."""
+    out: dict[int, int] = {}
+    if f.res_attrs is None:
+        return out
+    for j, attrs in enumerate(f.res_attrs.data):
+        a = attrs.data.get("dist.inplace")
+        if isinstance(a, IntegerAttr):
+            out.setdefault(a.value.data, j)
+    return out
+
+
+def _slice_argument(
+    f: func.FuncOp, arg: BlockArgument, called: set[str], inplace: dict[int, int] | None = None, pending: Pending | None = None
+) -> str | None:
+    """Make ``arg`` sliced; return why it cannot be, or None when done. With
+    ``pending``, the new results, the AllGathers to drop and the function type are
+    left for ``pending.finish()`` (once for all the arguments of a function)."""
     if f.sym_name.data in called:
         return f"@{f.sym_name.data} is called with func.call, its signature must stay"
-    j = _inplace_result(f, arg.index)
+    j = (inplace if inplace is not None else _inplace_results(f)).get(arg.index)
     if j is None:
         return f"no result of @{f.sym_name.data} updates it in place ({{dist.inplace = {arg.index}}})"
     ret = f.body.block.last_op
     assert isinstance(ret, func.ReturnOp)
-    probe = f.clone()
-    probe_arg = probe.body.block.args[arg.index]
-    got = _take_slice_chain(probe_arg)
+    got = _chain_type(arg)
     if isinstance(got, str):
         return got
-    _, sliced = got
-    want = sliced.type
-    if _gathered_from(probe.body.block.last_op.operands[j], want) is None:  # type: ignore[union-attr]
+    want = got
+    if _gathered_from(ret.operands[j], want) is None:
         return f"its in-place update is not an all_gather of a value placed {want}"
-    # the checks passed on a copy: now rewrite for real
+    # the checks passed (without changing anything): now rewrite
     chain, sliced = _take_slice_chain(arg)  # type: ignore[misc]
     ags, update = _gathered_from(ret.operands[j], want)  # type: ignore[misc]
     new_arg = Rewriter.replace_value_with_new_type(arg, want)
@@ -131,12 +168,29 @@ def _slice_argument(f: func.FuncOp, arg: BlockArgument, called: set[str]) -> str
     for op in reversed(chain):
         op.detach()
         op.erase()
-    ret.operands = [update if i == j else v for i, v in enumerate(ret.operands)]
-    erase_dead(ags)
-    inputs = [a.type for a in f.body.block.args]
-    outputs = [v.type for v in ret.operands]
-    f.function_type = FunctionType.from_lists(inputs, outputs)
+    own = pending or Pending(f)
+    own.results[j] = update
+    own.gathers += ags
+    if pending is None:
+        own.finish()
     return None
+
+
+class Pending:
+    """Changes to a function's results and type, made once after slicing its arguments."""
+
+    def __init__(self, f: func.FuncOp):
+        self.f = f
+        self.results: dict[int, SSAValue] = {}
+        self.gathers: list[Operation] = []
+
+    def finish(self) -> None:
+        ret = self.f.body.block.last_op
+        assert isinstance(ret, func.ReturnOp)
+        if self.results:
+            ret.operands = [self.results.get(i, v) for i, v in enumerate(ret.operands)]
+        erase_dead(self.gathers)
+        self.f.function_type = FunctionType.from_lists([a.type for a in self.f.body.block.args], [v.type for v in ret.operands])
 
 
 @dataclass(frozen=True)
@@ -160,6 +214,8 @@ class SliceStatePass(ModulePass):
                 )
             called = {o.callee.root_reference.data for o in module.walk() if isinstance(o, func.CallOp)}
             for f in fs:
+                inplace = _inplace_results(f)
+                pending = Pending(f)
                 for arg in list(f.body.block.args):
                     if not targets.selects(arg):
                         continue
@@ -167,8 +223,9 @@ class SliceStatePass(ModulePass):
                         if not targets.all:
                             fail(self.name, f"target %{targets.name(arg)}: is a {arg.type} scalar, not a !dist.tensor")
                         continue
-                    why = _slice_argument(f, arg, called)
+                    why = _slice_argument(f, arg, called, inplace, pending)
                     if why is not None and not targets.all:
                         fail(self.name, f"target %{targets.name(arg)}: cannot keep the argument sliced: {why}")
+                pending.finish()
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)

@@ -115,7 +115,7 @@ class SplitAllReducePass(ModulePass):
                 ar.detach()
                 ar.erase()
 
-        apply_all_or_nothing(op, run)
+        apply_all_or_nothing(op, run, self.targets)
 
 
 def _producer_name(values) -> str:

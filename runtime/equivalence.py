@@ -109,6 +109,11 @@ class Comparison:
         return self.ok
 
 
+def _plain(v) -> str:
+    """A numpy scalar as a plain number (``1.0082842``, not ``np.float32(1.0082842)``)."""
+    return str(v)
+
+
 def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or dtype == BFLOAT16
 
@@ -130,7 +135,7 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, what: str, precision: np.dtype 
         if not bad.any():
             return Comparison(True, f"{what}: equal", diff, "exact")
         i = tuple(int(k) for k in np.argwhere(bad)[0])
-        return Comparison(False, f"{what} differs at {list(i)}: {a[i]!r} vs {b[i]!r} (tolerance: exact)", diff, "exact")
+        return Comparison(False, f"{what} differs at {list(i)}: {_plain(a[i])} vs {_plain(b[i])} (tolerance: exact)", diff, "exact")
     rtol, atol = tol
     work = np.float64 if a.dtype == np.float64 else np.float32
     x, y = a.astype(work), b.astype(work)
@@ -152,7 +157,7 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, what: str, precision: np.dtype 
     i = tuple(int(k) for k in np.argwhere(bad)[0])
     return Comparison(
         False,
-        f"{what} differs at {list(i)}: {x[i]!r} vs {y[i]!r} (abs diff {d[i]:.6g} > tolerance {allowed[i]:.6g}: {desc})",
+        f"{what} differs at {list(i)}: {_plain(x[i])} vs {_plain(y[i])} (abs diff {d[i]:.6g} > tolerance {allowed[i]:.6g}: {desc})",
         diff,
         desc,
     )

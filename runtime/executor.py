@@ -127,15 +127,17 @@ class LoweredProgram:
         """The arguments of ``rank``: its writable buffers (zeros where it holds nothing)
         and the scalars; an argument in ``scatter`` (its pieces) gets a scattered buffer
         (``scattered.py``)."""
-        from distir.runtime.scattered import rank_buffer
+        from distir.runtime.scattered import ScatteredArray, rank_buffer
 
-        out = []
+        hosts: list[Any] = []
+        device_side: list[bool] = []  # a plain tensor buffer, to put on the device
         for (name, t), new_t in zip(self.signature(), self.func.function_type.inputs.data):
+            device_side.append(isinstance(t, TensorType) and not (scatter and name in scatter))
             a = inputs[name]
             if scatter and name in scatter:
                 assert isinstance(t, TensorType)
                 grid = self.grid(t)
-                out.append(rank_buffer(t, scatter[name], grid, rank_coords(grid)[rank]))
+                hosts.append(rank_buffer(t, scatter[name], grid, rank_coords(grid)[rank]))
                 continue
             if isinstance(t, TensorType):
                 grid = self.grid(t)
@@ -146,10 +148,44 @@ class LoweredProgram:
                     host = np.array(bufs[rank], dtype=bufs[rank].dtype, order="C", copy=True)
                 else:
                     host = np.zeros(new_t.get_shape(), dtype=numpy_dtype(t.element_type))  # type: ignore[attr-defined]
-                out.append(device.from_host(host))
+                hosts.append(host)
             else:
-                out.append(np.array(a, dtype=numpy_dtype(t))[()])
-        return out
+                hosts.append(np.array(a, dtype=numpy_dtype(t))[()])
+        # Arenas (``lower-buckets``): the arguments of each are laid out side by side in
+        # one buffer, an extra argument; each of them is a view of its part.
+        out: list[Any] = [None] * len(hosts)
+        extra: list[Any] = []
+        for members in self.arenas():
+            parts = [hosts[i] for i in members]
+            if any(isinstance(p, ScatteredArray) for p in parts):
+                pieces = [q for p in parts for q in (p.pieces if isinstance(p, ScatteredArray) else [p.reshape(-1)])]
+                extra.append(ScatteredArray(pieces))
+                continue
+            flat = np.empty(sum(p.size for p in parts), dtype=parts[0].dtype)
+            at = 0
+            spans = []
+            for p in parts:
+                flat[at : at + p.size] = p.reshape(-1)
+                spans.append((at, at + p.size, p.shape))
+                at += p.size
+            dev = device.from_host(flat)
+            for i, (lo, hi, shape) in zip(members, spans):
+                out[i] = dev[lo:hi].reshape(shape)
+            extra.append(dev)
+        for i, h in enumerate(hosts):
+            if out[i] is None:
+                out[i] = device.from_host(h) if device_side[i] else h
+        return out + extra
+
+    def arenas(self) -> list[list[int]]:
+        """Per arena (extra trailing argument of the lowered function), the indices of
+        the arguments laid out in it."""
+        from distir.lowering.lower_collectives import ARENAS
+
+        attr = self.func.attributes.get(ARENAS)
+        if attr is None:
+            return []
+        return [list(a.get_values()) for a in attr.data]  # type: ignore[attr-defined]
 
     def collect(self, per_rank: Sequence[Sequence[Any]], to_host: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
         """Logical outputs (out.npz convention) from every rank's results."""
@@ -359,6 +395,18 @@ def _alloc(ex: RankExecutor, op: rt.AllocOp) -> None:
 def _block(ex: RankExecutor, op: rt.BlockOp) -> None:
     buf, i = ex.v(op.args[0]), ex.v(op.args[1])
     ex.env[op.result] = ex.device.block(buf, int(i), op.option("dim"), op.option("count"))
+
+
+@handles(rt.ViewOp)
+def _view(ex: RankExecutor, op: rt.ViewOp) -> None:
+    buf = ex.v(op.buffer)
+    t = op.result.type
+    assert isinstance(t, MemRefType)
+    shape = tuple(t.get_shape())
+    n = math.prod(shape)
+    lo = op.offset_value
+    flat = buf.reshape(-1)
+    ex.env[op.result] = flat[lo : lo + n].reshape(shape) if shape else flat[lo : lo + 1].reshape(())
 
 
 @handles(rt.CopyOp)

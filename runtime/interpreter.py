@@ -140,6 +140,7 @@ class Interpreter:
         self.env: dict[SSAValue, Value] = {}
         self.allocated: dict[str, list[int]] = {}
         self._names: dict[SSAValue, str] = {}
+        self._taken: set[str] = set()
         self._counted: set[int] = set()
         self._keep: list[Value] = []
 
@@ -155,10 +156,10 @@ class Interpreter:
         if name is None:
             base = v.name_hint or f"%{len(self._names)}"
             name, k = base, 2
-            taken = set(self._names.values())
-            while name in taken:
+            while name in self._taken:
                 name, k = f"{base}#{k}", k + 1
             self._names[v] = name
+            self._taken.add(name)
         return name
 
     def bind(self, ssa: SSAValue, value: Value, alias: bool = False) -> None:

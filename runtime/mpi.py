@@ -363,21 +363,40 @@ class MpiDevice(HostDevice):
 
 class PollingExecutor(RankExecutor):
     """Polls the MPI request streams between ops, so that non-blocking collectives of
-    ``coll.overlap`` progress while stream 0 computes."""
+    ``coll.overlap`` progress while stream 0 computes. ``running`` is the stack of ops
+    being executed (innermost last), for the watchdog's report."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.running: list = []
 
     def block(self, block):
-        streams = self.streams
-        for op in block.ops:
-            from xdsl.dialects import func, scf
+        from xdsl.dialects import func, scf
 
+        streams = self.streams
+        running = self.running
+        for op in block.ops:
             if isinstance(op, func.ReturnOp):
                 return [self.env[v] for v in op.arguments]
             if isinstance(op, scf.YieldOp):
                 return []
+            running.append(op)
             self.block_op(op)
             for s in streams.values():
                 s.poll()
+            running.pop()
         return []
+
+    def where(self) -> str:
+        """The op this rank executes (or waits in) now, for diagnostics."""
+        if not self.running:
+            return "no op (before or after the program)"
+        op = self.running[-1]
+        body = self.program.func.body.block
+        top = self.running[0]
+        index = next((i for i, o in enumerate(body.ops) if o is top), -1)
+        names = ", ".join(f"%{r.name_hint}" for r in op.results if r.name_hint)
+        return f"'{op.name}'{' ' + names if names else ''} (op {index} of @{self.program.func.sym_name.data})"
 
 
 # ======================================================================================
@@ -438,7 +457,11 @@ class MpiRunner:
 
 class MpiBackend:
     """``mpi``: one process per rank (see the module doc). ``scatter`` names arguments
-    given as lists of pieces (``scattered.py``)."""
+    given as lists of pieces (``scattered.py``).
+
+    Under ``mpiexec``, every rank first does all its local work (lowering, inputs,
+    buffers: ``prepare``), then the ranks agree (``agree``, one small collective)
+    before the first data collective, so that an error on one rank stops every rank."""
 
     name = "mpi"
     supports_scatter = True
@@ -452,13 +475,10 @@ class MpiBackend:
         size = _mpi().COMM_WORLD.Get_size()
         return size if size > 1 else None
 
-    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, scatter: Sequence[str] = ()) -> list[np.ndarray]:
+    def prepare(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, scatter: Sequence[str] = ()) -> PreparedRun:
+        """This rank's part of a run, ready to execute: no communication yet."""
         from distir.runtime import scattered
 
-        MPI = _mpi()
-        size = MPI.COMM_WORLD.Get_size()
-        if size == 1 and ranks > 1:
-            return spawn(module, func, inputs, ranks, seed, scatter)
         program = LoweredProgram.build(module, func, ranks)
         pieces: dict = {}
         if scatter:
@@ -467,10 +487,252 @@ class MpiBackend:
             full = program.prepare_inputs(inputs, seed)
         runner = MpiRunner(program)
         runner.bind(full, pieces)
+        return PreparedRun(self, program, runner, pieces, bool(scatter))
+
+    def run(self, module: ModuleOp, func: str, inputs: Mapping[str, np.ndarray], ranks: int, seed: int, scatter: Sequence[str] = ()) -> list[np.ndarray]:
+        MPI = _mpi()
+        if MPI.COMM_WORLD.Get_size() == 1 and ranks > 1:
+            return spawn(module, func, inputs, ranks, seed, scatter)
+        prepared: PreparedRun | None = None
+        error: BaseException | None = None
+        try:
+            prepared = self.prepare(module, func, inputs, ranks, seed, scatter)
+        except Exception as e:  # noqa: BLE001 - every rank must reach the agreement
+            error = e
+        fingerprint = {"program": program_digest(str(module)), "function": f"@{func}", "ranks": str(ranks), "seed": str(seed)}
+        fingerprint.update(inputs_fingerprint(inputs))
+        outcome = agree(MPI.COMM_WORLD, fingerprint, failure_of(error) if error is not None else None)
+        if not outcome.ok:
+            if error is not None and outcome.shared:
+                raise error  # the same error on every rank: raise it as it is
+            raise Disagreement(outcome)
+        assert prepared is not None
+        return prepared.execute()
+
+
+class PreparedRun:
+    """A rank's prepared run (``MpiBackend.prepare``); ``execute`` runs it and returns
+    the logical outputs (broadcast from rank 0 to every rank)."""
+
+    def __init__(self, backend: MpiBackend, program: LoweredProgram, runner: MpiRunner, pieces: dict, scatter: bool):
+        self.backend, self.program, self.runner, self.pieces, self.scatter = backend, program, runner, pieces, scatter
+
+    def where(self) -> str:
+        return self.runner.executor.where()
+
+    def execute(self) -> list[np.ndarray]:
+        from distir.runtime import scattered
+
+        runner = self.runner
         outs = runner.outputs(runner.step())
-        self.is_output_rank = runner.rank == 0
-        outs = MPI.COMM_WORLD.bcast(outs, root=0)
-        return scattered.as_pieces(program, outs, pieces) if scatter else outs
+        self.backend.is_output_rank = runner.rank == 0
+        outs = runner.world.bcast(outs, root=0)
+        return scattered.as_pieces(self.program, outs, self.pieces) if self.scatter else outs
+
+
+# ======================================================================================
+# Start-up agreement, watchdog, stopping every rank
+# ======================================================================================
+#
+# Under mpiexec every process runs the same distir-run; nothing guarantees that they
+# read the same program, function and inputs, or that none of them fails before the
+# first collective (a missing npz on one node). A rank that fails alone while its peers
+# wait in a collective would hang the job (an exiting MPI process waits in
+# MPI_Finalize for its peers). So every rank reaches `agree` exactly once, before any
+# data collective, with either its error or a fingerprint of its run:
+#
+#   1. Iallgather of (status, digest of the fingerprint), polled until done or until
+#      the deadline of --timeout;
+#   2. only when a status is not ok or the digests differ: allgather of (status,
+#      message, fingerprint), from which every rank builds the same diagnostic
+#      (`Agreement`); rank 0 prints it, every rank exits 1 (3 for internal errors).
+#
+# After the agreement, a failure on one rank is reported by that rank, which then ends
+# its process without MPI_Finalize (`stop_job`): mpiexec then ends every rank at once.
+# A rank that dies (killed, crashed) makes mpiexec end the job and print its own
+# message; the surviving ranks are killed too and cannot print anything.
+
+OK, REJECTED, FAILED = 0, 1, 3
+
+
+def checksum(a: np.ndarray) -> str:
+    """A short checksum of an array's bytes."""
+    import hashlib
+
+    data = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def program_digest(text: str | bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()[:16]
+
+
+def inputs_fingerprint(arrays: Mapping[str, Any], checksums: bool = True) -> dict[str, str]:
+    """``{"input NAME": "float32[64x8] checksum 1a2b..."}`` for each array (scattered
+    inputs: each piece)."""
+    out = {}
+    for name in sorted(arrays):
+        values = arrays[name]
+        parts = values if isinstance(values, (list, tuple)) else [values]
+        descr = []
+        for v in parts:
+            a = np.asarray(v)
+            d = f"{a.dtype.name}[{'x'.join(map(str, a.shape))}]"
+            descr.append(f"{d} checksum {checksum(a)}" if checksums else d)
+        out[f"input {name}"] = "; ".join(descr)
+    return out
+
+
+class Agreement:
+    """The ranks' verdict on a run: ``ok``, else the exit ``code``, the diagnostic
+    ``message`` (the same on every rank), ``report`` (whether this rank prints it), the
+    failing ranks and ``shared`` (every rank failed with this same message)."""
+
+    def __init__(self, ok: bool, code: int = 0, message: str = "", report: bool = False, failed_ranks: list[int] | None = None, shared: bool = False):
+        self.ok, self.code, self.message, self.report = ok, code, message, report
+        self.failed_ranks = failed_ranks or []
+        self.shared = shared
+
+
+class StartupStalled(RuntimeError):
+    """Not every rank reached the start-up agreement before the deadline."""
+
+
+class Disagreement(InputRejected):
+    """The ranks' agreement failed (``Agreement``): ``code`` is the exit code, ``report``
+    says whether this rank prints the message (rank 0 does)."""
+
+    def __init__(self, agreement: Agreement):
+        super().__init__(agreement.message)
+        self.code, self.report = agreement.code, agreement.report
+
+
+def failure_of(error: BaseException) -> tuple[int, str]:
+    """(exit code, message) of an error a rank hit before the agreement."""
+    if isinstance(error, InputRejected):
+        return REJECTED, str(error)
+    if isinstance(error, ExecutionFailed):
+        return FAILED, str(error)
+    return FAILED, f"internal error: {type(error).__name__}: {error} (a bug in distir)"
+
+
+def agree(comm, fingerprint: Mapping[str, str] | None, failure: tuple[int, str] | None = None, deadline: float | None = None) -> Agreement:
+    """Every rank calls this once, before the first data collective: with its failure
+    (exit code, message; ``fingerprint`` may then be None) or with the fingerprint of
+    its run. Returns the same verdict on every rank (see the comment above).
+    ``deadline`` (``time.monotonic``) bounds the wait for the other ranks
+    (``StartupStalled``)."""
+    import hashlib
+    import time
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    status, message = failure if failure is not None else (OK, "")
+    fp = dict(fingerprint or {})
+    digest = hashlib.blake2b(json.dumps(sorted(fp.items())).encode(), digest_size=16).digest()
+    mine = np.frombuffer(bytes([status]) + digest, dtype=np.uint8).copy()
+    everyone = np.zeros((size, mine.size), dtype=np.uint8)
+    req = comm.Iallgather(mine, everyone)
+    pause = 0.0005
+    while not req.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            raise StartupStalled("waiting in the start-up agreement: not every rank has reached it")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+    statuses = [int(s) for s in everyone[:, 0]]
+    if all(s == OK for s in statuses) and all((row == everyone[0]).all() for row in everyone[1:]):
+        return Agreement(True)
+    info = comm.allgather((status, message, fp))
+    return _verdict(rank, info)
+
+
+def _strip_tool(msg: str) -> str:
+    return msg.removeprefix("distir-run: ")
+
+
+def _verdict(rank: int, info: Sequence[tuple[int, str, Mapping[str, str]]]) -> Agreement:
+    size = len(info)
+    failed = [r for r, (st, _, _) in enumerate(info) if st != OK]
+    if failed:
+        code = REJECTED if any(info[r][0] == REJECTED for r in failed) else info[failed[0]][0]
+        messages = {info[r][1] for r in failed}
+        if len(failed) == size and len(messages) == 1:
+            return Agreement(False, code, info[0][1], report=rank == 0, failed_ranks=failed, shared=True)
+        lines = []
+        by_message: dict[str, list[int]] = {}
+        for r in failed:
+            by_message.setdefault(info[r][1], []).append(r)
+        for msg, ranks in by_message.items():
+            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+            body = _strip_tool(msg)
+            sep = ":\n" if "\n" in body else ": "
+            lines.append(f"distir-run: {who} rejected the run{sep}{body}")
+        ok = [r for r in range(size) if r not in failed]
+        lines.append(f"distir-run: every rank stops ({len(ok)} of {size} were ready)")
+        return Agreement(False, code, "\n".join(lines), report=rank == 0, failed_ranks=failed)
+    # Every rank is ready, but they do not run the same thing.
+    groups: dict[str, list[int]] = {}
+    for r, (_, _, fp) in enumerate(info):
+        groups.setdefault(json.dumps(sorted(fp.items())), []).append(r)
+    reference = info[0][2]
+    lines = ["distir-run: the ranks disagree on what to run; every rank stops:"]
+    for ranks in groups.values():
+        if ranks[0] == 0:
+            continue
+        other = info[ranks[0]][2]
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+        for key in sorted(set(reference) | set(other)):
+            a, b = reference.get(key, "(none)"), other.get(key, "(none)")
+            if a != b:
+                lines.append(f"  {key}: rank 0 has {a}, {who} {'has' if len(ranks) == 1 else 'have'} {b}")
+    if any(line.startswith("  input ") for line in lines):
+        lines.append("  (every rank must read the same inputs; distir-run --trust-inputs skips the input checksums)")
+    return Agreement(False, REJECTED, "\n".join(lines), report=rank == 0, failed_ranks=list(range(1, size)))
+
+
+class Watchdog:
+    """``--timeout S``: if the run has not finished ``seconds`` after it started, print
+    what this process waits in (``where()``; ``label`` names the rank), wait ``grace``
+    seconds so that the other ranks of an MPI job print theirs, and end the process
+    (``stop_job``: mpiexec then ends the whole job)."""
+
+    def __init__(self, seconds: float, label: str, where: Callable[[], str], grace: float = 0.0, code: int = 1):
+        import threading
+        import time
+
+        self.seconds, self.label, self.where, self.grace, self.code = seconds, label, where, grace, code
+        self.deadline = time.monotonic() + seconds
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="distir-watchdog", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        import time
+
+        if self._done.wait(max(self.deadline - time.monotonic(), 0)):
+            return
+        try:
+            where = self.where()
+        except Exception as e:  # noqa: BLE001 - the report must not fail
+            where = f"an unknown place ({type(e).__name__})"
+        who = f"{self.label}: " if self.label else ""
+        print(f"distir-run: {who}no result within {self.seconds:g} s (--timeout): waiting in {where}", file=sys.stderr, flush=True)
+        time.sleep(self.grace)
+        stop_job(self.code)
+
+    def stop(self) -> None:
+        self._done.set()
+
+
+def stop_job(code: int) -> None:
+    """End this process now, without MPI_Finalize (which would wait for the peers):
+    mpiexec then ends every other rank of the job."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: int, seed: int, scatter: Sequence[str] = (), timeout: float = 600) -> list[Any]:
@@ -498,6 +760,11 @@ def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: 
                 raise InputRejected(msg)
             raise ExecutionFailed(msg)
         if proc.returncode != 0 or not (job / "outputs.npz").exists():
+            import re
+
+            died = re.search(r"EXIT STRING: (.*)", proc.stdout + proc.stderr)
+            if died:
+                raise ExecutionFailed(f"a rank of 'mpiexec -n {ranks}' died ({died.group(1).strip()}); mpiexec ended the other ranks")
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
             raise ExecutionFailed(f"mpiexec -n {ranks} failed (exit {proc.returncode}): " + " | ".join(tail))
         data = npz.load_npz(str(job / "outputs.npz"))
@@ -517,39 +784,42 @@ def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: 
 
 
 def worker_main(job_dir: str) -> int:
-    """Entry point of the processes ``spawn`` starts."""
+    """Entry point of the processes ``spawn`` starts: prepare, agree, run; errors go
+    to ``error.txt`` for the parent (one report: the agreement's, or the first rank's
+    after it)."""
     from distir.dialects.context import parse_module
     from distir.runtime import npz
 
     job = Path(job_dir)
     MPI = _mpi()
     rank = MPI.COMM_WORLD.Get_rank()
+    prepared: PreparedRun | None = None
+    failure = None
     try:
         spec = json.loads((job / "job.json").read_text())
         module = parse_module((job / "program.mlir").read_text())
         inputs = npz.load_npz(str(job / "inputs.npz"))
-        from distir.runtime import scattered
-
-        program = LoweredProgram.build(module, spec["func"], spec["ranks"])
-        runner = MpiRunner(program)
-        scatter = spec.get("scatter") or []
-        pieces: dict = {}
-        if scatter:
-            full, pieces = scattered.prepare(program, inputs, scatter, spec["seed"])
-        else:
-            full = program.prepare_inputs(inputs, spec["seed"])
-        runner.bind(full, pieces)
-        outs = runner.outputs(runner.step())
+        prepared = MpiBackend().prepare(module, spec["func"], inputs, spec["ranks"], spec["seed"], spec.get("scatter") or [])
+    except Exception as e:  # noqa: BLE001 - every rank must reach the agreement
+        failure = failure_of(e)
+    outcome = agree(MPI.COMM_WORLD, {"job": job_dir}, failure)
+    if not outcome.ok:
+        if outcome.report:
+            _report(job, rank, ("rejected" if outcome.code == REJECTED else "failed") + "\n" + outcome.message)
+        return 1
+    assert prepared is not None
+    try:
+        outs = prepared.execute()
         if rank == 0:
-            outs = scattered.as_pieces(program, outs, pieces) if scatter else outs  # type: ignore[arg-type]
+            from distir.runtime import scattered
+
             np.savez(job / "outputs.npz", **scattered.flatten_outputs(outs))
         return 0
     except InputRejected as e:
         _report(job, rank, f"rejected\n{e}")
     except Exception as e:  # noqa: BLE001 - reported to the parent
         _report(job, rank, f"failed\n{e}")
-    if MPI.COMM_WORLD.Get_size() > 1:
-        MPI.COMM_WORLD.Abort(1)
+    stop_job(1)  # the peers may wait in a collective: end the job
     return 1
 
 

@@ -6,75 +6,79 @@ turns every rejected input into a diagnostic and an exit code (DESIGN §5):
 error (a distir bug; please report it). ``--verify-diagnostics`` prints the diagnostics
 of each ``--split-input-file`` chunk to stdout and exits 0, so that they can be checked
 with FileCheck.
+
+The input goes through distir's front end (``dialects/frontend.py``: linear time and
+bounded nesting for any text) and verifier (``dialects/verifier.py``: scopes, then every
+op); the passes run under distir's pass manager (``passes/pipeline.run_passes``), which
+re-verifies after each pass. ``--help`` and ``--list-passes`` list distir's passes with
+their options (``--list-passes all`` adds xDSL's); an unknown pass or option name gets
+the closest known one.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 
-from xdsl.ir import Operation
-from xdsl.parser import Parser
 from xdsl.utils.exceptions import (
     DiagnosticException,
     ParseError,
     PassFailedException,
-    VerifyException,
 )
-from xdsl.utils.lexer import Input, Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from distir.tools.diagnostics import InputRejected, run_tool
+from distir.dialects.frontend import SourceParser, decode_source, parse_source  # noqa: F401 - SourceParser re-exported
+from distir.dialects.verifier import verify_module
+from distir.tools.diagnostics import InputRejected, argparse_error, distir_version, run_tool
 
 
-class LocatingParser(Parser):
-    """The MLIR parser, remembering where each operation starts so that verification
-    errors can point at the source line, as MLIR's do."""
+def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
+    """distir's passes, one line each with their options (from the passes' docstrings
+    and fields), then the names of ``with_xdsl`` (xDSL's own passes)."""
+    import textwrap
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.op_spans: dict[Operation, Span] = {}
+    from distir.passes.pipeline import pass_options, pass_summary
+    from distir.passes.registry import ALL_PASSES
 
-    def parse_optional_operation(self) -> Operation | None:
-        start = self._current_token.span
-        op = super().parse_optional_operation()
-        if op is not None:
-            self.op_spans[op] = start
-        return op
-
-
-def decode_source(data: bytes, name: str) -> str:
-    """The input as text; bytes that are not UTF-8 are a located parse error."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        text = data.decode("utf-8", errors="replace")
-        pos = len(data[: e.start].decode("utf-8", errors="replace"))
-        raise ParseError(Span(pos, pos + 1, Input(text, name)), f"input is not UTF-8 text (byte 0x{data[e.start]:02x})") from None
+    lines = ["distir passes (-p 'name{option=value ...},...'):"]
+    width = max(map(len, ALL_PASSES)) + 2
+    for name, factory in ALL_PASSES.items():
+        cls = factory()
+        lines.append(f"  {name:<{width}}{pass_summary(cls)}")
+        opts = pass_options(cls)
+        if opts:
+            lines.append(f"  {'':<{width}}options: " + ", ".join(f"{o}={d}" for o, d in opts))
+    if with_xdsl:
+        lines.append("")
+        lines.append("xDSL's passes (canonicalize applies distir's canonicalization patterns too):")
+        lines.extend(textwrap.wrap(", ".join(with_xdsl), width=96, initial_indent="  ", subsequent_indent="  "))
+    return "\n".join(lines)
 
 
-def verify_located(module: Operation, spans: dict[Operation, Span], line_offset: int = 0) -> None:
-    """Verify like ``module.verify()`` (nested ops first), but report the failing op's
-    source position: ``file:line:col`` and the line, then the message."""
-    for op in module.walk(region_first=True):
-        try:
-            op.verify(verify_nested_ops=False)
-        except VerifyException as e:
-            msg = str(e).removeprefix("Operation does not verify: ")
-            span = spans.get(op)
-            if span is not None:
-                msg = dataclasses.replace(span, line_offset=line_offset).print_with_context(msg)
-            raise VerifyException(msg) from None
+class ListPassesAction(argparse.Action):
+    """``--list-passes [all]``: print distir's passes (and xDSL's with ``all``), exit 0."""
+
+    def __init__(self, *args, tool: DistirOptMain | None = None, **kwargs):
+        super().__init__(*args, nargs="?", const="distir", choices=["distir", "all"], **kwargs)
+        self.tool = tool
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        xdsl = []
+        if values == "all" and self.tool is not None:
+            from distir.passes.registry import ALL_PASSES
+
+            xdsl = sorted(n for n in self.tool.available_passes if n not in ALL_PASSES)
+        print(distir_pass_table(xdsl))
+        parser.exit()
 
 
 class DistirOptMain(xDSLOptMain):
-    version_format = "distir-opt (xdsl {xdsl_version})"
+    version_format = f"distir-opt {distir_version()} (xdsl {{xdsl_version}})"
 
     def register_all_dialects(self):
         super().register_all_dialects()
-        from distir.tools.universe import DISTIR_DIALECTS
+        from distir.dialects.context import DISTIR_DIALECTS
 
         for name, factory in DISTIR_DIALECTS.items():
             if name not in self.ctx.registered_dialect_names:
@@ -89,27 +93,67 @@ class DistirOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser):
         super().register_all_arguments(arg_parser)
+        for action in arg_parser._actions:  # noqa: SLF001 - xDSL's -p help lists ~150 passes
+            if action.dest == "passes":
+                action.help = "comma-separated pass pipeline, e.g. 'split-allreduce{strategy=rs-ag},fuse-allreduce' (distir's passes below; --list-passes all adds xDSL's)"
+        arg_parser.add_argument(
+            "--list-passes",
+            action=ListPassesAction,
+            tool=self,
+            metavar="all",
+            help="list distir's passes with their options and exit ('all': xDSL's passes too)",
+        )
+        arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        format_help = arg_parser.format_help
 
-        def error(message: str):
-            raise InputRejected(f"distir-opt: {message}")
+        def help_with_passes() -> str:  # the pass table imports every pass: only for --help
+            arg_parser.epilog = distir_pass_table() + "\n\nxDSL's own passes: distir-opt --list-passes all"
+            return format_help()
 
-        arg_parser.error = error  # type: ignore[method-assign]
+        arg_parser.format_help = help_with_passes  # type: ignore[method-assign]
+
+        arg_parser.error = argparse_error("distir-opt", arg_parser)  # type: ignore[method-assign]
 
     def setup_pipeline(self):
         if self.args.verify_diagnostics:
             # MLIR's --verify-diagnostics covers parse errors as well.
             self.args.parsing_diagnostics = True
+        from xdsl.passes import PassPipeline
+
+        from distir.passes.pipeline import parse_pipeline
+
         try:
-            super().setup_pipeline()
-        except Exception as e:  # unknown pass or bad pass option
+            passes = parse_pipeline(self.args.passes, self.available_passes) if self.args.passes else ()
+        except InputRejected as e:
             raise InputRejected(f"distir-opt: bad pipeline '{self.args.passes}': {e}") from None
+        self.pipeline = PassPipeline(passes)
+        self._spans: dict = {}
+        self._line_offset = 0
 
     def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
-        parser = LocatingParser(self.ctx, decode_source(chunk.read(), self.get_input_name()), self.get_input_name())
-        module = parser.parse_module(not self.args.no_implicit_module)
+        name = self.get_input_name()
+        module, spans = parse_source(decode_source(chunk.read(), name), name, self.ctx, not self.args.no_implicit_module)
+        self._spans, self._line_offset = spans, start_offset
         if not self.args.disable_verify:
-            verify_located(module, parser.op_spans, start_offset)
+            verify_module(module, spans, start_offset)
         return module
+
+    def apply_passes(self, prog):
+        from xdsl.printer import Printer
+
+        from distir.passes.pipeline import run_passes
+
+        passes = self.pipeline.passes
+
+        def after_each(p, seconds: float) -> None:
+            if self.args.time_passes:
+                print(f"Pass {p.name} took {seconds} seconds")
+            if self.args.print_between_passes and p is not passes[-1]:
+                print(f"IR after {p.name}:")
+                Printer(stream=sys.stdout).print_op(prog)
+                print("\n\n\n")
+
+        run_passes(prog, passes, self.ctx, self._spans, not self.args.disable_verify, self._line_offset, after_each)
 
     def get_input_stream(self):
         if self.args.input_file == "-":
@@ -121,7 +165,7 @@ class DistirOptMain(xDSLOptMain):
 
 
 def _opt(argv: Sequence[str] | None) -> int:
-    tool = DistirOptMain(description="distir optimizer driver", args=argv)
+    tool = DistirOptMain(description="distir optimizer driver: parse, verify, transform and print distir IR", args=argv)
     try:
         tool.run()
     except (ParseError, DiagnosticException, PassFailedException) as e:

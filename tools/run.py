@@ -22,15 +22,28 @@ each named 1-D argument is given in ``--inputs`` as pieces ``g.0``, ``g.1``, ...
 named arguments with the same piece lengths), used without packing; in-place results of
 them are written back as ``result<i>.<j>`` pieces.
 
+Under ``mpiexec -n N`` (``--backend mpi``/``nccl``) every process does its own
+preparation (parsing, inputs, lowering), then the ranks agree, in one small collective
+before the first data collective, on the program (a hash of the file), the function, the
+rank count, the seed and each input's dtype, shape and checksum. An error on any rank, or
+ranks that would run different things, stops every rank with exit 1 and one diagnostic
+(printed by rank 0) naming the failing rank; ``--trust-inputs`` skips the input
+checksums (shapes and dtypes are still compared). A rank that fails after the start
+prints its diagnostic and ends its process, which makes mpiexec end the others.
+``--timeout S`` bounds the whole run: after S seconds every rank prints the op it waits
+in and the job ends with exit 1.
+
 Exit codes: 0 success; 1 input rejected (parse, verify, bad option, bad npz, a rank
-count the program cannot run on); 2 the results of --compare disagree (the first
-mismatching element is reported); 3 internal error.
+count the program cannot run on, ranks that disagree, --timeout); 2 the results of
+--compare disagree (the first mismatching element is reported); 3 internal error.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,16 +53,18 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 
 from distir.dialects.context import make_context
 from distir.dialects.dist import TensorType
+from distir.dialects.frontend import decode_source, parse_source
 from distir.dialects.layout import format_placements
+from distir.dialects.verifier import verify_module
+from distir.passes.pipeline import did_you_mean
 from distir.runtime import npz
-from distir.runtime.backend import default_backend_name, get_backend
+from distir.runtime.backend import BACKENDS, default_backend_name, get_backend
 from distir.runtime.equivalence import (
     compare_outputs,
     program_precision,
     signature_mismatch,
 )
-from distir.tools.diagnostics import InputRejected, ResultsDiffer, run_tool
-from distir.tools.opt import LocatingParser, verify_located
+from distir.tools.diagnostics import Exit, InputRejected, ResultsDiffer, argparse_error, describe, distir_version, run_tool
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,11 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="run the comparison on this backend (default: --backend); alone, compare FILE's function on both backends",
     )
-
-    def error(message: str):
-        raise InputRejected(f"distir-run: {message}")
-
-    p.error = error  # type: ignore[method-assign]
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="stop with a diagnostic (the op each rank waits in) if the run takes longer than S seconds",
+    )
+    p.add_argument(
+        "--trust-inputs",
+        action="store_true",
+        help="under mpiexec: do not compare the checksums of the inputs the ranks read (shapes and dtypes still)",
+    )
+    p.add_argument("--version", action="version", version=f"distir-run {distir_version()}")
+    p.error = argparse_error("distir-run", p)  # type: ignore[method-assign]
     return p
 
 
@@ -92,21 +115,22 @@ class _Located(InputRejected):
     """A parse or verification diagnostic (printed as it is, with its location)."""
 
 
-def read_module(path: str) -> ModuleOp:
-    """Parse and verify a program file (``-``: standard input), with located diagnostics."""
-    name = "<stdin>" if path == "-" else path
+def read_source(path: str) -> bytes:
+    """The bytes of a program file (``-``: standard input)."""
     try:
-        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+        return sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
     except OSError as e:
         raise InputRejected(f"distir-run: cannot read {path}: {e.strerror or e}") from None
+
+
+def read_module(path: str, data: bytes | None = None) -> ModuleOp:
+    """Parse and verify a program file (``-``: standard input), with located diagnostics."""
+    name = "<stdin>" if path == "-" else path
+    if data is None:
+        data = read_source(path)
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputRejected(f"{name}: input is not UTF-8 text (byte {e.start})") from None
-    try:
-        parser = LocatingParser(make_context(), text, name)
-        module = parser.parse_module()
-        verify_located(module, parser.op_spans)
+        module, spans = parse_source(decode_source(data, name), name, make_context())
+        verify_module(module, spans)
     except (ParseError, VerifyException) as e:
         raise _Located(str(e)) from None
     return module
@@ -126,11 +150,11 @@ def _summary(func: FuncOp, ranks: int, backend: str, outputs: Sequence[np.ndarra
     return "\n".join(lines)
 
 
-def _compare_target(args, module: ModuleOp, func: FuncOp) -> tuple[ModuleOp, FuncOp]:
+def _compare_target(args, module: ModuleOp, func: FuncOp, sources: dict[str, bytes]) -> tuple[ModuleOp, FuncOp]:
     if args.compare is not None:
         if args.compare == "-" and args.file == "-":
             raise InputRejected("distir-run: FILE and --compare cannot both read standard input")
-        other = read_module(args.compare)
+        other = read_module(args.compare, sources.get(args.compare))
         name = args.compare_func
         if name is None and len(npz.functions(other)) != 1:
             name = func.sym_name.data
@@ -140,16 +164,142 @@ def _compare_target(args, module: ModuleOp, func: FuncOp) -> tuple[ModuleOp, Fun
     return module, npz.select_function(module, args.compare_func, "--compare-func")
 
 
-def _run(argv: Sequence[str] | None) -> int:
+class MpiSession:
+    """This process's part in an MPI job (``mpiexec -n N distir-run ...``): the start-up
+    agreement (``runtime/mpi.agree``) and what happens on an error (see the module doc)."""
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self.world = MPI.COMM_WORLD
+        self.rank = self.world.Get_rank()
+        self.agreed = False
+        self.deadline: float | None = None
+
+    @staticmethod
+    def launched() -> bool:
+        """Whether this process was started by mpiexec with other ranks (from the
+        launcher's environment, without initialising MPI)."""
+        for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+            try:
+                if int(os.environ.get(var, "1")) > 1:
+                    return True
+            except ValueError:
+                pass
+        return False
+
+    def agree(self, fingerprint: dict[str, str] | None, failure: tuple[int, str] | None = None) -> None:
+        """Agree with the other ranks; an ``Exit`` (message on rank 0 only) unless every
+        rank is ready to run the same thing."""
+        from distir.runtime.mpi import StartupStalled, agree, stop_job
+
+        try:
+            outcome = agree(self.world, fingerprint, failure, self.deadline)
+        except StartupStalled as e:
+            print(f"distir-run: rank {self.rank}: no result within the --timeout: {e}", file=sys.stderr, flush=True)
+            stop_job(1)
+        self.agreed = True
+        if not outcome.ok:
+            raise Exit(outcome.code, outcome.message if outcome.report else None)
+
+    def fail_late(self, e: BaseException) -> None:
+        """A failure on this rank after the agreement: report it and end the job."""
+        from distir.runtime.mpi import stop_job
+
+        code, msg = describe("distir-run", e)
+        msg = msg.removeprefix("distir-run: ")
+        if self.rank != 0:
+            time.sleep(0.3)  # if every rank fails alike, rank 0's report ends the job first
+        print(f"distir-run: rank {self.rank}: {msg}", file=sys.stderr, flush=True)
+        stop_job(code)
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to this process now (Linux), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_arguments(func: FuncOp, grids) -> None:
+    """Every argument can be given as an array, and all of them fit in memory (a
+    diagnostic now rather than an allocation failure later)."""
+    import math
+
+    from distir.runtime.values import UnsupportedType
+
+    total = 0
+    for name, t in npz.signature(func):
+        try:
+            shape, dtype = npz.expected_array(t, grids)
+        except UnsupportedType as e:
+            raise InputRejected(f"distir-run: argument '{name}' of @{func.sym_name.data}: {e}") from None
+        total += math.prod(shape) * dtype.itemsize
+    available = _available_memory()
+    if available is not None and total > available:
+        raise InputRejected(
+            f"distir-run: the arguments of @{func.sym_name.data} need {total / 2**30:.4g} GiB, "
+            f"more than the {available / 2**30:.1f} GiB of memory available"
+        )
+
+
+def _fingerprint(args, sources: dict[str, bytes], func: str, ranks: int, backend: str, given: dict) -> dict[str, str]:
+    """What the ranks of an MPI job must agree on before they start."""
+    from distir.runtime.mpi import inputs_fingerprint, program_digest
+
+    fp = {"program" if i == 0 else "compared program": program_digest(data) for i, data in enumerate(sources.values())}
+    fp.update({"function": f"@{func}", "ranks": str(ranks), "backend": backend, "seed": str(args.seed)})
+    for opt in ("compare_func", "compare_backend", "scatter_args"):
+        if getattr(args, opt):
+            fp[opt.replace("_", "-")] = str(getattr(args, opt))
+    fp.update(inputs_fingerprint(given, checksums=not args.trust_inputs))
+    return fp
+
+
+def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
     args = build_parser().parse_args(argv)
-    module = read_module(args.file)
+    phase = ["reading the program and inputs"]
+    prepared = None
+
+    def where() -> str:
+        return prepared.where() if prepared is not None else phase[0]
+
+    watchdog = None
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise InputRejected(f"distir-run: --timeout must be positive, got {args.timeout:g}")
+        from distir.runtime.mpi import Watchdog
+
+        watchdog = Watchdog(args.timeout, f"rank {session.rank}" if session else "", where, grace=1.5 if session else 0.0)
+        if session is not None:
+            session.deadline = watchdog.deadline
+    backend_name = args.backend or default_backend_name()
+    if backend_name not in BACKENDS:
+        raise InputRejected(f"distir-run: unknown backend '{backend_name}'{did_you_mean(backend_name, list(BACKENDS))} (choose from {', '.join(BACKENDS)})")
+    if session is not None and backend_name not in ("mpi", "nccl"):
+        raise InputRejected(
+            f"distir-run: under mpiexec, run with --backend mpi or nccl (one process per rank); "
+            f"--backend {backend_name} would run every rank in each of the {session.world.Get_size()} processes"
+        )
+    sources = {args.file: read_source(args.file)}
+    module = read_module(args.file, sources[args.file])
+    if args.func is not None and args.func.removeprefix("@") not in {f.sym_name.data for f in npz.functions(module)}:
+        names = [f.sym_name.data for f in npz.functions(module)]
+        raise InputRejected(
+            f"distir-run: no function @{args.func.removeprefix('@')} in the module (functions: {', '.join('@' + n for n in names) or 'none'})"
+            + did_you_mean(args.func.removeprefix("@"), names)
+        )
     source_func = npz.select_function(module, args.func)
     from distir.lowering.pipeline import (
         dist_view,  # an already lowered program: its dist-level signature
     )
 
     func = dist_view(source_func)
-    backend_name = args.backend or default_backend_name()
     backend = get_backend(backend_name)
     ranks = args.ranks
     if ranks is None:
@@ -163,6 +313,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if backend_name == "interpret" and is_lowered(module):
         raise InputRejected("distir-run: the program is lowered (rt/nccl ops): the interpreter runs dist/coll-level programs; use --backend local, mpi or nccl")
     grids = npz.resolve_grids(module, ranks)
+    check_arguments(func, grids)
     given = npz.load_npz(args.inputs) if args.inputs else {}
     pieces: dict = {}
     if args.scatter_args:
@@ -174,7 +325,7 @@ def _run(argv: Sequence[str] | None) -> int:
             raise InputRejected(f"distir-run: backend '{backend_name}' does not take --scatter-args (use local or mpi)")
         given, pieces = scattered.logical_inputs(given, [n.strip() for n in args.scatter_args.split(",") if n.strip()])
     inputs = npz.prepare_inputs(module, func, ranks, given, args.seed, source=args.inputs or "inputs", grids=grids)
-    if args.inputs:
+    if args.inputs and (session is None or session.rank == 0):
         drawn = [n for n in inputs if n not in given]
         if drawn:
             print(
@@ -185,7 +336,14 @@ def _run(argv: Sequence[str] | None) -> int:
 
     compare = None
     if args.compare is not None or args.compare_func is not None or args.compare_backend is not None:
-        other_module, other_func = _compare_target(args, module, func)
+        if args.compare is not None and args.compare != args.file:
+            sources[args.compare] = read_source(args.compare)
+        if args.compare_backend is not None and args.compare_backend not in BACKENDS:
+            raise InputRejected(
+                f"distir-run: unknown backend '{args.compare_backend}'{did_you_mean(args.compare_backend, list(BACKENDS))} "
+                f"(choose from {', '.join(BACKENDS)})"
+            )
+        other_module, other_func = _compare_target(args, module, func, sources)
         other_grids = npz.resolve_grids(other_module, ranks)
         why = signature_mismatch(func, other_func, grids, other_grids)
         if why:
@@ -193,11 +351,26 @@ def _run(argv: Sequence[str] | None) -> int:
         npz.check_sizes(other_func, other_grids, ranks)
         compare = (other_module, other_func)
 
-    if pieces:
-        scattered_outputs = backend.run(module, func.sym_name.data, {**inputs, **pieces}, ranks, args.seed, scatter=list(pieces))
-        outputs = [np.concatenate(o, axis=-1) if isinstance(o, list) else o for o in scattered_outputs]
+    run_inputs = {**inputs, **pieces} if pieces else inputs
+    scatter = list(pieces)
+    if session is not None:
+        # Everything local is done: agree with the other ranks before communicating.
+        phase[0] = "preparing the run (lowering, buffers)"
+        if backend_name == "mpi":
+            prepared = backend.prepare(module, func.sym_name.data, run_inputs, ranks, args.seed, scatter)  # type: ignore[attr-defined]
+        phase[0] = "the start-up agreement of the ranks"
+        session.agree(_fingerprint(args, sources, func.sym_name.data, ranks, backend_name, {**given, **pieces}))
+        phase[0] = "the run"
+    else:
+        phase[0] = f"the run on backend {backend_name} ({ranks} ranks)"
+    if prepared is not None:
+        scattered_outputs = outputs = prepared.execute()
+    elif pieces:
+        scattered_outputs = backend.run(module, func.sym_name.data, run_inputs, ranks, args.seed, scatter=scatter)  # type: ignore[call-arg]
     else:
         outputs = backend.run(module, func.sym_name.data, inputs, ranks, args.seed)
+    if pieces:
+        outputs = [np.concatenate(o, axis=-1) if isinstance(o, list) else o for o in scattered_outputs]
     # Under mpiexec every process runs this; only the rank that reports prints and writes.
     quiet = not getattr(backend, "is_output_rank", True)
     if args.outputs and not quiet:
@@ -213,9 +386,11 @@ def _run(argv: Sequence[str] | None) -> int:
         names_b = npz.argument_names(other_func)
         inputs_b = {nb: a for nb, a in zip(names_b, inputs.values())}
         other_backend = get_backend(args.compare_backend) if args.compare_backend else backend
+        prepared = None
+        phase[0] = "the run of the comparison"
         other_outputs = other_backend.run(other_module, other_func.sym_name.data, inputs_b, ranks, args.seed)
-        where = f"{args.compare}:" if args.compare else ""
-        label_a, label_b = f"@{func.sym_name.data}", f"{where}@{other_func.sym_name.data}"
+        where_ = f"{args.compare}:" if args.compare else ""
+        label_a, label_b = f"@{func.sym_name.data}", f"{where_}@{other_func.sym_name.data}"
         if args.compare_backend:
             label_a, label_b = f"{label_a} on {backend_name}", f"{label_b} on {args.compare_backend}"
         precision = program_precision(source_func, other_func)
@@ -226,17 +401,34 @@ def _run(argv: Sequence[str] | None) -> int:
             raise ResultsDiffer(f"distir-run: results differ: {c.message}")
         if not quiet:
             print(f"{c.message} [{label_a} vs {label_b}]")
+    if watchdog is not None:
+        watchdog.stop()
     return 0
 
 
 def _run_tool(argv: Sequence[str] | None) -> int:
+    session = MpiSession() if MpiSession.launched() else None
     try:
-        return _run(argv)
-    except _Located:
+        try:
+            return _run(argv, session)
+        except _Located:
+            raise
+        except InputRejected as e:
+            msg = str(e)
+            raise InputRejected(msg if msg.startswith("distir-run:") else f"distir-run: {msg}") from None
+    except (Exit, KeyboardInterrupt, SystemExit, ResultsDiffer):
         raise
-    except InputRejected as e:
-        msg = str(e)
-        raise InputRejected(msg if msg.startswith("distir-run:") else f"distir-run: {msg}") from None
+    except BaseException as e:
+        if session is None:
+            raise
+        from distir.runtime.mpi import Disagreement
+
+        if isinstance(e, Disagreement):  # the comparison's run: agreed inside the backend
+            raise Exit(e.code, str(e) if e.report else None) from None
+        if not session.agreed:
+            session.agree(None, describe("distir-run", e))
+        session.fail_late(e)
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -132,16 +132,20 @@ def _check(kind: str, algorithm: str) -> None:
 
 
 def _groups_key(topology: Topology, groups: Iterable[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
-    key = []
-    for g in groups:
-        g = tuple(int(d) for d in g)
+    key = tuple(tuple(int(d) for d in g) for g in groups)
+    return _checked(topology, key)
+
+
+@lru_cache(maxsize=65536)
+def _checked(topology: Topology, key: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    n = topology.ranks
+    for g in key:
         if len(set(g)) != len(g):
             raise InputRejected(f"collective group {list(g)} lists a device twice")
         for d in g:
-            if not 0 <= d < topology.ranks:
-                raise InputRejected(f"device {d} of group {list(g)} is out of range for the {topology.ranks} devices of {topology.name!r}")
-        key.append(g)
-    return tuple(key)
+            if not 0 <= d < n:
+                raise InputRejected(f"device {d} of group {list(g)} is out of range for the {n} devices of {topology.name!r}")
+    return key
 
 
 @dataclass(frozen=True)

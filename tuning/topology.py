@@ -54,6 +54,7 @@ import re
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 from distir.dialects.diagnostics import InputRejected
@@ -124,14 +125,19 @@ class Topology:
         object.__setattr__(self, "levels", tuple(self.levels))
 
     # -- shape ------------------------------------------------------------------------------
-    @property
+    @cached_property
     def cardinalities(self) -> tuple[int, ...]:
         return tuple(lv.cardinality for lv in self.levels)
 
-    @property
+    @cached_property
     def ranks(self) -> int:
         """Number of devices: the product of the cardinalities."""
         return math.prod(self.cardinalities)
+
+    @cached_property
+    def strides(self) -> tuple[int, ...]:
+        """Devices per unit of each level."""
+        return tuple(math.prod(self.cardinalities[j + 1 :]) for j in range(len(self.levels)))
 
     @property
     def level_names(self) -> tuple[str, ...]:
@@ -145,7 +151,7 @@ class Topology:
 
     def stride(self, level: int) -> int:
         """Devices per unit of ``level`` (the product of the cardinalities below it)."""
-        return math.prod(self.cardinalities[level + 1 :])
+        return self.strides[level]
 
     # -- coordinates --------------------------------------------------------------------------
     def coords(self, rank: int) -> tuple[int, ...]:

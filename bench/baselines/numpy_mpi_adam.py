@@ -2,6 +2,8 @@
 numpy. Run under ``mpiexec -n 2``; rank 0 prints the median step time (JSON).
 
     mpiexec -n 2 python bench/baselines/numpy_mpi_adam.py N REPS
+
+Memory: about 0.7 GB per process at N = 2^24.
 """
 
 import json

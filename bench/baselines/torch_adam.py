@@ -3,11 +3,15 @@ and torch.optim.Adam(fused=True), one thread per process. Prints the median step
 of rank 0 (JSON).
 
     python bench/baselines/torch_adam.py N REPS
+
+Memory: about 0.5 GB per worker process at N = 2^24 (estimated: p, g, m, v and the
+gradient's copy). Exits at once with a message when PyTorch is not installed.
 """
 
 import json
 import multiprocessing as mp
 import os
+import queue
 import socket
 import statistics
 import sys
@@ -53,12 +57,24 @@ def main(n: int, reps: int) -> None:
     procs = [ctx.Process(target=worker, args=(r, 2, port, n, reps, q)) for r in range(2)]
     for p in procs:
         p.start()
-    median = q.get(timeout=1200)
+    median = None
+    while median is None:
+        try:
+            median = q.get(timeout=1)
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                for p in procs:
+                    p.kill()
+                sys.exit(f"a PyTorch worker failed (exit {[p.exitcode for p in procs]})")
     for p in procs:
         p.join()
     print(json.dumps({"median_s": median}))
 
 
 if __name__ == "__main__":
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        sys.exit("PyTorch is not installed (pip install torch==2.13.0 for the CPU wheel)")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main(int(sys.argv[1]), int(sys.argv[2]))

@@ -95,3 +95,55 @@ def test_verify_diagnostics_reports_every_chunk_and_exits_zero():
     assert r.returncode == 0
     assert r.stdout.count("// -----") == 2
     assert r.stdout.count("' op ") == 3
+
+
+def test_version_names_distir():
+    from distir.tools.diagnostics import distir_version
+
+    r = opt("--version")
+    assert r.returncode == 0 and r.stdout.startswith(f"distir-opt {distir_version()} (xdsl ")
+
+
+def test_help_lists_distirs_passes_with_options_and_one_line_each():
+    r = opt("--help")
+    assert r.returncode == 0
+    table = r.stdout.split("distir passes")[1]
+    assert "split-allreduce        Split AllReduces into ReduceScatter + AllGather or Reduce + Broadcast." in table
+    assert "options: strategy=rs-ag, dim=0, root=0, targets=(none)" in table
+    assert "fix-mesh-sizes" in table and "options: ranks=0" in table
+    assert "convert-linalg-to-loops" not in r.stdout  # xDSL's passes: on request only
+    assert "distir-opt --list-passes all" in r.stdout
+
+
+def test_list_passes_all_adds_xdsls_passes():
+    r = opt("--list-passes")
+    assert r.returncode == 0 and "overlap" in r.stdout and "cse" not in r.stdout.split()
+    r = opt("--list-passes", "all")
+    assert r.returncode == 0 and "xDSL's passes" in r.stdout and "cse," in r.stdout
+
+
+def test_misspelled_pass_option_and_flag_get_the_closest_name():
+    r = opt(PRIMS, "-p", "split-alreduce")
+    assert r.returncode == 1
+    assert "unknown pass 'split-alreduce' (did you mean 'split-allreduce'?)" in r.stderr
+    r = opt(PRIMS, "-p", "split-allreduce{stratgy=rs-ag}")
+    assert r.returncode == 1
+    assert "pass 'split-allreduce' has no option 'stratgy' (did you mean 'strategy'?) (its options: strategy, dim, root, targets)" in r.stderr
+    r = opt(PRIMS, "--split-input-fle")
+    assert r.returncode == 1 and "(did you mean --split-input-file?)" in r.stderr
+
+
+def test_a_pass_request_the_program_cannot_take_is_located():
+    r = opt(PRIMS, "-p", "fix-mesh-sizes{ranks=3}")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{PRIMS}:4:1\ndist.mesh @world shape = [4]\n")
+    assert "'fix-mesh-sizes' pass: 'dist.mesh' op mesh @world of shape [4] does not have 3 ranks" in r.stderr
+
+
+def test_a_pass_that_leaves_an_invalid_program_is_named_and_located():
+    fused = str(ROOT / "examples" / "schedules" / "adam_fused.mlir")
+    r = opt(fused, "-p", "fix-mesh-sizes{ranks=3}")
+    assert r.returncode == 1
+    first = r.stderr.splitlines()[0]
+    assert first.startswith(f"{fused}:") and "dist.take_slice" in r.stderr.splitlines()[1]
+    assert "not divisible by the 3 ranks of axis 0 (in the program that pass 'fix-mesh-sizes' produced)" in r.stderr

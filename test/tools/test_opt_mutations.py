@@ -1,58 +1,25 @@
 """Malformed input of any kind gives a diagnostic and exit 1, never a traceback.
 
-Hypothesis mutates the example files (truncation, deleted/duplicated/swapped spans,
-inserted IR tokens, wrong types, garbage bytes) and runs distir-opt on the result: the
-exit code must be 0 (still a valid program, whose output must parse again) or 1 (a
-diagnostic), never 3 (internal error) and never an escaping exception.
+Mutations of the example files (``support/fuzz.py``: truncation, deleted / duplicated /
+reversed spans, inserted IR tokens, wrong types, garbage bytes; hypothesis draws the
+seeds) go through distir-opt: the exit code must be 0 (still a valid program, whose
+output must parse again) or 1 (a diagnostic), never 3 (internal error) and never an
+escaping exception.
 """
 
 import io
+import random
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.fuzz import mutation
 
 from distir.tools.opt import main
 
-ROOT = Path(__file__).parents[2]
-SOURCES = [p.read_bytes() for p in sorted((ROOT / "examples").glob("*.mlir"))]
 
-TOKENS = [
-    b"%x", b"%", b"@world", b"@nope", b"sliced<", b"sliced<9>", b"at<7>", b"local", b"unplaced", b"replicated",
-    b">", b"<", b"]", b"[", b"(", b")", b"{", b"}", b":", b",", b"->", b"=", b"?", b"0", b"-1", b"99999999999999999999",
-    b"1.5", b"x", b"f16", b"bf16", b"i1", b"index", b"tensor<4xf32>", b"!dist.tensor<", b"!dist.tensor<4xf32, @world, [local]>",
-    b"dist.map", b"dist.yield", b"coll.yield", b"coll.all_reduce", b"coll.fused_all_reduce sum", b"func.return", b"^bb0",
-    b"dims [", b"axes [0, 0]", b"axis 3", b"dim 5", b"root 9", b"to -1", b"gather [true]", b"chunks 0", b"order",
-    b"view @world [[0]]", b"shape = [0]", b"\"", b"//", b"// -----\n", b"\n", b" ", b"\xff\xfe", b"\x00", b"\xc3\x28", b"\t",
-]
-
-
-@st.composite
-def mutated(draw):
-    data = bytearray(draw(st.sampled_from(SOURCES)))
-    for _ in range(draw(st.integers(1, 4))):
-        n = len(data)
-        i = draw(st.integers(0, max(n - 1, 0)))
-        j = draw(st.integers(i, min(n, i + 80)))
-        kind = draw(st.sampled_from(["truncate", "delete", "duplicate", "insert", "replace", "byte", "swap"]))
-        if kind == "truncate":
-            data = data[:i]
-        elif kind == "delete":
-            del data[i:j]
-        elif kind == "duplicate":
-            data[i:i] = data[i:j]
-        elif kind == "insert":
-            data[i:i] = draw(st.sampled_from(TOKENS))
-        elif kind == "replace":
-            data[i:j] = draw(st.sampled_from(TOKENS))
-        elif kind == "byte" and n:
-            data[i] = draw(st.integers(0, 255))
-        elif kind == "swap" and n:
-            k = draw(st.integers(0, n - 1))
-            a, b = sorted((i, k))
-            data[a:b] = data[a:b][::-1] if b - a < 40 else data[a:b]
-    return bytes(data)
+def mutated():
+    return st.integers(0, 2**32).map(lambda seed: mutation(random.Random(seed)))
 
 
 def run_opt(path, *args):

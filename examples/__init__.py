@@ -1,0 +1,1 @@
+"""Example programs (``*.mlir``) and generators of model-scale programs (``optimizer_step``)."""

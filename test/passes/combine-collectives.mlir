@@ -1,0 +1,105 @@
+// RUN: distir-opt %s -p combine-collectives | filecheck %s
+// RUN: distir-opt %s -p 'combine-collectives{bucket-bytes=256}' | filecheck %s --check-prefix=SMALL
+// RUN: not distir-opt %s -p 'combine-collectives{bucket-bytes=0}' 2>&1 | filecheck %s --check-prefix=BAD
+
+// BAD: 'combine-collectives' pass: bucket-bytes must be at least 1, got 0
+
+dist.mesh @world shape = [4]
+
+// All-reduces of an AR-SGD step over two tensors: the second moves up to the first
+// op reading the first's result, and both become one collective over both tensors.
+// CHECK-LABEL: func.func @ar_step
+// CHECK:         %[[A:.*]], %[[B:.*]] = coll.fused_all_reduce avg %g0, %g1 dim 0 : (!dist.tensor<64xf32, @world, [local]>, !dist.tensor<8x4xf32, @world, [local]>) -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<8x4xf32, @world, [replicated]>) {
+// CHECK-NEXT:    ^{{.*}}(%[[X:.*]]: !dist.tensor<64xf32, @world, [sliced<0>]>, %[[Y:.*]]: !dist.tensor<8x4xf32, @world, [sliced<0>]>):
+// CHECK-NEXT:      coll.yield %[[X]], %[[Y]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[U:.*]] = dist.map(%p0, %[[A]], %lr)
+// CHECK:         %[[V:.*]] = dist.map(%p1, %[[B]], %lr)
+// CHECK-NOT:     coll.all_reduce
+// SMALL-LABEL: func.func @ar_step
+// SMALL:         coll.all_reduce avg %g0
+// SMALL:         coll.all_reduce avg %g1
+func.func @ar_step(%g0: !dist.tensor<64xf32, @world, [local]>, %p0: !dist.tensor<64xf32, @world, [replicated]>,
+                   %g1: !dist.tensor<8x4xf32, @world, [local]>, %p1: !dist.tensor<8x4xf32, @world, [replicated]>, %lr: f32)
+    -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<8x4xf32, @world, [replicated]>) {
+  %a = coll.all_reduce avg %g0 : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %u = dist.map(%p0, %a, %lr) : (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>, f32) -> !dist.tensor<64xf32, @world, [replicated]> {
+  ^bb0(%x: f32, %y: f32, %l: f32):
+    %s = arith.mulf %l, %y : f32
+    %d = arith.subf %x, %s : f32
+    dist.yield %d : f32
+  }
+  %b = coll.all_reduce avg %g1 : !dist.tensor<8x4xf32, @world, [local]> -> !dist.tensor<8x4xf32, @world, [replicated]>
+  %v = dist.map(%p1, %b, %lr) : (!dist.tensor<8x4xf32, @world, [replicated]>, !dist.tensor<8x4xf32, @world, [replicated]>, f32) -> !dist.tensor<8x4xf32, @world, [replicated]> {
+  ^bb0(%x: f32, %y: f32, %l: f32):
+    %s = arith.mulf %l, %y : f32
+    %d = arith.subf %x, %s : f32
+    dist.yield %d : f32
+  }
+  func.return %u, %v : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<8x4xf32, @world, [replicated]>
+}
+
+// A collective reading a value computed after the first use of an open bucket cannot
+// move up to it; collectives of different kinds or reductions are not combined.
+// CHECK-LABEL: func.func @late_operand
+// CHECK:         %[[A:.*]] = coll.all_reduce sum %x
+// CHECK:         dist.map(%[[A]])
+// CHECK:         %[[W:.*]] = dist.map(%z)
+// CHECK:         coll.all_reduce sum %[[W]]
+// CHECK:         coll.all_reduce max %z
+// CHECK:         coll.reduce_scatter sum %z dim 0
+func.func @late_operand(%x: !dist.tensor<64xf32, @world, [local]>, %z: !dist.tensor<64xf32, @world, [local]>)
+    -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
+  %a = coll.all_reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %y = dist.map(%a) : (!dist.tensor<64xf32, @world, [replicated]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  ^bb0(%e: f32):
+    %s = arith.mulf %e, %e : f32
+    dist.yield %s : f32
+  }
+  %w = dist.map(%z) : (!dist.tensor<64xf32, @world, [local]>) -> !dist.tensor<64xf32, @world, [local]> {
+  ^bb0(%e: f32):
+    %s = arith.mulf %e, %e : f32
+    dist.yield %s : f32
+  }
+  %b = coll.all_reduce sum %w : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %c = coll.all_reduce max %z : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %d = coll.reduce_scatter sum %z dim 0 : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+  func.return %y, %b, %c, %d : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+}
+
+// Fused all-reduces (fuse(RS-Opt-AG) per tensor) combine into one: regions run one
+// after the other, gather flags are concatenated.
+// CHECK-LABEL: func.func @fused
+// CHECK:         %{{.*}}, %{{.*}}, %{{.*}} = coll.fused_all_reduce avg %g0, %g1 dim 0 gather [true, false, true] :
+// CHECK-NEXT:    ^{{.*}}(%[[S0:.*]]: {{.*}}, %[[S1:.*]]: {{.*}}):
+// CHECK-NEXT:      %[[P0:.*]] = dist.take_slice %p0 dim 0
+// CHECK-NEXT:      %[[N0:.*]] = dist.map(%[[P0]], %[[S0]])
+// CHECK:           %[[P1:.*]] = dist.take_slice %p1 dim 0
+// CHECK-NEXT:      %[[N1:.*]] = dist.map(%[[P1]], %[[S1]])
+// CHECK:           coll.yield %[[N0]], %[[S0]], %[[N1]] :
+// CHECK-NOT:     coll.fused_all_reduce
+func.func @fused(%g0: !dist.tensor<64xf32, @world, [local]>, %p0: !dist.tensor<64xf32, @world, [replicated]>,
+                 %g1: !dist.tensor<32xf32, @world, [local]>, %p1: !dist.tensor<32xf32, @world, [replicated]>)
+    -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<32xf32, @world, [replicated]>) {
+  %n0, %s0 = coll.fused_all_reduce avg %g0 dim 0 gather [true, false] : !dist.tensor<64xf32, @world, [local]> -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
+  ^bb0(%a: !dist.tensor<64xf32, @world, [sliced<0>]>):
+    %ps = dist.take_slice %p0 dim 0 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+    %n = dist.map(%ps, %a) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+    ^bb1(%x: f32, %y: f32):
+      %d = arith.subf %x, %y : f32
+      dist.yield %d : f32
+    }
+    coll.yield %n, %a : !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+  }
+  %n1 = coll.fused_all_reduce avg %g1 dim 0 : !dist.tensor<32xf32, @world, [local]> -> !dist.tensor<32xf32, @world, [replicated]> {
+  ^bb0(%a: !dist.tensor<32xf32, @world, [sliced<0>]>):
+    %ps = dist.take_slice %p1 dim 0 : !dist.tensor<32xf32, @world, [replicated]> -> !dist.tensor<32xf32, @world, [sliced<0>]>
+    %n = dist.map(%ps, %a) : (!dist.tensor<32xf32, @world, [sliced<0>]>, !dist.tensor<32xf32, @world, [sliced<0>]>) -> !dist.tensor<32xf32, @world, [sliced<0>]> {
+    ^bb1(%x: f32, %y: f32):
+      %d = arith.subf %x, %y : f32
+      dist.yield %d : f32
+    }
+    coll.yield %n : !dist.tensor<32xf32, @world, [sliced<0>]>
+  }
+  func.return %n0, %s0, %n1 : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<32xf32, @world, [replicated]>
+}

@@ -1,0 +1,80 @@
+"""The pass manager (passes/pipeline.py): pipelines from -p text with suggestions for
+misspelled names, one line per pass, and re-verification after every pass that names a
+pass leaving an invalid program and points at the source line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import VerifyException
+
+from distir.dialects.context import make_context, parse_module
+from distir.dialects.diagnostics import InputRejected
+from distir.passes.pipeline import apply_pipeline, parse_pipeline, pass_summary, run_passes
+from distir.passes.registry import ALL_PASSES
+
+PROGRAM = """\
+dist.mesh @world shape = [4]
+func.func @f(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  %y = coll.all_reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  func.return %y : !dist.tensor<64xf32, @world, [replicated]>
+}
+"""
+
+
+@dataclass(frozen=True)
+class ReturnBeforeItsValue(ModulePass):
+    """A broken pass: moves every function's return to the top of its body."""
+
+    name = "return-before-its-value"
+
+    def apply(self, ctx, op: ModuleOp) -> None:
+        from xdsl.dialects import func
+
+        for f in op.walk():
+            if isinstance(f, func.ReturnOp):
+                ret, block = f, f.parent_block()
+                ret.detach()
+                block.insert_op_before(ret, block.first_op)
+
+
+def test_each_pass_has_a_one_line_summary():
+    for name, factory in ALL_PASSES.items():
+        summary = pass_summary(factory())
+        assert summary.endswith(".") and "\n" not in summary and len(summary) > 15, name
+
+
+@pytest.mark.parametrize(
+    "spec, expect",
+    [
+        ("split-alreduce", "unknown pass 'split-alreduce' (did you mean 'split-allreduce'?)"),
+        ("fuse-allreduce,ovrlap", "unknown pass 'ovrlap' (did you mean 'overlap'?)"),
+        ("overlap{chunk=2}", "pass 'overlap' has no option 'chunk' (did you mean 'chunks'?) (its options: chunks, order, targets)"),
+        ("overlap{chunks=two}", "pass 'overlap':"),
+        ("overlap{", "Error parsing pass pipeline specification"),
+    ],
+)
+def test_bad_pipelines_are_rejected_with_the_closest_name(spec, expect):
+    with pytest.raises(InputRejected) as e:
+        parse_pipeline(spec)
+    assert expect in str(e.value)
+
+
+def test_a_pass_leaving_an_invalid_program_is_named_and_located():
+    module = parse_module(PROGRAM, "prog.mlir")
+    with pytest.raises(VerifyException) as e:
+        run_passes(module, [ReturnBeforeItsValue()], make_context())
+    text = str(e.value)
+    assert text.startswith("prog.mlir:4:3\n  func.return %y")
+    assert "'func.return' op operand 0 (%y) is used before its definition (line 3) (in the program that pass 'return-before-its-value' produced)" in text
+
+
+def test_apply_pipeline_verifies_after_each_pass():
+    module = parse_module(PROGRAM)
+    apply_pipeline(module, "split-allreduce")
+    assert "coll.reduce_scatter" in str(module)
+    with pytest.raises(VerifyException, match="return-before-its-value"):
+        apply_pipeline(module, [ReturnBeforeItsValue()])

@@ -1,0 +1,157 @@
+"""distir-run under mpiexec when the ranks are not all well: one bad rank stops every
+rank with one diagnostic naming it, ranks that would run different things are
+diagnosed, and --timeout turns a stall into a report of where each rank waits.
+
+Each case starts ``mpiexec`` (MPMD: ``-n 1 A : -n 1 B`` gives each rank its own command
+line) with a hard timeout, so that a hang fails the test instead of blocking it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+ROOT = Path(__file__).parents[2]
+BIN = Path(sys.executable).parent
+MPIEXEC = str(BIN / "mpiexec")
+RUN = str(BIN / "distir-run")
+HARD_TIMEOUT = 120
+
+PROGRAM = """\
+dist.mesh @world shape = [?]
+func.func @sum(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  %y = coll.all_reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  func.return %y : !dist.tensor<64xf32, @world, [replicated]>
+}
+func.func @max(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  %y = coll.all_reduce max %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  func.return %y : !dist.tensor<64xf32, @world, [replicated]>
+}
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "prog.mlir").write_text(PROGRAM)
+    (tmp_path / "bad.mlir").write_text("dist.mesh @world shape = [?]\nfunc.func @sum(%x: f32 {\n")
+    for ranks in (2, 4):
+        np.savez(tmp_path / f"good{ranks}.npz", x=np.ones((ranks, 64), np.float32))
+        np.savez(tmp_path / f"other{ranks}.npz", x=np.full((ranks, 64), 2, np.float32))
+    np.savez(tmp_path / "shape2.npz", x=np.ones((2, 32), np.float32))
+    (tmp_path / "corrupt.npz").write_bytes(b"PK not a zip archive")
+    return tmp_path
+
+
+def mpiexec(*per_rank: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run one distir-run per rank (each list: that rank's arguments)."""
+    cmd = [MPIEXEC]
+    for i, args in enumerate(per_rank):
+        if i:
+            cmd.append(":")
+        cmd += ["-n", "1", RUN, *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=HARD_TIMEOUT)
+
+
+def same(n: int, *args: str) -> list[list[str]]:
+    return [list(args) for _ in range(n)]
+
+
+OK = ["prog.mlir", "--backend", "mpi", "--func", "sum"]
+
+
+def test_one_bad_rank_of_two_stops_both_with_one_message(files):
+    good = [*OK, "--inputs", "good2.npz"]
+    p = mpiexec(good, [*OK, "--inputs", "missing.npz"], cwd=files)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.count("rejected the run") == 1, p.stderr
+    assert "distir-run: rank 1 rejected the run: cannot read missing.npz: no such file" in p.stderr
+    assert "every rank stops (1 of 2 were ready)" in p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+def test_one_bad_rank_of_four(files):
+    good = [*OK, "--inputs", "good4.npz"]
+    p = mpiexec(good, good, [*OK, "--inputs", "corrupt.npz"], good, cwd=files)
+    assert p.returncode == 1, p.stderr
+    assert "rank 2 rejected the run: cannot read corrupt.npz: not an npz (zip) archive" in p.stderr
+    assert "every rank stops (3 of 4 were ready)" in p.stderr
+
+
+def test_unparsable_program_on_one_rank_is_located(files):
+    p = mpiexec(OK, ["bad.mlir", "--backend", "mpi", "--func", "sum"], cwd=files)
+    assert p.returncode == 1, p.stderr
+    assert "rank 1 rejected the run:\nbad.mlir:3:1" in p.stderr
+
+
+def test_an_error_every_rank_shares_is_printed_once(files):
+    p = mpiexec(*same(2, "bad.mlir", "--backend", "mpi"), cwd=files)
+    assert p.returncode == 1
+    assert p.stderr.count("bad.mlir:3:1") == 1, p.stderr
+    assert "rank" not in p.stderr
+
+
+def test_mismatched_functions_are_diagnosed(files):
+    p = mpiexec(OK, ["prog.mlir", "--backend", "mpi", "--func", "max"], cwd=files)
+    assert p.returncode == 1, p.stderr
+    assert "the ranks disagree on what to run" in p.stderr
+    assert "function: rank 0 has @sum, rank 1 has @max" in p.stderr
+
+
+def test_ranks_reading_different_inputs_are_diagnosed_unless_trusted(files):
+    p = mpiexec([*OK, "--inputs", "good2.npz"], [*OK, "--inputs", "other2.npz"], cwd=files)
+    assert p.returncode == 1, p.stderr
+    assert "input x: rank 0 has float32[2x64] checksum" in p.stderr
+    assert "--trust-inputs" in p.stderr
+    trusted = [*OK, "--trust-inputs"]
+    p = mpiexec([*trusted, "--inputs", "good2.npz"], [*trusted, "--inputs", "other2.npz"], cwd=files)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("@sum on 2 rank(s), backend mpi") == 1
+
+
+def test_timeout_reports_where_each_rank_waits(files):
+    mlp = str(ROOT / "examples" / "megatron_mlp.mlir")
+    p = mpiexec(*same(2, mlp, "--backend", "mpi", "--timeout", "0.5"), cwd=files)
+    assert p.returncode == 1, p.stderr
+    for r in (0, 1):
+        assert f"distir-run: rank {r}: no result within 0.5 s (--timeout): waiting in " in p.stderr
+
+
+# The verdict itself, without processes: what every rank concludes from what each sent.
+
+
+def verdict(rank, *info):
+    from distir.runtime.mpi import _verdict
+
+    return _verdict(rank, list(info))
+
+
+def test_verdict_names_each_failing_rank_and_reports_on_rank_0_only():
+    ok = (0, "", {"function": "@f"})
+    a = verdict(0, ok, (1, "distir-run: cannot read x.npz: no such file", {}), ok, (1, "distir-run: cannot read y.npz: no such file", {}))
+    assert (a.ok, a.code, a.report, a.failed_ranks) == (False, 1, True, [1, 3])
+    assert a.message.splitlines() == [
+        "distir-run: rank 1 rejected the run: cannot read x.npz: no such file",
+        "distir-run: rank 3 rejected the run: cannot read y.npz: no such file",
+        "distir-run: every rank stops (2 of 4 were ready)",
+    ]
+    assert not verdict(2, ok, (1, "distir-run: boom", {}), ok).report
+
+
+def test_verdict_on_an_error_every_rank_shares_is_that_error():
+    same = (1, "prog.mlir:3:1\n...\nexpected ')'", {})
+    a = verdict(0, same, same)
+    assert a.shared and a.message == same[1] and a.code == 1
+
+
+def test_verdict_on_ranks_that_disagree_lists_every_difference():
+    a = verdict(0, (0, "", {"function": "@sum", "seed": "0"}), (0, "", {"function": "@max", "seed": "0"}), (0, "", {"function": "@max", "seed": "1"}))
+    assert a.code == 1 and a.report
+    assert "  function: rank 0 has @sum, rank 1 has @max" in a.message
+    assert "  function: rank 0 has @sum, rank 2 has @max" in a.message
+    assert "  seed: rank 0 has 0, rank 2 has 1" in a.message
