@@ -197,7 +197,8 @@ def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
 def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
     """The parameters from the measured step times ``t`` (seconds by program name)."""
     ops1, ops8 = _op_count(kernels_program(1), ranks), _op_count(kernels_program(8), ranks)
-    dispatch = max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1))
+    # (clamped so that one noisy program cannot give a host cost above a whole step)
+    dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
     step = max(0.0, t["k1"] - ops1 * dispatch)
     runtime = Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
     overhead = step + _op_count(triad_program(BANDWIDTH_SIZES[0]), ranks) * dispatch
@@ -205,9 +206,10 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
     # write-allocate read of the output (the model counts it: write_allocate)
     _, per_byte = _line([16.0 * n for n in BANDWIDTH_SIZES], [t[f"triad_{n}"] for n in BANDWIDTH_SIZES])
     bandwidth = 1 / max(per_byte, 1e-13)
-    peak = 2 * 64 * (1 << 20) / max(1e-9, t["flops"] - overhead)
-    mm32 = 2 * 512**3 / max(1e-9, t["mm_f32"] - overhead)
-    mm16 = 2 * 128**3 / max(1e-9, t["mm_f16"] - overhead)
+    work = lambda name: max(t[name] - overhead, t[name] / 2)  # noqa: E731 - the program's own work
+    peak = 2 * 64 * (1 << 20) / work("flops")
+    mm32 = 2 * 512**3 / work("mm_f32")
+    mm16 = 2 * 128**3 / work("mm_f16")
     collectives = {}
     for kind in KINDS:
         xs, ys = [], []
