@@ -165,10 +165,10 @@ def plot(result, path: str, title: str) -> None:
         raise InputRejected("distir-tune: --plot needs matplotlib (pip install matplotlib)") from None
     chosen = [s for s in result.schedules if s.name in set(result.best.values())]
     others = sorted(
-        (s for s in result.schedules if s not in chosen and s.check == "ok"),
+        (s for s in result.schedules if s not in chosen and s is not result.baseline and s.check == "ok"),
         key=lambda s: -max((result.speedup(s, z) or 0) for z in result.sizes),
     )
-    lines = [result.baseline] + [s for s in chosen if not s.original] + others[: max(0, 8 - len(chosen))]
+    lines = [result.baseline] + [s for s in chosen if s is not result.baseline] + others[: max(0, 8 - len(chosen))]
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for s in lines:
         xs = [z for z in result.sizes if result.speedup(s, z)]
