@@ -23,7 +23,9 @@ quiet_developer_warnings()
 
 ADAM_SCHEDULES = {
     "AR-Adam": "",
-    "RS-Adam-AG": "split-allreduce,reorder-allgather",
+    # CoCoNet's RS-Opt-AG reorders the AllGather with the *fused* optimizer computation:
+    # one kernel on each rank's slice (bench/rs_ag_ratio.py also times the 3-kernel form)
+    "RS-Adam-AG": "fuse-maps,split-allreduce,reorder-allgather",
     "fuse(RS-Adam-AG)": "split-allreduce,reorder-allgather,fuse-maps,slice-state{targets=m,v},fuse-allreduce",
 }
 

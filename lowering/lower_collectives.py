@@ -298,6 +298,7 @@ class FuncLowering:
         self.stream = self.stream_n(0)
         self.inplace = self._inplace_results()
         self._assign_inplace_dests()
+        self._assign_gather_dests()
         for op in list(old_block.ops):
             if isinstance(op, func.ReturnOp):
                 self._return(op, res_types)
@@ -439,6 +440,8 @@ class FuncLowering:
                 inner_uses.append(use.operation)
             elif isinstance(top, func.ReturnOp) or order[top] > order[producer]:
                 return False
+            elif isinstance(top, (dist.TakeSliceOp, dist.RemeshOp)) and self._view_read_after(top, producer, order):
+                return False
         if isinstance(producer, rt.CallOp):
             return all(_same_space(producer, arg) for _ in inner_uses)
         if isinstance(producer, coll.CollectiveOp):
@@ -468,6 +471,88 @@ class FuncLowering:
                     if pos[call] > pos[writer] or not _same_space(call, user.result):
                         return False
             else:
+                return False
+        return True
+
+    def _view_read_after(self, view: Operation, producer: Operation, order: dict[Operation, int]) -> bool:
+        """Whether a view of an argument (``take_slice``, ``remesh``: the same buffer) is
+        read after ``producer`` or returned, so that the argument's old contents are still
+        needed after it."""
+        pending = list(view.results[0].uses)
+        while pending:
+            user = pending.pop().operation
+            top = user
+            while top.parent_op() is not self.f:
+                top = top.parent_op()  # type: ignore[assignment]
+            if top is producer:
+                continue
+            if isinstance(top, func.ReturnOp) or order[top] > order[producer]:
+                return True
+            if isinstance(top, (dist.TakeSliceOp, dist.RemeshOp)):
+                pending += list(top.results[0].uses)
+        return False
+
+    def _assign_gather_dests(self) -> None:
+        """A kernel result that a ``coll.all_gather`` of the same block gathers is computed
+        straight into this rank's block of the all-gather's buffer, so the all-gather runs
+        in place and copies nothing to this rank itself (as the gathered results of a
+        fused collective are). When that buffer is an argument's (an in-place result), no
+        op but the kernel may read the argument after the kernel's position, and the
+        kernel only at the positions it writes."""
+        block = self.f.body.block
+        order = {op: k for k, op in enumerate(block.ops)}
+        for ag in block.ops:
+            if not isinstance(ag, coll.AllGatherOp):
+                continue
+            x = ag.input
+            call = x.owner
+            xt = x.type
+            if not isinstance(call, rt.CallOp) or call.parent_block() is not block or x in self.dest:
+                continue
+            assert isinstance(xt, TensorType)
+            if self.guard_placements(xt) is not None:
+                continue
+            axes = list(ag.axes)
+            d = layout.innermost_slicing(xt.get_placements(), axes)
+            recv_t = self.memref(ag.result.type)
+            if d is None or not is_contiguous_block(recv_t.get_shape(), d):  # type: ignore[attr-defined]
+                continue
+            recv = self.dest.get(ag.result)
+            if recv is not None:
+                arg = next((a for a, b in self.buf.items() if b is recv and isinstance(a, BlockArgument)), None)
+                if arg is None or not self._only_read_in_place(arg, call, axes, d, order):
+                    continue
+            else:
+                recv = self.alloc(recv_t, ag.result.name_hint)
+                self.dest[ag.result] = recv
+            n = group_size(self.sizes(xt), axes)
+            self.dest[x] = self.block(recv, self.group_rank(xt.mesh_name, axes), d, n)
+
+    def _only_read_in_place(self, arg: SSAValue, call: rt.CallOp, axes: list[int], dim: int, order: dict[Operation, int]) -> bool:
+        """Whether, from ``call`` on, only ``call`` reads ``arg`` (through views too), and
+        only through ``dist.take_slice`` blocks over ``axes`` along ``dim`` at the
+        positions it writes."""
+        pending = [(use, arg) for use in arg.uses]
+        while pending:
+            use, value = pending.pop()
+            user = use.operation
+            if isinstance(user, (dist.TakeSliceOp, dist.RemeshOp)):
+                pending += [(u, user.result) for u in user.result.uses]
+                continue
+            top = user
+            while top.parent_op() is not self.f:
+                top = top.parent_op()  # type: ignore[assignment]
+            if top is call:
+                view = value.owner
+                if not (
+                    isinstance(view, dist.TakeSliceOp)
+                    and view.input is arg
+                    and [view.option("axis")] == axes
+                    and view.option("dim") == dim
+                    and _same_space(call, value)
+                ):
+                    return False
+            elif isinstance(top, (func.ReturnOp, coll.OverlapOp)) or order[top] >= order[call]:
                 return False
         return True
 

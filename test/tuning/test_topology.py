@@ -74,7 +74,7 @@ def test_nodes_option_and_defaults():
 
 
 def test_unknown_topology_names_the_choices():
-    with pytest.raises(InputRejected, match=r"unknown topology 'dgx9'.*dgx2, p2-a100, p2-v100"):
+    with pytest.raises(InputRejected, match=r"unknown topology 'dgx9'.*dgx2, local, local-mpi, p2-a100, p2-v100"):
         get_topology("dgx9")
 
 

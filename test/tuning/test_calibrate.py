@@ -1,0 +1,101 @@
+"""Calibration of the ``local`` topology: the fit recovers known parameters from step
+times, the fit is stored in the cache directory and registered as ``local``, and the
+``local`` backend's timing harness measures every program (or reports it cannot run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distir.dialects.context import parse_module
+from distir.dialects.diagnostics import InputRejected
+from distir.tuning import calibrate
+from distir.tuning.calibrate import (
+    BANDWIDTH_SIZES,
+    COLLECTIVE_SIZES,
+    KINDS,
+    collective_program,
+    fit,
+    kernels_program,
+    triad_program,
+)
+from distir.tuning.cost_model import CalibratedTopology
+from distir.tuning.timing import time_programs
+from distir.tuning.topology import get_topology
+
+STEP, DISPATCH, BW, PEAK = 100e-6, 10e-6, 10e9, 20e9
+ALPHA = {k: (10 + i) * 1e-6 for i, k in enumerate(KINDS)}
+BETA = {k: (100 + 10 * i) * 1e-12 for i, k in enumerate(KINDS)}
+
+
+def synthetic(ranks: int = 2) -> dict[str, float]:
+    ops = lambda text: calibrate._op_count(text, ranks)  # noqa: E731
+    host = lambda text: STEP + ops(text) * DISPATCH  # noqa: E731
+    t = {"k1": host(kernels_program(1)), "k8": host(kernels_program(8))}
+    for n in BANDWIDTH_SIZES:
+        t[f"triad_{n}"] = host(triad_program(n)) + 16 * n / BW
+    overhead = host(triad_program(BANDWIDTH_SIZES[0]))
+    t["flops"] = overhead + 128 * (1 << 20) / PEAK
+    t["mm_f32"] = overhead + 2 * 512**3 / 50e9
+    t["mm_f16"] = overhead + 2 * 128**3 / 1e9
+    for kind in KINDS:
+        for n in COLLECTIVE_SIZES:
+            t[f"{kind}_{n}"] = host(collective_program(kind, n)) + ALPHA[kind] + BETA[kind] * 4 * n
+    return t
+
+
+def test_fit_recovers_the_parameters():
+    f = fit(synthetic(), 2, "local")
+    assert f["runtime"]["dispatch_s"] == pytest.approx(DISPATCH, rel=1e-6)
+    assert f["runtime"]["step_s"] == pytest.approx(STEP, rel=1e-6)
+    assert f["memory_bandwidth_GBps"] == pytest.approx(BW / 1e9, rel=1e-6)
+    assert f["peak_tflops"]["f32"] == pytest.approx(PEAK / 1e12, rel=1e-6)
+    assert f["matmul_tflops"]["f32"] == pytest.approx(0.05, rel=1e-6)
+    for kind in KINDS:
+        a, b = f["collectives"][kind]
+        assert a == pytest.approx(ALPHA[kind], rel=1e-4)
+        assert b == pytest.approx(BETA[kind], rel=1e-6)
+
+
+def test_an_outlier_does_not_spoil_the_fit():
+    t = synthetic()
+    t[f"all_reduce_{COLLECTIVE_SIZES[2]}"] *= 8  # one run hit by the machine's load
+    a, b = fit(t, 2, "local")["collectives"]["all_reduce"]
+    assert b == pytest.approx(BETA["all_reduce"], rel=1e-6)
+
+
+def test_stored_fit_is_the_local_topology(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(InputRejected, match="is not calibrated on this machine: run 'distir-tune --calibrate"):
+        get_topology("local")
+    path = calibrate.cache_path()
+    assert str(path).startswith(str(tmp_path))
+    path.parent.mkdir(parents=True)
+    data = {"version": calibrate.VERSION, "backends": {"local": {"2": fit(synthetic(), 2, "local")}}}
+    path.write_text(json.dumps(data))
+    topo = get_topology("local")
+    assert isinstance(topo, CalibratedTopology) and topo.name == "local" and topo.ranks == 2
+    assert topo.alpha_beta("send") == pytest.approx((ALPHA["send"], BETA["send"]), rel=1e-4)
+    assert topo.runtime.synchronous and not topo.runtime.concurrent_streams
+    with pytest.raises(InputRejected, match="calibrated for 2 rank"):
+        get_topology("local", 4)
+    with pytest.raises(InputRejected, match="'local-mpi' is not calibrated"):
+        get_topology("local-mpi")
+
+
+def test_timing_harness_measures_or_reports():
+    ok = parse_module(collective_program("all_reduce", 64))
+    odd = parse_module(collective_program("reduce_scatter", 3))  # 3 elements do not split over 2 ranks
+    times = time_programs([("ok", ok), ("odd", odd)], 2, "local", rounds=2, min_time=0.0)
+    assert times["ok"] is not None and times["ok"] > 0
+    assert times["odd"] is None
+
+
+@pytest.mark.mpi
+def test_mpi_timing_harness():
+    ok = parse_module(collective_program("all_reduce", 64))
+    odd = parse_module(collective_program("reduce_scatter", 3))
+    times = time_programs([("ok", ok), ("odd", odd)], 2, "mpi", rounds=2, min_time=0.0)
+    assert times["ok"] is not None and times["ok"] > 0
+    assert times["odd"] is None

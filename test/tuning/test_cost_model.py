@@ -1,0 +1,193 @@
+"""The cost model on cases computed by hand: ring and tree alpha-beta, a hierarchical group
+and groups sharing a NIC, a transfer between two ranks, an overlapped chain, the sizes
+evaluated from one lowering, and CoCoNet's qualitative result for Adam on 256 GPUs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from distir.dialects.context import parse_module
+from distir.lowering.pipeline import lower
+from distir.passes.pipeline import apply_pipeline
+from distir.tuning.cost_model import (
+    ModelOptions,
+    Protocol,
+    Runtime,
+    Scaling,
+    predict,
+    predict_program,
+    prepare,
+    reference_size,
+)
+from distir.tuning.sizes import at_size
+from distir.tuning.topology import get_topology, parse_topology
+
+# 2 nodes x 2 GPUs: NIC 10 GB/s and 5 us, GPU links 100 GB/s and 1 us.
+TWO_BY_TWO = parse_topology(
+    """
+name = "two-by-two"
+[[levels]]
+name = "node"
+cardinality = 2
+bandwidth_GBps = 10.0
+latency_us = 5.0
+[[levels]]
+name = "gpu"
+cardinality = 2
+bandwidth_GBps = 100.0
+latency_us = 1.0
+[device]
+memory_bandwidth_GBps = 1000.0
+peak_tflops = { f32 = 10.0, f16 = 10.0, bf16 = 10.0 }
+"""
+)
+NO_LATENCY = parse_topology(
+    """
+name = "flat"
+[[levels]]
+name = "gpu"
+cardinality = 4
+bandwidth_GBps = 100.0
+latency_us = 0.0
+[device]
+memory_bandwidth_GBps = 1000.0
+peak_tflops = { f32 = 1.0, f16 = 1.0, bf16 = 1.0 }
+"""
+)
+FREE_HOST = Runtime(launch_s=0.0, device_s=0.0)
+SIMPLE = Protocol("Simple", 1.0, 1.0)
+RING = ModelOptions(protocols=(SIMPLE,), algorithms=("ring",), runtime=FREE_HOST)
+TREE = ModelOptions(protocols=(SIMPLE,), algorithms=("tree",), tree_correction=False, runtime=FREE_HOST)
+N = 1 << 20
+
+
+def all_reduce(n: int = N, mesh: str = "[4]", axes: str = "", placements: tuple[str, str] = ("local", "replicated")) -> str:
+    rank = mesh.count(",") + 1
+    other = ", replicated" * (rank - 1) if rank > 1 else ""
+    if rank > 1 and "axes [0]" in axes:
+        pl_in, pl_out = f"[{placements[0]}, replicated]", f"[{placements[1]}, replicated]"
+    elif rank > 1:
+        pl_in, pl_out = f"[replicated, {placements[0]}]", f"[replicated, {placements[1]}]"
+    else:
+        pl_in, pl_out = f"[{placements[0]}{other}]", f"[{placements[1]}{other}]"
+    ti = f"!dist.tensor<{n}xf32, @m, {pl_in}>"
+    to = f"!dist.tensor<{n}xf32, @m, {pl_out}>"
+    return (
+        f"dist.mesh @m shape = {mesh}\n"
+        f"func.func @f(%x: {ti}) -> {to} {{\n  %y = coll.all_reduce sum %x{axes} : {ti} -> {to}\n  func.return %y : {to}\n}}\n"
+    )
+
+
+def predicted(text: str, topology, ranks: int, options: ModelOptions, sizes=(N,)) -> np.ndarray:
+    return predict_program(parse_module(text), topology, ranks, list(sizes), N, options)
+
+
+def test_ring_all_reduce_pays_every_hop_and_the_nic():
+    # ring 0-1-2-3-0 crosses gpu, node, gpu, node links: a chunk travels 3 of the 4 hops
+    # (all but one node hop) in each of the two phases; the NIC carries 2*3/4 of the bytes
+    t = predicted(all_reduce(), TWO_BY_TWO, 4, RING)[0]
+    assert t == pytest.approx(2 * (1 + 5 + 1) * 1e-6 + 1.5 * 4 * N / 10e9, rel=1e-9)
+
+
+def test_tree_all_reduce_pays_log_fan_in_per_level():
+    # double binary tree: one level of fan-in 2 per level, up and down; each link in and
+    # out of a node carries half the buffer per tree, up and down: 1.0 * bytes per NIC
+    t = predicted(all_reduce(), TWO_BY_TWO, 4, TREE)[0]
+    assert t == pytest.approx(2 * (5 + 1) * 1e-6 + 1.0 * 4 * N / 10e9, rel=1e-9)
+
+
+def test_the_faster_algorithm_and_protocol_win_per_size():
+    options = ModelOptions(protocols=(Protocol("LL", 0.25, 0.5), SIMPLE), runtime=FREE_HOST, tree_correction=False)
+    small, large = predicted(all_reduce(), TWO_BY_TWO, 4, options, sizes=(64, 1 << 24))
+    ring = lambda n, p: 2 * 7e-6 * p.latency + 1.5 * 4 * n / 10e9 / p.bandwidth  # noqa: E731
+    tree = lambda n, p: 2 * 6e-6 * p.latency + 1.0 * 4 * n / 10e9 / p.bandwidth  # noqa: E731
+    for n, got in ((64, small), (1 << 24, large)):
+        want = min(f(n, p) for f in (ring, tree) for p in options.protocols)
+        assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_a_group_inside_a_node_uses_only_gpu_links():
+    text = all_reduce(mesh='[2, 2] axes = ["node", "gpu"]', axes=" axes [1]")
+    t = predicted(text, TWO_BY_TWO, 4, RING)[0]
+    # two concurrent groups (0,1) and (2,3): hops at 1 us, 2*1/2 of the bytes per link
+    assert t == pytest.approx(2 * 1e-6 + 1.0 * 4 * N / 100e9, rel=1e-9)
+
+
+def test_groups_across_nodes_share_the_nic():
+    text = all_reduce(mesh='[2, 2] axes = ["node", "gpu"]', axes=" axes [0]")
+    t = predicted(text, TWO_BY_TWO, 4, RING)[0]
+    # groups (0,2) and (1,3) both cross the NIC of each node: twice the load
+    assert t == pytest.approx(2 * 5e-6 + 2 * 1.0 * 4 * N / 10e9, rel=1e-9)
+
+
+def test_a_send_costs_the_link_between_the_two_ranks():
+    t_in = f"!dist.tensor<{N}xf32, @m, [at<0>]>"
+    t_out = f"!dist.tensor<{N}xf32, @m, [at<1>]>"
+    text = f"dist.mesh @m shape = [2]\nfunc.func @f(%x: {t_in}) -> {t_out} {{\n  %y = coll.send %x to 1 : {t_in} -> {t_out}\n  func.return %y : {t_out}\n}}\n"
+    t = predicted(text, TWO_BY_TWO, 2, RING)[0]
+    assert t == pytest.approx(1e-6 + 4 * N / 100e9, rel=1e-9)
+
+
+MM = """
+dist.mesh @m shape = [?]
+func.func @f(%a: !dist.tensor<4096x1024xf32, @m, [sliced<1>]>, %w: !dist.tensor<1024x512xf32, @m, [sliced<0>]>)
+    -> !dist.tensor<4096x512xf32, @m, [replicated]> {
+  %y = dist.matmul %a, %w : (!dist.tensor<4096x1024xf32, @m, [sliced<1>]>, !dist.tensor<1024x512xf32, @m, [sliced<0>]>) -> !dist.tensor<4096x512xf32, @m, [local]>
+  %s = coll.all_reduce sum %y : !dist.tensor<4096x512xf32, @m, [local]> -> !dist.tensor<4096x512xf32, @m, [replicated]>
+  func.return %s : !dist.tensor<4096x512xf32, @m, [replicated]>
+}
+"""
+
+
+def test_overlap_is_a_pipeline_over_chunks():
+    options = ModelOptions(protocols=(SIMPLE,), algorithms=("ring",), runtime=FREE_HOST)
+    serial = predict_program(parse_module(MM), NO_LATENCY, 4, [4096], 4096, options)[0]
+    mm = 2 * 4096 * 256 * 512 / 1e12  # flops / peak (compute-bound at 1 TFLOP/s)
+    ar = 2 * 3 / 4 * 4096 * 512 * 4 / 100e9
+    assert serial == pytest.approx(mm + ar, rel=1e-6)
+    chunked = apply_pipeline(parse_module(MM), "overlap{chunks=2 targets=y}")
+    t = predict_program(chunked, NO_LATENCY, 4, [4096], 4096, options)[0]
+    # chunk 0's matmul, then chunk 1's matmul alongside chunk 0's all-reduce, then the last
+    assert t == pytest.approx(mm / 2 + max(mm / 2, ar / 2) + ar / 2, rel=1e-6)
+    assert t < serial
+
+
+def test_one_lowering_predicts_every_size():
+    module = apply_pipeline(parse_module(open(_example("adam.mlir")).read()), "fuse-maps,split-allreduce,reorder-allgather,slice-state{targets=m,v},fuse-allreduce")
+    topo = get_topology("dgx2", 2)
+    sizes = [1 << 14, 1 << 20, 3 << 18]
+    got = predict_program(module, topo, 32, sizes, 1048576)
+    for s, g in zip(sizes, got):
+        lowered = lower(at_size(module, 1048576, s), 32)
+        alone = predict(prepare(lowered, "adam", topo, 32, Scaling(s, 1048583)), [s])[0]
+        assert g == pytest.approx(alone, rel=1e-9)
+
+
+def test_sizes_the_schedule_cannot_slice_are_not_predicted():
+    module = apply_pipeline(parse_module(all_reduce(n=64, mesh="[?]")), "split-allreduce")
+    got = predict_program(module, TWO_BY_TWO, 4, [64, 66, 6], 64)
+    assert not math.isnan(got[0]) and math.isnan(got[1]) and math.isnan(got[2])
+
+
+def test_reference_size_isolates_the_substituted_dim():
+    d_ref, q = reference_size([1048576, 3072, 8], 256, 8)
+    assert q > 1048576 and all(q % p for p in range(2, 100))
+    assert d_ref % q == 0 and d_ref % (256 * 16) == 0 and d_ref % 8 == 0
+
+
+def test_adam_on_256_gpus_follows_coconet():
+    from distir.tuning.tuner import tune
+
+    module = parse_module(open(_example("adam.mlir")).read())
+    r = tune(module, 256, [1 << 10, 1 << 30], model=get_topology("dgx2", 16))
+    assert r.best[1 << 10].startswith("AR-Adam")
+    assert r.best[1 << 30].startswith("fuse(RS-Adam-AG)")
+
+
+def _example(name: str) -> str:
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[2] / "examples" / name)

@@ -1,0 +1,318 @@
+"""The ``local`` topology: this machine, fitted by short runs of the ``local`` and ``mpi``
+backends (``distir-tune --calibrate``) and reused afterwards.
+
+Calibration times small distir programs on each backend (``timing.py``: warm-up, best of
+interleaved rounds) and fits the parameters the cost model (``cost_model.py``) needs:
+
+* the host's costs (``Runtime``): a fixed cost per step of a program and a dispatch
+  cost per op, from programs of 1 and 8 tiny kernels;
+* the memory bandwidth, from an element-wise kernel over large buffers (read two,
+  write one), every rank at once (so the bandwidth is each rank's share);
+* the element-wise peak, from a kernel of 64 fused multiply-adds per element, and the
+  matmul rate per element type (BLAS for f32);
+* alpha and beta of every collective kind (AllReduce, ReduceScatter, AllGather,
+  Reduce, Broadcast, point-to-point send), by least squares over three sizes, on what
+  is left of the measured time once the model's host costs are taken out.
+
+The result is stored as JSON in the user's cache directory (``platformdirs``:
+``~/.cache/distir/calibration.json`` on Linux), per backend and rank count, and
+registered in ``BUILTIN_TOPOLOGIES``: ``local`` is the ``local`` backend's fit,
+``local-mpi`` the ``mpi`` backend's; ``--nodes N`` (or the tuner's ``--ranks N``) picks
+the fit for N ranks. A machine that was not calibrated gets a diagnostic that says how.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from distir.dialects.diagnostics import InputRejected
+from distir.tuning.cost_model import CalibratedTopology, Runtime
+from distir.tuning.topology import Device, Level, PeakTflops, register_topology
+
+FILE_NAME = "calibration.json"
+VERSION = 1
+COLLECTIVE_SIZES = (1 << 14, 1 << 17, 1 << 20, 1 << 22)
+BANDWIDTH_SIZES = (1 << 18, 1 << 20, 1 << 22)
+REPEATS = 2
+"""Each program is timed in this many separate interleaved runs; its best step counts."""
+
+
+def cache_path() -> Path:
+    """Where the calibration is stored (the user's cache directory)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("distir")) / FILE_NAME
+
+
+# --------------------------------------------------------------------------------------
+# The programs
+# --------------------------------------------------------------------------------------
+
+_MESH = "dist.mesh @world shape = [?]\n"
+
+
+def _t(n: int, placement: str, dtype: str = "f32") -> str:
+    return f"!dist.tensor<{n}x{dtype}, @world, [{placement}]>"
+
+
+def triad_program(n: int) -> str:
+    """c = a + s * b on every rank's own buffers (16 bytes per element moved)."""
+    t = _t(n, "local")
+    return _MESH + (
+        f"func.func @triad(%a: {t}, %b: {t}, %s: f32) -> {t} {{\n"
+        f"  %c = dist.map(%a, %b, %s) : ({t}, {t}, f32) -> {t} {{\n"
+        "  ^bb0(%x: f32, %y: f32, %k: f32):\n"
+        "    %m = arith.mulf %k, %y : f32\n"
+        "    %r = arith.addf %x, %m : f32\n"
+        "    dist.yield %r : f32\n"
+        "  }\n"
+        f"  func.return %c : {t}\n}}\n"
+    )
+
+
+def kernels_program(count: int) -> str:
+    """``count`` tiny kernels of different shapes (so that none fuse)."""
+    args, body, rets = [], [], []
+    for i in range(count):
+        t = _t(64 + i, "local")
+        args.append(f"%a{i}: {t}")
+        body.append(
+            f"  %c{i} = dist.map(%a{i}) : ({t}) -> {t} {{\n  ^bb0(%x: f32):\n    %r = arith.addf %x, %x : f32\n    dist.yield %r : f32\n  }}\n"
+        )
+        rets.append((f"%c{i}", t))
+    sig = ", ".join(t for _, t in rets)
+    return _MESH + (
+        f"func.func @kernels({', '.join(args)}) -> ({sig}) {{\n" + "".join(body) + f"  func.return {', '.join(v for v, _ in rets)} : {sig}\n}}\n"
+    )
+
+
+def flops_program(n: int, fmas: int = 64) -> str:
+    """``fmas`` dependent multiply-adds per element (2·fmas flops, 8 bytes)."""
+    t = _t(n, "local")
+    lines = ["    %v0 = arith.addf %x, %x : f32"]
+    for i in range(fmas):
+        lines.append(f"    %m{i} = arith.mulf %v{i}, %k : f32")
+        lines.append(f"    %v{i + 1} = arith.addf %m{i}, %x : f32")
+    return _MESH + (
+        f"func.func @flops(%a: {t}, %s: f32) -> {t} {{\n"
+        f"  %c = dist.map(%a, %s) : ({t}, f32) -> {t} {{\n"
+        "  ^bb0(%x: f32, %k: f32):\n" + "\n".join(lines) + f"\n    dist.yield %v{fmas} : f32\n  }}\n"
+        f"  func.return %c : {t}\n}}\n"
+    )
+
+
+def matmul_program(n: int, dtype: str) -> str:
+    a = f"!dist.tensor<{n}x{n}x{dtype}, @world, [replicated]>"
+    return _MESH + (
+        f"func.func @mm(%a: {a}, %b: {a}) -> {a} {{\n  %c = dist.matmul %a, %b : ({a}, {a}) -> {a}\n  func.return %c : {a}\n}}\n"
+    )
+
+
+def collective_program(kind: str, n: int) -> str:
+    """One collective of ``kind`` over ``n`` f32 elements per rank (its input for
+    AllReduce, ReduceScatter, Reduce; its output for AllGather; the message of a send)."""
+    ops = {
+        "all_reduce": ("local", "replicated", "coll.all_reduce sum %x"),
+        "reduce_scatter": ("local", "sliced<0>", "coll.reduce_scatter sum %x dim 0"),
+        "all_gather": ("sliced<0>", "replicated", "coll.all_gather %x"),
+        "reduce": ("local", "at<0>", "coll.reduce sum %x root 0"),
+        "broadcast": ("at<0>", "replicated", "coll.broadcast %x"),
+        "send": ("at<0>", "at<1>", "coll.send %x to 1"),
+    }
+    src, dst, op = ops[kind]
+    ti, to = _t(n, src), _t(n, dst)
+    return _MESH + f"func.func @c(%x: {ti}) -> {to} {{\n  %y = {op} : {ti} -> {to}\n  func.return %y : {to}\n}}\n"
+
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "send")
+
+
+# --------------------------------------------------------------------------------------
+# Fitting
+# --------------------------------------------------------------------------------------
+
+
+def _modules(texts: dict[str, str]):
+    from distir.dialects.context import parse_module
+
+    return [(name, parse_module(text)) for name, text in texts.items()]
+
+
+def programs() -> dict[str, str]:
+    """The calibration programs by name (``fit`` reads their step times by these names)."""
+    programs: dict[str, str] = {
+        "k1": kernels_program(1),
+        "k8": kernels_program(8),
+        "flops": flops_program(1 << 20),
+        "mm_f32": matmul_program(512, "f32"),
+        "mm_f16": matmul_program(128, "f16"),
+    }
+    for n in BANDWIDTH_SIZES:
+        programs[f"triad_{n}"] = triad_program(n)
+    for kind in KINDS:
+        for n in COLLECTIVE_SIZES:
+            programs[f"{kind}_{n}"] = collective_program(kind, n)
+    return programs
+
+
+def measure(backend: str, ranks: int, progress: Callable[[str], None] | None = None) -> dict:
+    """Time the calibration programs on ``backend`` and fit the parameters (module doc)."""
+    from distir.tuning.timing import time_programs
+
+    modules = _modules(programs())
+    best: dict[str, float] = {}
+    for _ in range(REPEATS):
+        times = time_programs(modules, ranks, backend, rounds=5, min_time=0.3, progress=progress)
+        missing = [k for k, v in times.items() if v is None]
+        if missing:
+            raise InputRejected(f"calibration on {backend}: programs {', '.join(missing)} could not run on {ranks} ranks")
+        for k, v in times.items():
+            best[k] = min(best.get(k, float("inf")), float(v))  # type: ignore[arg-type]
+    return fit(best, ranks, backend)
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through (xs, ys) weighed by relative
+    error, after dropping the worst point if it is off by more than half."""
+    x, y = np.asarray(xs, float), np.asarray(ys, float)
+    for _ in range(2):
+        w = 1 / np.maximum(np.abs(y), 1e-9)
+        slope, icept = np.polyfit(x, y, 1, w=w)
+        rel = np.abs((icept + slope * x) - y) * w
+        if len(x) <= 3 or rel.max() < 0.5:
+            break
+        keep = rel < rel.max()
+        x, y = x[keep], y[keep]
+    return float(icept), float(slope)
+
+
+def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
+    """The parameters from the measured step times ``t`` (seconds by program name)."""
+    ops1, ops8 = _op_count(kernels_program(1), ranks), _op_count(kernels_program(8), ranks)
+    # (clamped so that one noisy program cannot give a host cost above a whole step)
+    dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
+    step = max(0.0, t["k1"] - ops1 * dispatch)
+    runtime = Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
+    overhead = step + _op_count(triad_program(BANDWIDTH_SIZES[0]), ranks) * dispatch
+    # the triad reads two buffers and writes a third: 16 bytes per element with the
+    # write-allocate read of the output (the model counts it: write_allocate)
+    _, per_byte = _line([16.0 * n for n in BANDWIDTH_SIZES], [t[f"triad_{n}"] for n in BANDWIDTH_SIZES])
+    bandwidth = 1 / max(per_byte, 1e-13)
+    work = lambda name: max(t[name] - overhead, t[name] / 2)  # noqa: E731 - the program's own work
+    peak = 2 * 64 * (1 << 20) / work("flops")
+    mm32 = 2 * 512**3 / work("mm_f32")
+    mm16 = 2 * 128**3 / work("mm_f16")
+    collectives = {}
+    for kind in KINDS:
+        xs, ys = [], []
+        for n in COLLECTIVE_SIZES:
+            # bytes in the convention of collectives.py: every kind's program moves n
+            # f32 elements per rank in (reduce_scatter, all_reduce, reduce), out
+            # (all_gather) or as the message (broadcast, send)
+            xs.append(4.0 * n)
+            ys.append(t[f"{kind}_{n}"] - step - _op_count(collective_program(kind, n), ranks) * dispatch)
+        alpha, beta = _line(xs, ys)
+        collectives[kind] = [max(0.0, alpha), max(1e-15, beta)]
+    return {
+        "memory_bandwidth_GBps": bandwidth / 1e9,
+        "peak_tflops": {"f32": peak / 1e12, "f16": peak / 1e12, "bf16": peak / 1e12},
+        "matmul_tflops": {"f32": mm32 / 1e12, "f16": mm16 / 1e12, "bf16": mm16 / 1e12},
+        "runtime": asdict(runtime),
+        "collectives": collectives,
+        "fused_in_memory": backend == "local",
+        "measured": dict(sorted(t.items())),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "backend": backend,
+        "ranks": ranks,
+    }
+
+
+def _op_count(text: str, ranks: int) -> int:
+    """Ops a rank executes in one step of the lowered program."""
+    from xdsl.dialects import func
+
+    from distir.dialects.context import parse_module
+    from distir.lowering.pipeline import lower
+
+    lowered = lower(parse_module(text), ranks)
+    f = next(o for o in lowered.ops if isinstance(o, func.FuncOp))
+    return sum(1 for _ in f.walk()) - 1
+
+
+def calibrate(ranks: int = 2, backends: tuple[str, ...] = ("local", "mpi"), progress: Callable[[str], None] | None = None) -> Path:
+    """Measure ``backends`` on ``ranks`` ranks and store the fit (merged with earlier fits
+    for other rank counts); returns the file."""
+    path = cache_path()
+    data = _load(path) or {"version": VERSION, "backends": {}}
+    data["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+    for backend in backends:
+        data["backends"].setdefault(backend, {})[str(ranks)] = measure(backend, ranks, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)
+    return path
+
+
+def _load(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("version") == VERSION else None
+
+
+def topology_from(fit_: dict, name: str, ranks: int) -> CalibratedTopology:
+    """The ``CalibratedTopology`` of one fit."""
+    runtime = Runtime(**fit_["runtime"])
+    ar_alpha, ar_beta = fit_["collectives"]["all_reduce"]
+    link = Level("rank", ranks, 1 / max(ar_beta, 1e-15) / 1e9, ar_alpha * 1e6)
+    dev = Device(
+        f"{platform.processor() or platform.machine()} core ({fit_['backend']} backend)",
+        fit_["memory_bandwidth_GBps"],
+        PeakTflops(**fit_["peak_tflops"]),
+    )
+    return CalibratedTopology(
+        name,
+        (link,),
+        dev,
+        collectives=tuple((k, float(a), float(b)) for k, (a, b) in sorted(fit_["collectives"].items())),
+        runtime=runtime,
+        backend=fit_["backend"],
+        matmul_tflops=tuple(sorted((k, float(v)) for k, v in fit_["matmul_tflops"].items())),
+        fused_in_memory=bool(fit_.get("fused_in_memory", False)),
+        write_allocate=True,
+    )
+
+
+def local_topology(nodes: int | None = None, backend: str = "local") -> CalibratedTopology:
+    """This machine as calibrated for ``nodes`` ranks on ``backend`` (the only fit, or
+    the one for 2 ranks, when ``nodes`` is None)."""
+    name = "local" if backend == "local" else f"local-{backend}"
+    path = cache_path()
+    data = _load(path)
+    fits = (data or {}).get("backends", {}).get(backend, {})
+    if not fits:
+        raise InputRejected(
+            f"topology '{name}' is not calibrated on this machine: run 'distir-tune --calibrate --ranks N' first (it is stored in {path})"
+        )
+    if nodes is None:
+        key = "2" if "2" in fits else sorted(fits, key=int)[0]
+    else:
+        key = str(nodes)
+        if key not in fits:
+            have = ", ".join(sorted(fits, key=int))
+            raise InputRejected(f"topology '{name}' is calibrated for {have} rank(s), not {nodes}: run 'distir-tune --calibrate --ranks {nodes}'")
+    return topology_from(fits[key], name, int(key))
+
+
+register_topology("local", lambda nodes=None: local_topology(nodes, "local"))
+register_topology("local-mpi", lambda nodes=None: local_topology(nodes, "mpi"))

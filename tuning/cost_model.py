@@ -1,0 +1,807 @@
+"""The topology cost model: the predicted time of one step of a *lowered* program.
+
+``predict(prepared, sizes)`` walks the ``rt``/``nccl`` IR of a program lowered for N
+ranks (``lowering/pipeline.py``) and returns its time on a ``Topology`` at every size.
+One model, with no case for any schedule; a schedule's time comes out of the ops its
+lowering emits:
+
+* **kernels** (``rt.launch``, ``rt.copy``, ``rt.matmul``, ``rt.reduce_tensor``,
+  ``rt.embedding_bag``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
+  the sizes of the buffers a kernel reads and writes, flops its arithmetic ops per
+  element (``FLOPS`` weighs the expensive ones) times its iteration space, or 2·M·N·K
+  for a matmul, at the device's peak for the element type;
+* **NCCL calls** cost alpha + bytes · beta for the group they run on. beta is what
+  ``tuning/collectives.py`` gives for the algorithm: the most loaded link over every
+  group running the collective at the same time, so a hierarchical group pays each
+  level it spans, and concurrent groups share a node's NIC. alpha follows NCCL's
+  tuning model: a ring pays the latency of every hop a chunk crosses (2(n-1) hops for an
+  AllReduce: intra-node hops at the intra-node latency, the few hops between nodes at
+  the network latency), a tree 2·log2 of each level's fan-in (``collectives.py``).
+  Each call picks, per size, the fastest protocol (``NCCL_PROTOCOLS``: LL's low
+  latency at half the bandwidth for small buffers, LL128, Simple) and, for an
+  AllReduce, the fastest algorithm, as NCCL's tuner does: small AllReduces run as
+  trees with LL, large ones at full bandwidth. Point-to-point sends cost the link
+  between the two devices, shared by every concurrent pair;
+* **streams and events** give the critical path: every op starts when its stream is
+  free, after the events it waits for, and after the host issued it (``launch_s`` per
+  call); collectives start when every participating rank is ready. An overlapped chain
+  (``coll.overlap``, lowered to chunks on two streams) therefore costs a pipeline over
+  its chunks;
+* **fused collectives** (``rt.fused``) are one launch, and the buffer that passes from
+  their first collective to their computation is never stored nor reloaded (the
+  kernel's loads of it are free); their lowered IR has no other intermediate buffer.
+
+Ranks with different roles (``scf.if`` on ``rt.holds``: pipeline stages, roots) are
+simulated as classes of identical ranks; a collective or a transfer starts when every
+class taking part is ready.
+
+**Sizes without lowering again.** ``prepare`` lowers the program once, at a reference
+size ``D_ref = L·q`` of the substituted dim, where ``q`` is a prime larger than every
+other size in the program and ``L`` a multiple of every rank and chunk count. Every
+buffer dimension that derives from the substituted dim is then the only one divisible
+by ``q``, so each byte and flop count is a sum of monomials ``c · (s / D_ref)^k`` in the
+size ``s`` (``k`` dims derived from it), and a size is valid for a schedule when it
+divides into every derived dimension. ``predict`` evaluates all sizes at once (numpy).
+
+**Calibrated machines** (``CalibratedTopology``, ``local`` after ``distir-tune
+--calibrate``): their collectives cost the alpha and beta fitted per collective kind on
+the backend, and their ``Runtime`` says how the host issues ops (the ``local`` backend
+runs stream 0 on the rank's thread, a Python dispatch per op, and its streams share
+the rank's core).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from distir.dialects import layout, nccl, rt
+from distir.dialects.diagnostics import InputRejected
+from distir.tuning.collectives import collective_cost
+from distir.tuning.topology import Topology
+
+# ======================================================================================
+# Constants of the model
+# ======================================================================================
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """An NCCL protocol: factors on the links' per-message latency and bandwidth."""
+
+    name: str
+    latency: float
+    bandwidth: float
+
+
+NCCL_PROTOCOLS: tuple[Protocol, ...] = (
+    # Ratios of NCCL's tuning tables (hop latency per protocol over Simple's; LL moves
+    # 4 bytes of data per 8-byte store, LL128 120 of 128 bytes).
+    Protocol("LL", 0.15, 0.5),
+    Protocol("LL128", 0.5, 0.92),
+    Protocol("Simple", 1.0, 1.0),
+)
+
+TREE_BUS_FACTOR = 0.92
+"""NCCL's tuning model gives a tree 92% of the ring's bus bandwidth ..."""
+
+TREE_CORRECTION: dict[str, tuple[float, ...]] = {
+    # ... and corrects it per message size (powers of two from 64 B to 256 MB), because
+    # trees do not reach the model's bandwidth at medium sizes (NCCL's
+    # treeCorrectionFactor, per protocol).
+    "LL": (1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9, 0.9, 0.9, 1.0, 1.0),
+    "Simple": (0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9),
+}
+
+
+def tree_correction(protocol: str, nbytes: np.ndarray) -> np.ndarray:
+    """The tree's bandwidth factor at each message size (``TREE_CORRECTION``)."""
+    table = np.asarray(TREE_CORRECTION[protocol])
+    idx = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0))).astype(int) - 6, 0, len(table) - 1)
+    return TREE_BUS_FACTOR * table[idx]
+
+
+FLOPS: dict[str, float] = {
+    # flop-equivalents of the expensive scalar ops; every other arith/math op counts 1
+    "arith.divf": 4.0,
+    "math.sqrt": 4.0,
+    "math.rsqrt": 4.0,
+    "math.exp": 8.0,
+    "math.log": 8.0,
+    "math.tanh": 8.0,
+    "math.powf": 16.0,
+    "math.erf": 8.0,
+}
+FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
+_WORK = (rt.LaunchOp, rt.CopyOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How a machine issues the ops of a lowered program.
+
+    ``launch_s``: host time to issue a kernel, copy or communication call;
+    ``dispatch_s``: host time for any other op (views, communicators, events);
+    ``synchronous``: stream 0 runs on the host thread (the host waits for each op);
+    ``concurrent_streams``: ops on different streams of a rank run at the same time
+    (a GPU's copy engines and SMs) rather than one after the other (a CPU core);
+    ``device_s``: device time of every kernel, copy or communication call besides its
+    work (a CUDA launch's latency on the stream; a collective's synchronisation);
+    ``step_s``: fixed host time of one step of a program (starting the rank threads)."""
+
+    launch_s: float
+    dispatch_s: float = 0.0
+    synchronous: bool = False
+    concurrent_streams: bool = True
+    device_s: float = 0.0
+    step_s: float = 0.0
+
+
+GPU_RUNTIME = Runtime(launch_s=4e-6, device_s=3e-6)
+"""A GPU with NCCL: about 4 us of host time to enqueue a kernel or a NCCL call, about
+3 us between dependent kernels on a stream (CUDA's launch latency), streams and copy
+engines concurrent."""
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """What the model may choose from (the defaults are NCCL's): ``protocols``, the
+    AllReduce ``algorithms``, whether trees get NCCL's size correction, and the host
+    ``runtime`` (None: the topology's: ``GPU_RUNTIME``, or a calibration's). Tests and
+    studies narrow them to check the model by hand."""
+
+    protocols: tuple[Protocol, ...] = NCCL_PROTOCOLS
+    algorithms: tuple[str, ...] = ("ring", "tree")
+    tree_correction: bool = True
+    runtime: Runtime | None = None
+
+
+DEFAULT_OPTIONS = ModelOptions()
+
+
+@dataclass(frozen=True)
+class CalibratedTopology(Topology):
+    """A topology fitted by measurement on a backend: ``collectives`` maps a collective
+    kind (``collectives.KINDS``) to (alpha seconds, beta seconds per byte, in the byte
+    convention of ``collectives.py``); ``runtime`` is the host's behaviour;
+    ``backend`` the backend it was measured on; ``peak_matmul`` the matmul rate per
+    dtype in flop/s (BLAS on a CPU differs from its element-wise rate)."""
+
+    collectives: tuple[tuple[str, float, float], ...] = ()
+    runtime: Runtime = GPU_RUNTIME
+    backend: str = "local"
+    matmul_tflops: tuple[tuple[str, float], ...] = ()
+    write_allocate: bool = False
+    """A store to memory the kernel did not read first costs a read as well (CPU caches)."""
+    fused_in_memory: bool = False
+    """The backend runs ``rt.fused`` as one kernel in shared memory (the ``local``
+    backend's zero-copy path), so its collectives' memory traffic for the buffers passed
+    inside the fused op disappears too."""
+
+    def peak_matmul(self, dtype: str) -> float:
+        """The matmul rate for ``dtype`` in flop/s (the device's peak when not measured)."""
+        for d, v in self.matmul_tflops:
+            if d == dtype:
+                return v * 1e12
+        return self.device.peak_tflops[dtype] * 1e12
+
+    def alpha_beta(self, kind: str) -> tuple[float, float]:
+        for k, a, b in self.collectives:
+            if k == kind:
+                return a, b
+        raise InputRejected(f"topology {self.name!r} has no calibration of {kind} (run distir-tune --calibrate)")
+
+
+# ======================================================================================
+# Parametric quantities
+# ======================================================================================
+
+
+class Poly:
+    """A sum of monomials ``c · r^k`` in the size ratio r = s / D_ref."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: Mapping[int, float] | None = None):
+        self.terms: dict[int, float] = {k: v for k, v in (terms or {}).items() if v}
+
+    @staticmethod
+    def mono(value: float, degree: int) -> Poly:
+        return Poly({degree: float(value)})
+
+    def __add__(self, other: Poly) -> Poly:
+        out = dict(self.terms)
+        for k, v in other.terms.items():
+            out[k] = out.get(k, 0.0) + v
+        return Poly(out)
+
+    def scale(self, f: float) -> Poly:
+        return Poly({k: v * f for k, v in self.terms.items()})
+
+    def __call__(self, r: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(r)
+        for k, v in self.terms.items():
+            out = out + v * r**k
+        return out
+
+    def __repr__(self) -> str:
+        return " + ".join(f"{v:g}*r^{k}" for k, v in sorted(self.terms.items())) or "0"
+
+
+ZERO = Poly()
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How the reference lowering relates to other sizes: buffer dims divisible by
+    ``q`` derive from the substituted dim (``d_ref = D_ref / k``)."""
+
+    d_ref: int
+    q: int
+
+    def degree(self, n: int) -> int:
+        k = 0
+        while n and n % self.q == 0:
+            n //= self.q
+            k += 1
+        return k
+
+    def count(self, shape: Sequence[int], factor: float = 1.0) -> Poly:
+        """``prod(shape) · factor`` as a monomial."""
+        deg = sum(1 for d in shape if d % self.q == 0)
+        return Poly.mono(math.prod(shape) * factor, deg)
+
+
+def reference_size(dims: Sequence[int], ranks: int, dim: int, max_chunks: int = 16) -> tuple[int, int]:
+    """(D_ref, q) for a program whose dimensions are ``dims``: q is the smallest prime
+    larger than every dimension, rank count and chunk count, and D_ref = L·q with L a
+    multiple of ``dim``, the rank count and the chunk counts."""
+    bound = max([*dims, ranks, max_chunks, 2]) + 1
+    q = bound
+    while not _is_prime(q):
+        q += 1
+    L = math.lcm(dim, ranks * math.lcm(*range(1, max_chunks + 1)))
+    return L * q, q
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    for p in range(2, int(math.isqrt(n)) + 1):
+        if n % p == 0:
+            return False
+    return True
+
+
+# ======================================================================================
+# The prepared program: steps in program order
+# ======================================================================================
+
+
+@dataclass
+class Step:
+    """One op of the lowered program as the simulation sees it.
+
+    ``kind``: ``work`` (a kernel or copy: ``cost`` seconds per size), ``collective``
+    (every taking part starts together), ``send`` / ``recv`` (a transfer's two halves),
+    ``record`` / ``wait`` (events), ``sync`` (the host waits for a stream), ``host``
+    (host time only). ``classes``: the rank classes that execute it."""
+
+    kind: str
+    classes: tuple[int, ...]
+    stream: int = 0
+    cost: Callable[[np.ndarray], np.ndarray] | None = None
+    host: float = 0.0
+    event: int = -1
+
+
+@dataclass
+class Prepared:
+    """A lowered program ready for ``predict``: its steps, the rank classes and the
+    divisors every valid size must be a multiple of."""
+
+    steps: list[Step]
+    classes: int
+    scaling: Scaling
+    divisors: frozenset[int]
+    runtime: Runtime = GPU_RUNTIME
+    notes: list[str] = field(default_factory=list)
+
+
+# ======================================================================================
+# Building the steps
+# ======================================================================================
+
+
+class _Walker:
+    """Turns a lowered function into steps (see the module doc)."""
+
+    def __init__(self, module: ModuleOp, f: func.FuncOp, topology: Topology, ranks: int, scaling: Scaling, options: ModelOptions):
+        from distir.runtime import npz
+        from distir.runtime.values import rank_coords
+
+        self.module = module
+        self.f = f
+        self.topo = topology
+        self.ranks = ranks
+        self.scaling = scaling
+        self.options = options
+        self.runtime = options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
+        self.grids = npz.resolve_grids(module, ranks)
+        self.coords = {name: rank_coords(g) for name, g in self.grids.items()}
+        self.kernels = {k.kernel_name: k for k in module.ops if isinstance(k, rt.KernelOp)}
+        self.env: dict[SSAValue, Any] = {}
+        self.steps: list[Step] = []
+        self.divisors: set[int] = set()
+        self.events = 0
+        self.pending = 0.0
+        self.notes: list[str] = []
+        self._classes()
+
+    # -- rank classes ------------------------------------------------------------------
+    def _classes(self) -> None:
+        holds = [op for op in self.f.walk() if isinstance(op, rt.HoldsOp)]
+        table = np.ones((self.ranks, max(1, len(holds))), dtype=bool)
+        for j, op in enumerate(holds):
+            coords = self.coords[op.mesh_name]
+            table[:, j] = [layout.holds(op.placement_list(), coords[r]) for r in range(self.ranks)]
+        rows, self.class_of = np.unique(table, axis=0, return_inverse=True)
+        self.class_of = self.class_of.reshape(-1)
+        self.n_classes = len(rows)
+        for j, op in enumerate(holds):
+            self.env[op.result] = rows[:, j]  # per class
+
+    # -- values ------------------------------------------------------------------------
+    def index(self, v: SSAValue) -> np.ndarray:
+        """An index value on every rank."""
+        got = self.env.get(v)
+        if got is None:
+            raise InputRejected(f"cost model: index {v.name_hint or ''} is not known")
+        return got
+
+    def _mem(self, v: SSAValue) -> MemRefType:
+        t = v.type
+        assert isinstance(t, MemRefType)
+        return t
+
+    def _shape(self, v: SSAValue) -> tuple[int, ...]:
+        shape = tuple(self._mem(v).get_shape())
+        for d in shape:
+            if d % self.scaling.q == 0:
+                self.divisors.add(self.scaling.d_ref // d)
+        return shape
+
+    def _bytes(self, v: SSAValue) -> Poly:
+        t = self._mem(v)
+        return self.scaling.count(self._shape(v), _itemsize(t.element_type))
+
+    # -- the walk ----------------------------------------------------------------------
+    def run(self) -> None:
+        everyone = tuple(range(self.n_classes))
+        self.block(self.f.body.block, everyone)
+        if self.pending:
+            self.steps.append(Step("host", everyone, host=self.pending))
+
+    def emit(self, step: Step) -> None:
+        """Add a step; the host time of the ops before it that are no step is its too."""
+        step.host += self.pending
+        self.pending = 0.0
+        self.steps.append(step)  # the one place steps are added
+
+    def block(self, block: Block, classes: tuple[int, ...], fused: dict | None = None) -> None:
+        for op in block.ops:
+            if classes:
+                self.op(op, classes, fused)
+
+    def op(self, op: Operation, classes: tuple[int, ...], fused: dict | None) -> None:
+        if isinstance(op, (func.ReturnOp, scf.YieldOp)):
+            return
+        if not isinstance(op, (scf.IfOp, rt.FusedOp, rt.EventRecordOp, rt.StreamWaitOp, rt.StreamSyncOp, nccl.NcclOp, *_WORK)):
+            self.pending += self.runtime.dispatch_s
+        if isinstance(op, scf.IfOp):
+            cond = self.env.get(op.cond)
+            if cond is None:
+                self.notes.append("a branch on a value other than rt.holds is taken as executed by every rank")
+                cond = np.ones(self.n_classes, dtype=bool)
+            self.block(op.true_region.block, tuple(c for c in classes if cond[c]), fused)
+            if op.false_region.blocks:
+                self.block(op.false_region.block, tuple(c for c in classes if not cond[c]), fused)
+            return
+        if isinstance(op, rt.StreamOp):
+            self.env[op.result] = op.number
+        elif isinstance(op, rt.CommOp):
+            self.env[op.result] = (op.mesh_name, op.axis_list)
+        elif isinstance(op, rt.GroupRankOp):
+            grid = self.grids[op.mesh_name]
+            vals = np.zeros(self.ranks, dtype=np.int64)
+            for group in grid.groups(op.axis_list):
+                n = len(group)
+                for i, r in enumerate(group):
+                    vals[r] = (i + op.shift_value) % n
+            self.env[op.result] = vals
+        elif isinstance(op, arith.ConstantOp) and isinstance(op.result.type, IndexType):
+            self.env[op.result] = np.full(self.ranks, op.value.value.data, dtype=np.int64)  # type: ignore[attr-defined]
+        elif isinstance(op, (arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.RemUIOp, arith.RemSIOp, arith.DivUIOp)) and all(
+            o in self.env for o in op.operands
+        ):
+            a, b = (self.env[o] for o in op.operands)
+            fn = {
+                arith.AddiOp: np.add,
+                arith.SubiOp: np.subtract,
+                arith.MuliOp: np.multiply,
+                arith.RemUIOp: np.remainder,
+                arith.RemSIOp: np.remainder,
+                arith.DivUIOp: np.floor_divide,
+            }[type(op)]
+            self.env[op.result] = fn(a, b)
+        elif isinstance(op, rt.EventRecordOp):
+            self.env[op.result] = self.events
+            self.emit(Step("record", classes, self.env[op.args[0]], event=self.events, host=self.runtime.dispatch_s))
+            self.events += 1
+        elif isinstance(op, rt.StreamWaitOp):
+            self.emit(Step("wait", classes, self.env[op.args[0]], event=self.env[op.args[1]], host=self.runtime.dispatch_s))
+        elif isinstance(op, rt.StreamSyncOp):
+            self.emit(Step("sync", classes, self.env[op.args[0]], host=self.runtime.dispatch_s))
+        elif isinstance(op, rt.FusedOp):
+            self.fused(op, classes)
+        elif isinstance(op, nccl.GroupStartOp):
+            self.group = []
+            self.pending += self.runtime.dispatch_s
+        elif isinstance(op, (nccl.SendOp, nccl.RecvOp)):
+            self.group.append(op)  # type: ignore[attr-defined]
+            self.pending += self.runtime.dispatch_s
+        elif isinstance(op, nccl.GroupEndOp):
+            self.p2p(self.group, classes)  # type: ignore[attr-defined]
+        elif isinstance(op, nccl.NcclOp):
+            self.collective(op, classes, fused)
+        elif isinstance(op, _WORK):
+            self.work(op, classes, fused)
+
+    # -- computation -------------------------------------------------------------------
+    def work(self, op: Operation, classes: tuple[int, ...], fused: dict | None) -> None:
+        stream = self.env[op.operands[-1]]
+        dev = self.topo.device
+        bw = dev.memory_bandwidth_GBps * 1e9
+        launch = self.runtime.launch_s
+        if isinstance(op, rt.LaunchOp):
+            moved, flops, dtype = self.kernel_work(op, fused)
+        elif isinstance(op, rt.CopyOp):
+            src = op.args[0]
+            wa = isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate
+            moved, flops, dtype = self._bytes(src).scale(3.0 if wa else 2.0), ZERO, _dtype(self._mem(src).element_type)
+            self._shape(op.args[1])
+        elif isinstance(op, rt.MatmulOp):
+            a, b, c = op.args[:3]
+            sa, sc = self._shape(a), self._shape(c)
+            self._shape(b)
+            moved = self._bytes(a) + self._bytes(b) + self._bytes(c)
+            k = sa[-1]
+            flops = self.scaling.count(sc, 2.0)
+            if k % self.scaling.q == 0:
+                flops = Poly({d + 1: v * k for d, v in flops.terms.items()})
+            else:
+                flops = flops.scale(k)
+            dtype = _dtype(self._mem(c).element_type)
+        elif isinstance(op, rt.ReduceTensorOp):
+            a, out = op.args[:2]
+            moved = self._bytes(a) + self._bytes(out)
+            flops = self.scaling.count(self._shape(a))
+            dtype = _dtype(self._mem(a).element_type)
+        else:  # rt.EmbeddingBagOp
+            table, idx, _, out = op.args[:4]
+            bag = self._shape(idx)[-1]
+            moved = self._bytes(idx) + self._bytes(out).scale(bag + 1)
+            flops = self.scaling.count(self._shape(out), bag)
+            dtype = _dtype(self._mem(table).element_type)
+        peak = dev.peak_tflops[dtype] * 1e12
+        if isinstance(op, rt.MatmulOp) and isinstance(self.topo, CalibratedTopology):
+            peak = self.topo.peak_matmul(dtype)
+        first = fused is None or not fused.get("launched")
+        if fused is not None:
+            fused["launched"] = True
+        cost = _max_cost(moved.scale(1 / bw), flops.scale(1 / peak), self.runtime.device_s if first else 0.0)
+        self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s))
+
+    def kernel_work(self, op: rt.LaunchOp, fused: dict | None) -> tuple[Poly, Poly, str]:
+        """Bytes moved, flops and element type of a kernel launch. Bytes: each buffer it
+        loads and each it stores, once (and, where the machine write-allocates, a store
+        to a buffer the kernel does not read costs its read too); a buffer passed inside a
+        fused op is free. Flops: the ops that depend on the loaded elements or the index,
+        per element of the space (the others are computed once, outside the loop)."""
+        kernel = self.kernels[op.kernel_name]
+        params = list(kernel.params)
+        args = list(op.args[:-1])
+        body = list(kernel.body.block.ops)
+        loads = {o.memref for o in body if isinstance(o, memref.LoadOp)}
+        stores = {o.memref for o in body if isinstance(o, memref.StoreOp)}
+        free = set(fused.get("free", ())) if fused else set()
+        write_allocate = isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate
+        loaded = {a for p, a in zip(params, args) if p in loads}
+        moved = ZERO
+        dtype = "f32"
+        seen: set[tuple[SSAValue, bool]] = set()
+        for p, a in zip(params, args):
+            if not isinstance(a.type, MemRefType):
+                continue
+            if p in stores and (a, True) not in seen:
+                seen.add((a, True))
+                moved = moved + self._bytes(a).scale(2.0 if write_allocate and a not in loaded else 1.0)
+                dtype = _dtype(a.type.element_type)
+            if p in loads and (a, False) not in seen and a not in free:
+                seen.add((a, False))
+                moved = moved + self._bytes(a)
+        varying: set[SSAValue] = set(kernel.indices)
+        per = 0.0
+        for o in body:
+            if isinstance(o, memref.LoadOp) or any(v in varying for v in o.operands):
+                varying.update(o.results)
+                if o.name not in FREE and not o.name.startswith("rt."):
+                    per += FLOPS.get(o.name, 1.0)
+        flops = self.scaling.count(kernel.space, per)
+        return moved, flops, dtype
+
+    # -- communication -----------------------------------------------------------------
+    def _groups(self, comm: tuple[str, tuple[int, ...]], classes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        mesh, axes = comm
+        taking = set(np.flatnonzero(np.isin(self.class_of, classes)).tolist())
+        return tuple(tuple(g) for g in self.grids[mesh].groups(list(axes)) if taking.intersection(g))
+
+    def collective(self, op: nccl.NcclOp, classes: tuple[int, ...], fused: dict | None) -> None:
+        kind = op.name.removeprefix("nccl.")
+        send, recv = op.buffers
+        comm = self.env[op.args[op.BUFFERS]]
+        stream = self.env[op.args[-1]]
+        groups = self._groups(comm, classes)
+        n = len(groups[0]) if groups else 1
+        item = _itemsize(self._mem(send).element_type)
+        self._shape(send)
+        self._shape(recv)
+        count = self.scaling.count((op.count,), item)
+        if kind in ("reduce_scatter", "all_gather"):
+            count = count.scale(n)
+        first = fused is None or not fused.get("launched")
+        extra = self.runtime.device_s if first else 0.0
+        cost = self.collective_cost(kind, groups, count, extra)
+        if fused is not None and kind == "reduce_scatter":
+            fused.setdefault("free", []).append(recv)
+        if fused is not None and isinstance(self.topo, CalibratedTopology) and self.topo.fused_in_memory:
+            # the passed buffer (reduce-scatter output, all-gather input) is not stored or
+            # reloaded by the collective either
+            saved = self._bytes(recv if kind == "reduce_scatter" else send).scale(1 / (self.topo.device.memory_bandwidth_GBps * 1e9))
+            full = cost
+            cost = lambda r, full=full, saved=saved: np.maximum(full(r) - saved(r), 0.0)  # noqa: E731
+        if fused is not None:
+            fused["launched"] = True
+        host = self.runtime.launch_s if first else self.runtime.dispatch_s
+        self.emit(Step("collective", classes, stream, cost, host=host))
+
+    def collective_cost(self, kind: str, groups, nbytes: Poly, extra: float) -> Callable[[np.ndarray], np.ndarray]:
+        """Seconds of a collective per size (the fastest algorithm and protocol), plus
+        ``extra`` fixed seconds."""
+        if not groups or all(len(g) < 2 for g in groups):
+            return lambda r: np.zeros_like(r)
+        topo = self.topo
+        if isinstance(topo, CalibratedTopology):
+            a, b = topo.alpha_beta(kind)
+            return lambda r: a + extra + b * nbytes(r)
+        options = []
+        algorithms = self.options.algorithms if kind == "all_reduce" else ("ring",)
+        for alg in algorithms:
+            lat, per_byte = collective_cost(topo, kind, groups, alg)
+            if alg == "ring":
+                lat = ring_latency(topo, kind, groups)
+            corrected = alg == "tree" and self.options.tree_correction
+            for p in self.options.protocols:
+                options.append((lat * p.latency, per_byte / p.bandwidth, p.name if corrected else None))
+
+        def cost(r: np.ndarray) -> np.ndarray:
+            b = nbytes(r)
+            times = [lat + b * pb / (1.0 if tree is None else tree_correction(tree, b)) for lat, pb, tree in options]
+            return extra + np.min(np.stack(times), axis=0)
+
+        return cost
+
+    def p2p(self, calls: list[nccl.NcclOp], classes: tuple[int, ...]) -> None:
+        sends = [c for c in calls if isinstance(c, nccl.SendOp)]
+        recvs = [c for c in calls if isinstance(c, nccl.RecvOp)]
+        taking = np.flatnonzero(np.isin(self.class_of, classes))
+        pairs: list[tuple[int, int]] = []
+        nbytes = ZERO
+        for c in sends:
+            buf, peer, comm, stream = c.args
+            nbytes = self._bytes(buf)
+            mesh, axes = self.env[comm]
+            peers = self.index(peer)
+            member = {}
+            for g in self.grids[mesh].groups(list(axes)):
+                for r in g:
+                    member[r] = g
+            for r in taking:
+                g = member[int(r)]
+                dst = g[int(peers[r]) % len(g)]
+                if dst != r:
+                    pairs.append((int(r), int(dst)))
+        for c in recvs:
+            self._shape(c.args[0])
+        stream = self.env[calls[0].args[-1]] if calls else 0
+        launch = self.runtime.launch_s
+        if sends and recvs:
+            cost = self._send_cost(pairs, nbytes)
+            self.emit(Step("collective", classes, stream, cost, host=launch))
+        elif sends:
+            cost = self._send_cost(pairs, nbytes)
+            self.emit(Step("send", classes, stream, cost, host=launch))
+        elif recvs:
+            self.emit(Step("recv", classes, stream, host=launch))
+
+    def _send_cost(self, pairs: list[tuple[int, int]], nbytes: Poly) -> Callable[[np.ndarray], np.ndarray]:
+        if not pairs:
+            return lambda r: np.zeros_like(r)
+        extra = self.runtime.device_s
+        if isinstance(self.topo, CalibratedTopology):
+            a, b = self.topo.alpha_beta("send")
+            return lambda r: a + extra + b * nbytes(r)
+        lat, per_byte = collective_cost(self.topo, "send", pairs, "ring")
+        options = [(lat * p.latency, per_byte / p.bandwidth) for p in self.options.protocols]
+
+        def cost(r: np.ndarray) -> np.ndarray:
+            b = nbytes(r)
+            return extra + np.min(np.stack([lt + b * pb for lt, pb in options]), axis=0)
+
+        return cost
+
+    def fused(self, op: rt.FusedOp, classes: tuple[int, ...]) -> None:
+        self.block(op.body.block, classes, {"launched": False})
+
+
+@lru_cache(maxsize=4096)
+def ring_latency(topology: Topology, kind: str, groups: tuple[tuple[int, ...], ...]) -> float:
+    """The latency of a ring collective as NCCL's tuning model counts it: a chunk crosses
+    every hop of the ring (n-1 hops per phase; an AllReduce has two phases), each at the
+    latency of the level the hop crosses, so the hops inside a node cost the intra-node
+    latency and only the hops between nodes the network's (``collectives.py`` charges
+    every step the outermost latency instead)."""
+    worst = 0.0
+    phases = 2 if kind == "all_reduce" else 1
+    for g in groups:
+        ring = sorted(g)
+        n = len(ring)
+        if n < 2:
+            continue
+        hops = [topology.levels[topology.first_difference(ring[i], ring[(i + 1) % n])].latency for i in range(n)]
+        # a chunk travels n-1 of the n hops; as NCCL counts them, one fewer between
+        # nodes than the ring has (nNodes-1 network steps per phase)
+        worst = max(worst, phases * (sum(hops) - max(hops)))
+    return worst
+
+
+def _max_cost(a: Poly, b: Poly, fixed: float = 0.0) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda r: fixed + np.maximum(a(r), b(r))
+
+
+def _itemsize(t: Attribute) -> int:
+    from distir.runtime.values import numpy_dtype
+
+    return int(numpy_dtype(t).itemsize)
+
+
+def _dtype(t: Attribute) -> str:
+    name = str(t)
+    return name if name in ("f16", "bf16") else "f32"
+
+
+# ======================================================================================
+# Preparing and predicting
+# ======================================================================================
+
+
+def prepare(
+    lowered: ModuleOp, func_name: str, topology: Topology, ranks: int, scaling: Scaling, options: ModelOptions = DEFAULT_OPTIONS
+) -> Prepared:
+    """The steps of ``func_name`` in ``lowered`` (a module lowered for ``ranks`` ranks at
+    the reference size of ``scaling``)."""
+    f = next((o for o in lowered.ops if isinstance(o, func.FuncOp) and o.sym_name.data == func_name), None)
+    if f is None:
+        raise InputRejected(f"cost model: no function @{func_name}")
+    if ranks > topology.ranks:
+        raise InputRejected(f"--ranks {ranks} is more than the {topology.ranks} devices of {topology.describe()}")
+    w = _Walker(lowered, f, topology, ranks, scaling, options)
+    w.run()
+    return Prepared(w.steps, w.n_classes, scaling, frozenset(w.divisors), w.runtime, w.notes)
+
+
+def predict_program(
+    module: ModuleOp,
+    topology: Topology,
+    ranks: int,
+    sizes: Sequence[int],
+    dim: int,
+    options: ModelOptions = DEFAULT_OPTIONS,
+    func_name: str | None = None,
+) -> np.ndarray:
+    """Seconds of one step of a dist-level program at each size (``dim`` replaced by the
+    size), lowered once at the reference size; NaN where a size does not fit."""
+    from distir.lowering.pipeline import lower
+    from distir.tuning.sizes import at_size, program_dims
+
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp) and (func_name is None or o.sym_name.data == func_name))
+    d_ref, q = reference_size(list(program_dims(module)), ranks, dim)
+    lowered = lower(at_size(module, dim, d_ref), ranks)
+    prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(d_ref, q), options)
+    return predict(prepared, sizes)
+
+
+def valid_sizes(prepared: Prepared, sizes: Sequence[int]) -> np.ndarray:
+    """Which sizes divide into every buffer dimension derived from the substituted dim."""
+    return np.array([all(s % k == 0 for k in prepared.divisors) for s in sizes], dtype=bool)
+
+
+def predict(prepared: Prepared, sizes: Sequence[int]) -> np.ndarray:
+    """Seconds of one step of the program at each size (NaN where the size does not fit
+    the schedule): the latest host time of any rank class after the program's end."""
+    runtime = prepared.runtime
+    r = np.asarray(sizes, dtype=np.float64) / prepared.scaling.d_ref
+    zero = np.zeros_like(r)
+    n = prepared.classes
+    host = [zero.copy() for _ in range(n)]
+    clocks: list[dict[int, np.ndarray]] = [{} for _ in range(n)]
+    events: dict[tuple[int, int], np.ndarray] = {}
+    pending: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def ready(c: int, s: int) -> np.ndarray:
+        clock = clocks[c]
+        t = clock.get(s, zero)
+        if not runtime.concurrent_streams and clock:
+            t = np.maximum.reduce(list(clock.values()))
+        return np.maximum(host[c], t)
+
+    def finish(c: int, s: int, end: np.ndarray) -> None:
+        clocks[c][s] = end
+        if runtime.synchronous and s == 0:
+            host[c] = end
+
+    for st in prepared.steps:
+        cs = st.classes
+        for c in cs:
+            host[c] = host[c] + st.host
+        if st.kind == "work":
+            dur = st.cost(r)  # type: ignore[misc]
+            for c in cs:
+                finish(c, st.stream, ready(c, st.stream) + dur)
+        elif st.kind == "collective":
+            dur = st.cost(r)  # type: ignore[misc]
+            start = np.maximum.reduce([ready(c, st.stream) for c in cs])
+            for c in cs:
+                finish(c, st.stream, start + dur)
+        elif st.kind == "send":
+            dur = st.cost(r)  # type: ignore[misc]
+            start = np.maximum.reduce([ready(c, st.stream) for c in cs])
+            pending.append((start, dur))
+            for c in cs:
+                finish(c, st.stream, start + dur)
+        elif st.kind == "recv":
+            sent, dur = pending.pop(0) if pending else (zero, zero)
+            start = np.maximum.reduce([ready(c, st.stream) for c in cs] + [sent])
+            for c in cs:
+                finish(c, st.stream, start + dur)
+        elif st.kind == "record":
+            for c in cs:
+                events[(st.event, c)] = clocks[c].get(st.stream, zero)
+        elif st.kind == "wait":
+            for c in cs:
+                clocks[c][st.stream] = np.maximum(clocks[c].get(st.stream, zero), events.get((st.event, c), zero))
+        elif st.kind == "sync":
+            for c in cs:
+                host[c] = np.maximum(host[c], clocks[c].get(st.stream, zero))
+    out = (np.maximum.reduce(host) if host else zero) + runtime.step_s
+    out = np.where(valid_sizes(prepared, sizes), out, np.nan)
+    return out

@@ -1,0 +1,627 @@
+"""Schedule exploration: every program CoCoNet's transformations reach from a program,
+each named as CoCoNet names schedules and checked against the original.
+
+The search follows CoCoNet's autotuner ("Automatic Exploration of Schedules"): it first
+fuses the pointwise computations (``fuse-maps``), then explores breadth first: from every
+program reached so far it applies every transformation of ``TRANSFORMATIONS`` at every
+place it applies (each ``targets`` value, each option), in CoCoNet's order: fuse
+computations; split an AllReduce (ReduceScatter + AllGather along each dim, or Reduce +
+Broadcast); reorder an AllGather, Broadcast or send with computations; fuse collectives
+with computations (``fuse-allreduce``, ``fuse-collectives``); keep in-place state sliced
+(``slice-state``, CoCoNet's ``asSlice``, on the optimizer state: ``state_names``); last,
+overlap a producer with its collectives in 2, 4, 8 or 16 chunks (a matmul's or an
+embedding's chain in every order; ``_starts_chain`` says which chains are worth it). A
+scalar AllReduce (a norm) belongs to its computation and is not split. Each
+transformation proposes only the places that pass cheap necessary conditions of its
+pass (``_values``); a request the pass then refuses is simply not a step. Programs that
+are structurally equal (the same printed IR up to SSA names) are one schedule, reached
+by the shortest pipeline; every new program is verified. ``TRANSFORMATIONS`` is data: a
+new pass (e.g. tile-granular overlap) is one more ``Transformation``.
+
+Each schedule is named from its structure, CoCoNet-style: ``AR`` (AllReduce), ``RS``,
+``AG``, ``Reduce``, ``Bcast``, ``A2A``, ``P2P`` (send), ``MM`` (matmul), ``Emb``
+(embedding bag) and ``C`` for computations (maps, dropout, tensor reductions and the
+scalar AllReduces that complete them), or the optimizer's name when the function is
+``adam``, ``lamb`` or ``sgd`` (``AR-Adam``); ``fuse(...)`` is a fused collective and
+``ol(...)`` an overlapped chain: ``fuse(RS-Adam-AG)``, ``ol(MM,fuse(RS-C-AG))``,
+``ol(RS,fuse(P2P-C),AG)``. Schedules with the same structure differ in details that a
+bracket then names: the state kept sliced (``[asSlice(m,v)]``), the overlap's chunks
+and order (``[4 ring]``), the dim an AllReduce was split along (``[dim 1]``). The
+program as written is always a candidate (``(as written)`` when its name is taken).
+
+``check`` (a ``Checker`` per schedule) runs each schedule and the original on the same
+random inputs with the reference interpreter on reduced shapes (every dim d becomes
+gcd(d, 16·ranks), on at most 4 ranks times the static part of the mesh): every
+transformation preserves meaning, so a disagreement is a bug in distir, reported as
+such, and that schedule is never picked; one that cannot run on the reduced shapes is
+not picked either.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import BlockArgument, Operation
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import DiagnosticException, PassFailedException, VerifyException
+
+from distir.dialects import coll, dist
+from distir.dialects.diagnostics import InputRejected
+from distir.dialects.dist import TensorType
+from distir.dialects.placements import Sliced
+from distir.passes.pipeline import pipeline_spec
+from distir.passes.support import printed_names
+
+# ======================================================================================
+# Transformations
+# ======================================================================================
+
+Instances = Callable[[ModuleOp, dict], list[dict[str, Any]]]
+"""Given a program and its top-level values by kind, the option sets to try."""
+
+
+@dataclass(frozen=True)
+class Transformation:
+    """One kind of step: the pass ``pass_name`` with each option set ``instances``
+    gives for a program (``targets`` included)."""
+
+    verb: str
+    pass_name: str
+    instances: Instances
+    first_only: bool = False
+    """Take only the first option set that applies (alternatives, best first)."""
+    final: bool = False
+    """The search does not transform its results further (CoCoNet overlaps last)."""
+
+    def passes(self, module: ModuleOp, values: dict) -> list[ModulePass]:
+        from distir.passes.registry import ALL_PASSES
+
+        cls = ALL_PASSES[self.pass_name]()
+        return [cls(**opts) for opts in self.instances(module, values)]
+
+
+def _each(kind: str, **options: Any) -> Instances:
+    """One application per top-level value of ``kind`` (``values`` of ``_values``)."""
+    return lambda module, values: [{"targets": (name,), **options} for name in values.get(kind, ())]
+
+
+def _everywhere(**options: Any) -> Instances:
+    return lambda module, values: [dict(options)]
+
+
+def _splits(module: ModuleOp, values: dict) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name, rank in values.get("all_reduce", ()):
+        out += [{"targets": (name,), "dim": d} for d in range(rank)]
+        out.append({"targets": (name,), "strategy": "reduce-bcast"})
+    return out
+
+
+CHUNKS = (2, 4, 8, 16)
+ORDERS = ("natural", "ring", "remote_first")
+
+
+def _overlaps(module: ModuleOp, values: dict) -> list[dict[str, Any]]:
+    # The chunk order only changes how a chain that starts with a matmul (or an
+    # embedding bag) is lowered (``lowering/lower_overlap.py``); other chains run in
+    # natural order whatever the option says, so only that one is tried for them.
+    return [
+        {"targets": (name,), "chunks": c, "order": o}
+        for name, ordered in values.get("chain_start", ())
+        for c in CHUNKS
+        for o in (ORDERS if ordered else ORDERS[:1])
+    ]
+
+
+def _slices(module: ModuleOp, values: dict) -> list[dict[str, Any]]:
+    # CoCoNet's asSlice of the optimizer state: every allowed argument at once or, when
+    # that is not possible, the first that can be (the next step takes the others).
+    state = tuple(values.get("state", ()))
+    if not state:
+        return []
+    out = [{"targets": state}]
+    if len(state) > 1:
+        out += [{"targets": (s,)} for s in state]
+    return out
+
+
+TRANSFORMATIONS: tuple[Transformation, ...] = (
+    Transformation("fuse", "fuse-maps", lambda module, values: [{}] if values.get("maps") else []),
+    Transformation("split", "split-allreduce", _splits),
+    Transformation("reorder", "reorder-allgather", _each("all_gather")),
+    Transformation("reorder", "reorder-broadcast", _each("broadcast")),
+    Transformation("reorder", "reorder-send", _each("send")),
+    Transformation("fuse", "fuse-allreduce", _each("reduce_scatter")),
+    Transformation("fuse", "fuse-collectives", _each("collective")),
+    Transformation("asSlice", "slice-state", _slices, first_only=True),
+    Transformation("overlap", "overlap", _overlaps, final=True),
+)
+"""The search space, in CoCoNet's order (module doc)."""
+
+FIRST = Transformation("fuse", "fuse-maps", _everywhere())
+"""Applied once before the search: CoCoNet's autotuner fuses computations first."""
+
+_COLLECTIVE_KIND = {
+    coll.AllReduceOp: "all_reduce",
+    coll.ReduceScatterOp: "reduce_scatter",
+    coll.AllGatherOp: "all_gather",
+    coll.BroadcastOp: "broadcast",
+    coll.SendOp: "send",
+}
+_CHAIN_OPS = (dist.MatmulOp, dist.EmbeddingBagOp, dist.MapOp, dist.DropoutOp, dist.CastOp, coll.CollectiveOp, coll.FusedCollectiveOp)
+_PRODUCERS = (dist.MatmulOp, dist.EmbeddingBagOp, coll.CollectiveOp, coll.FusedCollectiveOp)
+"""Ops an overlapped chain may start with: a producer whose output a collective
+communicates (CoCoNet's ol(MM, ...)) or a collective feeding more communication
+(ol(RS, ...)); a chain starting with a pointwise computation would only split it."""
+
+
+def _values(module: ModuleOp, as_slice: Sequence[str] | None = None) -> dict[str, list]:
+    """The top-level values of the program that transformations may target, by kind
+    (cheap necessary conditions of each pass's rule; the pass has the last word):
+    ``state``: in-place arguments that may be kept sliced (``as_slice`` by name; None:
+    ``state_names``) and are read only through ``dist.take_slice``; ``collective``:
+    collectives with a computation to fuse (reading their result, or producing their
+    input); ``maps``: whether some block holds two maps to fuse."""
+    names = printed_names(module)
+    out: dict[str, list] = {}
+    for f in module.ops:
+        if not isinstance(f, func.FuncOp):
+            continue
+        allowed = state_names(f) if as_slice is None else set(as_slice)
+        for a in f.body.block.args:
+            if (
+                isinstance(a.type, TensorType)
+                and names[a] in allowed
+                and not any(isinstance(p, Sliced) for p in a.type.get_placements())
+                and a.uses
+                and all(isinstance(u.operation, dist.TakeSliceOp) for u in a.uses)
+            ):
+                out.setdefault("state", []).append(names[a])
+        for op in f.walk():
+            if any(sum(1 for o in b.ops if isinstance(o, dist.MapOp)) > 1 for r in op.regions for b in r.blocks):
+                out["maps"] = [True]
+                break
+        for op in f.body.block.ops:
+            if not op.results:
+                continue
+            name = names.get(op.results[0])
+            if name is None:
+                continue
+            kind = _COLLECTIVE_KIND.get(type(op))
+            t = op.results[0].type
+            scalar = not isinstance(t, TensorType) or t.rank == 0
+            if scalar:
+                continue  # a norm's scalar AllReduce belongs to its computation (CoCoNet)
+            if kind == "all_reduce":
+                out.setdefault(kind, []).append((name, t.rank))
+            elif kind is not None:
+                out.setdefault(kind, []).append(name)
+            if isinstance(op, coll.CollectiveOp) and _fusable(op):
+                out.setdefault("collective", []).append(name)
+            if isinstance(op, _PRODUCERS) and _starts_chain(op):
+                out.setdefault("chain_start", []).append((name, isinstance(op, (dist.MatmulOp, dist.EmbeddingBagOp))))
+    return out
+
+
+def _fusable(op: coll.CollectiveOp) -> bool:
+    """Whether a computation reads the collective's result or produces its input."""
+    if any(isinstance(u.operation, _COMPUTE) for u in op.result.uses):
+        return True
+    return isinstance(op.input.owner, _COMPUTE) or (
+        isinstance(op.input.owner, coll.SendOp) and any(isinstance(u.operation, _COMPUTE) for u in op.input.owner.result.uses)
+    )
+
+
+def state_names(f: func.FuncOp) -> set[str]:
+    """The in-place arguments CoCoNet's ``asSlice`` may keep sliced by default: every
+    argument an in-place result updates, except the one the first in-place result
+    updates (by the convention of the optimizer examples, the parameters, which the
+    next forward pass needs whole; ``--as-slice`` overrides)."""
+    names = []
+    if f.res_attrs is not None:
+        for attrs in f.res_attrs.data:
+            a = attrs.data.get("dist.inplace")  # type: ignore[union-attr]
+            if a is not None:
+                names.append(_arg_name(f.body.block.args[a.value.data]))  # type: ignore[attr-defined]
+    return set(names[1:])
+
+
+def _starts_chain(op: Operation) -> bool:
+    """Whether ``op`` starts a producer -> collective chain (``passes/overlap.py``) worth
+    overlapping: a matmul or embedding bag anywhere in a chain, or the collective at a
+    chain's head; its single result feeds exactly one op of the chain, a collective
+    follows, and the chain does some work besides collectives that only reassemble each
+    other (a computation, a fused collective, a send): an overlapped ReduceScatter ->
+    AllGather is just a chunked AllReduce."""
+    if not isinstance(op, (dist.MatmulOp, dist.EmbeddingBagOp)):
+        # a collective starts a chain only at its head (a matmul may start one anywhere:
+        # CoCoNet overlaps the MLP's second matmul with its AllReduce)
+        for v in op.operands:
+            owner = v.owner
+            if isinstance(owner, _CHAIN_OPS) and owner.parent_block() is op.parent_block() and len(list(v.uses)) == 1:
+                return False
+    chain = [op]
+    while len(chain[-1].results) == 1:
+        uses = list(chain[-1].results[0].uses)
+        if len(uses) != 1:
+            break
+        nxt = uses[0].operation
+        if not isinstance(nxt, _CHAIN_OPS) or nxt.parent_block() is not op.parent_block():
+            break
+        chain.append(nxt)
+    last = max((i for i, o in enumerate(chain) if isinstance(o, (coll.CollectiveOp, coll.FusedCollectiveOp))), default=-1)
+    chain = chain[: last + 1]  # the pass wraps up to the last collective
+    communicates = last >= 0
+    if any(isinstance(o, (dist.MatmulOp, dist.EmbeddingBagOp)) for o in chain[1:]):
+        return False  # the later producer starts the chain to overlap
+    works = any(not isinstance(o, coll.CollectiveOp) or isinstance(o, coll.SendOp) for o in chain)
+    return len(chain) >= 2 and communicates and works
+
+
+# ======================================================================================
+# Candidates
+# ======================================================================================
+
+
+@dataclass
+class Candidate:
+    """A schedule: the program, the passes that produce it from the original, its name
+    and the result of its interpreter check."""
+
+    module: ModuleOp
+    passes: tuple[ModulePass, ...]
+    name: str = ""
+    original: bool = False
+    check: str = "unchecked"
+    """``ok``, ``unchecked``, ``differs: ...`` (a distir bug) or ``not run: ...``."""
+
+    @property
+    def pipeline(self) -> str:
+        return pipeline_spec(self.passes)
+
+    @property
+    def depth(self) -> int:
+        return len(self.passes)
+
+    @property
+    def usable(self) -> bool:
+        return self.check == "ok"
+
+
+@dataclass
+class Exploration:
+    """The schedules of a program (``candidates[0]`` is the program as written)."""
+
+    candidates: list[Candidate]
+    truncated: bool = False
+    errors: list[str] = field(default_factory=list)
+    """Passes that failed other than by refusing (distir bugs)."""
+
+
+_SSA = re.compile(r"%[A-Za-z0-9_$.\-]+")
+
+
+def structure_key(module: ModuleOp) -> str:
+    """The printed program with SSA names replaced by their order of appearance: equal
+    for structurally equal programs."""
+    text = str(module)
+    seen: dict[str, str] = {}
+
+    def rename(m: re.Match) -> str:
+        return seen.setdefault(m.group(0), f"%{len(seen)}")
+
+    return _SSA.sub(rename, text)
+
+
+def explore(
+    module: ModuleOp,
+    transformations: Sequence[Transformation] = TRANSFORMATIONS,
+    as_slice: Sequence[str] | None = None,
+    max_depth: int = 8,
+    max_schedules: int = 400,
+    progress: Callable[[int], None] | None = None,
+) -> Exploration:
+    """Every schedule of ``module`` (one function) reachable by ``transformations``, breadth
+    first (module doc); ``as_slice`` names the state ``slice-state`` may keep sliced
+    (default ``state_names``). ``progress`` is called with the number found so far."""
+    from distir.dialects.context import make_context
+
+    ctx = make_context()
+    original = Candidate(module.clone(), (), original=True)
+    found = [original]
+    seen = {structure_key(original.module): original}
+    errors: list[str] = []
+    start = _apply(FIRST.passes(original.module, {})[0], original, ctx, errors)
+    frontier = [original]
+    if start is not None:
+        key = structure_key(start.module)
+        if key not in seen:
+            seen[key] = start
+            found.append(start)
+            frontier = [start]
+    truncated = False
+    for _ in range(max_depth):
+        nxt: list[Candidate] = []
+        for cand in frontier:
+            values = _values(cand.module, as_slice)
+            for t in transformations:
+                for p in t.passes(cand.module, values):
+                    new = _apply(p, cand, ctx, errors)
+                    if new is None:
+                        continue
+                    key = structure_key(new.module)
+                    if key not in seen and not _verifies(new, errors):
+                        continue
+                    if key not in seen:
+                        if len(found) >= max_schedules:
+                            truncated = True
+                            break
+                        seen[key] = new
+                        found.append(new)
+                        if not t.final:
+                            nxt.append(new)
+                        if progress is not None:
+                            progress(len(found))
+                    if t.first_only:
+                        break
+        frontier = nxt
+        if not frontier or truncated:
+            break
+    name_all(found, _function(module))
+    return Exploration(found, truncated, errors)
+
+
+def _verifies(cand: Candidate, errors: list[str]) -> bool:
+    """Verify a new program (a pass that produces an invalid one is a distir bug)."""
+    try:
+        cand.module.verify()
+    except (VerifyException, DiagnosticException) as e:
+        errors.append(f"{cand.pipeline}: the result does not verify: {e}")
+        return False
+    return True
+
+
+def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str]) -> Candidate | None:
+    m = cand.module.clone()
+    try:
+        p.apply(ctx, m)
+    except (PassFailedException, VerifyException, DiagnosticException, InputRejected):
+        return None
+    except Exception as e:  # noqa: BLE001 - a pass that crashes is a distir bug, reported, not fatal
+        errors.append(f"{pipeline_spec((*cand.passes, p))}: {type(e).__name__}: {e}")
+        return None
+    return Candidate(m, (*cand.passes, p))
+
+
+def _function(module: ModuleOp) -> func.FuncOp:
+    funcs = [f for f in module.ops if isinstance(f, func.FuncOp)]
+    if len(funcs) != 1:
+        raise InputRejected(f"the tuner explores one function; the module has {len(funcs)} (choose one with --func)")
+    return funcs[0]
+
+
+def only_function(module: ModuleOp, name: str | None) -> ModuleOp:
+    """A module holding the meshes and function ``name`` of ``module`` (the only
+    function when ``name`` is None)."""
+    funcs = [f for f in module.ops if isinstance(f, func.FuncOp)]
+    if name is None:
+        if len(funcs) != 1:
+            listed = ", ".join("@" + f.sym_name.data for f in funcs)
+            raise InputRejected(f"the module has {len(funcs)} functions ({listed}): choose one with --func NAME")
+        return module.clone()
+    keep = [f for f in funcs if f.sym_name.data == name]
+    if not keep:
+        listed = ", ".join("@" + f.sym_name.data for f in funcs)
+        raise InputRejected(f"--func {name}: no function @{name} in the module (functions: {listed})")
+    out = module.clone()
+    for f in [f for f in out.ops if isinstance(f, func.FuncOp) and f.sym_name.data != name]:
+        out.body.block.erase_op(f, safe_erase=False)
+    return out
+
+
+# ======================================================================================
+# Names
+# ======================================================================================
+
+OPTIMIZERS = {"adam": "Adam", "lamb": "LAMB", "sgd": "SGD"}
+"""Functions whose computation CoCoNet names after the optimizer (``AR-Adam``)."""
+
+_TOKENS: dict[type[Operation], str] = {
+    coll.AllReduceOp: "AR",
+    coll.ReduceScatterOp: "RS",
+    coll.AllGatherOp: "AG",
+    coll.ReduceOp: "Reduce",
+    coll.BroadcastOp: "Bcast",
+    coll.AllToAllOp: "A2A",
+    coll.SendOp: "P2P",
+    dist.MatmulOp: "MM",
+    dist.EmbeddingBagOp: "Emb",
+}
+_COMPUTE = (dist.MapOp, dist.DropoutOp, dist.CastOp, dist.ReduceTensorOp)
+_FUSED: dict[type[Operation], tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # (tokens before the region, tokens after) inside fuse(...), then tokens after fuse(...)
+    coll.FusedAllReduceOp: (("RS",), ("AG",)),
+    coll.FusedReduceScatterOp: (("RS",), ()),
+    coll.FusedReduceOp: (("Reduce",), ()),
+    coll.FusedAllToAllOp: (("A2A",), ()),
+    coll.FusedAllGatherOp: ((), ()),
+    coll.FusedBroadcastOp: ((), ()),
+}
+_FINISH_OUTSIDE = {coll.FusedAllGatherOp: "AG", coll.FusedBroadcastOp: "Bcast"}
+
+
+def _tokens(ops: Sequence[Operation], label: str) -> list[str]:
+    out: list[str] = []
+    last: list[str] = []
+    for op in ops:
+        if isinstance(op, (coll.AllGatherOp, coll.BroadcastOp)) and op.result.uses and all(
+            isinstance(u.operation, func.ReturnOp) for u in op.result.uses
+        ):
+            # a gather of a result finishes the program, wherever it is issued
+            last.append(_TOKENS[type(op)])
+            continue
+        if isinstance(op, coll.OverlapOp):
+            inner = _tokens([o for o in op.body.block.ops if not isinstance(o, coll.YieldOp)], label)
+            out.append("ol(" + ",".join(inner) + ")")
+        elif type(op) in _FUSED:
+            before, after = _FUSED[type(op)]
+            region = _tokens([o for o in op.regions[0].block.ops if not isinstance(o, coll.YieldOp)], label)
+            out.append("fuse(" + "-".join([*before, *_collapse(region, label), *after]) + ")")
+            if type(op) in _FINISH_OUTSIDE:
+                out.append(_FINISH_OUTSIDE[type(op)])
+        elif isinstance(op, coll.AllReduceOp) and isinstance(op.input.type, TensorType) and op.input.type.rank == 0:
+            out.append(label)  # a norm's scalar AllReduce belongs to the computation
+        elif type(op) in _TOKENS:
+            out.append(_TOKENS[type(op)])
+        elif isinstance(op, _COMPUTE):
+            out.append(label)
+    return _collapse(out + last, label)
+
+
+def _collapse(tokens: list[str], label: str) -> list[str]:
+    """Consecutive equal tokens are one stage (CoCoNet's RS-Adam-AG gathers p, m and v)."""
+    out: list[str] = []
+    for t in tokens:
+        if out and out[-1] == t:
+            continue
+        out.append(t)
+    return out
+
+
+def structural_name(module: ModuleOp) -> str:
+    """The CoCoNet-style name of a program's (only) function (module doc)."""
+    f = _function(module)
+    label = OPTIMIZERS.get(f.sym_name.data, "C")
+    return "-".join(_tokens([o for o in f.body.block.ops if not isinstance(o, func.ReturnOp)], label)) or "(empty)"
+
+
+def _details(cand: Candidate, original: func.FuncOp) -> dict[str, str]:
+    """What distinguishes schedules of one structure."""
+    f = _function(cand.module)
+    out: dict[str, str] = {}
+    sliced = [
+        _arg_name(a)
+        for a, b in zip(f.body.block.args, original.body.block.args)
+        if isinstance(a.type, TensorType) and a.type != b.type
+    ]
+    if sliced:
+        out["slice"] = f"asSlice({','.join(sliced)})"
+    ols = [f"{o.option('chunks')} {o.option('order')}" for o in f.walk() if isinstance(o, coll.OverlapOp)]
+    if ols:
+        out["overlap"] = "; ".join(ols)
+    dims = [str(o.option("dim")) for o in f.walk() if isinstance(o, (coll.ReduceScatterOp, coll.FusedAllReduceOp))]
+    if dims:
+        out["dim"] = "dim " + ",".join(dims)
+    return out
+
+
+def _arg_name(a: BlockArgument) -> str:
+    return a.name_hint or f"arg{a.index}"
+
+
+def name_all(candidates: list[Candidate], original: func.FuncOp) -> None:
+    """Give every candidate a unique name (module doc)."""
+    base = [structural_name(c.module) for c in candidates]
+    groups: dict[str, list[int]] = {}
+    for i, b in enumerate(base):
+        groups.setdefault(b, []).append(i)
+    names = list(base)
+    for b, idx in groups.items():
+        if len(idx) == 1:
+            continue
+        details = [_details(candidates[i], original) for i in idx]
+        keys = [k for k in ("slice", "overlap", "dim") if len({d.get(k, "") for d in details}) > 1]
+        for i, d in zip(idx, details):
+            if candidates[i].original:
+                names[i] = f"{b} (as written)"
+                continue
+            parts = [d[k] for k in keys if k in d]
+            names[i] = f"{b} [{', '.join(parts)}]" if parts else b
+    counts: dict[str, int] = {}
+    for i, n in enumerate(names):
+        counts[n] = counts.get(n, 0) + 1
+        if counts[n] > 1:
+            names[i] = f"{n} #{counts[n]}"
+    for c, n in zip(candidates, names):
+        c.name = n
+
+
+# ======================================================================================
+# The interpreter check
+# ======================================================================================
+
+
+def check_ranks(module: ModuleOp, ranks: int) -> int:
+    """The rank count of the interpreter check: the program's static mesh size, or (with
+    a ``?`` axis) the static part times up to 4."""
+    from distir.dialects.dist import MeshOp
+
+    fixed, free = 1, False
+    for op in module.ops:
+        if isinstance(op, MeshOp) and op.parent_mesh() is None:
+            sizes = op.declared_sizes
+            fixed = max(fixed, _prod(s for s in sizes if s is not None))
+            free = free or any(s is None for s in sizes)
+    if not free:
+        return fixed
+    per = max(1, min(4, ranks // fixed))
+    return fixed * per
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+@dataclass
+class Checker:
+    """The interpreter check of one program's schedules: the reduced shapes (every dim
+    d becomes gcd(d, 16·ranks)) and the program as written at them."""
+
+    ranks: int
+    mapping: dict[int, int]
+    original: ModuleOp
+
+    @classmethod
+    def of(cls, exploration: Exploration, ranks: int) -> Checker:
+        import math
+
+        from distir.tuning.sizes import program_dims, substitute
+
+        original = exploration.candidates[0].module
+        n = check_ranks(original, ranks)
+        mapping = {d: math.gcd(d, n * max(CHUNKS)) for d in program_dims(original)}
+        return cls(n, mapping, substitute(original, mapping))
+
+    def __call__(self, cand: Candidate) -> str:
+        """``ok``, ``differs: ...`` or ``not run: ...`` (see ``Candidate.check``)."""
+        from distir.runtime.equivalence import equivalent
+        from distir.tuning.sizes import substitute
+
+        if cand.original:
+            return "ok"
+        small = substitute(cand.module, self.mapping)
+        try:
+            report = equivalent(self.original, small, self.ranks, trials=1, seed=0)
+        except (InputRejected, ValueError, ArithmeticError) as e:
+            return f"not run: {e}"
+        return "ok" if report else f"differs: {report.message}"
+
+
+def check(exploration: Exploration, ranks: int, progress: Callable[[int], None] | None = None) -> list[Candidate]:
+    """Check every schedule against the program as written with the reference
+    interpreter on reduced shapes (``Checker``); returns the schedules that disagree
+    (distir bugs)."""
+    checker = Checker.of(exploration, ranks)
+    for i, cand in enumerate(exploration.candidates):
+        cand.check = checker(cand)
+        if progress is not None and i:
+            progress(i)
+    return [c for c in exploration.candidates if c.check.startswith("differs")]

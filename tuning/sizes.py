@@ -1,0 +1,192 @@
+"""Re-instantiating a program at other sizes: the ``--sizes`` and ``--dim`` of
+``distir-tune``.
+
+A program's shapes are static, so the tuner varies the size of a program by
+substituting one dimension everywhere it occurs: every ``!dist.tensor`` dimension equal
+to ``dim`` becomes ``size`` (in argument, result and value types alike). For the
+optimizers the dimension is the element count (``1048576`` in ``examples/adam.mlir``),
+which is also the default: the largest dimension of the program. For the model-parallel
+and pipeline blocks, whose shapes are ``[B, S, H]``, substituting B (``--dim 8`` in
+``examples/megatron_attention.mlir``) varies B×S as CoCoNet's figures do, while the
+hidden size stays fixed. A dimension that does not occur in the program is an error.
+
+``parse_sizes`` reads the size list: ``2^10..2^30`` (every power of two in between),
+``2^10..2^30:4`` (every 4th power of two), ``1024,4096,65536`` (a list; items may be
+powers ``2^k`` too).
+
+Substitution works on the IR (a clone of the module), so a re-instantiated program is
+checked by the verifier like any other: a size that the program's slicing cannot divide
+is rejected at lowering time, and the tuner reports that schedule as not applicable at
+that size.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp
+from xdsl.ir import Attribute, SSAValue
+
+from distir.dialects.diagnostics import InputRejected
+from distir.dialects.dist import TensorType
+
+MAX_SIZES = 64
+"""Most sizes one ``--sizes`` may list (a guard against a typo like ``2^1..2^1000``)."""
+
+
+# --------------------------------------------------------------------------------------
+# The sizes option
+# --------------------------------------------------------------------------------------
+
+_POW = re.compile(r"^\s*(\d+)\s*\^\s*(\d+)\s*$")
+
+
+def _number(text: str, what: str) -> int:
+    m = _POW.match(text)
+    if m:
+        base, exp = int(m.group(1)), int(m.group(2))
+        if exp > 62 or base > 1 << 20:
+            raise InputRejected(f"{what}: {text.strip()} is too large")
+        return base**exp
+    t = text.strip().replace("_", "")
+    if not t.isdigit():
+        raise InputRejected(f"{what}: expected a positive integer or a power like 2^20, got '{text.strip()}'")
+    return int(t)
+
+
+def parse_sizes(spec: str) -> list[int]:
+    """The sizes of a ``--sizes`` option (module docstring), in increasing order."""
+    what = f"--sizes '{spec}'"
+    spec = spec.strip()
+    if not spec:
+        raise InputRejected(f"{what}: empty")
+    if ".." in spec:
+        lo_text, _, rest = spec.partition("..")
+        hi_text, _, step_text = rest.partition(":")
+        lo, hi = _number(lo_text, what), _number(hi_text, what)
+        step = _number(step_text, what) if step_text else 1
+        if lo < 1 or hi < lo or step < 1:
+            raise InputRejected(f"{what}: a range needs 1 <= first <= last and a positive step")
+        if lo & (lo - 1) or hi & (hi - 1):
+            raise InputRejected(f"{what}: a range runs over powers of two; its ends must be powers of two (write a list otherwise)")
+        exps = range(lo.bit_length() - 1, hi.bit_length(), step)
+        sizes = [1 << e for e in exps]
+    else:
+        sizes = [_number(part, what) for part in spec.split(",") if part.strip() or _fail_empty(what)]
+    if any(s < 1 for s in sizes):
+        raise InputRejected(f"{what}: sizes must be positive")
+    sizes = sorted(set(sizes))
+    if len(sizes) > MAX_SIZES:
+        raise InputRejected(f"{what}: {len(sizes)} sizes; at most {MAX_SIZES} (use a step: 2^10..2^30:2)")
+    return sizes
+
+
+def _fail_empty(what: str) -> bool:
+    raise InputRejected(f"{what}: an empty item in the list")
+
+
+def format_size(n: int) -> str:
+    """``2^20`` for powers of two, the number otherwise."""
+    return f"2^{n.bit_length() - 1}" if n > 1 and n & (n - 1) == 0 else str(n)
+
+
+# --------------------------------------------------------------------------------------
+# Dimensions of a program
+# --------------------------------------------------------------------------------------
+
+
+def _tensor_types(module: ModuleOp) -> Iterable[TensorType]:
+    for op in module.walk():
+        if isinstance(op, func.FuncOp):
+            for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
+                if isinstance(t, TensorType):
+                    yield t
+        for r in op.results:
+            if isinstance(r.type, TensorType):
+                yield r.type
+        for region in op.regions:
+            for block in region.blocks:
+                for a in block.args:
+                    if isinstance(a.type, TensorType):
+                        yield a.type
+
+
+def program_dims(module: ModuleOp) -> Counter[int]:
+    """How often each dimension size occurs in the program's tensor types."""
+    out: Counter[int] = Counter()
+    for t in _tensor_types(module):
+        out.update(t.get_shape())
+    return out
+
+
+def choose_dim(module: ModuleOp, dim: int | None) -> int:
+    """The dimension ``--sizes`` substitutes: ``dim`` (which must occur) or the largest."""
+    dims = program_dims(module)
+    if not dims:
+        raise InputRejected("the program has no !dist.tensor dimensions to re-instantiate at other sizes")
+    if dim is None:
+        return max(dims)
+    if dim not in dims:
+        listed = ", ".join(str(d) for d in sorted(dims))
+        raise InputRejected(f"--dim {dim}: no tensor of the program has a dimension of size {dim} (its dimensions: {listed})")
+    return dim
+
+
+# --------------------------------------------------------------------------------------
+# Substitution
+# --------------------------------------------------------------------------------------
+
+
+def _map_type(t: Attribute, mapping: Mapping[int, int]) -> Attribute:
+    if isinstance(t, TensorType):
+        shape = t.get_shape()
+        new = tuple(mapping.get(d, d) for d in shape)
+        return t if new == shape else t.with_(shape=new)
+    return t
+
+
+def _retype(value: SSAValue, mapping: Mapping[int, int]) -> None:
+    new = _map_type(value.type, mapping)
+    if new is not value.type:
+        # xDSL values keep their type in a plain field; substituting sizes changes no
+        # use, so the values are retyped where they are instead of being rebuilt.
+        value._type = new  # noqa: SLF001
+
+
+def substitute(module: ModuleOp, mapping: Mapping[int, int]) -> ModuleOp:
+    """A copy of ``module`` in which every tensor dimension ``d`` in ``mapping`` becomes
+    ``mapping[d]`` (all at once, so ``{512: 1024, 1024: 3072}`` swaps nothing twice)."""
+    out = module.clone()
+    mapping = {d: s for d, s in mapping.items() if d != s}
+    if not mapping:
+        return out
+    for op in out.walk():
+        for r in op.results:
+            _retype(r, mapping)
+        for region in op.regions:
+            for block in region.blocks:
+                for a in block.args:
+                    _retype(a, mapping)
+        if isinstance(op, func.FuncOp):
+            ft = op.function_type
+            op.function_type = FunctionType.from_lists(
+                [_map_type(t, mapping) for t in ft.inputs.data], [_map_type(t, mapping) for t in ft.outputs.data]
+            )
+    return out
+
+
+def at_size(module: ModuleOp, dim: int, size: int) -> ModuleOp:
+    """The program with dimension ``dim`` replaced by ``size`` everywhere."""
+    return substitute(module, {dim: size})
+
+
+def reduced(module: ModuleOp, divisor: int) -> ModuleOp:
+    """The program at small shapes for the interpreter check: every dimension d becomes
+    gcd(d, divisor), which keeps every divisibility of d by a divisor of ``divisor`` (the
+    rank counts and chunk counts the schedules slice by) and keeps equal dims equal."""
+    dims = program_dims(module)
+    return substitute(module, {d: math.gcd(d, divisor) for d in dims})

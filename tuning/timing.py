@@ -1,0 +1,223 @@
+"""Timing schedules on a backend: ``distir-tune --backend local|mpi``.
+
+``time_programs(programs, ranks, backend)`` runs every program (a name and a dist-level
+module) on ``ranks`` ranks and returns the best time of one step of each, in seconds,
+measured as ``bench/`` measures: every program is lowered and bound to random inputs
+once, warmed up (which also compiles its kernels), then the programs run round-robin
+(``rounds`` times, at least ``min_time`` seconds in all) so that a change of the
+machine's load hits them all alike, and each keeps its fastest step. A program that
+cannot run at that size or rank count (a dim the ranks do not divide) gets ``None``.
+
+``local``: the programs' rank threads live in this process; programs are measured in
+batches whose buffers fit ``memory_budget`` bytes (one ``LocalRunner`` per program).
+``mpi``: one ``mpiexec -n N`` job (``python -m distir.tuning.timing JOB``) builds all
+programs on every rank and times them the same way, each step between barriers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from distir.dialects.diagnostics import InputRejected
+
+ROUNDS = 5
+WARMUP = 2
+MIN_TIME = 0.2
+MEMORY_BUDGET = 4 << 30
+
+
+def time_programs(
+    programs: Sequence[tuple[str, ModuleOp]],
+    ranks: int,
+    backend: str = "local",
+    rounds: int = ROUNDS,
+    warmup: int = WARMUP,
+    min_time: float = MIN_TIME,
+    memory_budget: int = MEMORY_BUDGET,
+    progress: Callable[[str], None] | None = None,
+    statistic: str = "best",
+) -> dict[str, float | None]:
+    """The best (or, with ``statistic="median"``, the median) step time of each program
+    over its rounds (module doc)."""
+    if backend == "local":
+        return _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress, statistic)
+    if backend == "mpi":
+        return _time_mpi(programs, ranks, rounds, warmup, min_time, progress)
+    raise InputRejected(f"--backend {backend}: the tuner times on 'local' or 'mpi' (use --model for a topology)")
+
+
+def build(module: ModuleOp, ranks: int):
+    """The ``LoweredProgram`` of a dist-level module on ``ranks`` ranks; InputRejected
+    when its shapes do not fit that rank count (as ``distir-run`` checks them)."""
+    from distir.runtime import npz
+    from distir.runtime.executor import LoweredProgram
+
+    f = npz.select_function(module, None)
+    npz.check_sizes(f, npz.resolve_grids(module, ranks), ranks)
+    return LoweredProgram.build(module, None, ranks)
+
+
+def _footprint(program) -> int:
+    """Bytes of one program's buffers on all ranks (arguments and allocations)."""
+    from xdsl.dialects.builtin import MemRefType
+
+    from distir.dialects import rt
+    from distir.runtime.values import numpy_dtype
+
+    total = 0
+    types = list(program.func.function_type.inputs.data)
+    types += [op.result.type for op in program.func.walk() if isinstance(op, rt.AllocOp)]
+    for t in types:
+        if isinstance(t, MemRefType):
+            total += math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+    return total * program.ranks
+
+
+def _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress, statistic="best") -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    built = []
+    for name, module in programs:
+        try:
+            built.append((name, build(module, ranks)))
+        except InputRejected:
+            out[name] = None
+    batch: list = []
+    used = 0
+    for name, program in built:
+        size = _footprint(program)
+        if batch and used + size > memory_budget:
+            out.update(_run_local_batch(batch, rounds, warmup, min_time, progress, statistic))
+            batch, used = [], 0
+        batch.append((name, program))
+        used += size
+    if batch:
+        out.update(_run_local_batch(batch, rounds, warmup, min_time, progress, statistic))
+    return {name: out.get(name) for name, _ in programs}
+
+
+def _run_local_batch(batch, rounds, warmup, min_time, progress, statistic="best") -> dict[str, float | None]:
+    from distir.runtime.local import LocalRunner
+
+    runners = {}
+    out: dict[str, float | None] = {}
+    try:
+        for name, program in batch:
+            if progress is not None:
+                progress(name)
+            runner = LocalRunner(program)
+            runners[name] = runner
+            runner.bind(program.prepare_inputs({}, 0))
+            for _ in range(warmup):
+                runner.step()
+        out = _round_robin({n: r.step for n, r in runners.items()}, rounds, min_time, statistic)
+    finally:
+        for r in runners.values():
+            r.close()
+    return out
+
+
+def _round_robin(steps: dict[str, Callable[[], object]], rounds: int, min_time: float, statistic: str = "best") -> dict[str, float | None]:
+    """Best (or median) time of each step, run round-robin at least ``rounds`` times and
+    until ``min_time`` seconds have passed (at most 20 rounds)."""
+    times: dict[str, list[float]] = {n: [] for n in steps}
+    start = time.perf_counter()
+    done = 0
+    while done < rounds or (time.perf_counter() - start < min_time and done < 20):
+        for n, step in steps.items():
+            t = time.perf_counter()
+            step()
+            times[n].append(time.perf_counter() - t)
+        done += 1
+    pick = min if statistic == "best" else statistics.median
+    return {n: (pick(v) if v else None) for n, v in times.items()}
+
+
+# --------------------------------------------------------------------------------------
+# mpi
+# --------------------------------------------------------------------------------------
+
+
+def _time_mpi(programs, ranks, rounds, warmup, min_time, progress) -> dict[str, float | None]:
+    from distir.runtime.mpi import mpiexec_path
+
+    with tempfile.TemporaryDirectory(prefix="distir-tune-") as d:
+        job = Path(d)
+        names = []
+        for i, (name, module) in enumerate(programs):
+            (job / f"p{i}.mlir").write_text(str(module))
+            names.append(name)
+        spec = {"names": names, "ranks": ranks, "rounds": rounds, "warmup": warmup, "min_time": min_time}
+        (job / "job.json").write_text(json.dumps(spec))
+        if progress is not None:
+            progress(f"mpiexec -n {ranks} ({len(names)} programs)")
+        cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.tuning.timing", str(job)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        result = job / "times.json"
+        if proc.returncode != 0 or not result.exists():
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            raise InputRejected(f"the mpi timing job failed (exit {proc.returncode}): {tail}")
+        times = json.loads(result.read_text())
+    return {n: times.get(n) for n in names}
+
+
+def mpi_worker(job_dir: str) -> int:
+    """One rank of the mpi timing job (see ``_time_mpi``)."""
+    from mpi4py import MPI
+
+    from distir.dialects.context import parse_module
+    from distir.runtime.mpi import MpiRunner
+
+    world = MPI.COMM_WORLD
+    job = Path(job_dir)
+    spec = json.loads((job / "job.json").read_text())
+    steps: dict[str, Callable[[], object]] = {}
+    failed: dict[str, None] = {}
+    for i, name in enumerate(spec["names"]):
+        try:
+            program = build(parse_module((job / f"p{i}.mlir").read_text()), spec["ranks"])
+        except InputRejected:
+            failed[name] = None
+            continue
+        runner = MpiRunner(program)
+        runner.bind(program.prepare_inputs({}, 0))
+
+        def step(runner=runner) -> None:
+            world.Barrier()
+            runner.step()
+            world.Barrier()
+
+        for _ in range(spec["warmup"]):
+            step()
+        steps[name] = step
+    # every rank runs the same rounds: decide the round count on rank 0
+    best = {n: math.inf for n in steps}
+    start = time.perf_counter()
+    done = 0
+    while True:
+        go = done < spec["rounds"] or (time.perf_counter() - start < spec["min_time"] and done < 20)
+        if not world.bcast(go, root=0):
+            break
+        for n, step in steps.items():
+            t = time.perf_counter()
+            step()
+            best[n] = min(best[n], time.perf_counter() - t)
+        done += 1
+    if world.Get_rank() == 0:
+        times = {n: (b if math.isfinite(b) else None) for n, b in best.items()}
+        times.update(failed)
+        (job / "times.json").write_text(json.dumps(times))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(mpi_worker(sys.argv[1]))
