@@ -51,6 +51,7 @@ from distir.dialects.dist import (
     TensorType,
     _innermost,
     check_axes,
+    check_tensor,
     check_dim,
     expect_type,
     group_rank_digits,
@@ -306,6 +307,7 @@ class FusedCollectiveOp(DistOp):
             raise RuleError(f"region must have {len(want)} argument(s), one per operand, got {len(block.args)}")
         for i, (arg, t) in enumerate(zip(block.args, want)):
             expect_type(self, f"region argument {i}", arg.type, t)
+            check_tensor(self, arg.type, f"region argument {i}")  # its slices, on a sized mesh
         term = block.last_op
         if not isinstance(term, YieldOp):
             raise RuleError("region must end with coll.yield")

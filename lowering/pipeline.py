@@ -63,6 +63,7 @@ def _lower(module: ModuleOp, ranks: int) -> ModuleOp:
 
         ALL_PASSES["form-collectives"]()().apply(ctx, out)
     FixMeshSizesPass(ranks=ranks).apply(ctx, out)
+    out.verify()  # with the mesh sizes known: a sliced dim the ranks do not divide
     CombineCollectivesPass().apply(ctx, out)
     LowerOverlapPass().apply(ctx, out)
     LowerBucketsPass().apply(ctx, out)

@@ -27,6 +27,10 @@ lowering emits:
   call); collectives start when every participating rank is ready. An overlapped chain
   (``coll.overlap``, lowered to chunks on two streams) therefore costs a pipeline over
   its chunks;
+* **fused computation-collective operators** (``rt.matmul_all_reduce``,
+  ``rt.embedding_all_to_all``, ...) are the pipeline they run: the producer's work in
+  one stage per tile, each remote tile's transfer (point to point) on the communication
+  stream after its stage (``_Walker.tiled``);
 * **fused collectives** (``rt.fused``) are one launch, and the buffer that passes from
   their first collective to their computation is never stored nor reloaded (the
   kernel's loads of it are free); their lowered IR has no other intermediate buffer.
@@ -405,7 +409,7 @@ class _Walker:
     def op(self, op: Operation, classes: tuple[int, ...], fused: dict | None) -> None:
         if isinstance(op, (func.ReturnOp, scf.YieldOp)):
             return
-        if not isinstance(op, (scf.IfOp, rt.FusedOp, rt.EventRecordOp, rt.StreamWaitOp, rt.StreamSyncOp, nccl.NcclOp, *_WORK)):
+        if not isinstance(op, (scf.IfOp, rt.FusedOp, rt.TiledCollectiveOp, rt.EventRecordOp, rt.StreamWaitOp, rt.StreamSyncOp, nccl.NcclOp, *_WORK)):
             self.pending += self.runtime.dispatch_s
         if isinstance(op, scf.IfOp):
             cond = self.env.get(op.cond)
@@ -453,6 +457,8 @@ class _Walker:
             self.emit(Step("sync", classes, self.env[op.args[0]], host=self.runtime.dispatch_s))
         elif isinstance(op, rt.FusedOp):
             self.fused(op, classes)
+        elif isinstance(op, rt.TiledCollectiveOp):
+            self.tiled(op, classes)
         elif isinstance(op, nccl.GroupStartOp):
             self.group = []
             self.pending += self.runtime.dispatch_s
@@ -481,15 +487,8 @@ class _Walker:
             self._shape(op.args[1])
         elif isinstance(op, rt.MatmulOp):
             a, b, c = op.args[:3]
-            sa, sc = self._shape(a), self._shape(c)
-            self._shape(b)
-            moved = self._bytes(a) + self._bytes(b) + self._bytes(c)
-            k = sa[-1]
-            flops = self.scaling.count(sc, 2.0)
-            if k % self.scaling.q == 0:
-                flops = Poly({d + 1: v * k for d, v in flops.terms.items()})
-            else:
-                flops = flops.scale(k)
+            moved, flops = self.matmul_work(a, b, self._shape(c))
+            moved = moved + self._bytes(c)
             dtype = _dtype(self._mem(c).element_type)
         elif isinstance(op, rt.ReduceTensorOp):
             a, out = op.args[:2]
@@ -498,9 +497,7 @@ class _Walker:
             dtype = _dtype(self._mem(a).element_type)
         else:  # rt.EmbeddingBagOp
             table, idx, _, out = op.args[:4]
-            bag = self._shape(idx)[-1]
-            moved = self._bytes(idx) + self._bytes(out).scale(bag + 1)
-            flops = self.scaling.count(self._shape(out), bag)
+            moved, flops = self.embedding_work(idx, self._shape(out), _itemsize(self._mem(out).element_type))
             dtype = _dtype(self._mem(table).element_type)
         peak = dev.peak_tflops[dtype] * 1e12
         if isinstance(op, rt.MatmulOp) and isinstance(self.topo, CalibratedTopology):
@@ -510,6 +507,73 @@ class _Walker:
             fused["launched"] = True
         cost = _max_cost(moved.scale(1 / bw), flops.scale(1 / peak), self.runtime.device_s if first else 0.0)
         self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s))
+
+    def matmul_work(self, a: SSAValue, b: SSAValue, result: Sequence[int]) -> tuple[Poly, Poly]:
+        """Bytes read and flops of ``a @ b`` with a result of shape ``result``."""
+        k = self._shape(a)[-1]
+        self._shape(b)
+        flops = self.scaling.count(result, 2.0)
+        if k % self.scaling.q == 0:
+            flops = Poly({d + 1: v * k for d, v in flops.terms.items()})
+        else:
+            flops = flops.scale(k)
+        return self._bytes(a) + self._bytes(b), flops
+
+    def embedding_work(self, idx: SSAValue, result: Sequence[int], item: int) -> tuple[Poly, Poly]:
+        """Bytes moved and flops of an embedding bag pooling into ``result``: the
+        indices, one row read per index and the pooled row written."""
+        bag = self._shape(idx)[-1]
+        return self._bytes(idx) + self.scaling.count(result, item * (bag + 1)), self.scaling.count(result, bag)
+
+    def tiled(self, op: rt.TiledCollectiveOp, classes: tuple[int, ...]) -> None:
+        """A fused computation-collective operator (``rt.matmul_all_reduce``, ...) as the
+        pipeline it runs: its producer's work cut into one stage per tile of every
+        destination block (``ranks x tiles`` stages, in the op's order: remote tiles
+        first for ``remote_first`` and ``natural``, own tiles first for ``ring``), each
+        remote stage followed on the communication stream by the transfer of its tile
+        to its destination (point to point, the pairs at that distance in the group;
+        for an AllReduce twice: the partial to its owner, the reduced tile back). The op
+        is one launch, and it ends on the compute stream when its last transfer has."""
+        s0, s1 = (self.env[s] for s in op.streams)
+        groups = self._groups(self.env[op.comm], classes)
+        n = max(1, op.ranks())
+        tiles = op.option("tiles")
+        result = op.producer_shape()
+        self._shape(op.out)
+        item = _itemsize(self._mem(op.out).element_type)
+        if isinstance(op, rt.EmbeddingAllToAllOp):
+            moved, flops = self.embedding_work(op.inputs[1], result, item)
+            dtype = _dtype(self._mem(op.inputs[0]).element_type)
+        else:
+            a, b = op.inputs
+            moved, flops = self.matmul_work(a, b, result)
+            moved = moved + self.scaling.count(result, item)
+            dtype = _dtype(self._mem(op.out).element_type)
+        stages = n * tiles
+        dev = self.topo.device
+        peak = dev.peak_tflops[dtype] * 1e12
+        if not isinstance(op, rt.EmbeddingAllToAllOp) and isinstance(self.topo, CalibratedTopology):
+            peak = self.topo.peak_matmul(dtype)
+        work = _max_cost(moved.scale(1 / (dev.memory_bandwidth_GBps * 1e9 * stages)), flops.scale(1 / (peak * stages)))
+        tile_bytes = self.scaling.count(result, item / stages)
+        trips = 2 if isinstance(op, rt.MatmulAllReduceOp) else 1
+        skip = 0 if op.option("order") == "ring" else 1  # ring: the own block first
+        for i in range(stages):
+            distance = (i // tiles + skip) % n
+            first = i == 0
+            cost = work if not first else (lambda r, w=work: w(r) + self.runtime.device_s)
+            self.emit(Step("work", classes, s0, cost, host=self.runtime.launch_s if first else 0.0))
+            if distance == 0 or n < 2:
+                continue
+            pairs = [(g[j], g[(j + distance) % len(g)]) for g in groups for j in range(len(g)) if len(g) > 1]
+            send = self._send_cost(pairs, tile_bytes)
+            self.emit(Step("record", classes, s0, event=self.events))
+            self.emit(Step("wait", classes, s1, event=self.events))
+            self.events += 1
+            self.emit(Step("collective", classes, s1, lambda r, c=send: trips * c(r)))
+        self.emit(Step("record", classes, s1, event=self.events))
+        self.emit(Step("wait", classes, s0, event=self.events))
+        self.events += 1
 
     def kernel_work(self, op: rt.LaunchOp, fused: dict | None) -> tuple[Poly, Poly, str]:
         """Bytes moved, flops and element type of a kernel launch. Bytes: each buffer it

@@ -10,13 +10,15 @@ Broadcast); reorder an AllGather, Broadcast or send with computations; fuse coll
 with computations (``fuse-allreduce``, ``fuse-collectives``); keep in-place state sliced
 (``slice-state``, CoCoNet's ``asSlice``, on the optimizer state: ``state_names``); last,
 overlap a producer with its collectives in 2, 4, 8 or 16 chunks (a matmul's or an
-embedding's chain in every order; ``_starts_chain`` says which chains are worth it). A
+embedding's chain in every order; ``_starts_chain`` says which chains are worth it), or
+make a matmul's or embedding's chain one fused computation-collective operator
+(``overlap{granularity=tile}``, 1, 2 or 4 tiles per destination, remote tiles first). A
 scalar AllReduce (a norm) belongs to its computation and is not split. Each
 transformation proposes only the places that pass cheap necessary conditions of its
 pass (``_values``); a request the pass then refuses is simply not a step. Programs that
 are structurally equal (the same printed IR up to SSA names) are one schedule, reached
 by the shortest pipeline; every new program is verified. ``TRANSFORMATIONS`` is data: a
-new pass (e.g. tile-granular overlap) is one more ``Transformation``.
+new pass is one more ``Transformation``.
 
 Each schedule is named from its structure, CoCoNet-style: ``AR`` (AllReduce), ``RS``,
 ``AG``, ``Reduce``, ``Bcast``, ``A2A``, ``P2P`` (send), ``MM`` (matmul), ``Emb``
@@ -24,7 +26,8 @@ Each schedule is named from its structure, CoCoNet-style: ``AR`` (AllReduce), ``
 scalar AllReduces that complete them), or the optimizer's name when the function is
 ``adam``, ``lamb`` or ``sgd`` (``AR-Adam``); ``fuse(...)`` is a fused collective and
 ``ol(...)`` an overlapped chain: ``fuse(RS-Adam-AG)``, ``ol(MM,fuse(RS-C-AG))``,
-``ol(RS,fuse(P2P-C),AG)``. Schedules with the same structure differ in details that a
+``ol(RS,fuse(P2P-C),AG)``; ``fused(producer+collective)`` a fused computation-collective
+operator (``fused(MM+AR)``, ``fused(Emb+A2A)``, ``fused(MM-C+A2A)`` with its epilogue). Schedules with the same structure differ in details that a
 bracket then names: the state kept sliced (``[asSlice(m,v)]``), the overlap's chunks
 and order (``[4 ring]``), the dim an AllReduce was split along (``[dim 1]``). The
 program as written is always a candidate (``(as written)`` when its name is taken).
@@ -106,16 +109,30 @@ CHUNKS = (2, 4, 8, 16)
 ORDERS = ("natural", "ring", "remote_first")
 
 
+TILES = (1, 2, 4)
+"""Tiles per destination block tried for a fused computation-collective operator."""
+
+
 def _overlaps(module: ModuleOp, values: dict) -> list[dict[str, Any]]:
     # The chunk order only changes how a chain that starts with a matmul (or an
     # embedding bag) is lowered (``lowering/lower_overlap.py``); other chains run in
-    # natural order whatever the option says, so only that one is tried for them.
-    return [
+    # natural order whatever the option says, so only that one is tried for them. A
+    # chain starting with a matmul or embedding bag may also become one fused
+    # computation-collective operator (``granularity=tile``) in the fused-operator
+    # paper's communication-aware order; the pass refuses the chains no operator holds.
+    out = [
         {"targets": (name,), "chunks": c, "order": o}
         for name, ordered in values.get("chain_start", ())
         for c in CHUNKS
         for o in (ORDERS if ordered else ORDERS[:1])
     ]
+    out += [
+        {"targets": (name,), "chunks": c, "order": "remote_first", "granularity": "tile"}
+        for name, ordered in values.get("chain_start", ())
+        if ordered
+        for c in TILES
+    ]
+    return out
 
 
 def _slices(module: ModuleOp, values: dict) -> list[dict[str, Any]]:
@@ -467,7 +484,12 @@ def _tokens(ops: Sequence[Operation], label: str) -> list[str]:
             continue
         if isinstance(op, coll.OverlapOp):
             inner = _tokens([o for o in op.body.block.ops if not isinstance(o, coll.YieldOp)], label)
-            out.append("ol(" + ",".join(inner) + ")")
+            if op.option("granularity") == "tile":
+                # the fused-operator paper's fused(GEMV+AR): the producer (and its
+                # epilogue) + the collective it feeds, one operator
+                out.append("fused(" + "-".join(inner[:-1]) + "+" + inner[-1] + ")")
+            else:
+                out.append("ol(" + ",".join(inner) + ")")
         elif type(op) in _FUSED:
             before, after = _FUSED[type(op)]
             region = _tokens([o for o in op.regions[0].block.ops if not isinstance(o, coll.YieldOp)], label)
@@ -511,7 +533,11 @@ def _details(cand: Candidate, original: func.FuncOp) -> dict[str, str]:
     ]
     if sliced:
         out["slice"] = f"asSlice({','.join(sliced)})"
-    ols = [f"{o.option('chunks')} {o.option('order')}" for o in f.walk() if isinstance(o, coll.OverlapOp)]
+    ols = [
+        f"{o.option('chunks')} {o.option('order')}" + (" tiles" if o.option("granularity") == "tile" else "")
+        for o in f.walk()
+        if isinstance(o, coll.OverlapOp)
+    ]
     if ols:
         out["overlap"] = "; ".join(ols)
     dims = [str(o.option("dim")) for o in f.walk() if isinstance(o, (coll.ReduceScatterOp, coll.FusedAllReduceOp))]

@@ -22,6 +22,7 @@ from distir.tuning.cost_model import (
     prepare,
     reference_size,
 )
+from distir.tuning.collectives import collective_cost
 from distir.tuning.sizes import at_size
 from distir.tuning.topology import get_topology, parse_topology
 
@@ -44,8 +45,7 @@ memory_bandwidth_GBps = 1000.0
 peak_tflops = { f32 = 10.0, f16 = 10.0, bf16 = 10.0 }
 """
 )
-NO_LATENCY = parse_topology(
-    """
+NO_LATENCY_TEXT = """
 name = "flat"
 [[levels]]
 name = "gpu"
@@ -56,7 +56,7 @@ latency_us = 0.0
 memory_bandwidth_GBps = 1000.0
 peak_tflops = { f32 = 1.0, f16 = 1.0, bf16 = 1.0 }
 """
-)
+NO_LATENCY = parse_topology(NO_LATENCY_TEXT)
 FREE_HOST = Runtime(launch_s=0.0, device_s=0.0)
 SIMPLE = Protocol("Simple", 1.0, 1.0)
 RING = ModelOptions(protocols=(SIMPLE,), algorithms=("ring",), runtime=FREE_HOST)
@@ -153,6 +153,37 @@ def test_overlap_is_a_pipeline_over_chunks():
     # chunk 0's matmul, then chunk 1's matmul alongside chunk 0's all-reduce, then the last
     assert t == pytest.approx(mm / 2 + max(mm / 2, ar / 2) + ar / 2, rel=1e-6)
     assert t < serial
+
+
+def _pipeline(work: float, transfer: float, remote: int, own: int) -> float:
+    """A compute stream running ``remote + own`` stages of ``work`` seconds, the
+    ``remote`` first each followed by a ``transfer`` on the communication stream."""
+    sent = 0.0
+    for i in range(remote):
+        sent = max((i + 1) * work, sent) + transfer
+    return max((remote + own) * work, sent)
+
+
+@pytest.mark.parametrize("tiles", [1, 2])
+@pytest.mark.parametrize("topology", ["flat", "slow"])
+def test_a_fused_tile_operator_is_a_pipeline_over_its_tiles(tiles, topology):
+    topo = NO_LATENCY if topology == "flat" else parse_topology(NO_LATENCY_TEXT.replace("100.0", "0.5"))
+    options = ModelOptions(protocols=(SIMPLE,), algorithms=("ring",), runtime=FREE_HOST)
+    fused = apply_pipeline(parse_module(MM), f"overlap{{chunks={tiles} order=remote_first granularity=tile targets=y}}")
+    t = predict_program(fused, topo, 4, [4096], 4096, options)[0]
+    mm = 2 * 4096 * 256 * 512 / 1e12  # compute-bound at 1 TFLOP/s
+    stages = 4 * tiles
+    # every rank sends one tile to the rank at the same distance at once: one link each
+    per_byte = collective_cost(topo, "send", [(r, (r + 1) % 4) for r in range(4)], "ring")[1]
+    tile_bytes = 4096 * 512 * 4 / stages
+    transfer = 2 * tile_bytes * per_byte  # an AllReduce tile: partial to its owner, reduced back
+    want = _pipeline(mm / stages, transfer, 3 * tiles, tiles)
+    assert t == pytest.approx(want, rel=1e-6)
+    serial = predict_program(parse_module(MM), topo, 4, [4096], 4096, options)[0]
+    if topology == "flat":
+        assert t == pytest.approx(mm, rel=1e-6) and t < serial  # every transfer hidden
+    else:
+        assert t > mm + transfer  # transfer-bound: the transfers set the pace
 
 
 def test_one_lowering_predicts_every_size():

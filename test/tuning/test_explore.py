@@ -14,6 +14,7 @@ from distir.dialects.context import parse_module
 from distir.tuning.explore import (
     TRANSFORMATIONS,
     Candidate,
+    Exploration,
     Transformation,
     check,
     explore,
@@ -57,6 +58,25 @@ def test_no_duplicates_and_unique_names(example):
     assert len(names) == len(set(names))
     assert ex.candidates[0].original and not ex.candidates[0].passes
     assert not ex.errors and not ex.truncated
+
+
+FUSED_OPERATORS = {"transformer_decode.mlir": "fused(MM+AR)-C", "dlrm_embedding.mlir": "fused(Emb+A2A)-C", "moe.mlir": "A2A-fused(MM-C+A2A)-C"}
+
+
+@pytest.mark.parametrize("example", sorted(FUSED_OPERATORS))
+def test_the_fused_operators_are_candidates(example):
+    # the fused-operator paper's schedules (a producer and its collective as one tile
+    # operator, remote tiles first) are schedules the tuner explores, checks and names
+    text = (EXAMPLES / example).read_text()
+    ex = explore(parse_module(text))
+    keys = {structure_key(c.module): c for c in ex.candidates}
+    (ps,) = [ps for ps in PAPER_SCHEDULES if ps.example == example]
+    key = structure_key(ps.run(text).module)
+    assert key in keys, f"{ps.name} is not among the explored schedules"
+    cand = keys[key]
+    assert cand.name.split(" [")[0] == FUSED_OPERATORS[example]
+    assert "granularity=tile" in cand.pipeline
+    assert check(Exploration([ex.candidates[0], cand]), ranks=2) == [] and cand.check == "ok"
 
 
 def test_adam_names_and_pipelines():
