@@ -12,6 +12,7 @@ import pytest
 from distir.dialects.context import parse_module
 from distir.lowering.pipeline import lower
 from distir.passes.pipeline import apply_pipeline
+from distir.tuning.collectives import collective_cost
 from distir.tuning.cost_model import (
     ModelOptions,
     Protocol,
@@ -22,7 +23,6 @@ from distir.tuning.cost_model import (
     prepare,
     reference_size,
 )
-from distir.tuning.collectives import collective_cost
 from distir.tuning.sizes import at_size
 from distir.tuning.topology import get_topology, parse_topology
 
