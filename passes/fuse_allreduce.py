@@ -45,7 +45,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll
 from distir.passes.fusion import ancestor_in, forward_plan, fuse
-from distir.passes.support import BlockOrder, Targets, apply_all_or_nothing, fail
+from distir.passes.support import BlockOrder, Targets, apply_all_or_nothing, fail, returns_split
 
 
 def fuse_reduce_scatter(rs: coll.ReduceScatterOp, order: BlockOrder | None = None) -> str | None:
@@ -101,6 +101,10 @@ class FuseAllReducePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         def run(module: ModuleOp) -> None:
+            with returns_split(module):
+                fuse_all(module)
+
+        def fuse_all(module: ModuleOp) -> None:
             targets = Targets(self.name, self.targets, module)
             rss = [o for o in module.walk() if isinstance(o, coll.ReduceScatterOp)]
             targets.require_known("reduce_scatter results", [r.result for r in rss])

@@ -59,6 +59,7 @@ from distir.passes.support import (
     apply_all_or_nothing,
     fail,
     inside_fused_or_overlap,
+    returns_split,
 )
 
 FIRST_FUSED: dict[type, type[coll.FusedCollectiveOp]] = {
@@ -169,5 +170,9 @@ class FuseCollectivesPass(ModulePass):
                     if why is not None and not targets.all:
                         fail(self.name, f"target %{name}: cannot fuse '{c.name}' with computations: {why}")
 
-        apply_all_or_nothing(op, run, self.targets)
+        def split(module: ModuleOp) -> None:
+            with returns_split(module):
+                run(module)
+
+        apply_all_or_nothing(op, split, self.targets)
 

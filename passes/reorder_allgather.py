@@ -62,6 +62,7 @@ from distir.passes.support import (
     map_fits,
     mesh_sizes,
     place_like,
+    returns_split,
     same_type,
     set_name,
     try_build,
@@ -280,6 +281,19 @@ def run_reorder(
     extra_rule: Callable[[Operation, coll.CollectiveOp], str | None] | None = None,
 ) -> None:
     """The reorder driver shared by reorder-allgather and reorder-broadcast."""
+    with returns_split(module):
+        _reorder(pass_name, kind, mover, module, target_names, what, extra_rule)
+
+
+def _reorder(
+    pass_name: str,
+    kind: type[coll.CollectiveOp],
+    mover: Mover,
+    module: ModuleOp,
+    target_names: tuple[str, ...],
+    what: str,
+    extra_rule: Callable[[Operation, coll.CollectiveOp], str | None] | None,
+) -> None:
     targets = Targets(pass_name, target_names, module)
     colls = [o for o in module.walk() if isinstance(o, kind)]
     targets.require_known(f"{what} results", [c.result for c in colls])

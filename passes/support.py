@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, UnrealizedConversionCastOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import PassFailedException, VerifyException
@@ -138,6 +138,36 @@ def gc_paused():
         if was:
             gc.enable()
 
+
+@contextlib.contextmanager
+def returns_split(module: ModuleOp):
+    """Inside, every ``func.return`` reads each value through its own one-operand
+    placeholder (``builtin.unrealized_conversion_cast``, inserted just before the
+    return); on leaving, the return reads the placeholders'
+    operands again and they are erased. xDSL copies an op's whole operand tuple each time
+    one of its operands is replaced, so a pass that replaces the n returned values of a
+    model-scale step one by one (fuse-allreduce, reorder-allgather) would cost O(n^2);
+    through the placeholders each replacement is O(1). The placeholders are ordinary
+    users for the pass (an op after every computation that is neither a computation nor
+    a collective), as the return is. (Every return, not only long ones, so that the pass
+    behaves the same on small programs as at model scale.)"""
+    split: list[tuple[func.ReturnOp, list[Operation]]] = []
+    for ret in [o for o in module.walk() if isinstance(o, func.ReturnOp) and o.operands]:
+        block = ret.parent_block()
+        assert block is not None
+        holders = [UnrealizedConversionCastOp.get([v], [v.type]) for v in ret.operands]
+        for h in holders:
+            block.insert_op_before(h, ret)
+        ret.operands = [h.results[0] for h in holders]
+        split.append((ret, holders))
+    try:
+        yield
+    finally:
+        for ret, holders in split:
+            ret.operands = [h.operands[0] for h in holders]
+            for h in holders:
+                h.detach()
+                h.erase()
 
 def apply_all_or_nothing(module: ModuleOp, body: Callable[[ModuleOp], None], targets: Sequence[str] | None = None) -> None:
     """Run ``body`` on a copy of ``module`` and, if it returns, move the result into
