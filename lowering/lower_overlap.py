@@ -1,41 +1,16 @@
 """``lower-overlap``: run each ``coll.overlap`` chain chunk by chunk, so that the
 communication of chunk i overlaps the computation of chunk i+1 (CoCoNet's overlap).
 
-The chain's result is cut into ``chunks`` pieces along one dim, the outermost one that
+The chain's result is cut into ``chunks`` pieces along one dim: the outermost one that
 every op of the chain can be cut along (not a dim a reduction reduces or an all-to-all
 moves), so that chunks are contiguous where they can be. Each chunk is the chain
 applied to chunks of the chain's inputs (``rt.chunk``; an input an op reads whole,
 such as a matmul's weight, stays whole), and ``rt.assemble`` puts the chunk results
-together. ``rt.chunk`` and ``rt.assemble`` act on each rank's own buffer, so a value
-sliced along the cut dim is chunked rank by rank (rank r's chunk k is chunk k of its
-block). A chain that slices the cut dim itself is cut differently:
-
-* **along a dim the chain slices and gathers back** (``reduce_scatter`` ... pointwise
-  ... ``all_gather`` along one dim, as in ``ol(MM,RS-C-AG)`` and
-  ``ol(MM,fuse(RS-C-AG))`` cut along the reduce-scatter's dim): chunk k of the rows is
-  reduce-scattered on its own, so rank r holds block r *of chunk k* (not chunk k of
-  block r), the pointwise ops run on that block, and the all-gather of chunk k rebuilds
-  the rows of chunk k. Every value of the chunk is then the logical chunk k of the
-  value it stands for, which equals the unchunked chain exactly when every value that
-  crosses the chain's boundary along the cut dim (the result, the inputs read in
-  chunks) is not sliced along it: a chain whose result stays sliced along the dim
-  (``ol(MM,RS)``) is not cut along it, since rank r would own other rows. A dropout
-  in such a chunk is marked ``{rt.chunk = [dim, k, n, 1]}`` (chunk-major offsets).
-
-    %y = coll.overlap chunks 2 -> !dist.tensor<16x8xf32, @world, [replicated]> {
-      %l = dist.matmul %x, %w : ... -> !dist.tensor<16x8xf32, @world, [local]>
-      %s = coll.reduce_scatter sum %l dim 0 : ... -> !dist.tensor<16x8xf32, @world, [sliced<0>]>
-      %g = coll.all_gather %s : ... -> !dist.tensor<16x8xf32, @world, [replicated]>
-      coll.yield %g : ...
-    }
-
-  is cut along dim 0 (chunk k: rows 8k .. 8k+7, reduce-scattered over the ranks),
-  where before this rule it was cut along dim 1 (strided chunks). The ops of a
-chunk before its first collective run on stream 0 (computation), the rest on stream 1
-(the collectives, with the computation fused into them), marked ``{rt.stream = 1}``;
-``lower-collectives`` orders the streams with events. A dropout in a chunk keeps the
-random numbers of its elements (``{rt.chunk = [dim, k, n]}`` tells ``lower-to-kernels``
-the chunk's position).
+together. The ops of a chunk before its first collective run on stream 0
+(computation), the rest on stream 1 (the collectives, with the computation fused into
+them), marked ``{rt.stream = 1}``; ``lower-collectives`` orders the streams with
+events. A dropout in a chunk keeps the random numbers of its elements (``{rt.chunk =
+[dim, k, n]}`` tells ``lower-to-kernels`` the chunk's position).
 
     %y = coll.overlap chunks 2 -> T {
       %l = dist.matmul %x, %w : ...
@@ -53,16 +28,45 @@ becomes::
     %s1 = coll.all_reduce sum %l1 {rt.stream = 1} : ...
     %y = rt.assemble %s0, %s1 dim 0 : ...
 
+``rt.chunk`` and ``rt.assemble`` act on each rank's own buffer: a value sliced along the
+cut dim is chunked rank-major (rank r's chunk k is chunk k of its block), which is
+right as long as no op of the chain slices or gathers that dim.
+
+**Cutting along the dim a chain slices and gathers back.** A chain that reduce-scatters
+a dim and all-gathers it before its result (``ol(MM,RS-C-AG)``, ``ol(MM,fuse(RS-C-AG))``)
+can be cut along that dim too, chunk-major: chunk k of the rows is reduce-scattered on
+its own, so rank r holds block r *of chunk k*, the pointwise ops run on that block, and
+the all-gather of chunk k rebuilds the rows of chunk k. Every value of the chunk is then
+the logical chunk k of the value it stands for, which equals the unchunked chain
+exactly when nothing that crosses the chain's boundary in chunks is sliced along the
+cut dim rank-major: the chain's result must not be sliced along it (``ol(MM,RS)`` keeps
+its rows sliced, and cut along them rank r would own other rows: it is cut along
+another dim), nor an input, except one that a ``take_slice`` of a replicated value
+slices (as ``reorder-allgather`` leaves a residual), which is sliced again from its
+source's chunk. A dropout in such a chunk is marked ``{rt.chunk = [dim, k, n, 1]}``
+(chunk-major offsets). With the reduce-scatter along dim 0::
+
+    %y = coll.overlap chunks 2 -> !dist.tensor<16x8xf32, @world, [replicated]> {
+      %l = dist.matmul %x, %w : ... -> !dist.tensor<16x8xf32, @world, [local]>
+      %s = coll.reduce_scatter sum %l dim 0 : ... -> !dist.tensor<16x8xf32, @world, [sliced<0>]>
+      %g = coll.all_gather %s : ... -> !dist.tensor<16x8xf32, @world, [replicated]>
+      coll.yield %g : ...
+    }
+
+is cut along dim 0 (chunk k: rows 8k .. 8k+7, each reduce-scattered over the ranks and
+gathered back, every NCCL call on a contiguous block), not along dim 1 (strided chunks
+that are packed and unpacked around every call).
+
 A ``granularity tile`` chain is one fused computation-collective operator, left for
 ``lower-collectives`` (``fused_ops.py``). Chunks run in the order 0, 1, ... on every
-rank (``natural``). A ``ring`` or
-``remote_first`` order is rank-dependent, and per-chunk collectives must be issued in
-one order by all ranks (NCCL and MPI match them by issue order): a matmul -> all_reduce /
-reduce_scatter / fused_all_reduce chain with such an order is left for
-``lower-collectives``, which reduces it by point-to-point transfers in that order
-(``overlap.py``); other chains with those orders are cut here in natural order. A chain
-that cannot be cut (several results, a reduction over the cut dim, sizes that the
-chunks do not divide) is left to ``lower-collectives``, which runs it as one piece.
+rank (``natural``). A ``ring`` or ``remote_first`` order is rank-dependent, and
+per-chunk collectives must be issued in one order by all ranks (NCCL and MPI match them
+by issue order): a matmul -> all_reduce / reduce_scatter / fused_all_reduce chain with
+such an order is left for ``lower-collectives``, which reduces it by point-to-point
+transfers in that order, along the reduction's dim (``overlap.py``); other chains with
+those orders are cut here in natural order. A chain that cannot be cut (several
+results, a reduction over the cut dim, sizes that the chunks do not divide) is left to
+``lower-collectives``, which runs it as one piece.
 """
 
 from __future__ import annotations
