@@ -11,6 +11,12 @@
 * the pipeline-parallel layer of GPT-3 175B (S=2048, H=12288), one layer per DGX-2 node,
   two stages of 16 GPUs [paper: ol(RS,fuse(P2P-C),AG) best, 11.75-12.21x over AR-P2P-C].
 
+For the Megatron blocks a second table gives, per size, the speedup over MM-AR-C of
+the best variant (chunks, order, split dim) of each of the paper's schedules
+(ol(MM,fuse(RS-C-AG)), MM-RS-C-AG, MM-fuse(RS-C-AG)), and the best schedule without the
+fused-operator paper's tile operators (``fused(MM+RS)`` ...), i.e. CoCoNet's own
+search space.
+
     python bench/tune_predictions.py [--only adam,lamb,attention,mlp,pipeline]
 """
 
@@ -79,6 +85,7 @@ def main() -> int:
     from distir.tuning.tuner import tune
 
     rows = []
+    paper_rows = []
     for title, text, topo, ranks, sizes, dim, baseline, paper in workloads(set(args.only.split(","))):
         t0 = time.perf_counter()
         r = tune(parse_module(text), ranks, parse_sizes(sizes) if sizes else None, dim=dim, model=topo)
@@ -98,11 +105,37 @@ def main() -> int:
             winner = r.best[size]
             shown = sorted(((sp, fam, name) for (fam, z), (sp, name) in families.items() if z == size), reverse=True)[:4]
             rows.append([title, format_size(size), winner or "-", "; ".join(f"{fam} {sp:.2f}x" for sp, fam, _ in shown), paper])
+            if baseline.endswith("MM-AR-C"):
+                paper_rows.append([title, format_size(size), *_paper_families(families, size, baseline.removesuffix("MM-AR-C"))])
         crossing = [z for z in r.sizes if r.best[z] and not r.best[z].startswith(baseline)]
         if len(r.sizes) > 4 and crossing:
             note(f"  first size where {baseline} is not best: {format_size(crossing[0])}")
     print(table(rows, ["workload", "size", "predicted best", "best of each family (speedup over the baseline)", "paper"]))
+    if paper_rows:
+        print()
+        print(table(paper_rows, ["workload", "size", *PAPER_FAMILIES, "best without tile operators"]))
     return 0
+
+
+PAPER_FAMILIES = ("ol(MM,fuse(RS-C-AG))", "MM-RS-C-AG", "MM-fuse(RS-C-AG)")
+
+
+def _paper_families(families: dict, size: int, prefix: str) -> list[str]:
+    """The speedup over MM-AR-C of the best variant of each of the paper's schedules
+    (the MLP's names start with its first MM-C), and the best schedule that is not a
+    fused tile operator."""
+
+    def shown(sp: float, name: str) -> str:
+        bracket = name[name.index(" [") :] if " [" in name else ""
+        return f"{sp:.2f}x{bracket}"
+
+    out = []
+    for fam in PAPER_FAMILIES:
+        got = families.get((prefix + fam, size))
+        out.append(shown(*got) if got else "-")
+    coconet = [(sp, name) for (fam, z), (sp, name) in families.items() if z == size and "fused(" not in fam]
+    out.append(f"{max(coconet)[1]} {max(coconet)[0]:.2f}x" if coconet else "-")
+    return out
 
 
 if __name__ == "__main__":

@@ -1,16 +1,16 @@
 """``lower-overlap``: run each ``coll.overlap`` chain chunk by chunk, so that the
 communication of chunk i overlaps the computation of chunk i+1 (CoCoNet's overlap).
 
-The chain's result is cut into ``chunks`` pieces along one dim (the first dim of the
-result that every op of the chain can be cut along: not a dim a collective slices or
-gathers, not a dim a reduction reduces). Each chunk is the chain applied to chunks of
-the chain's inputs (``rt.chunk``; an input an op reads whole, such as a matmul's
-weight, stays whole), and ``rt.assemble`` puts the chunk results together. The ops of a
-chunk before its first collective run on stream 0 (computation), the rest on stream 1
-(the collectives, with the computation fused into them), marked ``{rt.stream = 1}``;
-``lower-collectives`` orders the streams with events. A dropout in a chunk keeps the
-random numbers of its elements (``{rt.chunk = [dim, k, n]}`` tells ``lower-to-kernels``
-the chunk's position).
+The chain's result is cut into ``chunks`` pieces along one dim: the outermost one that
+every op of the chain can be cut along (not a dim a reduction reduces or an all-to-all
+moves), so that chunks are contiguous where they can be. Each chunk is the chain
+applied to chunks of the chain's inputs (``rt.chunk``; an input an op reads whole,
+such as a matmul's weight, stays whole), and ``rt.assemble`` puts the chunk results
+together. The ops of a chunk before its first collective run on stream 0
+(computation), the rest on stream 1 (the collectives, with the computation fused into
+them), marked ``{rt.stream = 1}``; ``lower-collectives`` orders the streams with
+events. A dropout in a chunk keeps the random numbers of its elements (``{rt.chunk =
+[dim, k, n]}`` tells ``lower-to-kernels`` the chunk's position).
 
     %y = coll.overlap chunks 2 -> T {
       %l = dist.matmul %x, %w : ...
@@ -28,16 +28,45 @@ becomes::
     %s1 = coll.all_reduce sum %l1 {rt.stream = 1} : ...
     %y = rt.assemble %s0, %s1 dim 0 : ...
 
+``rt.chunk`` and ``rt.assemble`` act on each rank's own buffer: a value sliced along the
+cut dim is chunked rank-major (rank r's chunk k is chunk k of its block), which is
+right as long as no op of the chain slices or gathers that dim.
+
+**Cutting along the dim a chain slices and gathers back.** A chain that reduce-scatters
+a dim and all-gathers it before its result (``ol(MM,RS-C-AG)``, ``ol(MM,fuse(RS-C-AG))``)
+can be cut along that dim too, chunk-major: chunk k of the rows is reduce-scattered on
+its own, so rank r holds block r *of chunk k*, the pointwise ops run on that block, and
+the all-gather of chunk k rebuilds the rows of chunk k. Every value of the chunk is then
+the logical chunk k of the value it stands for, which equals the unchunked chain
+exactly when nothing that crosses the chain's boundary in chunks is sliced along the
+cut dim rank-major: the chain's result must not be sliced along it (``ol(MM,RS)`` keeps
+its rows sliced, and cut along them rank r would own other rows: it is cut along
+another dim), nor an input, except one that a ``take_slice`` of a replicated value
+slices (as ``reorder-allgather`` leaves a residual), which is sliced again from its
+source's chunk. A dropout in such a chunk is marked ``{rt.chunk = [dim, k, n, 1]}``
+(chunk-major offsets). With the reduce-scatter along dim 0::
+
+    %y = coll.overlap chunks 2 -> !dist.tensor<16x8xf32, @world, [replicated]> {
+      %l = dist.matmul %x, %w : ... -> !dist.tensor<16x8xf32, @world, [local]>
+      %s = coll.reduce_scatter sum %l dim 0 : ... -> !dist.tensor<16x8xf32, @world, [sliced<0>]>
+      %g = coll.all_gather %s : ... -> !dist.tensor<16x8xf32, @world, [replicated]>
+      coll.yield %g : ...
+    }
+
+is cut along dim 0 (chunk k: rows 8k .. 8k+7, each reduce-scattered over the ranks and
+gathered back, every NCCL call on a contiguous block), not along dim 1 (strided chunks
+that are packed and unpacked around every call).
+
 A ``granularity tile`` chain is one fused computation-collective operator, left for
 ``lower-collectives`` (``fused_ops.py``). Chunks run in the order 0, 1, ... on every
-rank (``natural``). A ``ring`` or
-``remote_first`` order is rank-dependent, and per-chunk collectives must be issued in
-one order by all ranks (NCCL and MPI match them by issue order): a matmul -> all_reduce /
-reduce_scatter / fused_all_reduce chain with such an order is left for
-``lower-collectives``, which reduces it by point-to-point transfers in that order
-(``overlap.py``); other chains with those orders are cut here in natural order. A chain
-that cannot be cut (several results, a reduction over the cut dim, sizes that the
-chunks do not divide) is left to ``lower-collectives``, which runs it as one piece.
+rank (``natural``). A ``ring`` or ``remote_first`` order is rank-dependent, and
+per-chunk collectives must be issued in one order by all ranks (NCCL and MPI match them
+by issue order): a matmul -> all_reduce / reduce_scatter / fused_all_reduce chain with
+such an order is left for ``lower-collectives``, which reduces it by point-to-point
+transfers in that order, along the reduction's dim (``overlap.py``); other chains with
+those orders are cut here in natural order. A chain that cannot be cut (several
+results, a reduction over the cut dim, sizes that the chunks do not divide) is left to
+``lower-collectives``, which runs it as one piece.
 """
 
 from __future__ import annotations
@@ -86,18 +115,17 @@ def _elementwise_dims(op: Operation, c: int | None) -> list[int | None]:
     return out
 
 
-def _collective_dims(cls, t: TensorType, options: dict, c: int | None) -> int | None:
-    """The operand dim of a collective whose result is cut along ``c``."""
-    if c is None:
-        return None
-    axes = list(options.get("axes") or (0,))
-    if cls is coll.ReduceScatterOp and options.get("dim") == c:
-        raise NotChunkable(f"the reduce-scatter slices dim {c}")
-    if cls in (coll.AllGatherOp, coll.AllToAllOp) and layout.innermost_slicing(t.get_placements(), axes) == c:
-        raise NotChunkable(f"the {cls.name} gathers dim {c}")
-    if cls is coll.AllToAllOp and options.get("dim") == c:
-        raise NotChunkable(f"the all-to-all slices dim {c}")
-    return c
+def _sliced_along(t: Attribute, d: int) -> bool:
+    return isinstance(t, TensorType) and bool(layout.slicing_axes(t.get_placements(), d))
+
+
+def _sliced_view(v: SSAValue, d: int) -> dist.TakeSliceOp | None:
+    """The ``take_slice`` along ``d`` of a value not sliced along ``d`` that defines
+    ``v`` (a replicated input that an earlier pass sliced before the chain), or None."""
+    owner = v.owner
+    if isinstance(owner, dist.TakeSliceOp) and owner.option("dim") == d and not _sliced_along(owner.operands[0].type, d):
+        return owner
+    return None
 
 
 class Plan:
@@ -108,6 +136,22 @@ class Plan:
         self.dims: dict[SSAValue, int | None] = {}
         self.uses: dict[tuple[Operation, int], int | None] = {}
         self.internal: set[SSAValue] = set()
+        # Some op of the chain slices or gathers the cut dim: chunks are logical chunks
+        # (rank r holds block r of chunk k), see the module doc.
+        self.logical = False
+
+    def collective(self, cls, t: TensorType, options: dict, c: int | None) -> int | None:
+        """The operand dim of a collective whose result is cut along ``c``."""
+        if c is None:
+            return None
+        axes = list(options.get("axes") or (0,))
+        if cls is coll.AllToAllOp and (options.get("dim") == c or layout.innermost_slicing(t.get_placements(), axes) == c):
+            raise NotChunkable(f"the all-to-all moves dim {c}")
+        if cls is coll.ReduceScatterOp and options.get("dim") == c:
+            self.logical = True
+        if cls is coll.AllGatherOp and layout.innermost_slicing(t.get_placements(), axes) == c:
+            self.logical = True
+        return c
 
     def need(self, v: SSAValue, d: int | None, user: Operation, index: int) -> None:
         if v in self.internal:
@@ -128,7 +172,9 @@ class Plan:
             dims = _elementwise_dims(op, c)
         elif isinstance(op, SAME_DIM) or isinstance(op, coll.CollectiveOp):
             t: TensorType = op.operands[0].type  # type: ignore[assignment]
-            dims = [_collective_dims(type(op), t, op.options(), c)] if isinstance(op, coll.CollectiveOp) else [c]  # type: ignore[attr-defined]
+            dims = [self.collective(type(op), t, op.options(), c)] if isinstance(op, coll.CollectiveOp) else [c]  # type: ignore[attr-defined]
+            if isinstance(op, dist.TakeSliceOp) and op.option("dim") == c:
+                self.logical = True
         elif isinstance(op, dist.MatmulOp):
             rr = op.result.type.rank  # type: ignore[attr-defined]
             rb = op.rhs.type.rank  # type: ignore[attr-defined]
@@ -172,14 +218,14 @@ class Plan:
             self.internal.update(inner.results)
         for i, (y, d) in enumerate(zip(term.values, res)):
             if op.FINISH is not None and op.gather_flags()[i] and d is not None:
-                _collective_dims(op.FINISH, y.type, {"axes": axes}, d)  # type: ignore[arg-type]
+                self.collective(op.FINISH, y.type, {"axes": axes}, d)  # type: ignore[arg-type]
             self.need(y, d, term, i)
         self.ops([o for o in block.ops if o is not term])
         out = []
         for x, arg in zip(op.inputs, block.args):
             d = self.dims.get(arg)
             if op.FIRST is not None and d is not None:
-                d = _collective_dims(op.FIRST, x.type, op.first_options(), d)  # type: ignore[arg-type]
+                d = self.collective(op.FIRST, x.type, op.first_options(), d)  # type: ignore[arg-type]
             out.append(d)
         return out
 
@@ -243,7 +289,13 @@ class LowerOverlapPass(ModulePass):
         plan.need(term.operands[0], c, term, 0)
         plan.ops(chain)
         checked = [(v.type, d) for v, d in plan.dims.items() if d is not None]
-        checked += [(u[0].operands[u[1]].type, d) for u, d in plan.uses.items() if d is not None]
+        inputs = [(u[0].operands[u[1]], d) for u, d in plan.uses.items() if d is not None]
+        checked += [(v.type, d) for v, d in inputs]
+        if plan.logical:
+            if _sliced_along(term.operands[0].type, c):
+                raise NotChunkable(f"the chain's result stays sliced along dim {c}, which the chain slices")
+            if any(_sliced_along(v.type, d) and _sliced_view(v, d) is None for v, d in inputs):
+                raise NotChunkable(f"an input read in chunks is sliced along dim {c}, which the chain slices")
         for t, d in checked:
             if not isinstance(t, TensorType):
                 raise NotChunkable("a scalar cannot be cut")
@@ -267,6 +319,22 @@ class LowerOverlapPass(ModulePass):
             parent.insert_op_before(new, ov)
             return new
 
+        def chunk_input(v: SSAValue, d: int, k: int, kc: SSAValue) -> SSAValue:
+            """Chunk k of input ``v`` along ``d``; in a chunk-major cut, an input sliced
+            along ``d`` by a take_slice is sliced again from its source's chunk."""
+            ts = _sliced_view(v, d) if plan.logical and _sliced_along(v.type, d) else None
+            src = ts.operands[0] if ts is not None else v
+            view = insert(rt.ChunkOp.get(src, kc, d, n, chunk_type(src.type, d, n)))
+            if src.name_hint:
+                view.result.name_hint = f"{src.name_hint}_c{k}"
+            if ts is None:
+                return view.result
+            sliced = insert(ts.clone(value_mapper={src: view.result}))
+            sliced.results[0]._type = chunk_type(v.type, d, n)  # noqa: SLF001 - retyping a fresh clone
+            if v.name_hint:
+                sliced.results[0].name_hint = f"{v.name_hint}_c{k}"
+            return sliced.results[0]
+
         for k in range(n):
             kc = insert(arith.ConstantOp.from_int_and_width(k, IndexType())).results[0]
             mapper: dict[SSAValue, SSAValue] = {}
@@ -283,15 +351,13 @@ class LowerOverlapPass(ModulePass):
                             continue
                         key = (v, d, k)
                         if key not in views:
-                            view = insert(rt.ChunkOp.get(v, kc, d, n, chunk_type(v.type, d, n)))
-                            if v.name_hint:
-                                view.result.name_hint = f"{v.name_hint}_c{k}"
-                            views[key] = view.result
+                            views[key] = chunk_input(v, d, k, kc)
                         new_op.operands = [views[key] if j == i else w for j, w in enumerate(new_op.operands)]
                     if isinstance(new_op, dist.DropoutOp):
                         d = plan.dims.get(old_op.results[0])
                         if d is not None:
-                            new_op.attributes[CHUNK] = ArrayAttr([IntegerAttr(x, i64) for x in (d, k, n)])
+                            where = (d, k, n, 1) if plan.logical else (d, k, n)
+                            new_op.attributes[CHUNK] = ArrayAttr([IntegerAttr(x, i64) for x in where])
                 clone.attributes[STREAM] = IntegerAttr(0 if pos < first_coll else 1, i64)
                 for r in clone.results:
                     if r.name_hint:

@@ -357,7 +357,9 @@ class LowerToKernelsPass(ModulePass):
     def _offsets(builder: KernelBuilder, before: Operation, block: Block) -> list[SSAValue]:
         """The logical index of the block's first element along each offset dim (dropout):
         ``rt.group_rank`` x block extent for a sliced dim, plus the chunk's position for
-        the cut dim of a ``coll.overlap`` chunk."""
+        the cut dim of a ``coll.overlap`` chunk. A chunk is rank-major (``rt.chunk =
+        [dim, k, n]``: chunk k of this rank's block) or, when the chain slices the cut dim
+        itself, chunk-major (``[dim, k, n, 1]``: this rank's block of chunk k)."""
         out = []
         t = builder.space
         for d in builder.offset_dims:
@@ -365,14 +367,16 @@ class LowerToKernelsPass(ModulePass):
             extent = builder.local[d]
             new: list[Operation] = []
             chunk = builder.chunk if builder.chunk is not None and builder.chunk[0] == d else None
-            if chunk is not None:
+            chunk_major = chunk is not None and len(chunk) > 3 and chunk[3] == 1
+            if chunk is not None and not chunk_major:
                 extent *= chunk[2]
             if axes:
                 g = rt.GroupRankOp.get(t.mesh_name, axes)
                 c = arith.ConstantOp.from_int_and_width(extent, INDEX)
                 new += [g, c, arith.MuliOp(g, c)]
             if chunk is not None:
-                new.append(arith.ConstantOp.from_int_and_width(chunk[1] * builder.local[d], INDEX))
+                chunk_extent = t.get_shape()[d] if chunk_major else builder.local[d]
+                new.append(arith.ConstantOp.from_int_and_width(chunk[1] * chunk_extent, INDEX))
                 if axes:
                     new.append(arith.AddiOp(new[2], new[3]))
             for o in new:
