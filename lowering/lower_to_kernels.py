@@ -55,7 +55,7 @@ from distir.dialects import coll, dist, layout, rng, rt
 from distir.dialects.dist import TensorType
 from distir.lowering.common import buffer_type, fail, local_shape, meshes, static_sizes
 from distir.lowering.lower_buckets import body_key
-from distir.passes.support import gc_paused
+from distir.passes.support import gc_paused, returns_split
 
 PASS = "lower-to-kernels"
 ELEMENTWISE = (dist.MapOp, dist.CastOp, dist.DropoutOp)
@@ -304,7 +304,7 @@ class LowerToKernelsPass(ModulePass):
     name = "lower-to-kernels"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        with gc_paused():
+        with gc_paused(), returns_split(op):
             self._apply(ctx, op)
 
     def _apply(self, ctx: Context, op: ModuleOp) -> None:

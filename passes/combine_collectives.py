@@ -50,7 +50,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, layout
 from distir.dialects.dist import TensorType
-from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes
+from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes, replace_values
 
 DEFAULT_BUCKET_BYTES = 32 * 1024 * 1024
 """Operand bytes of one combined collective (the logical size of its operands)."""
@@ -268,7 +268,7 @@ def combine(bucket: Bucket) -> Operation:
     olds = [r for m in members for r in m.results]
     for old, r in zip(olds, new.results):
         r.name_hint = old.name_hint
-        old.replace_all_uses_with(r)
+    replace_values(dict(zip(olds, new.results)))  # one update of a return of many values
     for m in members:
         m.detach()
         m.erase()

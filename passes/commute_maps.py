@@ -64,6 +64,7 @@ from distir.passes.support import (
     map_fits,
     mesh_sizes,
     place_like,
+    returns_split,
     same_type,
     try_build,
 )
@@ -274,8 +275,9 @@ class CommuteMapsPass(ModulePass):
             for name in targets.wanted:
                 targets.require(name, any(isinstance(v.owner, dist.MapOp) for v in targets.values(name)), "is not the result of a dist.map")
             pattern = CommuteUp(targets) if self.direction == "up" else CommuteDown(targets)
-            PatternRewriteWalker(
-                GreedyRewritePatternApplier([pattern]), apply_recursively=True
-            ).rewrite_module(module)
+            with returns_split(module):
+                PatternRewriteWalker(
+                    GreedyRewritePatternApplier([pattern]), apply_recursively=True
+                ).rewrite_module(module)
 
         apply_all_or_nothing(op, run, self.targets)
