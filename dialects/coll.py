@@ -292,11 +292,14 @@ class FusedCollectiveOp(DistOp):
         sizes = self.mesh_sizes()
         if self.FIRST is None:
             return list(self.operand_types)
-        return [self.FIRST.infer([t], sizes, self.first_options())[0] for t in self.operand_types]
+        options = self.first_options()
+        return [self.FIRST.infer([t], sizes, options)[0] for t in self.operand_types]
 
-    def finish_type(self, t: Attribute) -> Attribute:
+    def finish_type(self, t: Attribute, sizes: tuple[int | None, ...] | None = None) -> Attribute:
+        """The type of a yielded value of type ``t`` once gathered (``sizes``: the mesh's,
+        when the caller has them)."""
         assert self.FINISH is not None
-        return self.FINISH.infer([t], self.mesh_sizes(), {"axes": self.option("axes")})[0]
+        return self.FINISH.infer([t], sizes if sizes is not None else self.mesh_sizes(), {"axes": self.option("axes")})[0]
 
     def verify_rule(self) -> None:
         if not self.inputs:
@@ -316,8 +319,9 @@ class FusedCollectiveOp(DistOp):
         flags = self.gather_flags()
         if len(flags) != len(self.outputs):
             raise RuleError(f"gather has {len(flags)} flag(s) for {len(self.outputs)} result(s)")
+        sizes = self.mesh_sizes()
         for i, (v, r, g) in enumerate(zip(term.values, self.result_types, flags)):
-            expect_type(self, f"result {i}", r, self.finish_type(v.type) if g else v.type)
+            expect_type(self, f"result {i}", r, self.finish_type(v.type, sizes) if g else v.type)
 
 
 GATHER = Kw("gather", "bools", None)

@@ -20,6 +20,7 @@ meshes and placements, and reports a broken rule as
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import weakref
 from collections.abc import Sequence
@@ -566,7 +567,7 @@ class DistOp(FormattedOp):
         return cls.make(list(operands), types, **options)
 
     def mesh_sizes(self) -> tuple[int | None, ...] | None:
-        for v in (*self.operands, *self.results):
+        for v in itertools.chain(self.operands, self.results):  # no copy: combined ops have thousands
             if isinstance(v.type, TensorType):
                 return lookup_mesh(self, v.type).sizes()
         return None
