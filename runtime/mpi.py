@@ -527,10 +527,8 @@ class PollingExecutor(RankExecutor):
         streams = self.streams
         running = self.running
         for op in block.ops:
-            if isinstance(op, func.ReturnOp):
-                return [self.env[v] for v in op.arguments]
-            if isinstance(op, scf.YieldOp):
-                return []
+            if isinstance(op, (func.ReturnOp, scf.YieldOp)):
+                return []  # the function's results: ``RankExecutor.run``
             running.append(op)
             self.block_op(op)
             for s in streams.values():
@@ -651,11 +649,41 @@ class MpiRunner:
         if self.heap is not None:
             self.device.heap = self.heap
             self.comm.attach(self.heap)
-            self.args = [self.device.from_host(a) if isinstance(a, np.ndarray) else a for a in self.args]
+            self.args = self._into_heap(self.args)
         from distir.runtime.host import limit_blas_threads
 
         on_node = self.heap.node.Get_size() if self.heap is not None else self.world.Get_size()
         limit_blas_threads(max(1, (os.cpu_count() or 1) // on_node))
+
+    def _into_heap(self, args: list[Any]) -> list[Any]:
+        """The bound arguments moved into the shared-memory window. An arena
+        (``lower-buckets``: the members' buffers side by side, an extra trailing argument)
+        moves as one buffer and its members become views of the moved arena again, so
+        that what the program writes through the arena is what the members return. A
+        scattered arena (its pieces are the members' own buffers) stays where it is, with
+        its members."""
+        arenas = self.program.arenas()
+        first = len(args) - len(arenas)
+        out = list(args)
+        done: set[int] = set()
+        for k, members in enumerate(arenas):
+            arena = args[first + k]
+            done.update(members)
+            done.add(first + k)
+            if not isinstance(arena, np.ndarray):
+                continue
+            moved = self.device.from_host(arena)
+            flat = moved.reshape(-1)
+            base = arena.ctypes.data
+            for i in members:
+                a = args[i]
+                at = (a.ctypes.data - base) // a.itemsize
+                out[i] = flat[at : at + a.size].reshape(a.shape)
+            out[first + k] = moved
+        for i, a in enumerate(args):
+            if i not in done and isinstance(a, np.ndarray):
+                out[i] = self.device.from_host(a)
+        return out
 
     def step(self) -> list[Any]:
         self.start()

@@ -14,9 +14,13 @@ from support.lowered import all_cases, schedules, small_example
 
 from distir.dialects.context import parse_module
 from distir.dialects.diagnostics import InputRejected
+from distir.examples.optimizer_step import optimizer_step, uniform_parameters
+from distir.passes.pipeline import apply_pipeline
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.interpreter import interpret
 from distir.runtime.mpi import MpiBackend, mpiexec_path
+
+FUSED = "split-allreduce,reorder-allgather,fuse-maps,fuse-allreduce"
 
 pytestmark = pytest.mark.mpi
 
@@ -38,6 +42,7 @@ def mpi_report(tmp_path_factory):
         for c in CASES
     ]
     jobs += [{"id": f"paths-{k}", "text": t, "func": None, "ranks": 2, "seed": 2, "shared_memory": shared} for k, (t, shared) in PATH_JOBS.items()]
+    jobs += [{"id": f"step-{k}", "text": t, "func": None, "ranks": 2, "seed": 2} for k, t in STEP_JOBS.items()]
     (d / "jobs.json").write_text(json.dumps(jobs))
     report: dict[str, dict] = {}
     for n in sorted({c[3] for c in CASES}):
@@ -61,6 +66,20 @@ PATH_JOBS = {
     "fused-shared": (dict(schedules("adam"))["fuse(RS-C-AG)+sliced-state"], True),
     "fused-messages": (dict(schedules("adam"))["fuse(RS-C-AG)+sliced-state"], False),
 }
+
+
+STEP_JOBS = {
+    # many tensors: the lowering combines them into arenas, so most arguments are read by
+    # no op and come back as they are (the executor returns them by index)
+    "sgd-arena": optimizer_step("sgd", uniform_parameters(5, 64)),
+    "adam-arena-fused": str(apply_pipeline(parse_module(optimizer_step("adam", uniform_parameters(5, 64))), FUSED)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STEP_JOBS))
+def test_model_scale_steps_equal_interpreter(mpi_report, name):
+    entry = mpi_report[f"step-{name}"]
+    assert entry["ok"], entry["message"]
 
 
 @pytest.mark.parametrize("shared", [True, False])
