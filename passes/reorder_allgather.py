@@ -282,70 +282,58 @@ def run_reorder(
 ) -> None:
     """The reorder driver shared by reorder-allgather and reorder-broadcast."""
     with returns_split(module):
-        _reorder(pass_name, kind, mover, module, target_names, what, extra_rule)
+        targets = Targets(pass_name, target_names, module)
+        colls = [o for o in module.walk() if isinstance(o, kind)]
+        targets.require_known(f"{what} results", [c.result for c in colls])
+        named_colls: list[coll.CollectiveOp] = []
+        named_ops: list[Operation] = []
+        for name in targets.wanted:
+            for v in targets.values(name):
+                owner = v.owner
+                if isinstance(owner, kind):
+                    named_colls.append(owner)
+                elif isinstance(owner, Operation):
+                    if not _collective_operands(owner, kind):
+                        fail(pass_name, f"target %{name}: '{owner.name}' has no {kind.name} operand to reorder with")
+                    named_ops.append(owner)
+                else:
+                    fail(pass_name, f"target %{name}: a function argument is neither a {kind.name} nor a computation")
+        created: list[Operation] = []
+        queue: deque[coll.CollectiveOp] = deque(colls if targets.all else named_colls)
 
+        def try_move(user: Operation, c: coll.CollectiveOp, explicit: bool) -> None:
+            try:
+                new = mover.move(user, c)
+            except NotSliceable as e:
+                if explicit:
+                    fail(
+                        pass_name,
+                        f"target {display(user.results[0], targets.names) if user.results else user.name}: "
+                        f"'{user.name}' cannot be reordered with {kind.name} {display(c.result, targets.names)}: {e}",
+                    )
+                return
+            created.extend(new)
+            queue.extend(n for n in new if isinstance(n, kind))
+            if not c.result.uses:
+                c.detach()
+                c.erase()
 
-def _reorder(
-    pass_name: str,
-    kind: type[coll.CollectiveOp],
-    mover: Mover,
-    module: ModuleOp,
-    target_names: tuple[str, ...],
-    what: str,
-    extra_rule: Callable[[Operation, coll.CollectiveOp], str | None] | None,
-) -> None:
-    targets = Targets(pass_name, target_names, module)
-    colls = [o for o in module.walk() if isinstance(o, kind)]
-    targets.require_known(f"{what} results", [c.result for c in colls])
-    named_colls: list[coll.CollectiveOp] = []
-    named_ops: list[Operation] = []
-    for name in targets.wanted:
-        for v in targets.values(name):
-            owner = v.owner
-            if isinstance(owner, kind):
-                named_colls.append(owner)
-            elif isinstance(owner, Operation):
-                if not _collective_operands(owner, kind):
-                    fail(pass_name, f"target %{name}: '{owner.name}' has no {kind.name} operand to reorder with")
-                named_ops.append(owner)
-            else:
-                fail(pass_name, f"target %{name}: a function argument is neither a {kind.name} nor a computation")
-    created: list[Operation] = []
-    queue: deque[coll.CollectiveOp] = deque(colls if targets.all else named_colls)
-
-    def try_move(user: Operation, c: coll.CollectiveOp, explicit: bool) -> None:
-        try:
-            new = mover.move(user, c)
-        except NotSliceable as e:
-            if explicit:
-                fail(
-                    pass_name,
-                    f"target {display(user.results[0], targets.names) if user.results else user.name}: "
-                    f"'{user.name}' cannot be reordered with {kind.name} {display(c.result, targets.names)}: {e}",
-                )
-            return
-        created.extend(new)
-        queue.extend(n for n in new if isinstance(n, kind))
-        if not c.result.uses:
-            c.detach()
-            c.erase()
-
-    while queue:
-        c = queue.popleft()
-        if c.parent is None:
-            continue
-        block = c.parent_block()
-        for use in list(c.result.uses):
-            user = use.operation
-            if user.parent is None or user.parent_block() is not block or user.regions and not isinstance(user, dist.MapOp):
-                continue
+        while queue:
+            c = queue.popleft()
             if c.parent is None:
-                break
-            try_move(user, c, explicit=False)
-    for op in named_ops:
-        cs = _collective_operands(op, kind)
-        try_move(op, cs[0], explicit=True)
-    erase_dead(created)
+                continue
+            block = c.parent_block()
+            for use in list(c.result.uses):
+                user = use.operation
+                if user.parent is None or user.parent_block() is not block or user.regions and not isinstance(user, dist.MapOp):
+                    continue
+                if c.parent is None:
+                    break
+                try_move(user, c, explicit=False)
+        for op in named_ops:
+            cs = _collective_operands(op, kind)
+            try_move(op, cs[0], explicit=True)
+        erase_dead(created)
 
 
 @dataclass(frozen=True)
