@@ -38,6 +38,7 @@ from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.runtime import npz
+from distir.runtime.buffers import new_buffer
 from distir.runtime.comm import P2P
 from distir.runtime.values import numpy_dtype, rank_coords, stores
 
@@ -163,9 +164,10 @@ class LoweredProgram:
                 assert isinstance(bufs, dict)
                 coords = rank_coords(grid)[rank]
                 if rank in bufs and stores(t.get_placements(), coords):
-                    host = np.array(bufs[rank], dtype=bufs[rank].dtype, order="C", copy=True)
+                    host = new_buffer(bufs[rank].shape, bufs[rank].dtype)
+                    host[...] = bufs[rank]
                 else:
-                    host = np.zeros(new_t.get_shape(), dtype=numpy_dtype(t.element_type))  # type: ignore[attr-defined]
+                    host = new_buffer(new_t.get_shape(), numpy_dtype(t.element_type))  # type: ignore[attr-defined]
                 hosts.append(host)
             else:
                 hosts.append(np.array(a, dtype=numpy_dtype(t))[()])
@@ -179,7 +181,7 @@ class LoweredProgram:
                 pieces = [q for p in parts for q in (p.pieces if isinstance(p, ScatteredArray) else [p.reshape(-1)])]
                 extra.append(ScatteredArray(pieces))
                 continue
-            flat = np.empty(sum(p.size for p in parts), dtype=parts[0].dtype)
+            flat = new_buffer((sum(p.size for p in parts),), parts[0].dtype)
             at = 0
             spans = []
             for p in parts:

@@ -21,12 +21,12 @@ from xdsl.dialects.builtin import IndexType, MemRefType
 from distir.dialects import rt
 from distir.lowering import numba_codegen as cg
 from distir.runtime import interpreter
+from distir.runtime.buffers import new_buffer
 from distir.runtime.scattered import ScatteredArray, bucket_table, copy_into
 from distir.runtime.streams import SyncStream, ThreadStream
 from distir.runtime.values import is_half, numpy_dtype, reduce_arrays
 
 _F32 = np.dtype(np.float32)
-
 
 class KernelInfo:
     """A compiled CPU kernel and what its parameters are."""
@@ -67,7 +67,7 @@ class HostDevice:
 
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
-        return np.zeros(shape, dtype=dtype)
+        return new_buffer(shape, dtype)
 
     def from_host(self, a: np.ndarray) -> np.ndarray:
         return a

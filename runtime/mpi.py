@@ -50,6 +50,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects.diagnostics import InputRejected
+from distir.runtime.buffers import STAGGER, STAGGER_FROM
 from distir.runtime.comm import P2P
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
 from distir.runtime.host import HostDevice
@@ -207,6 +208,13 @@ class SharedHeap:
     def _align(cls, n: int) -> int:
         return -(-n // cls.ALIGN) * cls.ALIGN
 
+    @classmethod
+    def footprint(cls, nbytes: int) -> int:
+        """Bytes a buffer of ``nbytes`` takes in the segment: aligned, and a large one
+        followed by ``buffers.STAGGER`` bytes, so that consecutive large buffers start at
+        different offsets within a page (``buffers.new_buffer``)."""
+        return cls._align(max(nbytes, 1)) + (STAGGER if nbytes >= STAGGER_FROM else 0)
+
     def free(self) -> None:
         """Release the window (collective over the node; no buffer of it may be used
         after)."""
@@ -224,7 +232,7 @@ class SharedHeap:
         start = self.top[region]
         if start + nbytes > self.limit[region]:
             return None
-        self.top[region] = start + self._align(max(nbytes, 1))
+        self.top[region] = start + self.footprint(nbytes)
         a = np.ndarray(tuple(shape), dtype, buffer=self.mine, offset=start)
         a[...] = 0
         return a
@@ -591,7 +599,7 @@ def shared_bytes(program: LoweredProgram) -> tuple[int, int]:
         if not isinstance(t, MemRefType):
             return 0
         n = int(np.prod(t.get_shape(), dtype=np.int64)) * numpy_dtype(t.element_type).itemsize
-        return SharedHeap._align(max(n, 1))
+        return SharedHeap.footprint(n)
 
     args = sum(size(t) for t in program.func.function_type.inputs.data)
     allocs = 0
@@ -600,7 +608,7 @@ def shared_bytes(program: LoweredProgram) -> tuple[int, int]:
             allocs += size(op.result.type)
         elif isinstance(op, rt.TiledCollectiveOp):
             n = op.ranks()
-            allocs += SharedHeap._align(2 * n * op.option("tiles") * 8) + SharedHeap.ALIGN
+            allocs += SharedHeap.footprint(2 * n * op.option("tiles") * 8) + SharedHeap.ALIGN
     return args, allocs + SharedHeap.ALIGN
 
 
