@@ -91,8 +91,7 @@ class LocalStep:
         import gc
 
         self.runner.close()
-        for t in self.runner._threads:  # noqa: SLF001 - a thread holds its runner until it ends
-            t.join(timeout=10)
+        self.runner.join()
         self.runner = self.program = None  # type: ignore[assignment]
         gc.collect()
 

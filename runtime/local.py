@@ -424,6 +424,12 @@ class LocalRunner:
             for s in ex.streams.values():
                 s.close()
 
+    def join(self, timeout: float = 10.0) -> None:
+        """Wait for the rank threads to end after ``close`` (a thread holds its runner,
+        and so every buffer, until it does)."""
+        for t in self._threads:
+            t.join(timeout=timeout)
+
     def outputs(self, results: list[list[Any]]) -> list[np.ndarray]:
         """Logical outputs (copies: later steps write the buffers again)."""
         return self.program.collect(results, lambda b: np.array(self.device.to_host(b)))

@@ -16,6 +16,7 @@ programs on every rank and times them the same way, each step between barriers.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import statistics
@@ -123,6 +124,12 @@ def _run_local_batch(batch, rounds, warmup, min_time, progress, statistic="best"
     finally:
         for r in runners.values():
             r.close()
+        for r in runners.values():
+            r.join()
+        # the rank threads, executors and buffers form cycles: free them before the
+        # next batch binds its own (batches are sized to fit memory one at a time)
+        runners.clear()
+        gc.collect()
     return out
 
 

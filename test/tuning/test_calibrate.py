@@ -92,6 +92,27 @@ def test_timing_harness_measures_or_reports():
     assert times["odd"] is None
 
 
+def test_timing_frees_each_batch_before_the_next():
+    # a tuner or bench run times hundreds of programs in batches sized to fit memory one
+    # at a time: every batch's rank threads (which hold its buffers) must have ended
+    import threading
+
+    progs = [(f"p{i}", parse_module(collective_program("all_reduce", 1 << 12))) for i in range(3)]
+    seen = []
+    times = time_programs(
+        progs,
+        2,
+        "local",
+        rounds=1,
+        min_time=0.0,
+        memory_budget=1,
+        progress=lambda name: seen.append(sum(t.name.startswith("rank") for t in threading.enumerate())),
+    )
+    assert all(v is not None for v in times.values())
+    assert seen == [0, 0, 0]  # one program per batch: none of the earlier batches' threads left
+    assert not any(t.name.startswith("rank") for t in threading.enumerate())
+
+
 @pytest.mark.mpi
 def test_mpi_timing_harness():
     ok = parse_module(collective_program("all_reduce", 64))
