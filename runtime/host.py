@@ -28,6 +28,7 @@ from distir.runtime.values import is_half, numpy_dtype, reduce_arrays
 
 _F32 = np.dtype(np.float32)
 
+
 class KernelInfo:
     """A compiled CPU kernel and what its parameters are."""
 
