@@ -34,6 +34,7 @@ from distir.dialects import layout
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local, Replicated, Sliced
+from distir.runtime import bulk
 
 BUCKET = 1024
 """Most elements in one bucket (CoCoNet: buckets of at most 2^10 elements)."""
@@ -122,7 +123,7 @@ def copy_into(dst: Any, src: Any) -> None:
     n = dst.size
     for _, _, (d, s) in segments([dst, src], 0, n):
         if d.__array_interface__["data"][0] != s.__array_interface__["data"][0]:
-            d[...] = s
+            bulk.copy(d, s)
 
 
 _TABLES: dict[tuple[int, ...], np.ndarray] = {}

@@ -6,8 +6,12 @@ interleaved rounds) and fits the parameters the cost model (``cost_model.py``) n
 
 * the host's costs (``Runtime``): a fixed cost per step of a program and a dispatch
   cost per op, from programs of 1 and 8 tiny kernels;
-* the memory bandwidth, from an element-wise kernel over large buffers (read two,
-  write one), every rank at once (so the bandwidth is each rank's share);
+* the memory bandwidth, from an element-wise kernel that updates a large buffer in
+  place (read two, write one back), every rank at once (so the bandwidth is each rank's
+  share), and on rank 0 alone (what a kernel only some ranks run gets). A store to
+  memory the kernel did not read costs twice its bytes in the model (the line is read
+  first); the triad (c = a + s·b) measured 2.5-3 here and a two-output SGD kernel 2.0,
+  and most kernels of optimizer steps update in place;
 * the element-wise peak, from a kernel of 64 fused multiply-adds per element, and the
   matmul rate per element type (BLAS for f32);
 * alpha and beta of every collective kind (AllReduce, ReduceScatter, AllGather,
@@ -39,8 +43,11 @@ from distir.tuning.topology import Device, Level, PeakTflops, register_topology
 
 FILE_NAME = "calibration.json"
 VERSION = 1
-COLLECTIVE_SIZES = (1 << 14, 1 << 17, 1 << 20, 1 << 22)
-BANDWIDTH_SIZES = (1 << 18, 1 << 20, 1 << 22)
+COLLECTIVE_SIZES = (1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24)
+BANDWIDTH_SIZES = (1 << 20, 1 << 22, 1 << 24)
+"""Elements per rank. Both reach 2^24 (64 MiB buffers), the largest size the tuner's
+local runs predict: a line fitted to buffers that fit in the caches (2^18 did) gives a
+bandwidth that large steps do not get (they were over-predicted by 15-50%)."""
 REPEATS = 2
 """Each program is timed in this many separate interleaved runs; its best step counts."""
 
@@ -63,11 +70,13 @@ def _t(n: int, placement: str, dtype: str = "f32") -> str:
     return f"!dist.tensor<{n}x{dtype}, @world, [{placement}]>"
 
 
-def triad_program(n: int) -> str:
-    """c = a + s * b on every rank's own buffers (16 bytes per element moved)."""
-    t = _t(n, "local")
+def update_program(n: int, placement: str = "local") -> str:
+    """a = a + s * b in place on every rank's own buffers (12 bytes per element moved:
+    the stores go to lines just loaded, so there is no write-allocate to guess); with
+    ``placement="at<0>"`` on rank 0's only, the others idle."""
+    t = _t(n, placement)
     return _MESH + (
-        f"func.func @triad(%a: {t}, %b: {t}, %s: f32) -> {t} {{\n"
+        f"func.func @update(%a: {t}, %b: {t}, %s: f32) -> ({t} {{dist.inplace = 0 : i64}}) {{\n"
         f"  %c = dist.map(%a, %b, %s) : ({t}, {t}, f32) -> {t} {{\n"
         "  ^bb0(%x: f32, %y: f32, %k: f32):\n"
         "    %m = arith.mulf %k, %y : f32\n"
@@ -156,7 +165,8 @@ def programs() -> dict[str, str]:
         "mm_f16": matmul_program(128, "f16"),
     }
     for n in BANDWIDTH_SIZES:
-        programs[f"triad_{n}"] = triad_program(n)
+        programs[f"update_{n}"] = update_program(n)
+        programs[f"update_alone_{n}"] = update_program(n, "at<0>")
     for kind in KINDS:
         for n in COLLECTIVE_SIZES:
             programs[f"{kind}_{n}"] = collective_program(kind, n)
@@ -179,18 +189,22 @@ def measure(backend: str, ranks: int, progress: Callable[[str], None] | None = N
     return fit(best, ranks, backend)
 
 
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+def _line(xs: list[float], ys: list[float], scale: list[float] | None = None) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line through (xs, ys) weighed by relative
-    error, after dropping the worst point if it is off by more than half."""
+    error, after dropping the worst point if it is off by more than half. ``scale``: what
+    each point's error is relative to (its whole measured time, when ``ys`` are what is
+    left of it after the host's costs: a small remainder is no more precise for being
+    small, and weighing by it let the smallest sizes decide the slope)."""
     x, y = np.asarray(xs, float), np.asarray(ys, float)
+    s = np.abs(np.asarray(scale if scale is not None else ys, float))
     for _ in range(2):
-        w = 1 / np.maximum(np.abs(y), 1e-9)
+        w = 1 / np.maximum(s, 1e-9)
         slope, icept = np.polyfit(x, y, 1, w=w)
         rel = np.abs((icept + slope * x) - y) * w
         if len(x) <= 3 or rel.max() < 0.5:
             break
         keep = rel < rel.max()
-        x, y = x[keep], y[keep]
+        x, y, s = x[keep], y[keep], s[keep]
     return float(icept), float(slope)
 
 
@@ -201,11 +215,14 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
     dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
     step = max(0.0, t["k1"] - ops1 * dispatch)
     runtime = Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
-    overhead = step + _op_count(triad_program(BANDWIDTH_SIZES[0]), ranks) * dispatch
-    # the triad reads two buffers and writes a third: 16 bytes per element with the
-    # write-allocate read of the output (the model counts it: write_allocate)
-    _, per_byte = _line([16.0 * n for n in BANDWIDTH_SIZES], [t[f"triad_{n}"] for n in BANDWIDTH_SIZES])
+    overhead = step + _op_count(update_program(BANDWIDTH_SIZES[0]), ranks) * dispatch
+    # the update reads two buffers and writes one of them back: 12 bytes per element
+    _, per_byte = _line([12.0 * n for n in BANDWIDTH_SIZES], [t[f"update_{n}"] for n in BANDWIDTH_SIZES])
     bandwidth = 1 / max(per_byte, 1e-13)
+    # one rank streaming while the others wait gets more than its share (not more than
+    # all the ranks' shares together)
+    _, per_byte = _line([12.0 * n for n in BANDWIDTH_SIZES], [t[f"update_alone_{n}"] for n in BANDWIDTH_SIZES])
+    alone = min(max(1 / max(per_byte, 1e-13), bandwidth), bandwidth * ranks)
     work = lambda name: max(t[name] - overhead, t[name] / 2)  # noqa: E731 - the program's own work
     peak = 2 * 64 * (1 << 20) / work("flops")
     mm32 = 2 * 512**3 / work("mm_f32")
@@ -219,10 +236,11 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
             # (all_gather) or as the message (broadcast, send)
             xs.append(4.0 * n)
             ys.append(t[f"{kind}_{n}"] - step - _op_count(collective_program(kind, n), ranks) * dispatch)
-        alpha, beta = _line(xs, ys)
+        alpha, beta = _line(xs, ys, [t[f"{kind}_{n}"] for n in COLLECTIVE_SIZES])
         collectives[kind] = [max(0.0, alpha), max(1e-15, beta)]
     return {
         "memory_bandwidth_GBps": bandwidth / 1e9,
+        "memory_bandwidth_alone_GBps": alone / 1e9,
         "peak_tflops": {"f32": peak / 1e12, "f16": peak / 1e12, "bf16": peak / 1e12},
         "matmul_tflops": {"f32": mm32 / 1e12, "f16": mm16 / 1e12, "bf16": mm16 / 1e12},
         "runtime": asdict(runtime),
@@ -289,6 +307,7 @@ def topology_from(fit_: dict, name: str, ranks: int) -> CalibratedTopology:
         backend=fit_["backend"],
         matmul_tflops=tuple(sorted((k, float(v)) for k, v in fit_["matmul_tflops"].items())),
         fused_in_memory=bool(fit_.get("fused_in_memory", False)),
+        memory_bandwidth_alone_GBps=fit_.get("memory_bandwidth_alone_GBps"),
         write_allocate=True,
     )
 

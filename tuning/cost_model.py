@@ -49,7 +49,11 @@ divides into every derived dimension. ``predict`` evaluates all sizes at once (n
 
 **Calibrated machines** (``CalibratedTopology``, ``local`` after ``distir-tune
 --calibrate``): their collectives cost the alpha and beta fitted per collective kind on
-the backend, and their ``Runtime`` says how the host issues ops (the ``local`` backend
+the backend (an in-place AllGather only the peers' blocks: the shared-memory backends
+copy a rank's own block only out of place), a kernel only some of their ranks run gets
+the bandwidth of a rank streaming alone, their stores to memory a kernel did not
+read cost a read too (write-allocate; copies of ``runtime/bulk.py``'s streaming size
+do not), and their ``Runtime`` says how the host issues ops (the ``local`` backend
 runs stream 0 on the rank's thread, a Python dispatch per op, and its streams share
 the rank's core).
 """
@@ -190,6 +194,12 @@ class CalibratedTopology(Topology):
     """The backend runs ``rt.fused`` as one kernel in shared memory (the ``local``
     backend's zero-copy path), so its collectives' memory traffic for the buffers passed
     inside the fused op disappears too."""
+
+    memory_bandwidth_alone_GBps: float | None = None
+    """One rank's memory bandwidth while the other ranks do not stream (the device's
+    ``memory_bandwidth_GBps`` is each rank's share when all do): the ranks of a
+    shared-memory machine share its memory, so a kernel only some ranks run (a root's
+    update) goes faster. Such a kernel is taken to run while the others wait."""
 
     def peak_matmul(self, dtype: str) -> float:
         """The matmul rate for ``dtype`` in flop/s (the device's peak when not measured)."""
@@ -477,13 +487,17 @@ class _Walker:
         stream = self.env[op.operands[-1]]
         dev = self.topo.device
         bw = dev.memory_bandwidth_GBps * 1e9
+        alone = self.topo.memory_bandwidth_alone_GBps if isinstance(self.topo, CalibratedTopology) else None
+        if alone:
+            active = int(np.isin(self.class_of, classes).sum())
+            if 0 < active < self.ranks:
+                bw = min(alone, dev.memory_bandwidth_GBps * self.ranks / active) * 1e9
         launch = self.runtime.launch_s
         if isinstance(op, rt.LaunchOp):
             moved, flops, dtype = self.kernel_work(op, fused)
         elif isinstance(op, rt.CopyOp):
             src = op.args[0]
-            wa = isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate
-            moved, flops, dtype = self._bytes(src).scale(3.0 if wa else 2.0), ZERO, _dtype(self._mem(src).element_type)
+            moved, flops, dtype = self._copy_bytes(self._bytes(src)), ZERO, _dtype(self._mem(src).element_type)
             self._shape(op.args[1])
         elif isinstance(op, rt.MatmulOp):
             a, b, c = op.args[:3]
@@ -507,6 +521,16 @@ class _Walker:
             fused["launched"] = True
         cost = _max_cost(moved.scale(1 / bw), flops.scale(1 / peak), self.runtime.device_s if first else 0.0)
         self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s))
+
+    def _copy_bytes(self, size: Poly) -> Poly | Callable[[np.ndarray], np.ndarray]:
+        """Memory traffic of a copy of ``size`` bytes: read and write, and on a calibrated
+        CPU the write-allocate of the destination, except for the copies the runtime
+        streams (``runtime/bulk.py``: from ``STREAM_FROM`` bytes on)."""
+        if not (isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate):
+            return size.scale(2.0)
+        from distir.runtime.bulk import STREAM_FROM
+
+        return _Traffic(lambda r: size(r) * np.where(size(r) >= STREAM_FROM, 2.0, 3.0))
 
     def matmul_work(self, a: SSAValue, b: SSAValue, result: Sequence[int]) -> tuple[Poly, Poly]:
         """Bytes read and flops of ``a @ b`` with a result of shape ``result``."""
@@ -632,6 +656,11 @@ class _Walker:
         count = self.scaling.count((op.count,), item)
         if kind in ("reduce_scatter", "all_gather"):
             count = count.scale(n)
+        if kind == "all_gather" and isinstance(self.topo, CalibratedTopology) and _in_place_gather(send, recv, n):
+            # The shared-memory backends copy each rank's block into every output; in
+            # place (the rank's input is its own block of the output) that block is not
+            # copied: (n-1)/n of the bytes of the calibration's out-of-place AllGather.
+            count = count.scale((n - 1) / n)
         first = fused is None or not fused.get("launched")
         extra = self.runtime.device_s if first else 0.0
         cost = self.collective_cost(kind, groups, count, extra)
@@ -727,6 +756,21 @@ class _Walker:
         self.block(op.body.block, classes, {"launched": False})
 
 
+def _in_place_gather(send: SSAValue, recv: SSAValue, n: int) -> bool:
+    """Whether an AllGather's input is this rank's block of its output (NCCL's in-place
+    AllGather): ``rt.block %recv, %group_rank dim d count n`` with contiguous blocks."""
+    owner = send.owner
+    if not isinstance(owner, rt.BlockOp) or owner.args[0] is not recv or owner.option("count") != n:
+        return False
+    index = owner.args[1].owner
+    shape = list(recv.type.get_shape()) if isinstance(recv.type, MemRefType) else []
+    return (
+        isinstance(index, rt.GroupRankOp)
+        and index.shift_value == 0
+        and rt.BlockOp.contiguous(shape, owner.option("dim"))
+    )
+
+
 @lru_cache(maxsize=4096)
 def ring_latency(topology: Topology, kind: str, groups: tuple[tuple[int, ...], ...]) -> float:
     """The latency of a ring collective as NCCL's tuning model counts it: a chunk crosses
@@ -746,6 +790,19 @@ def ring_latency(topology: Topology, kind: str, groups: tuple[tuple[int, ...], .
         # nodes than the ring has (nNodes-1 network steps per phase)
         worst = max(worst, phases * (sum(hops) - max(hops)))
     return worst
+
+
+@dataclass(frozen=True)
+class _Traffic:
+    """Bytes per size that are no polynomial (a copy streamed from some size on)."""
+
+    fn: Callable[[np.ndarray], np.ndarray]
+
+    def __call__(self, r: np.ndarray) -> np.ndarray:
+        return self.fn(r)
+
+    def scale(self, f: float) -> _Traffic:
+        return _Traffic(lambda r: self.fn(r) * f)
 
 
 def _max_cost(a: Poly, b: Poly, fixed: float = 0.0) -> Callable[[np.ndarray], np.ndarray]:

@@ -4,6 +4,7 @@ evaluated from one lowering, and CoCoNet's qualitative result for Adam on 256 GP
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -222,3 +223,113 @@ def _example(name: str) -> str:
     from pathlib import Path
 
     return str(Path(__file__).resolve().parents[2] / "examples" / name)
+
+
+# -- calibrated shared-memory machines ---------------------------------------------------
+def _calibrated(write_allocate: bool = True):
+    from distir.tuning.calibrate import topology_from
+
+    fit = {
+        "memory_bandwidth_GBps": 1.0,  # 1 byte per ns
+        "peak_tflops": {"f32": 1.0, "f16": 1.0, "bf16": 1.0},
+        "matmul_tflops": {"f32": 1.0, "f16": 1.0, "bf16": 1.0},
+        "runtime": {"launch_s": 0.0, "dispatch_s": 0.0, "synchronous": True, "concurrent_streams": False, "step_s": 0.0},
+        "collectives": {k: [0.0, 1e-9] for k in ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "send")},
+        "fused_in_memory": True,
+        "backend": "local",
+        "memory_bandwidth_alone_GBps": 1.5,
+    }
+    topo = topology_from(fit, "local", 2)
+    return topo if write_allocate else dataclasses.replace(topo, write_allocate=False)
+
+
+GATHER = """
+builtin.module {
+  dist.mesh @world shape = [2]
+  func.func @f(%p: memref<N2xf32>, %q: memref<Nxf32>) -> memref<N2xf32> {
+    %s = rt.stream 0 : !rt.stream
+    %c = rt.comm @world axes [0] : !rt.comm
+    %r = rt.group_rank @world axes [0] SHIFT: index
+    %b = rt.block %p, %r dim 0 count 2 : (memref<N2xf32>, index) -> memref<Nxf32>
+    nccl.all_gather SEND, %p, %c, %s count N : (memref<Nxf32>, memref<N2xf32>, !rt.comm, !rt.stream) -> ()
+    rt.stream_sync %s : !rt.stream -> ()
+    func.return %p : memref<N2xf32>
+  }
+}
+"""
+
+
+def _gather_time(send: str, shift: str = "", n: int = 1024) -> float:
+    text = GATHER.replace("SEND", send).replace("SHIFT", shift).replace("N2", str(2 * n)).replace("N", str(n))
+    prepared = prepare(parse_module(text), "f", _calibrated(), 2, Scaling(n, 2**61 - 1))
+    return float(predict(prepared, [n])[0])
+
+
+def test_an_in_place_all_gather_on_shared_memory_copies_only_the_peers_blocks():
+    """The local backend copies every rank's block into every output; in place the
+    rank's own block is already there: half the bytes of 2 ranks' out-of-place one."""
+    out_of_place = _gather_time("%q")
+    assert out_of_place == pytest.approx(2 * 1024 * 4 * 1e-9)  # the output's bytes at beta
+    assert _gather_time("%b") == pytest.approx(out_of_place / 2)
+    assert _gather_time("%b", shift="shift 1 ") == pytest.approx(out_of_place)  # the peer's block: not in place
+
+
+COPY = """
+builtin.module {
+  dist.mesh @world shape = [2]
+  func.func @f(%a: memref<Nxf32>, %b: memref<Nxf32>) -> memref<Nxf32> {
+    %s = rt.stream 0 : !rt.stream
+    rt.copy %a, %b, %s : (memref<Nxf32>, memref<Nxf32>, !rt.stream) -> ()
+    rt.stream_sync %s : !rt.stream -> ()
+    func.return %b : memref<Nxf32>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("write_allocate", [True, False])
+def test_large_copies_are_streamed_small_ones_write_allocate(write_allocate):
+    from distir.runtime.bulk import STREAM_FROM
+
+    def copy_time(n: int) -> float:
+        prepared = prepare(parse_module(COPY.replace("N", str(n))), "f", _calibrated(write_allocate), 2, Scaling(n, 2**61 - 1))
+        return float(predict(prepared, [n])[0])
+
+    small, large = 1024, STREAM_FROM // 4
+    assert copy_time(small) == pytest.approx(small * 4 * (3 if write_allocate else 2) * 1e-9)
+    assert copy_time(large) == pytest.approx(large * 4 * 2 * 1e-9)  # read + streamed write
+
+
+TRIAD = """
+builtin.module {
+  dist.mesh @world shape = [2]
+  func.func @f(%a: memref<Nxf32>, %b: memref<Nxf32>) -> memref<Nxf32> {
+    %s = rt.stream 0 : !rt.stream
+    %c = rt.alloc : () -> memref<Nxf32>
+    %h = rt.holds @world [WHERE] : i1
+    scf.if %h {
+      rt.launch @k(%a, %b, %c, %s) : (memref<Nxf32>, memref<Nxf32>, memref<Nxf32>, !rt.stream) -> ()
+    }
+    rt.stream_sync %s : !rt.stream -> ()
+    func.return %c : memref<Nxf32>
+  }
+  rt.kernel @k shape [N] {
+  ^bb0(%x: memref<Nxf32>, %y: memref<Nxf32>, %z: memref<Nxf32>, %i: index):
+    %u = memref.load %x[%i] : memref<Nxf32>
+    %v = memref.load %y[%i] : memref<Nxf32>
+    %w = arith.addf %u, %v : f32
+    memref.store %w, %z[%i] : memref<Nxf32>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("where, bandwidth", [("replicated", 1.0), ("at<0>", 1.5)])
+def test_a_kernel_one_rank_runs_alone_gets_the_machines_memory(where, bandwidth):
+    """Ranks of one machine share its memory: every rank streaming gets its share (1
+    byte/ns here), rank 0 streaming alone what it can take alone (1.5)."""
+    n = 1 << 20
+    text = TRIAD.replace("WHERE", where).replace("N", str(n))
+    prepared = prepare(parse_module(text), "f", _calibrated(), 2, Scaling(n, 2**61 - 1))
+    moved = n * 4 * (2 + 2)  # two loads, one store to unread memory (write-allocate)
+    assert float(predict(prepared, [n])[0]) == pytest.approx(moved / bandwidth * 1e-9)
