@@ -236,7 +236,11 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
             # (all_gather) or as the message (broadcast, send)
             xs.append(4.0 * n)
             ys.append(t[f"{kind}_{n}"] - step - _op_count(collective_program(kind, n), ranks) * dispatch)
-        alpha, beta = _line(xs, ys, [t[f"{kind}_{n}"] for n in COLLECTIVE_SIZES])
+        _, beta = _line(xs, ys, [t[f"{kind}_{n}"] for n in COLLECTIVE_SIZES])
+        # alpha where the bytes cost least: the line's intercept comes out below zero
+        # when the middle sizes run from the caches, and a collective's synchronisation
+        # would then cost nothing (the model then preferred two collectives to one)
+        alpha = float(np.median([y - beta * x for x, y in zip(xs[:2], ys[:2])]))
         collectives[kind] = [max(0.0, alpha), max(1e-15, beta)]
     return {
         "memory_bandwidth_GBps": bandwidth / 1e9,

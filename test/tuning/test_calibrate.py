@@ -135,3 +135,16 @@ def test_noise_on_the_smallest_collectives_does_not_decide_beta():
     f = fit(t, 2, "local")
     for kind in KINDS:
         assert f["collectives"][kind][1] == pytest.approx(BETA[kind], rel=0.05)
+
+
+def test_alpha_is_what_the_smallest_collectives_cost_beyond_their_bytes():
+    """The middle sizes run partly from the caches (less per byte than the largest):
+    a line through every size then crosses zero below zero, and clamped there a
+    collective's synchronisation cost nothing."""
+    t = synthetic()
+    for kind in KINDS:
+        for n in COLLECTIVE_SIZES[1:-1]:
+            t[f"{kind}_{n}"] -= 0.4 * BETA[kind] * 4 * n
+    f = fit(t, 2, "local")
+    for kind in KINDS:
+        assert f["collectives"][kind][0] == pytest.approx(ALPHA[kind], rel=0.2)
