@@ -24,7 +24,10 @@ into this rank's block of the result buffer and all-gathered in place, a sliced 
 stays where it was computed. Ops on values placed ``at<r>`` on some axis run under
 ``scf.if`` of ``rt.holds``. A result ``{dist.inplace = N}`` is written into argument N's
 buffer: computed there directly when no later op reads argument N, copied at the end
-otherwise. ``coll.overlap`` chains run chunk by chunk (see ``overlap.py``).
+otherwise; a kernel result that an all-gather gathers (plain, or a member of combined
+all-gathers from ``combine-collectives``) is computed into this rank's block of the
+gathered buffer, so the all-gather runs in place. ``coll.overlap`` chains run chunk by
+chunk (see ``overlap.py``).
 
 The lowered function keeps its dist-level signature in the attribute ``rt.dist_type``
 (the runtime reads it to distribute inputs and assemble outputs).
@@ -453,6 +456,10 @@ class FuncLowering:
         term = region.last_op
         assert isinstance(term, coll.YieldOp)
         y = term.values[list(producer.outputs).index(v)]
+        if _passed_through(producer, v) is not None:
+            # a member of combined plain collectives (``combine-collectives``): written
+            # whole by its collective, as a plain one
+            return not inner_uses
         writer = y.owner
         if not isinstance(writer, rt.CallOp) or writer.parent_block() is not region:
             return False
@@ -501,10 +508,7 @@ class FuncLowering:
         kernel only at the positions it writes."""
         block = self.f.body.block
         order = {op: k for k, op in enumerate(block.ops)}
-        for ag in block.ops:
-            if not isinstance(ag, coll.AllGatherOp):
-                continue
-            x = ag.input
+        for x, result, axes in self._gathers(block):
             call = x.owner
             xt = x.type
             if not isinstance(call, rt.CallOp) or call.parent_block() is not block or x in self.dest:
@@ -512,21 +516,36 @@ class FuncLowering:
             assert isinstance(xt, TensorType)
             if self.guard_placements(xt) is not None:
                 continue
-            axes = list(ag.axes)
             d = layout.innermost_slicing(xt.get_placements(), axes)
-            recv_t = self.memref(ag.result.type)
+            recv_t = self.memref(result.type)
             if d is None or not is_contiguous_block(recv_t.get_shape(), d):  # type: ignore[attr-defined]
                 continue
-            recv = self.dest.get(ag.result)
+            recv = self.dest.get(result)
             if recv is not None:
                 arg = next((a for a, b in self.buf.items() if b is recv and isinstance(a, BlockArgument)), None)
                 if arg is None or not self._only_read_in_place(arg, call, axes, d, order):
                     continue
             else:
-                recv = self.alloc(recv_t, ag.result.name_hint)
-                self.dest[ag.result] = recv
+                recv = self.alloc(recv_t, result.name_hint)
+                self.dest[result] = recv
             n = group_size(self.sizes(xt), axes)
             self.dest[x] = self.block(recv, self.group_rank(xt.mesh_name, axes), d, n)
+
+    @staticmethod
+    def _gathers(block: Block) -> list[tuple[SSAValue, SSAValue, list[int]]]:
+        """(input, result, axes) of every all-gather of ``block``: the plain ones and the
+        members of combined all-gathers (``combine-collectives``)."""
+        out = []
+        for op in block.ops:
+            if isinstance(op, coll.AllGatherOp):
+                out.append((op.input, op.result, list(op.axes)))
+            elif isinstance(op, coll.FusedAllGatherOp):
+                axes = list(op.option("axes") or (0,))
+                for res in op.outputs:
+                    x = _passed_through(op, res)
+                    if x is not None:
+                        out.append((x, res, axes))
+        return out
 
     def _only_read_in_place(self, arg: SSAValue, call: rt.CallOp, axes: list[int], dim: int, order: dict[Operation, int]) -> bool:
         """Whether, from ``call`` on, only ``call`` reads ``arg`` (through views too), and
@@ -888,6 +907,20 @@ class FuncLowering:
         from distir.lowering.overlap import lower_overlap
 
         lower_overlap(self, op)
+
+
+def _passed_through(op: coll.FusedCollectiveOp, result: SSAValue) -> SSAValue | None:
+    """The operand whose block argument ``op``'s region yields unchanged for ``result``
+    (a member of combined plain collectives, when ``op`` has no first collective)."""
+    if op.FIRST is not None:
+        return None
+    region = op.body.block
+    term = region.last_op
+    assert isinstance(term, coll.YieldOp)
+    y = term.values[list(op.outputs).index(result)]
+    if not isinstance(y, BlockArgument) or y.owner is not region:
+        return None
+    return op.inputs[y.index]
 
 
 def _same_space(call: rt.CallOp, operand: SSAValue) -> bool:

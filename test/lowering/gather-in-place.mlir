@@ -80,3 +80,34 @@ func.func @old_value_read_later(%g: !dist.tensor<16xf32, @world, [local]>, %w: !
   }
   func.return %w2, %old : !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>
 }
+
+// Two parameters' all-gathers combined into one (`combine-collectives`): each member is
+// gathered in place into its parameter, as a plain all-gather is; no temporary, no copy.
+// CHECK-LABEL: func.func @combined_params
+// CHECK-SAME: (%[[G:.*]]: memref<16xf32>, %[[W:.*]]: memref<16xf32>, %[[U:.*]]: memref<16xf32>, %[[LR:.*]]: f32)
+// CHECK-DAG: %[[WB:.*]] = rt.block %[[W]], %{{.*}} dim 0 count 4 : (memref<16xf32>, index) -> memref<4xf32>
+// CHECK-DAG: %[[UB:.*]] = rt.block %[[U]], %{{.*}} dim 0 count 4 : (memref<16xf32>, index) -> memref<4xf32>
+// CHECK: rt.launch @{{k[0-9]+}}(%[[WB]], %[[UB]], %{{.*}}, %[[LR]], %[[WB]], %[[UB]], %{{.*}})
+// CHECK-NEXT: rt.fused {
+// CHECK-NEXT: nccl.all_gather %[[WB]], %[[W]], %{{.*}}, %{{.*}} count 4
+// CHECK-NEXT: nccl.all_gather %[[UB]], %[[U]], %{{.*}}, %{{.*}} count 4
+// CHECK-NOT: rt.copy
+// CHECK: func.return %[[W]], %[[U]]
+func.func @combined_params(%g: !dist.tensor<16xf32, @world, [local]>, %w: !dist.tensor<16xf32, @world, [replicated]>, %u: !dist.tensor<16xf32, @world, [replicated]>, %lr: f32)
+    -> (!dist.tensor<16xf32, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<16xf32, @world, [replicated]> {dist.inplace = 2 : i64}) {
+  %rs = coll.reduce_scatter avg %g dim 0 : !dist.tensor<16xf32, @world, [local]> -> !dist.tensor<16xf32, @world, [sliced<0>]>
+  %ws = dist.take_slice %w dim 0 : !dist.tensor<16xf32, @world, [replicated]> -> !dist.tensor<16xf32, @world, [sliced<0>]>
+  %us = dist.take_slice %u dim 0 : !dist.tensor<16xf32, @world, [replicated]> -> !dist.tensor<16xf32, @world, [sliced<0>]>
+  %w1, %u1 = dist.map(%ws, %us, %rs, %lr) : (!dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>, f32) -> (!dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  ^bb0(%a: f32, %c: f32, %b: f32, %l: f32):
+    %n = arith.subf %a, %b : f32
+    %k = arith.mulf %l, %b : f32
+    %o = arith.addf %c, %k : f32
+    dist.yield %n, %o : f32, f32
+  }
+  %w2, %u2 = coll.fused_all_gather %w1, %u1 : (!dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>) -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [replicated]>) {
+  ^bb0(%w1_s: !dist.tensor<16xf32, @world, [sliced<0>]>, %u1_s: !dist.tensor<16xf32, @world, [sliced<0>]>):
+    coll.yield %w1_s, %u1_s : !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+  }
+  func.return %w2, %u2 : !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [replicated]>
+}

@@ -28,7 +28,7 @@ def _agree(module, func: str, ranks: int) -> None:
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 4, 8])
-@pytest.mark.parametrize("func", ["gather_fresh", "rs_sgd_ag", "old_value_read_later"])
+@pytest.mark.parametrize("func", ["gather_fresh", "rs_sgd_ag", "old_value_read_later", "combined_params"])
 def test_lit_cases_run_as_interpreted(func, ranks):
     text = LIT.replace("16x", f"{16 * max(ranks, 4) // 4}x") if ranks > 4 else LIT
     _agree(parse_module(text), func, ranks)
