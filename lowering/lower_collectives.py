@@ -452,14 +452,14 @@ class FuncLowering:
             return not inner_uses
         if not isinstance(producer, coll.FusedCollectiveOp):
             return False
-        region = producer.body.block
-        term = region.last_op
-        assert isinstance(term, coll.YieldOp)
-        y = term.values[list(producer.outputs).index(v)]
         if _passed_through(producer, v) is not None:
             # a member of combined plain collectives (``combine-collectives``): written
             # whole by its collective, as a plain one
             return not inner_uses
+        region = producer.body.block
+        term = region.last_op
+        assert isinstance(term, coll.YieldOp)
+        y = term.values[list(producer.outputs).index(v)]
         writer = y.owner
         if not isinstance(writer, rt.CallOp) or writer.parent_block() is not region:
             return False
