@@ -12,7 +12,7 @@ measured at another moment describes another machine; and both sides take the me
 of their rounds (a 5 ms calibration program finds a quiet moment more often than a
 100 ms step would). ``--stored`` uses the stored calibration instead.
 
-    python bench/tune_accuracy.py [--sizes 2^16..2^24:2] [--ranks 2] [--examples adam,sgd,lamb] [--rounds 5] [--stored]
+    python bench/tune_accuracy.py [--sizes 2^16..2^24:2] [--ranks 2] [--examples adam,sgd,lamb] [--rounds 5] [--min-time 2] [--stored]
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--examples", default="adam,sgd,lamb")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=2.0, help="seconds each batch runs at least (up to 60 rounds): the medians of short steps need many rounds")
     ap.add_argument("--stored", action="store_true")
     args = ap.parse_args()
 
@@ -74,7 +75,7 @@ def main() -> int:
             measured, predicted = {}, {}
             for batch in batches:
                 note(f"{name} {format_size(s)}: {len(batch)} schedules with the calibration programs (load {os.getloadavg()[0]:.1f})")
-                times = time_programs(batch + ([] if args.stored else cal), args.ranks, "local", rounds=args.rounds, statistic="median")
+                times = time_programs(batch + ([] if args.stored else cal), args.ranks, "local", rounds=args.rounds, statistic="median", min_time=args.min_time, max_rounds=60)
                 if args.stored:
                     topo = calibrate.local_topology(args.ranks)
                 else:

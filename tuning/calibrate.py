@@ -15,8 +15,10 @@ interleaved rounds) and fits the parameters the cost model (``cost_model.py``) n
 * the element-wise peak, from a kernel of 64 fused multiply-adds per element, and the
   matmul rate per element type (BLAS for f32);
 * alpha and beta of every collective kind (AllReduce, ReduceScatter, AllGather,
-  Reduce, Broadcast, point-to-point send), by least squares over three sizes, on what
-  is left of the measured time once the model's host costs are taken out.
+  Reduce, Broadcast, point-to-point send) on what is left of the measured time once the
+  model's host costs are taken out: beta by least squares over six sizes (the copy
+  collectives per byte of a streamed copy, ``cost_model.copy_traffic``), alpha from the
+  two smallest.
 
 The result is stored as JSON in the user's cache directory (``platformdirs``:
 ``~/.cache/distir/calibration.json`` on Linux), per backend and rank count, and
@@ -38,12 +40,12 @@ from pathlib import Path
 import numpy as np
 
 from distir.dialects.diagnostics import InputRejected
-from distir.tuning.cost_model import CalibratedTopology, Runtime
+from distir.tuning.cost_model import COPY_KINDS, CalibratedTopology, Runtime, copy_traffic
 from distir.tuning.topology import Device, Level, PeakTflops, register_topology
 
 FILE_NAME = "calibration.json"
 VERSION = 1
-COLLECTIVE_SIZES = (1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24)
+COLLECTIVE_SIZES = (1 << 12, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24)
 BANDWIDTH_SIZES = (1 << 20, 1 << 22, 1 << 24)
 """Elements per rank. Both reach 2^24 (64 MiB buffers), the largest size the tuner's
 local runs predict: a line fitted to buffers that fit in the caches (2^18 did) gives a
@@ -156,20 +158,29 @@ def _modules(texts: dict[str, str]):
 
 
 def programs() -> dict[str, str]:
-    """The calibration programs by name (``fit`` reads their step times by these names)."""
-    programs: dict[str, str] = {
-        "k1": kernels_program(1),
-        "k8": kernels_program(8),
-        "flops": flops_program(1 << 20),
-        "mm_f32": matmul_program(512, "f32"),
-        "mm_f16": matmul_program(128, "f16"),
-    }
-    for n in BANDWIDTH_SIZES:
-        programs[f"update_{n}"] = update_program(n)
-        programs[f"update_alone_{n}"] = update_program(n, "at<0>")
-    for kind in KINDS:
-        for n in COLLECTIVE_SIZES:
-            programs[f"{kind}_{n}"] = collective_program(kind, n)
+    """The calibration programs by name (``fit`` reads their step times by these names),
+    largest first. They are timed round-robin in this order, so each runs after one of
+    about its size and the smallest last: a small step that runs after a large program
+    starts with cold caches and threads just woken (an Adam step of 2^16 elements took
+    535 us after itself, 731 after a tiny kernel of another program, 907 after an update
+    of 2^24 elements), and listed by kind, the smallest collective of each kind ran
+    after the largest of the one before and the fitted alphas came out too large."""
+    programs: dict[str, str] = {}
+    sizes = sorted(set(BANDWIDTH_SIZES) | set(COLLECTIVE_SIZES), reverse=True)
+    for n in sizes:
+        if n in BANDWIDTH_SIZES:
+            programs[f"update_{n}"] = update_program(n)
+            programs[f"update_alone_{n}"] = update_program(n, "at<0>")
+        if n in COLLECTIVE_SIZES:
+            for kind in KINDS:
+                programs[f"{kind}_{n}"] = collective_program(kind, n)
+        if n == 1 << 20:
+            programs["flops"] = flops_program(1 << 20)
+            programs["mm_f32"] = matmul_program(512, "f32")
+        if n == 1 << 14:
+            programs["mm_f16"] = matmul_program(128, "f16")
+    programs["k8"] = kernels_program(8)
+    programs["k1"] = kernels_program(1)
     return programs
 
 
@@ -234,13 +245,19 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
             # bytes in the convention of collectives.py: every kind's program moves n
             # f32 elements per rank in (reduce_scatter, all_reduce, reduce), out
             # (all_gather) or as the message (broadcast, send)
-            xs.append(4.0 * n)
+            # (the local backend's copies of all_gather, broadcast and send: per byte of a
+            # streamed copy, as the cost model charges them; an all_gather copies blocks
+            # of n / ranks)
+            block = 4.0 * n / (ranks if kind == "all_gather" else 1)
+            xs.append(4.0 * n * (float(copy_traffic(block)) if kind in COPY_KINDS and backend == "local" else 1.0))
             ys.append(t[f"{kind}_{n}"] - step - _op_count(collective_program(kind, n), ranks) * dispatch)
         _, beta = _line(xs, ys, [t[f"{kind}_{n}"] for n in COLLECTIVE_SIZES])
-        # alpha where the bytes cost least: the line's intercept comes out below zero
-        # when the middle sizes run from the caches, and a collective's synchronisation
-        # would then cost nothing (the model then preferred two collectives to one)
-        alpha = float(np.median([y - beta * x for x, y in zip(xs[:2], ys[:2])]))
+        # alpha where the bytes cost least, from the two smallest sizes (16 and 64 KiB:
+        # their bytes are a few us, so an error in beta hardly moves it): the line's
+        # intercept comes out below zero when the middle sizes run from the caches, and
+        # a collective's synchronisation would then cost nothing (the model then
+        # preferred two collectives to one)
+        alpha = float(np.mean([y - beta * x for x, y in zip(xs[:2], ys[:2])]))
         collectives[kind] = [max(0.0, alpha), max(1e-15, beta)]
     return {
         "memory_bandwidth_GBps": bandwidth / 1e9,

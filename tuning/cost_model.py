@@ -53,7 +53,8 @@ the backend (an in-place AllGather only the peers' blocks: the shared-memory bac
 copy a rank's own block only out of place), a kernel only some of their ranks run gets
 the bandwidth of a rank streaming alone, their stores to memory a kernel did not
 read cost a read too (write-allocate; copies of ``runtime/bulk.py``'s streaming size
-do not), and their ``Runtime`` says how the host issues ops (the ``local`` backend
+do not, and on ``local`` the AllGathers, Broadcasts and sends, which are such copies,
+cost their beta per byte of a streamed copy: ``copy_traffic``), and their ``Runtime`` says how the host issues ops (the ``local`` backend
 runs stream 0 on the rank's thread, a Python dispatch per op, and its streams share
 the rank's core).
 """
@@ -528,9 +529,7 @@ class _Walker:
         streams (``runtime/bulk.py``: from ``STREAM_FROM`` bytes on)."""
         if not (isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate):
             return size.scale(2.0)
-        from distir.runtime.bulk import STREAM_FROM
-
-        return _Traffic(lambda r: size(r) * np.where(size(r) >= STREAM_FROM, 2.0, 3.0))
+        return _Traffic(lambda r: size(r) * 2.0 * copy_traffic(size(r)))
 
     def matmul_work(self, a: SSAValue, b: SSAValue, result: Sequence[int]) -> tuple[Poly, Poly]:
         """Bytes read and flops of ``a @ b`` with a result of shape ``result``."""
@@ -661,9 +660,16 @@ class _Walker:
             # place (the rank's input is its own block of the output) that block is not
             # copied: (n-1)/n of the bytes of the calibration's out-of-place AllGather.
             count = count.scale((n - 1) / n)
+        traffic: Poly | _Traffic = count
+        if kind in COPY_KINDS and _copies_streamed(self.topo):
+            # calibrated per byte of a streamed copy (``copy_traffic``); a zero-copy fused
+            # all-reduce stores its gathered elements one by one: never streamed
+            block = self.scaling.count((op.count,), item)
+            in_kernel = fused is not None and self.topo.fused_in_memory
+            traffic = _Traffic(lambda r, b=block, c=count: c(r) * (1.5 if in_kernel else copy_traffic(b(r))))
         first = fused is None or not fused.get("launched")
         extra = self.runtime.device_s if first else 0.0
-        cost = self.collective_cost(kind, groups, count, extra)
+        cost = self.collective_cost(kind, groups, traffic, extra)
         if fused is not None and kind == "reduce_scatter":
             fused.setdefault("free", []).append(recv)
         if fused is not None and isinstance(self.topo, CalibratedTopology) and self.topo.fused_in_memory:
@@ -677,7 +683,7 @@ class _Walker:
         host = self.runtime.launch_s if first else self.runtime.dispatch_s
         self.emit(Step("collective", classes, stream, cost, host=host))
 
-    def collective_cost(self, kind: str, groups, nbytes: Poly, extra: float) -> Callable[[np.ndarray], np.ndarray]:
+    def collective_cost(self, kind: str, groups, nbytes: Poly | _Traffic, extra: float) -> Callable[[np.ndarray], np.ndarray]:
         """Seconds of a collective per size (the fastest algorithm and protocol), plus
         ``extra`` fixed seconds."""
         if not groups or all(len(g) < 2 for g in groups):
@@ -742,7 +748,8 @@ class _Walker:
         extra = self.runtime.device_s
         if isinstance(self.topo, CalibratedTopology):
             a, b = self.topo.alpha_beta("send")
-            return lambda r: a + extra + b * nbytes(r)
+            factor = copy_traffic if _copies_streamed(self.topo) else (lambda _: 1.0)
+            return lambda r: a + extra + b * nbytes(r) * factor(nbytes(r))
         lat, per_byte = collective_cost(self.topo, "send", pairs, "ring")
         options = [(lat * p.latency, per_byte / p.bandwidth) for p in self.options.protocols]
 
@@ -754,6 +761,27 @@ class _Walker:
 
     def fused(self, op: rt.FusedOp, classes: tuple[int, ...]) -> None:
         self.block(op.body.block, classes, {"launched": False})
+
+
+COPY_KINDS = ("all_gather", "broadcast", "send")
+"""The collectives the ``local`` backend runs as copies (``scattered.copy_into``), each
+copy a block (all_gather) or the whole message; the ``mpi`` backend leaves them to MPI."""
+
+
+def _copies_streamed(topo: Topology) -> bool:
+    """Whether ``topo`` is a calibrated ``local`` backend, whose copies stream from
+    ``STREAM_FROM`` bytes on (``copy_traffic``)."""
+    return isinstance(topo, CalibratedTopology) and topo.write_allocate and topo.backend == "local"
+
+
+def copy_traffic(block: np.ndarray | float) -> np.ndarray:
+    """Memory traffic of copies of ``block`` bytes, relative to a streamed copy's: the
+    runtime streams copies from ``runtime.bulk.STREAM_FROM`` bytes on (read and write);
+    below, the destination's lines are read first (write-allocate): 1.5x. Calibrated
+    copy collectives are fitted and charged per byte of this traffic."""
+    from distir.runtime.bulk import STREAM_FROM
+
+    return np.where(np.asarray(block) >= STREAM_FROM, 1.0, 1.5)
 
 
 def _in_place_gather(send: SSAValue, recv: SSAValue, n: int) -> bool:

@@ -34,6 +34,7 @@ from distir.dialects.diagnostics import InputRejected
 ROUNDS = 5
 WARMUP = 2
 MIN_TIME = 0.2
+MAX_ROUNDS = 20
 MEMORY_BUDGET = 4 << 30
 
 
@@ -47,13 +48,16 @@ def time_programs(
     memory_budget: int = MEMORY_BUDGET,
     progress: Callable[[str], None] | None = None,
     statistic: str = "best",
+    max_rounds: int = MAX_ROUNDS,
 ) -> dict[str, float | None]:
     """The best (or, with ``statistic="median"``, the median) step time of each program
-    over its rounds (module doc)."""
+    over its rounds: at least ``rounds``, more until ``min_time`` seconds have passed, at
+    most ``max_rounds`` (module doc)."""
+    limits = (rounds, min_time, max(rounds, max_rounds))
     if backend == "local":
-        return _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress, statistic)
+        return _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic)
     if backend == "mpi":
-        return _time_mpi(programs, ranks, rounds, warmup, min_time, progress)
+        return _time_mpi(programs, ranks, limits, warmup, progress)
     raise InputRejected(f"--backend {backend}: the tuner times on 'local' or 'mpi' (use --model for a topology)")
 
 
@@ -84,7 +88,7 @@ def _footprint(program) -> int:
     return total * program.ranks
 
 
-def _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progress, statistic="best") -> dict[str, float | None]:
+def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic="best") -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     built = []
     for name, module in programs:
@@ -97,16 +101,16 @@ def _time_local(programs, ranks, rounds, warmup, min_time, memory_budget, progre
     for name, program in built:
         size = _footprint(program)
         if batch and used + size > memory_budget:
-            out.update(_run_local_batch(batch, rounds, warmup, min_time, progress, statistic))
+            out.update(_run_local_batch(batch, limits, warmup, progress, statistic))
             batch, used = [], 0
         batch.append((name, program))
         used += size
     if batch:
-        out.update(_run_local_batch(batch, rounds, warmup, min_time, progress, statistic))
+        out.update(_run_local_batch(batch, limits, warmup, progress, statistic))
     return {name: out.get(name) for name, _ in programs}
 
 
-def _run_local_batch(batch, rounds, warmup, min_time, progress, statistic="best") -> dict[str, float | None]:
+def _run_local_batch(batch, limits, warmup, progress, statistic="best") -> dict[str, float | None]:
     from distir.runtime.local import LocalRunner
 
     runners = {}
@@ -120,7 +124,7 @@ def _run_local_batch(batch, rounds, warmup, min_time, progress, statistic="best"
             runner.bind(program.prepare_inputs({}, 0))
             for _ in range(warmup):
                 runner.step()
-        out = _round_robin({n: r.step for n, r in runners.items()}, rounds, min_time, statistic)
+        out = _round_robin({n: r.step for n, r in runners.items()}, limits, statistic)
     finally:
         for r in runners.values():
             r.close()
@@ -133,13 +137,21 @@ def _run_local_batch(batch, rounds, warmup, min_time, progress, statistic="best"
     return out
 
 
-def _round_robin(steps: dict[str, Callable[[], object]], rounds: int, min_time: float, statistic: str = "best") -> dict[str, float | None]:
-    """Best (or median) time of each step, run round-robin at least ``rounds`` times and
-    until ``min_time`` seconds have passed (at most 20 rounds)."""
+def _more(limits: tuple[int, float, int], done: int, start: float) -> bool:
+    """Whether to run another round (``time_programs``'s ``rounds``, ``min_time`` and
+    ``max_rounds``)."""
+    rounds, min_time, max_rounds = limits
+    return done < rounds or (time.perf_counter() - start < min_time and done < max_rounds)
+
+
+def _round_robin(steps: dict[str, Callable[[], object]], limits: tuple[int, float, int], statistic: str = "best") -> dict[str, float | None]:
+    """Best (or median) time of each step, run round-robin (``_more``) in the order of
+    ``steps``: a program runs after the one listed before it, and that matters for small
+    steps (``calibrate.programs``)."""
     times: dict[str, list[float]] = {n: [] for n in steps}
     start = time.perf_counter()
     done = 0
-    while done < rounds or (time.perf_counter() - start < min_time and done < 20):
+    while _more(limits, done, start):
         for n, step in steps.items():
             t = time.perf_counter()
             step()
@@ -154,7 +166,7 @@ def _round_robin(steps: dict[str, Callable[[], object]], rounds: int, min_time: 
 # --------------------------------------------------------------------------------------
 
 
-def _time_mpi(programs, ranks, rounds, warmup, min_time, progress) -> dict[str, float | None]:
+def _time_mpi(programs, ranks, limits, warmup, progress) -> dict[str, float | None]:
     from distir.runtime.mpi import mpiexec_path
 
     with tempfile.TemporaryDirectory(prefix="distir-tune-") as d:
@@ -163,7 +175,7 @@ def _time_mpi(programs, ranks, rounds, warmup, min_time, progress) -> dict[str, 
         for i, (name, module) in enumerate(programs):
             (job / f"p{i}.mlir").write_text(str(module))
             names.append(name)
-        spec = {"names": names, "ranks": ranks, "rounds": rounds, "warmup": warmup, "min_time": min_time}
+        spec = {"names": names, "ranks": ranks, "limits": list(limits), "warmup": warmup}
         (job / "job.json").write_text(json.dumps(spec))
         if progress is not None:
             progress(f"mpiexec -n {ranks} ({len(names)} programs)")
@@ -211,8 +223,7 @@ def mpi_worker(job_dir: str) -> int:
     start = time.perf_counter()
     done = 0
     while True:
-        go = done < spec["rounds"] or (time.perf_counter() - start < spec["min_time"] and done < 20)
-        if not world.bcast(go, root=0):
+        if not world.bcast(_more(tuple(spec["limits"]), done, start), root=0):
             break
         for n, step in steps.items():
             t = time.perf_counter()

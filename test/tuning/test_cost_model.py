@@ -259,9 +259,10 @@ builtin.module {
 """
 
 
-def _gather_time(send: str, shift: str = "", n: int = 1024) -> float:
+def _gather_time(send: str, shift: str = "", n: int = 1024, backend: str = "local") -> float:
     text = GATHER.replace("SEND", send).replace("SHIFT", shift).replace("N2", str(2 * n)).replace("N", str(n))
-    prepared = prepare(parse_module(text), "f", _calibrated(), 2, Scaling(n, 2**61 - 1))
+    topo = dataclasses.replace(_calibrated(), backend=backend)
+    prepared = prepare(parse_module(text), "f", topo, 2, Scaling(n, 2**61 - 1))
     return float(predict(prepared, [n])[0])
 
 
@@ -269,9 +270,23 @@ def test_an_in_place_all_gather_on_shared_memory_copies_only_the_peers_blocks():
     """The local backend copies every rank's block into every output; in place the
     rank's own block is already there: half the bytes of 2 ranks' out-of-place one."""
     out_of_place = _gather_time("%q")
-    assert out_of_place == pytest.approx(2 * 1024 * 4 * 1e-9)  # the output's bytes at beta
+    # the output's bytes at beta, 1.5x: blocks below the streaming size write-allocate
+    assert out_of_place == pytest.approx(2 * 1024 * 4 * 1e-9 * 1.5)
     assert _gather_time("%b") == pytest.approx(out_of_place / 2)
     assert _gather_time("%b", shift="shift 1 ") == pytest.approx(out_of_place)  # the peer's block: not in place
+
+
+def test_copy_collectives_are_charged_per_byte_of_a_streamed_copy():
+    """The shared-memory backends copy an AllGather's blocks, a Broadcast's and a send's
+    message with streaming stores from ``STREAM_FROM`` bytes on: 1x their bytes at the
+    calibrated beta there, 1.5x below (``calibrate.fit`` fits beta the same way)."""
+    from distir.runtime.bulk import STREAM_FROM
+
+    large = STREAM_FROM // 4  # elements per block
+    assert _gather_time("%q", n=large) == pytest.approx(2 * large * 4 * 1e-9)
+    assert _gather_time("%q", n=large // 2) == pytest.approx(2 * (large // 2) * 4 * 1e-9 * 1.5)
+    # the mpi backend leaves its collectives to MPI: its bytes at beta whatever the size
+    assert _gather_time("%q", n=1024, backend="mpi") == pytest.approx(2 * 1024 * 4 * 1e-9)
 
 
 COPY = """
