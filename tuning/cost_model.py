@@ -665,16 +665,16 @@ class _Walker:
             # calibrated per byte of a streamed copy (``copy_traffic``); a zero-copy fused
             # all-reduce stores its gathered elements one by one: never streamed
             block = self.scaling.count((op.count,), item)
-            in_kernel = fused is not None and self.topo.fused_in_memory
+            in_kernel = fused is not None and bool(fused.get("zero_copy"))
             traffic = _Traffic(lambda r, b=block, c=count: c(r) * (1.5 if in_kernel else copy_traffic(b(r))))
         first = fused is None or not fused.get("launched")
         extra = self.runtime.device_s if first else 0.0
         cost = self.collective_cost(kind, groups, traffic, extra)
         if fused is not None and kind == "reduce_scatter":
             fused.setdefault("free", []).append(recv)
-        if fused is not None and isinstance(self.topo, CalibratedTopology) and self.topo.fused_in_memory:
+        if fused is not None and fused.get("zero_copy"):
             # the passed buffer (reduce-scatter output, all-gather input) is not stored or
-            # reloaded by the collective either
+            # reloaded by the collective either (a combined group runs its calls one by one)
             saved = self._bytes(recv if kind == "reduce_scatter" else send).scale(1 / (self.topo.device.memory_bandwidth_GBps * 1e9))
             full = cost
             cost = lambda r, full=full, saved=saved: np.maximum(full(r) - saved(r), 0.0)  # noqa: E731
@@ -760,7 +760,12 @@ class _Walker:
         return cost
 
     def fused(self, op: rt.FusedOp, classes: tuple[int, ...]) -> None:
-        self.block(op.body.block, classes, {"launched": False})
+        """A fused group; ``zero_copy`` when the backend runs it as one kernel in shared
+        memory (``runtime.executor.plan_fused``), not as its calls one by one."""
+        from distir.runtime.executor import plan_fused
+
+        zero_copy = isinstance(self.topo, CalibratedTopology) and self.topo.fused_in_memory and plan_fused(op, self.kernels) is not None
+        self.block(op.body.block, classes, {"launched": False, "zero_copy": zero_copy})
 
 
 COPY_KINDS = ("all_gather", "broadcast", "send")

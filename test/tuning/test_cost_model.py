@@ -285,6 +285,12 @@ def test_copy_collectives_are_charged_per_byte_of_a_streamed_copy():
     large = STREAM_FROM // 4  # elements per block
     assert _gather_time("%q", n=large) == pytest.approx(2 * large * 4 * 1e-9)
     assert _gather_time("%q", n=large // 2) == pytest.approx(2 * (large // 2) * 4 * 1e-9 * 1.5)
+    # a combined AllGather (a fused group of gathers) runs its gathers one by one: streamed
+    fused = GATHER.replace("    nccl.all_gather", "    rt.fused {\n    nccl.all_gather").replace("-> ()\n", "-> ()\n    }\n", 1)
+    text = fused.replace("SEND", "%q").replace("SHIFT", "").replace("N2", str(2 * large)).replace("N", str(large))
+    assert "rt.fused" in text
+    prepared = prepare(parse_module(text), "f", _calibrated(), 2, Scaling(large, 2**61 - 1))
+    assert float(predict(prepared, [large])[0]) == pytest.approx(2 * large * 4 * 1e-9)
     # the mpi backend leaves its collectives to MPI: its bytes at beta whatever the size
     assert _gather_time("%q", n=1024, backend="mpi") == pytest.approx(2 * 1024 * 4 * 1e-9)
 
