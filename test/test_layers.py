@@ -1,6 +1,7 @@
 """The floors of the house: an import never points up.
 
-dialects -> passes -> lowering -> runtime -> tuning, synthesis -> tools (bottom to top).
+dialects -> passes -> frontends -> lowering -> runtime -> tuning, synthesis -> frameworks -> tools
+(bottom to top).
 Every ``distir.X`` import in the package, lazy ones inside functions included, must name
 a module on the importer's floor or below. The one allowed exception is xDSL's own
 pattern: an op's canonicalization trait imports its patterns lazily from
@@ -11,7 +12,17 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLOORS = {"dialects": 0, "passes": 1, "lowering": 2, "runtime": 3, "tuning": 4, "synthesis": 4, "tools": 5}
+FLOORS = {
+    "dialects": 0,
+    "passes": 1,
+    "frontends": 2,
+    "lowering": 3,
+    "runtime": 4,
+    "tuning": 5,
+    "synthesis": 5,
+    "frameworks": 6,
+    "tools": 7,
+}
 ALLOWED = {("dialects/dist.py", "distir.passes.canonicalize")}
 
 
