@@ -27,43 +27,29 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from distir.dialects import layout
-from distir.dialects.collectives.all_gather import AllGatherOp, FusedAllGatherOp
-from distir.dialects.collectives.all_reduce import AllReduceOp, FusedAllReduceOp
-from distir.dialects.collectives.all_to_all import AllToAllOp, FusedAllToAllOp
-from distir.dialects.collectives.base import (
-    CollectiveOp,
-    FusedCollectiveOp,
-    YieldOp,
-    collectives,
-    fused_collectives,
-)
-from distir.dialects.collectives.broadcast import BroadcastOp, FusedBroadcastOp
-from distir.dialects.collectives.reduce import FusedReduceOp, ReduceOp
-from distir.dialects.collectives.reduce_scatter import FusedReduceScatterOp, ReduceScatterOp
-from distir.dialects.collectives.send import SendOp
+
+# The collectives, one module each; importing one registers it (``X as X``: re-exported,
+# so that ``coll.AllReduceOp`` names it).
+from distir.dialects.collectives.all_gather import AllGatherOp as AllGatherOp
+from distir.dialects.collectives.all_gather import FusedAllGatherOp as FusedAllGatherOp
+from distir.dialects.collectives.all_reduce import AllReduceOp as AllReduceOp
+from distir.dialects.collectives.all_reduce import FusedAllReduceOp as FusedAllReduceOp
+from distir.dialects.collectives.all_to_all import AllToAllOp as AllToAllOp
+from distir.dialects.collectives.all_to_all import FusedAllToAllOp as FusedAllToAllOp
+from distir.dialects.collectives.base import CollectiveOp as CollectiveOp
+from distir.dialects.collectives.base import FusedCollectiveOp as FusedCollectiveOp
+from distir.dialects.collectives.base import YieldOp as YieldOp
+from distir.dialects.collectives.base import collectives as collectives
+from distir.dialects.collectives.base import fused_collectives as fused_collectives
+from distir.dialects.collectives.broadcast import BroadcastOp as BroadcastOp
+from distir.dialects.collectives.broadcast import FusedBroadcastOp as FusedBroadcastOp
+from distir.dialects.collectives.reduce import FusedReduceOp as FusedReduceOp
+from distir.dialects.collectives.reduce import ReduceOp as ReduceOp
+from distir.dialects.collectives.reduce_scatter import FusedReduceScatterOp as FusedReduceScatterOp
+from distir.dialects.collectives.reduce_scatter import ReduceScatterOp as ReduceScatterOp
+from distir.dialects.collectives.send import SendOp as SendOp
 from distir.dialects.dist import DistCanonicalization, DistOp, RuleError, TensorType, expect_type
 from distir.dialects.format import Kw, print_type_list
-
-__all__ = [
-    "AllGatherOp",
-    "AllReduceOp",
-    "AllToAllOp",
-    "BroadcastOp",
-    "CollectiveOp",
-    "FusedAllGatherOp",
-    "FusedAllReduceOp",
-    "FusedAllToAllOp",
-    "FusedBroadcastOp",
-    "FusedCollectiveOp",
-    "FusedReduceOp",
-    "FusedReduceScatterOp",
-    "ReduceOp",
-    "ReduceScatterOp",
-    "SendOp",
-    "YieldOp",
-    "collectives",
-    "fused_collectives",
-]
 
 # ======================================================================================
 # Overlap
