@@ -736,6 +736,8 @@ class _Walker:
             self._shape(c.args[0])
         stream = self.env[calls[0].args[-1]] if calls else 0
         launch = self.runtime.launch_s
+        # the ranks that issue no call in the group do not wait for it
+        classes = tuple(sorted({k for _, issuing in group for k in issuing})) or classes
         if sends and recvs:
             cost = self._send_cost(pairs, nbytes)
             self.emit(Step("collective", classes, stream, cost, host=launch))
