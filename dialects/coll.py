@@ -43,6 +43,7 @@ from distir.dialects.collectives.base import collectives as collectives
 from distir.dialects.collectives.base import fused_collectives as fused_collectives
 from distir.dialects.collectives.broadcast import BroadcastOp as BroadcastOp
 from distir.dialects.collectives.broadcast import FusedBroadcastOp as FusedBroadcastOp
+from distir.dialects.collectives.permute import PermuteOp as PermuteOp
 from distir.dialects.collectives.reduce import FusedReduceOp as FusedReduceOp
 from distir.dialects.collectives.reduce import ReduceOp as ReduceOp
 from distir.dialects.collectives.reduce_scatter import FusedReduceScatterOp as FusedReduceScatterOp
