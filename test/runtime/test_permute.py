@@ -7,24 +7,18 @@ recorded calls are one group of a send and a receive per rank."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.runs import record, run_mpi_batch
 
 from distir.dialects.context import parse_module
 from distir.passes.pipeline import apply_pipeline
 from distir.runtime import equivalent
 from distir.runtime.equivalence import compare_outputs
-from distir.runtime.executor import LoweredProgram
 from distir.runtime.interpreter import ExecutionError, interpret
-from distir.runtime.local import LocalBackend, LocalRunner
-from distir.runtime.mpi import mpiexec_path
-from distir.runtime.recording import RecordingComm
+from distir.runtime.local import LocalBackend
 
-HERE = Path(__file__).parent
 RANKS = (1, 2, 4, 8)
 
 
@@ -131,36 +125,24 @@ def test_local_equals_interpreter(case):
     assert c.ok, c.message
 
 
-def record(text: str, ranks: int) -> list[list[str]]:
-    """The NCCL calls each rank issues (a recording communicator around the local one);
-    the recorded run's results must equal the interpreter's."""
-    module = parse_module(text)
-    program = LoweredProgram.build(module, "f", ranks)
-    logs: list[list] = [[] for _ in range(ranks)]
-    runner = LocalRunner(program, comm_wrapper=lambda c: RecordingComm(c, logs[c.rank]))
-    inputs = program.prepare_inputs({}, 0)
-    try:
-        runner.bind(inputs)
-        got = runner.outputs(runner.step())
-    finally:
-        runner.close()
-    c = compare_outputs(interpret(module, "f", inputs, ranks, 0), got, "interpret", "recorded")
-    assert c.ok, c.message
-    return [[str(call) for call in log if call.op != "split"] for log in logs]
+def calls(text: str, ranks: int) -> list[list[str]]:
+    """Each rank's NCCL calls but the communicator splits (``record`` also checks the
+    recorded run against the interpreter)."""
+    return [[c for c in log if not c.startswith("split ")] for log in record(text, ranks, "f")]
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_nccl_recording_equals_interpreter(case):
     _, text, ranks, _ = case
-    record(text, ranks)
+    record(text, ranks, "f")
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 @pytest.mark.parametrize("k", [1, -1])
 def test_an_offset_is_one_group_of_a_send_and_a_receive_per_rank(n, k):
-    calls = record(world(n, f"offset {k}"), n)
+    got = calls(world(n, f"offset {k}"), n)
     for r in range(n):
-        assert calls[r] == [
+        assert got[r] == [
             "group_start comm1 stream0",
             f"send 24xfloat32 peer={(r + k) % n} comm1 stream0",
             f"recv 24xfloat32 peer={(r - k) % n} comm1 stream0",
@@ -172,15 +154,15 @@ def test_pairs_send_and_receive_only_on_their_ranks():
     """pairs [[0, 1], [1, 2], [2, 3]] on 4 ranks: rank 0 only sends, ranks 1 and 2 send
     and receive, rank 3 only receives; rank 0 fills its result with zeros (a kernel, no
     NCCL call)."""
-    calls = record(world(4, pairs_clause([(0, 1), (1, 2), (2, 3)])), 4)
+    got = calls(world(4, pairs_clause([(0, 1), (1, 2), (2, 3)])), 4)
     start, end = "group_start comm1 stream0", "group_end comm1 stream0"
     send = lambda p: f"send 24xfloat32 peer={p} comm1 stream0"  # noqa: E731
     recv = lambda p: f"recv 24xfloat32 peer={p} comm1 stream0"  # noqa: E731
-    assert calls == [[start, send(1), end], [start, recv(0), send(2), end], [start, recv(1), send(3), end], [start, recv(2), end]]
+    assert got == [[start, send(1), end], [start, recv(0), send(2), end], [start, recv(1), send(3), end], [start, recv(2), end]]
 
 
 def test_a_whole_turn_makes_no_call():
-    assert record(world(4, "offset 4"), 4) == [[], [], [], []]
+    assert calls(world(4, "offset 4"), 4) == [[], [], [], []]
 
 
 def test_a_pair_outside_the_group_of_the_run_is_a_diagnostic():
@@ -214,24 +196,9 @@ def test_an_overlapped_ring_step_equals_the_interpreter(order, clause, ranks):
 
 @pytest.fixture(scope="module")
 def mpi_report(tmp_path_factory):
-    """Every case, run in one mpiexec job per rank count (``mpi_batch.py``)."""
-    d = tmp_path_factory.mktemp("permute-mpi")
+    """Every case, run in one mpiexec job per rank count."""
     jobs = [{"id": cid, "text": text, "func": "f", "ranks": ranks, "seed": 5} for cid, text, ranks, _ in CASES]
-    (d / "jobs.json").write_text(json.dumps(jobs))
-    report: dict[str, dict] = {}
-    for n in RANKS:
-        out = d / f"report{n}.json"
-        proc = subprocess.run(
-            [mpiexec_path(), "-n", str(n), sys.executable, str(HERE / "mpi_batch.py"), str(d / "jobs.json"), str(out)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if out.exists():
-            report.update(json.loads(out.read_text()))
-        else:
-            report[f"mpiexec -n {n}"] = {"ok": False, "message": proc.stderr[-2000:]}
-    return report
+    return run_mpi_batch(jobs, tmp_path_factory.mktemp("permute-mpi"))
 
 
 @pytest.mark.mpi
