@@ -459,8 +459,10 @@ class Partitioner:
 
     # ------------------------------------------------------------------ materialisation
     def materialize(self) -> None:
+        self.sources_of: dict[SSAValue, list[SSAValue]] = {}
         for g, (p, chain) in self.sources.items():
             self.real[g] = p
+            self.sources_of.setdefault(p, []).append(g)
         sinks_by_first = {chain[0]: (g, q) for g, q, chain in self.sinks}
         old: list[Operation] = []
         for op in list(self.block.ops):
@@ -470,6 +472,8 @@ class Partitioner:
                 x = self.real_of(g, op)
                 y = self.reshard(x, q.type.get_placements(), f"'{_user_name(q)}'")  # type: ignore[attr-defined]
                 q.replace_all_uses_with(y)
+                for g2 in self.sources_of.get(q, ()):
+                    self.real[g2] = y
                 continue
             if isinstance(op, func.ReturnOp):
                 new_operands = []
@@ -766,7 +770,10 @@ def mesh_table(module: ModuleOp) -> tuple[dict[str, tuple[int, ...]], dict[str, 
 def partition_module(module: ModuleOp, spans: dict[Operation, Span] | None = None) -> list[Remark]:
     """Partition every function of ``module`` in place; the remarks, one per inserted
     collective."""
-    spans = spans if spans is not None else {}
+    if spans is None:
+        from distir.dialects.frontend import source_spans
+
+        spans = dict(source_spans(module))
     sizes, names = mesh_table(module)
     remarks: list[Remark] = []
     for f in [op for op in module.ops if isinstance(op, func.FuncOp)]:
