@@ -35,7 +35,7 @@ argument / result ``sdy.sharding``        the argument's / result's placements; 
 ``sdy.reduce_scatter [..] %x ..``         ``coll.reduce_scatter sum`` from partial sums
 ``sdy.all_reduce {"x"} %x ..``            ``coll.all_reduce sum`` over x from partial sums
 ``sdy.collective_permute %x ..``          a reshard to the new sharding (``partition``)
-``sdy.manual_computation(..)              the body per device (``sdy_manual.py``): its
+``sdy.manual_computation(..)              the body per device (see ``ManualTranslator``): its
   in_shardings=[..] out_shardings=[..]    values ``local`` on the manual axes, StableHLO's
   manual_axes={..} (args) {..}``          collectives in generic form become ``coll`` ops
 ========================================  ==========================================
@@ -763,3 +763,361 @@ def sdy_import(text: str, name: str) -> tuple[ModuleOp, dict[Operation, Span]]:
     imp = SdyImport(ast)
     module = imp.run()
     return module, imp.spans
+
+
+# ======================================================================================
+# Shardy's explicit collectives (global view: the logical value is kept)
+# ======================================================================================
+
+
+def _with_dims(s: Sharding, dims: list[tuple[AxisRef, ...]], unreduced: tuple[AxisRef, ...] = ()) -> Sharding:
+    return Sharding(s.mesh, tuple(DimSharding(d) for d in dims), s.replicated, tuple(s.unreduced) + tuple(unreduced), s.start, s.end)
+
+
+def _per_dim_axes(tr: SdyTranslator, node: OpNode, rank: int) -> list[tuple[AxisRef, ...]]:
+    per_dim = node.attrs["axes"]
+    if len(per_dim) != rank:
+        s, e = node.attrs["axes_span"]
+        raise tr.imp.error(f"'{node.name}' lists axes for {len(per_dim)} dim(s) of a tensor of rank {rank}", s, e)
+    return per_dim
+
+
+def _dist_axes(tr: SdyTranslator, node: OpNode, refs: Sequence[AxisRef]) -> list[int]:
+    s, e = node.attrs["axes_span"]
+    return [a for r in refs for a in tr.mm.expand(r, lambda msg: tr.imp.error(msg, s, e))]
+
+
+def _explicit(tr: SdyTranslator, node: OpNode, in_sharding: Sharding, steps) -> list[Val]:
+    """An explicit collective: the operand placed as ``in_sharding``, then ``steps``
+    (dist/coll ops) to the op's out_sharding, then the logical value again."""
+    x = tr.materialize(tr.operand(node, 0))
+    out = node.attrs["sharding"]
+    shape = shape_of(x)
+    in_pl = tr.imp.placements(tr.mm, in_sharding, shape)
+    out_pl = tr.imp.placements(tr.mm, out, shape)
+    y = from_global(tr, x, in_pl, f"the operand of '{node.name}'")
+    y = steps(y)
+    if not layout.same_layout(y.type.get_placements(), out_pl):  # type: ignore[attr-defined]
+        raise tr.error(
+            f"'{node.name}' from {layout.format_placements(in_pl)} gives {layout.format_placements(y.type.get_placements())}, "  # type: ignore[attr-defined]
+            f"not its out_sharding {layout.format_placements(out_pl)}",
+            node,
+        )
+    return [to_global(tr, y)]
+
+
+@_sdy("sdy.all_gather")
+def _h_all_gather(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    per_dim = _per_dim_axes(tr, node, rank)
+    if len(out.dims) != rank:
+        raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
+    in_s = _with_dims(out, [out.dims[d].axes + per_dim[d] for d in range(rank)])
+
+    def steps(y: SSAValue) -> SSAValue:
+        for d in range(rank):
+            for a in reversed(_dist_axes(tr, node, per_dim[d])):
+                y = tr.emit_checked(lambda: coll.AllGatherOp.of(y, axes=[a])).results[0]
+        return y
+
+    return _explicit(tr, node, in_s, steps)
+
+
+@_sdy("sdy.all_slice")
+def _h_all_slice(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    per_dim = _per_dim_axes(tr, node, rank)
+    dims = []
+    for d in range(rank):
+        have, cut = out.dims[d].axes if d < len(out.dims) else (), per_dim[d]
+        if len(cut) > len(have) or have[len(have) - len(cut) :] != cut:
+            raise tr.error(f"dim {d} of the out_sharding does not end with the sliced axes {{{', '.join(r.text() for r in cut)}}}", node)
+        dims.append(have[: len(have) - len(cut)])
+    in_s = _with_dims(out, dims)
+
+    def steps(y: SSAValue) -> SSAValue:
+        for d in range(rank):
+            for a in _dist_axes(tr, node, per_dim[d]):
+                y = tr.emit_checked(lambda: dist.TakeSliceOp.of(y, dim=d, axis=a)).results[0]
+        return y
+
+    return _explicit(tr, node, in_s, steps)
+
+
+@_sdy("sdy.all_to_all")
+def _h_all_to_all(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    if len(out.dims) != rank:
+        raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
+    dims = [list(out.dims[d].axes) for d in range(rank)]
+    moves = node.attrs["moves"]
+    for axes, src, tgt in reversed(moves):
+        if not (0 <= src < rank and 0 <= tgt < rank) or src == tgt:
+            raise tr.error(f"all_to_all move {src}->{tgt} is not between two dims of a tensor of rank {rank}", node)
+        if tuple(dims[tgt][len(dims[tgt]) - len(axes) :]) != tuple(axes):
+            raise tr.error(f"dim {tgt} of the out_sharding does not end with the moved axes", node)
+        dims[tgt] = dims[tgt][: len(dims[tgt]) - len(axes)]
+        dims[src] = dims[src] + list(axes)
+    in_s = _with_dims(out, [tuple(d) for d in dims])
+
+    def steps(y: SSAValue) -> SSAValue:
+        for axes, src, tgt in moves:
+            da = _dist_axes(tr, node, axes)
+            y = tr.emit_checked(lambda: coll.AllToAllOp.of(y, dim=tgt, axes=da)).results[0]
+        return y
+
+    return _explicit(tr, node, in_s, steps)
+
+
+@_sdy("sdy.reduce_scatter")
+def _h_reduce_scatter(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    per_dim = _per_dim_axes(tr, node, rank)
+    dims = []
+    for d in range(rank):
+        have, cut = out.dims[d].axes if d < len(out.dims) else (), per_dim[d]
+        if len(cut) > len(have) or have[len(have) - len(cut) :] != cut:
+            raise tr.error(f"dim {d} of the out_sharding does not end with the scattered axes {{{', '.join(r.text() for r in cut)}}}", node)
+        dims.append(have[: len(have) - len(cut)])
+    in_s = _with_dims(out, dims, tuple(r for d in per_dim for r in d))
+
+    def steps(y: SSAValue) -> SSAValue:
+        for d in range(rank):
+            for a in _dist_axes(tr, node, per_dim[d]):
+                y = tr.emit_checked(lambda: coll.ReduceScatterOp.of(y, op="sum", dim=d, axes=[a])).results[0]
+        return y
+
+    return _explicit(tr, node, in_s, steps)
+
+
+@_sdy("sdy.all_reduce")
+def _h_all_reduce(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    refs = node.attrs["axes"]
+    in_s = _with_dims(out, [d.axes for d in out.dims], tuple(refs))
+
+    def steps(y: SSAValue) -> SSAValue:
+        axes = _dist_axes(tr, node, refs)
+        return tr.emit_checked(lambda: coll.AllReduceOp.of(y, op="sum", axes=axes)).results[0] if axes else y
+
+    return _explicit(tr, node, in_s, steps)
+
+
+@_sdy("sdy.collective_permute")
+def _h_collective_permute(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    x = tr.materialize(tr.operand(node, 0))
+    return [constrain(tr, x, node.attrs["sharding"], "the out_sharding of 'sdy.collective_permute'")]
+
+
+# ======================================================================================
+# sdy.manual_computation: the body per device
+# ======================================================================================
+
+
+@_sdy("sdy.manual_computation")
+def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    """The body runs per device: each operand placed as its in_sharding and seen as each
+    device's block (``dist.to_local``); every body value is ``local`` on the manual axes
+    (the logical shape is the per-device shape); each body result becomes the global value
+    its out_sharding says (``dist.from_local``)."""
+    mm = tr.mm
+    manual = set(_dist_axes_list(tr, node, node.attrs["manual_axes"]))
+    if manual != set(range(mm.naxes)):
+        raise tr.error("manual computations over some of the mesh axes are not supported (make every axis manual)", node)
+    ins, outs = node.attrs["in_shardings"], node.attrs["out_shardings"]
+    body = node.regions[0][0]
+    if len(ins) != len(node.operands) or len(body.args) != len(node.operands):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.operands)} operand(s), {len(ins)} in_sharding(s) and {len(body.args)} body argument(s)", node)
+    if len(outs) != len(node.results):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.results)} result(s) and {len(outs)} out_sharding(s)", node)
+    sizes = mm.sizes()
+    args = []
+    for i, ((v, t), s) in enumerate(zip(body.args, ins)):
+        x = tr.materialize(tr.operand(node, i))
+        placed = from_global(tr, x, tr.imp.placements(mm, s, shape_of(x)), f"operand {i} of 'sdy.manual_computation'")
+        pt = placed.type
+        assert isinstance(pt, TensorType)
+        local = layout.local_shape(pt.get_shape(), pt.get_placements(), sizes)
+        tt = tr.tensor_t(t, f"body argument %{v.name}", node)
+        if tuple(tt.shape) != tuple(local):
+            raise ParseError(v.span, f"body argument %{v.name} is {tt}, but each device holds a {stablehlo._fmt(local)} block of operand {i}")
+        lt = pt.with_(shape=local, placements=[LOCAL] * mm.naxes)
+        args.append(tr.emit(dist.ToLocalOp.make([placed], [lt])).results[0])
+    inner = ManualTranslator(tr)
+    results = inner.translate_body(body, args)
+    tr.node = node
+    if len(results) != len(node.results):
+        raise tr.error(f"the body returns {len(results)} value(s) for {len(node.results)} result(s)", node)
+    out_vals: list[Val] = []
+    for i, (r, s, t) in enumerate(zip(results, outs, node.out_types)):
+        rv = inner.materialize(r)
+        gt = tr.tensor_t(t, f"result {i}", node)
+        pl = tr.imp.placements(mm, s, gt.shape)
+        rt_ = rv.type
+        assert isinstance(rt_, TensorType)
+        want = layout.local_shape(gt.shape, pl, sizes)
+        if tuple(want) != rt_.get_shape():
+            raise tr.error(f"the body returns {rt_.format_shape()} per device as result {i}, its out_sharding needs {stablehlo._fmt(want)}", node)
+        placed_t = rt_.with_(shape=gt.shape, placements=pl)
+        y = tr.emit(dist.FromLocalOp.make([rv], [placed_t])).results[0]
+        out_vals.append(to_global(tr, y))
+    return out_vals
+
+
+def _dist_axes_list(tr: SdyTranslator, node: OpNode, refs: Sequence[AxisRef]) -> list[int]:
+    return [a for r in refs for a in tr.mm.expand(r, lambda msg: tr.error(msg, node))]
+
+
+class ManualTranslator(Translator):
+    """The body of a manual computation: every value ``local`` on the (manual) mesh axes,
+    StableHLO's collectives over ``replica_groups`` of device ids."""
+
+    def __init__(self, outer: SdyTranslator):
+        super().__init__(outer.module, outer.mesh, outer.naxes, outer.spans, MANUAL_HANDLERS)
+        for name in SDY_HANDLERS:
+            self.handlers.pop(name, None)
+        self.block = outer.block
+        self.outer = outer
+        self.grid = layout.base_grid(outer.mesh, outer.mm.sizes())
+
+    def fresh_type(self, shape: Sequence[int], elt) -> TensorType:
+        return TensorType(tuple(shape), elt, self.mesh, [LOCAL] * self.naxes)
+
+    def sizes(self) -> tuple[int | None, ...] | None:
+        return self.outer.mm.sizes()
+
+    def group_axes(self, node: OpNode) -> list[int]:
+        """The mesh axes whose rank groups are the op's ``replica_groups``."""
+        rg = node.attrs.get("replica_groups")
+        n = self.grid.ranks
+        if rg is None:
+            raise self.error(f"'{node.name}' needs replica_groups", node)
+        value = rg.value if hasattr(rg, "value") else rg
+        groups = [list(g) for g in value] if isinstance(value, list) and value and isinstance(value[0], list) else ([] if not value else None)
+        if groups is None or any(not all(isinstance(x, int) and not isinstance(x, bool) for x in g) for g in groups):
+            raise self.error(f"'{node.name}' has malformed replica_groups", node)
+        if not groups or (len(groups) == 1 and not groups[0]):
+            return list(range(self.naxes))
+        import itertools
+
+        want = sorted(tuple(g) for g in groups)
+        if sorted(x for g in groups for x in g) != list(range(n)):
+            raise self.error(f"replica_groups of '{node.name}' must cover the {n} devices once", node)
+        for k in range(0, self.naxes + 1):
+            for axes in itertools.permutations(range(self.naxes), k):
+                if sorted(tuple(g) for g in self.grid.groups(list(axes))) == want:
+                    return list(axes)
+        raise self.error(f"replica_groups of '{node.name}' are not the groups of any mesh axes", node)
+
+    def collective_input(self, node: OpNode) -> SSAValue:
+        if len(node.operands) != 1 or len(node.results) != 1:
+            raise self.error(f"'{node.name}' of several operands is not supported", node)
+        return self.materialize(self.operand(node, 0))
+
+    def local_result(self, y: SSAValue, node: OpNode) -> SSAValue:
+        t = y.type
+        assert isinstance(t, TensorType)
+        local = layout.local_shape(t.get_shape(), t.get_placements(), self.outer.mm.sizes())
+        out = self.emit(dist.ToLocalOp.make([y], [t.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
+        res = node.out_types[0] if node.out_types else None
+        if isinstance(res, TensorT) and tuple(res.shape) != tuple(local):
+            raise self.error(f"'{node.name}' gives {stablehlo._fmt(local)} per device, its type says {res}", node)
+        return out
+
+    def as_sliced(self, x: SSAValue, dim: int, axes: list[int], node: OpNode) -> SSAValue:
+        """Each device's value as its block of a value sliced on ``dim`` by ``axes``."""
+        t = x.type
+        assert isinstance(t, TensorType)
+        if not 0 <= dim < t.rank:
+            raise self.error(f"dim {dim} is out of range for a tensor of rank {t.rank}", node)
+        n = math.prod(self.outer.mm.sizes()[a] for a in axes)
+        shape = list(t.get_shape())
+        shape[dim] *= n
+        ps: list[Placement] = [LOCAL] * self.naxes
+        for k, a in enumerate(axes):
+            ps[a] = Sliced(dim, k) if len(axes) > 1 else Sliced(dim)
+        return self.emit(dist.FromLocalOp.make([x], [t.with_(shape=shape, placements=ps)])).results[0]
+
+
+MANUAL_HANDLERS: dict[str, stablehlo.Handler] = {}
+
+
+def _manual(*names: str):
+    def deco(fn):
+        for n in names:
+            MANUAL_HANDLERS[n] = fn
+        return fn
+
+    return deco
+
+
+def _reduction(tr: ManualTranslator, node: OpNode) -> str:
+    if not node.regions:
+        raise tr.error(f"'{node.name}' needs a reduction body", node)
+    fake = OpNode(node.name, node.span, attrs={}, regions=node.regions)
+    kind_op, _ = stablehlo._reducer_kind(tr, fake)
+    kind = stablehlo.REDUCE_KINDS.get(kind_op)
+    if kind is None:
+        raise tr.error(f"'{node.name}' by '{kind_op}' is not supported (add, multiply, maximum, minimum)", node)
+    return kind
+
+
+@_manual("stablehlo.all_reduce")
+def _m_all_reduce(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    kind = _reduction(tr, node)
+    axes = tr.group_axes(node)
+    if not axes:
+        return [x]
+    y = tr.emit_checked(lambda: coll.AllReduceOp.of(x, op=kind, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.all_gather")
+def _m_all_gather(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    dim = stablehlo._attr_int(tr, node, "all_gather_dim")
+    axes = tr.group_axes(node)
+    if not axes:
+        return [x]
+    s = tr.as_sliced(x, dim, axes, node)
+    y = tr.emit_checked(lambda: coll.AllGatherOp.of(s, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.reduce_scatter")
+def _m_reduce_scatter(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    dim = stablehlo._attr_int(tr, node, "scatter_dimension")
+    kind = _reduction(tr, node)
+    axes = tr.group_axes(node)
+    if not axes:
+        return [x]
+    y = tr.emit_checked(lambda: coll.ReduceScatterOp.of(x, op=kind, dim=dim, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.all_to_all")
+def _m_all_to_all(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    split = stablehlo._attr_int(tr, node, "split_dimension")
+    concat = stablehlo._attr_int(tr, node, "concat_dimension")
+    count = stablehlo._attr_int(tr, node, "split_count")
+    axes = tr.group_axes(node)
+    n = math.prod(tr.outer.mm.sizes()[a] for a in axes)
+    if count != n:
+        raise tr.error(f"split_count {count} is not the group size {n}", node)
+    if not axes:
+        return [x]
+    s = tr.as_sliced(x, concat, axes, node)
+    y = tr.emit_checked(lambda: coll.AllToAllOp.of(s, dim=split, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.collective_permute")
+def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    raise tr.error("'stablehlo.collective_permute' needs coll.permute, which distir does not have yet", node)

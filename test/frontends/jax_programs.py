@@ -32,8 +32,8 @@ def programs():
     def R(*shape):
         return rng.standard_normal(shape).astype(np.float32)
 
-    def mesh(n: int, names=("x",)):
-        shape = (n,) if len(names) == 1 else n
+    def mesh(n, names=("x",)):
+        shape = (n,) if isinstance(n, int) else n
         return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=jax.devices()[: int(np.prod(shape))])
 
     out = {}
@@ -102,6 +102,29 @@ def programs():
         return jnp.tanh(a).T, jnp.arange(8.0) * 2, jnp.where(x > 0, x, -y).sum(0), jnp.maximum(j, 2).astype(jnp.float32) - jnp.sign(x[:, :4])
 
     add("misc", misc, mesh(4), (P("x", None), P("x", None), P()), (P(), P(), P(), P()), [R(8, 16), R(8, 16), rng.integers(-5, 5, (8, 4)).astype(np.int32)])
+    # A 2-D mesh: data parallel over "dp", Megatron's tensor parallelism over "tp".
+    m22 = mesh((2, 2), ("dp", "tp"))
+    add("tp_dp_mlp", tp_mlp, m22, (P("dp", None), P(None, "tp"), P("tp"), P("tp", None)), P("dp", None), [R(8, 16), R(16, 32), R(32), R(32, 16)])
+
+    # shard_map: a per-device body with JAX's explicit collectives.
+    def smap_body(a, b):
+        s = jax.lax.psum(a @ b, "x")
+        g = jax.lax.all_gather(s, "x", tiled=True)
+        r = jax.lax.psum_scatter(g * 2.0, "x", scatter_dimension=0, tiled=True)
+        t = jax.lax.all_to_all(r, "x", 0, 1, tiled=True)
+        return t + jax.lax.pmax(t, "x")
+
+    m4 = mesh(4)
+    sm = jax.shard_map(smap_body, mesh=m4, in_specs=(P(None, "x"), P("x", None)), out_specs=P(None, "x"))
+    out["shard_map"] = (jax.jit(sm), [jax.device_put(R(8, 16), NamedSharding(m4, P(None, "x"))), jax.device_put(R(16, 32), NamedSharding(m4, P("x", None)))])
+
+    # shard_map on the 2-D mesh: collectives over one axis (replica groups of "tp" or "dp").
+    def smap2_body(x, w):
+        y = jax.lax.psum(x @ w, "tp")
+        return jax.lax.all_gather(y, "dp", axis=0, tiled=True) - jax.lax.pmean(y, "dp").sum()
+
+    sm2 = jax.shard_map(smap2_body, mesh=m22, in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P(None, None), check_vma=False)
+    out["shard_map_2d"] = (jax.jit(sm2), [jax.device_put(R(8, 16), NamedSharding(m22, P("dp", "tp"))), jax.device_put(R(16, 4), NamedSharding(m22, P("tp", None)))])
     return out
 
 

@@ -50,7 +50,7 @@ def assert_matches(got, want, what: str) -> None:
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=RTOL * scale, err_msg=f"{what}: result{i}")
 
 
-PROGRAMS = ["tp_mlp_4", "gelu_mlp", "attention", "dp_adam", "zero_adam", "layernorm", "embedding", "misc"]
+PROGRAMS = ["tp_mlp_4", "gelu_mlp", "attention", "dp_adam", "zero_adam", "layernorm", "embedding", "misc", "tp_dp_mlp", "shard_map", "shard_map_2d"]
 
 
 @pytest.mark.parametrize("backend", ["interpret", "local"])
@@ -83,6 +83,16 @@ def test_tp_mlp_partitions_like_megatron(jax_dir):
     assert ops.count("coll.all_reduce") == 1
     assert not any(n in ops for n in ("coll.all_gather", "dist.take_slice", "coll.all_to_all", "coll.reduce_scatter"))
     assert [r.text.split(" of ")[0] for r in imported.remarks] == ["coll.all_reduce sum over x"]
+
+
+def test_shard_map_body_keeps_jax_collectives(jax_dir):
+    """A shard_map body is per device: its collectives are the coll ops, in order, and
+    the partitioner adds none."""
+    text, _, _ = load(jax_dir, "shard_map")
+    imported = import_program(text, "shard_map.mlir")
+    colls = [op.name for op in imported.module.walk() if op.name.startswith("coll.")]
+    assert colls == ["coll.all_reduce", "coll.all_gather", "coll.reduce_scatter", "coll.all_to_all", "coll.all_reduce"]
+    assert imported.remarks == []
 
 
 @pytest.mark.parametrize("name", ["tp_mlp_4", "dp_adam", "zero_adam", "attention"])
