@@ -1466,8 +1466,9 @@ def _view_rule(op: DistOp, src: TensorType, dst: TensorType, local_side: str) ->
         if p == q or (isinstance(p, Sliced) and isinstance(q, Sliced) and p.dim == q.dim):
             continue
         loc, other = (p, q) if local_side == "operand" else (q, p)
-        if not isinstance(loc, Local) or not isinstance(other, (Replicated, Sliced)):
-            want = "operand local and result replicated or sliced" if local_side == "operand" else "operand replicated or sliced and result local"
+        kinds = (Replicated, Sliced, At) if local_side == "operand" else (Replicated, Sliced)
+        if not isinstance(loc, Local) or not isinstance(other, kinds):
+            want = "operand local and result replicated, sliced or at<r>" if local_side == "operand" else "operand replicated or sliced and result local"
             raise RuleError(f"axis {a}: {want}, got {p} -> {q}")
         if sizes[a] is None:
             raise RuleError(f"axis {a} of @{mesh.mesh_name} needs a static size")
@@ -1506,8 +1507,8 @@ class FromLocalOp(DistOp):
     """``from_local``: the ranks' own values seen as one distributed value (DTensor's
     ``from_local``): on the axes where the operand is ``local`` and the result sliced, the
     ranks' values are the blocks of the result (rank i's value is block i); where the
-    result is replicated, the ranks' values must be equal (the interpreter checks it).
-    No data moves.
+    result is replicated, the ranks' values must be equal (the interpreter checks it);
+    where it is ``at<r>``, rank r's value is the value. No data moves.
 
     ``%g = dist.from_local %l : !dist.tensor<16xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [sliced<0>]>``
     """

@@ -470,7 +470,7 @@ class Partitioner:
             if op in sinks_by_first:
                 g, q = sinks_by_first[op]
                 x = self.real_of(g, op)
-                y = self.reshard(x, q.type.get_placements(), f"'{_user_name(q)}'")  # type: ignore[attr-defined]
+                y = self.reshard(x, q.type.get_placements(), _user_name(q))  # type: ignore[attr-defined]
                 q.replace_all_uses_with(y)
                 for g2 in self.sources_of.get(q, ()):
                     self.real[g2] = y
@@ -483,7 +483,7 @@ class Partitioner:
                         t = x.type
                         assert isinstance(t, TensorType)
                         ps = [REPLICATED if isinstance(p, Local) else p for p in t.get_placements()]
-                        new_operands.append(self.reshard(x, ps, "'func.return'"))
+                        new_operands.append(self.reshard(x, ps, "the function's result"))
                     else:
                         new_operands.append(v)
                 op.operands = new_operands
@@ -659,28 +659,39 @@ class Partitioner:
         for a, p in enumerate(t.get_placements()):
             if isinstance(p, At) and not (isinstance(target[a], At) and target[a] == p):
                 x = self.emit(coll.BroadcastOp.of(x, axes=[a]), x, f"coll.broadcast over {mesh_axes[a]}", why)
-        # 1. gather (or all_to_all) what the target does not slice the same way
+        # 1. gather (or all_to_all) what the target does not slice the same way: an
+        #    all_to_all when an axis can move to the dim the target slices by it, else the
+        #    gathers of axes the target does not want elsewhere first (they may open one)
         while True:
             cur = x.type.get_placements()  # type: ignore[attr-defined]
-            step = None
+            steps = []
             for d in sorted(layout.sliced_dims(cur)):
                 have, want = layout.slicing_axes(cur, d), layout.slicing_axes(target, d)
                 k = 0
                 while k < len(have) and k < len(want) and have[k] == want[k]:
                     k += 1
                 if k < len(have):
-                    step = (d, have[-1])
-                    break
-            if step is None:
+                    steps.append((d, have[-1]))
+            if not steps:
                 break
-            d, a = step
-            tp = target[a]
-            if isinstance(tp, Sliced) and tp.dim.data != d:
-                e = tp.dim.data
-                before = layout.slicing_axes(target, e)
-                if layout.slicing_axes(cur, e) == before[: before.index(a)]:
-                    x = self.emit(coll.AllToAllOp.of(x, dim=e, axes=[a]), x, f"coll.all_to_all over {mesh_axes[a]} (dim {d} -> {e})", why)
-                    continue
+
+            def movable(step: tuple[int, int]) -> int | None:
+                d, a = step
+                tp = target[a]
+                if isinstance(tp, Sliced) and tp.dim.data != d:
+                    e = tp.dim.data
+                    before = layout.slicing_axes(target, e)
+                    if layout.slicing_axes(cur, e) == before[: before.index(a)]:
+                        return e
+                return None
+
+            moves = [(st, movable(st)) for st in steps if movable(st) is not None]
+            if moves:
+                (d, a), e = moves[0]
+                x = self.emit(coll.AllToAllOp.of(x, dim=e, axes=[a]), x, f"coll.all_to_all over {mesh_axes[a]} (dim {d} -> {e})", why)
+                continue
+            wanted_elsewhere = lambda st: isinstance(target[st[1]], Sliced) and target[st[1]].dim.data != st[0]  # noqa: E731
+            d, a = next((st for st in steps if not wanted_elsewhere(st)), steps[0])
             x = self.emit(coll.AllGatherOp.of(x, axes=[a]), x, f"coll.all_gather over {mesh_axes[a]} (dim {d})", why)
         # 2. partial results: reduce_scatter where the target slices next, else all_reduce
         cur = x.type.get_placements()  # type: ignore[attr-defined]
@@ -723,14 +734,19 @@ class Partitioner:
 
     def axis_names(self, t: TensorType) -> list[str]:
         names = self.axis_name_table.get(t.mesh_name)
-        return list(names) if names else [str(a) for a in range(len(t.get_placements()))]
+        return list(names) if names else [f"axis {a}" for a in range(len(t.get_placements()))]
 
     axis_name_table: dict[str, tuple[str, ...]] = {}
 
 
 def _user_name(q: SSAValue) -> str:
+    """What a sink places a value for: a result, a constraint, an op."""
     users = [u.operation for u in q.uses]
-    return users[0].name if users else "a use"
+    if any(isinstance(u, func.ReturnOp) for u in users):
+        return "the function's result"
+    if any(isinstance(u, SOURCE_PRIMS) for u in users):
+        return "a sharding constraint"
+    return f"'{users[0].name}'" if users else "a use"
 
 
 def result_types(op: Operation, in_types: list[Attribute], target, part: Partitioner) -> list[Attribute]:
@@ -763,7 +779,7 @@ def mesh_table(module: ModuleOp) -> tuple[dict[str, tuple[int, ...]], dict[str, 
             s = op.sizes()
             if all(x is not None for x in s):
                 sizes[op.mesh_name] = tuple(s)  # type: ignore[arg-type]
-            names[op.mesh_name] = op.axis_names or tuple(str(a) for a in range(op.rank))
+            names[op.mesh_name] = op.axis_names or tuple(f"axis {a}" for a in range(op.rank))
     return sizes, names
 
 

@@ -4,10 +4,11 @@ partitioned, verified dist/coll module.
     module, spans = read_program(text, "prog.mlir", ctx)      # distir, sdy or shard text
     result = import_program(text, "prog.mlir", source="auto")  # + the partition remarks
 
-The form is found by the dialects the text uses (outside comments and strings): StableHLO
-or Shardy ops and attributes (``stablehlo.``, ``sdy.``, ``#sdy.sharding``, ``chlo.``) are
-read by ``sdy.py``; MLIR's ``shard`` dialect (or ``mesh``, its name until 2025) by
-``shard.py``; anything else is distir IR (``dialects/frontend.py``). An imported program
+The form is found by the dialects the text uses (outside comments and strings): MLIR's
+``shard`` dialect (or ``mesh``, its name until 2025) is read by ``shard.py`` (its
+programs may use StableHLO ops too); else StableHLO or Shardy ops and attributes
+(``stablehlo.``, ``sdy.``, ``#sdy.sharding``, ``chlo.``) by ``sdy.py``; anything else is
+distir IR (``dialects/frontend.py``). An imported program
 is partitioned (``partition.py``) and verified before any tool sees it.
 """
 
@@ -36,10 +37,10 @@ _BLANK = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
 def detect(text: str) -> str:
     """``sdy``, ``shard`` or ``distir``: which reader a text is for."""
     bare = _BLANK.sub(lambda m: " " * len(m.group()), text)
-    if _SDY.search(bare):
-        return "sdy"
     if _SHARD.search(bare):
         return "shard"
+    if _SDY.search(bare):
+        return "sdy"
     return "distir"
 
 

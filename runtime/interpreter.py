@@ -709,7 +709,8 @@ def _view_as(it: Interpreter, op: dist.ToLocalOp | dist.FromLocalOp, args: list[
                 bufs = [x.buffers[r] for r in group if r in x.buffers]
                 if any(not np.array_equal(bufs[0], b, equal_nan=bufs[0].dtype.kind == "f") for b in bufs[1:]):
                     raise _fail(op, f"ranks {list(group)} hold different values for a result that is replicated over axes {axes}")
-    return [it.value(t, dict(x.buffers))]
+    held = {r: b for r, b in x.buffers.items() if stores(t.get_placements(), rank_coords(x.grid)[r])}
+    return [it.value(t, held)]
 
 
 @handles(func.CallOp)

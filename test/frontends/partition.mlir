@@ -15,7 +15,7 @@ dist.mesh @m shape = [4] axes = ["x"]
 // CHECK:         %[[Y:.*]] = dist.matmul %[[A]], %w2 : {{.*}} -> !dist.tensor<8x16xf32, @m, [local]>
 // CHECK-NEXT:    %[[R:.*]] = coll.all_reduce sum %[[Y]] : {{.*}}[local]> -> {{.*}}[replicated]>
 // CHECK-NEXT:    func.return %[[R]]
-// REMARK:        remark: partition: inserted coll.all_reduce sum over x of %y (8x16xf32): [local] -> [replicated] for 'func.return'
+// REMARK:        remark: partition: inserted coll.all_reduce sum over x of %y (8x16xf32): [local] -> [replicated] for the function's result
 func.func @megatron_mlp(%x: !dist.tensor<8x16xf32, @m, [replicated]>, %w1: !dist.tensor<16x32xf32, @m, [sliced<1>]>, %w2: !dist.tensor<32x16xf32, @m, [sliced<0>]>) -> !dist.tensor<8x16xf32, @m, [replicated]> {
   %xg = dist.drop %x : !dist.tensor<8x16xf32, @m, [replicated]> -> !dist.tensor<8x16xf32, @m, [unplaced]>
   %w1g = dist.join %w1 : !dist.tensor<16x32xf32, @m, [sliced<1>]> -> !dist.tensor<16x32xf32, @m, [unplaced]>
