@@ -9,46 +9,14 @@ subprocess that sets ``XLA_FLAGS`` before JAX starts.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from oracle import assert_matches, load
 
 from distir.frontends.program import import_program
 from distir.frontends.sdy import sdy_import
 from distir.runtime import interpret
 from distir.runtime.local import run_local
-
-HERE = Path(__file__).parent
-RTOL = 1e-5
-
-
-@pytest.fixture(scope="session")
-def jax_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("jax")
-    proc = subprocess.run([sys.executable, str(HERE / "jax_programs.py"), str(out)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
-def load(jax_dir: Path, name: str):
-    text = (jax_dir / f"{name}.mlir").read_text()
-    with np.load(jax_dir / f"{name}.in.npz") as f:
-        inputs = {k: f[k] for k in f.files}
-    with np.load(jax_dir / f"{name}.out.npz") as f:
-        outputs = [f[f"result{i}"] for i in range(len(f.files))]
-    return text, inputs, outputs
-
-
-def assert_matches(got, want, what: str) -> None:
-    assert len(got) == len(want), what
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g.shape == w.shape, f"{what}: result{i} has shape {g.shape}, JAX {w.shape}"
-        scale = float(np.max(np.abs(w))) if w.size else 0.0
-        np.testing.assert_allclose(g, w, rtol=RTOL, atol=RTOL * scale, err_msg=f"{what}: result{i}")
-
 
 PROGRAMS = ["tp_mlp_4", "gelu_mlp", "attention", "dp_adam", "zero_adam", "layernorm", "embedding", "misc", "tp_dp_mlp", "shard_map", "shard_map_2d"]
 
