@@ -631,6 +631,8 @@ class Translator:
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
+        if isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
         return v
 
     def materialize(self, v: Val) -> SSAValue:
@@ -686,7 +688,10 @@ class Translator:
         first result is yielded, or the argument itself when it returns one)."""
         operands = self.unify(list(operands), shape)
         block = Block(arg_types=list(arg_elts))
-        ops = body(list(block.args))
+        try:
+            ops = body(list(block.args))
+        except (TypeError, ValueError, VerifyException) as e:
+            raise self.error(f"'{self.node.name if self.node else '?'}' on these element types: {e}") from None
         for op in ops:
             if isinstance(op, Operation):
                 block.add_op(op)
@@ -884,9 +889,12 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
 
 
 def _elt_of(v: Val) -> Attribute:
+    if isinstance(v, Const):
+        return ELEMENT[v.elt]
     if isinstance(v, Bcast):
         return v.src.type.element_type  # type: ignore[attr-defined]
-    return v.type.element_type  # type: ignore[union-attr]
+    t = v.type
+    return t.element_type if isinstance(t, TensorType) else t  # type: ignore[return-value]
 
 
 def _is_float(elt: Attribute) -> bool:

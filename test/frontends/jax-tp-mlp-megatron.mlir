@@ -1,3 +1,16 @@
+// RUN: distir-import %s | filecheck %s
+
+// Megatron's MLP written in JAX at examples/megatron_mlp.mlir's shapes (16-way tensor
+// parallelism; jax.ShapeDtypeStruct arguments, so only the types carry the sizes):
+// test_import_tune.py tunes it against the example.
+
+// CHECK-LABEL: func.func @main
+// CHECK:         dist.matmul %arg0, %arg1 : {{.*}} -> !dist.tensor<4x512x4096xf32, @mesh, [sliced<2>]>
+// CHECK:         math.tanh
+// CHECK:         %[[Y:.*]] = dist.matmul %{{.*}}, %arg3 : {{.*}} -> !dist.tensor<4x512x1024xf32, @mesh, [local]>
+// CHECK-NEXT:    coll.all_reduce sum %[[Y]]
+// CHECK-NOT:     coll.
+
 module @jit_mlp attributes {mhlo.num_partitions = 16 : i32, mhlo.num_replicas = 1 : i32} {
   sdy.mesh @mesh = <["tp"=16]> {stablehlo.mesh = {axes = [{name = "tp", size = 16 : i64}]}}
   func.func public @main(%arg0: tensor<4x512x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}, {}]>}, %arg1: tensor<1024x4096xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"tp"}]>}, %arg2: tensor<4096xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"tp"}]>}, %arg3: tensor<4096x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"tp"}, {}]>}, %arg4: tensor<1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}) -> (tensor<4x512x1024xf32> {jax.result_info = "result", sdy.sharding = #sdy.sharding<@mesh, [{}, {}, {}]>}) {
