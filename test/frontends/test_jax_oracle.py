@@ -81,3 +81,17 @@ def test_every_schedule_of_an_imported_program_computes_what_jax_computes(jax_di
         assert_matches(interpret(c.module, "main", inputs, ranks=4), want, f"{name}: {c.name} ({c.pipeline}) on interpret")
     for c in fused[:2]:
         assert_matches(run_local(c.module, "main", inputs, ranks=4), want, f"{name}: {c.name} ({c.pipeline}) on local")
+
+
+@pytest.mark.parametrize("script", ["tp_mlp.py", "shard_map_collectives.py"])
+def test_example_scripts_agree_with_jax(tmp_path, script):
+    """The scripts of examples/jax/ lower, import, run and report agreement (exit 0)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "jax" / script
+    proc = subprocess.run([sys.executable, str(path), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vs JAX: max relative difference" in proc.stdout
+    assert list(tmp_path.glob("*.mlir"))
