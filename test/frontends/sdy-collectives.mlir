@@ -72,3 +72,20 @@ func.func @constraint_then_add(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.shard
   %1 = stablehlo.add %0, %0 : tensor<4x8xf32>
   return %1 : tensor<4x8xf32>
 }
+
+// Every collective in one function (test_run_mpi_jax.py runs it under mpiexec).
+// CHECK-LABEL: func.func @chain
+// CHECK:         coll.reduce_scatter
+// CHECK:         coll.all_to_all
+// CHECK:         coll.all_gather
+// CHECK:         dist.take_slice
+// CHECK:         coll.all_reduce sum %arg1 axes [1]
+func.func @chain(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{}, {}], unreduced={"x", "y"}>}, %arg1: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}], unreduced={"y"}>}) -> (tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {"y"}]>}, tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) {
+  %0 = sdy.reduce_scatter [{"y"}, {"x"}] %arg0 out_sharding=<@m, [{"y"}, {"x"}]> : tensor<4x8xf32>
+  %1 = sdy.all_to_all [{"x"}: 1->0] %0 out_sharding=<@m, [{"y", "x"}, {}]> : tensor<4x8xf32>
+  %2 = sdy.all_gather [{"x"}, {}] %1 out_sharding=<@m, [{"y"}, {}]> : tensor<4x8xf32>
+  %3 = sdy.all_slice [{}, {"x"}] %2 out_sharding=<@m, [{"y"}, {"x"}]> : tensor<4x8xf32>
+  %4 = sdy.collective_permute %3 out_sharding=<@m, [{"x"}, {"y"}]> : tensor<4x8xf32>
+  %5 = sdy.all_reduce {"y"} %arg1 out_sharding=<@m, [{"x"}, {}]> : tensor<4x8xf32>
+  return %4, %5 : tensor<4x8xf32>, tensor<4x8xf32>
+}

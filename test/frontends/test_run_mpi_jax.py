@@ -55,12 +55,13 @@ def test_fused_schedule_of_jax_adam_on_mpi(jax_dir, tmp_path):
 
 
 def test_sdy_collectives_on_mpi(tmp_path):
+    """Every Shardy collective (sdy-collectives.mlir's @chain) under mpiexec."""
     t = np.arange(32, dtype=np.float32).reshape(4, 8)
     parts = np.stack([np.stack([t * (1 + 2 * x + y) for y in range(2)]) for x in range(2)])
-    got = mpirun(HERE / "sdy-collectives.mlir", "reduce_scatter_partial_sums", {"arg0": parts}, tmp_path)
+    partial_y = np.stack([t * 10**y for y in range(2)])
+    got = mpirun(HERE / "sdy-collectives.mlir", "chain", {"arg0": parts, "arg1": partial_y}, tmp_path)
     np.testing.assert_array_equal(got[0], parts.sum((0, 1)))
-    got = mpirun(HERE / "sdy-collectives.mlir", "move_x_from_rows_to_columns", {"arg0": t}, tmp_path)
-    np.testing.assert_array_equal(got[0], t)
+    np.testing.assert_array_equal(got[1], partial_y.sum(0))
 
 
 def test_shard_collectives_per_device_on_mpi(tmp_path):

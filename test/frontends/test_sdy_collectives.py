@@ -114,3 +114,17 @@ def test_sub_axis_slices_by_the_inner_half_of_an_axis(sub_axes):
 
 def test_constraint_then_compute(module):
     check(module, "constraint_then_add", {"arg0": T}, T + T, [[], [X]])
+
+
+def test_every_collective_in_one_function(module):
+    parts = np.stack([np.stack([T * (1 + 2 * x + y) for y in range(2)]) for x in range(2)])
+    partial_y = np.stack([T * 10**y for y in range(2)])
+    inputs = {"arg0": parts, "arg1": partial_y}
+    ex = run_function(module, "chain", inputs, ranks=4)
+    total = parts.sum((0, 1))
+    for r in range(4):
+        np.testing.assert_array_equal(ex.results[0].buffers[r], shardy_block(total, [[X], [Y]], MESH, r), err_msg=f"device {r}")
+        np.testing.assert_array_equal(ex.results[1].buffers[r], shardy_block(partial_y.sum(0), [[X], []], MESH, r), err_msg=f"device {r}")
+    got = run_local(module, "chain", inputs, ranks=4)
+    np.testing.assert_array_equal(got[0], total)
+    np.testing.assert_array_equal(got[1], partial_y.sum(0))
