@@ -1480,8 +1480,24 @@ def _view_rule(op: DistOp, src: TensorType, dst: TensorType, local_side: str) ->
         raise RuleError(f"each rank's buffer must keep its shape: {'x'.join(map(str, a_shape)) or 'scalar'} becomes {'x'.join(map(str, b_shape)) or 'scalar'}")
 
 
+class _ViewOp(DistOp):
+    """Base of ``to_local``/``from_local``: the same per-rank buffers, another meaning;
+    ``LOCAL_SIDE`` says which side is ``local`` where the placements differ."""
+
+    LOCAL_SIDE: ClassVar[str] = "result"
+    INFER: ClassVar[bool] = False
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        t, r = self.input.type, self.result.type
+        assert isinstance(t, TensorType) and isinstance(r, TensorType)
+        _view_rule(self, t, r, self.LOCAL_SIDE)
+
+
 @irdl_op_definition
-class ToLocalOp(DistOp):
+class ToLocalOp(_ViewOp):
     """``to_local``: each rank's buffer, as its own value (DTensor's ``to_local``): on
     the axes where the result is ``local``, a replicated value becomes the list of its
     copies and a sliced value the list of its blocks (the result's shape is the block's).
@@ -1491,19 +1507,11 @@ class ToLocalOp(DistOp):
     """
 
     name = "dist.to_local"
-    INFER: ClassVar[bool] = False
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-
-    def verify_rule(self) -> None:
-        t, r = self.input.type, self.result.type
-        assert isinstance(t, TensorType) and isinstance(r, TensorType)
-        _view_rule(self, t, r, "result")
+    LOCAL_SIDE: ClassVar[str] = "result"
 
 
 @irdl_op_definition
-class FromLocalOp(DistOp):
+class FromLocalOp(_ViewOp):
     """``from_local``: the ranks' own values seen as one distributed value (DTensor's
     ``from_local``): on the axes where the operand is ``local`` and the result sliced, the
     ranks' values are the blocks of the result (rank i's value is block i); where the
@@ -1514,15 +1522,7 @@ class FromLocalOp(DistOp):
     """
 
     name = "dist.from_local"
-    INFER: ClassVar[bool] = False
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-
-    def verify_rule(self) -> None:
-        t, r = self.input.type, self.result.type
-        assert isinstance(t, TensorType) and isinstance(r, TensorType)
-        _view_rule(self, t, r, "operand")
+    LOCAL_SIDE: ClassVar[str] = "operand"
 
 
 Dist = Dialect(

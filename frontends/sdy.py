@@ -739,15 +739,7 @@ def constrain(tr: SdyTranslator, x: SSAValue, s: Sharding, what: str) -> SSAValu
 
 
 SDY_HANDLERS: dict[str, stablehlo.Handler] = {}
-
-
-def _sdy(*names: str):
-    def deco(fn):
-        for n in names:
-            SDY_HANDLERS[n] = fn
-        return fn
-
-    return deco
+_sdy = stablehlo.registers(SDY_HANDLERS)
 
 
 @_sdy("sdy.sharding_constraint", "sdy.reshard")
@@ -782,9 +774,30 @@ def _per_dim_axes(tr: SdyTranslator, node: OpNode, rank: int) -> list[tuple[Axis
     return per_dim
 
 
+def _without(tr: SdyTranslator, node: OpNode, out: Sharding, per_dim: list[tuple[AxisRef, ...]], what: str) -> list[tuple[AxisRef, ...]]:
+    """The out_sharding's dims without the op's axes, which each dim must end with."""
+    dims = []
+    for d, cut in enumerate(per_dim):
+        have = out.dims[d].axes if d < len(out.dims) else ()
+        if len(cut) > len(have) or have[len(have) - len(cut) :] != cut:
+            raise tr.error(f"dim {d} of the out_sharding does not end with the {what} axes {{{', '.join(r.text() for r in cut)}}}", node)
+        dims.append(have[: len(have) - len(cut)])
+    return dims
+
+
 def _dist_axes(tr: SdyTranslator, node: OpNode, refs: Sequence[AxisRef]) -> list[int]:
     s, e = node.attrs["axes_span"]
     return [a for r in refs for a in tr.mm.expand(r, lambda msg: tr.imp.error(msg, s, e))]
+
+
+def _each_axis(tr: SdyTranslator, node: OpNode, y: SSAValue, per_dim: list[tuple[AxisRef, ...]], make, innermost_first: bool = False) -> SSAValue:
+    """``make(y, dim, axis)`` for each axis listed for each dim, in order (or innermost
+    first)."""
+    for d, refs in enumerate(per_dim):
+        axes = _dist_axes(tr, node, refs)
+        for a in reversed(axes) if innermost_first else axes:
+            y = tr.emit_checked(lambda: make(y, d, a)).results[0]
+    return y
 
 
 def _explicit(tr: SdyTranslator, node: OpNode, in_sharding: Sharding, steps) -> list[Val]:
@@ -815,13 +828,7 @@ def _h_all_gather(tr: SdyTranslator, node: OpNode) -> list[Val]:
         raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
     in_s = _with_dims(out, [out.dims[d].axes + per_dim[d] for d in range(rank)])
 
-    def steps(y: SSAValue) -> SSAValue:
-        for d in range(rank):
-            for a in reversed(_dist_axes(tr, node, per_dim[d])):
-                y = tr.emit_checked(lambda: coll.AllGatherOp.of(y, axes=[a])).results[0]
-        return y
-
-    return _explicit(tr, node, in_s, steps)
+    return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.AllGatherOp.of(y, axes=[a]), True))
 
 
 @_sdy("sdy.all_slice")
@@ -829,21 +836,9 @@ def _h_all_slice(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     rank = len(shape_of(tr.operand(node, 0)))
     per_dim = _per_dim_axes(tr, node, rank)
-    dims = []
-    for d in range(rank):
-        have, cut = out.dims[d].axes if d < len(out.dims) else (), per_dim[d]
-        if len(cut) > len(have) or have[len(have) - len(cut) :] != cut:
-            raise tr.error(f"dim {d} of the out_sharding does not end with the sliced axes {{{', '.join(r.text() for r in cut)}}}", node)
-        dims.append(have[: len(have) - len(cut)])
-    in_s = _with_dims(out, dims)
+    in_s = _with_dims(out, _without(tr, node, out, per_dim, "sliced"))
 
-    def steps(y: SSAValue) -> SSAValue:
-        for d in range(rank):
-            for a in _dist_axes(tr, node, per_dim[d]):
-                y = tr.emit_checked(lambda: dist.TakeSliceOp.of(y, dim=d, axis=a)).results[0]
-        return y
-
-    return _explicit(tr, node, in_s, steps)
+    return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: dist.TakeSliceOp.of(y, dim=d, axis=a)))
 
 
 @_sdy("sdy.all_to_all")
@@ -877,21 +872,8 @@ def _h_reduce_scatter(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     rank = len(shape_of(tr.operand(node, 0)))
     per_dim = _per_dim_axes(tr, node, rank)
-    dims = []
-    for d in range(rank):
-        have, cut = out.dims[d].axes if d < len(out.dims) else (), per_dim[d]
-        if len(cut) > len(have) or have[len(have) - len(cut) :] != cut:
-            raise tr.error(f"dim {d} of the out_sharding does not end with the scattered axes {{{', '.join(r.text() for r in cut)}}}", node)
-        dims.append(have[: len(have) - len(cut)])
-    in_s = _with_dims(out, dims, tuple(r for d in per_dim for r in d))
-
-    def steps(y: SSAValue) -> SSAValue:
-        for d in range(rank):
-            for a in _dist_axes(tr, node, per_dim[d]):
-                y = tr.emit_checked(lambda: coll.ReduceScatterOp.of(y, op="sum", dim=d, axes=[a])).results[0]
-        return y
-
-    return _explicit(tr, node, in_s, steps)
+    in_s = _with_dims(out, _without(tr, node, out, per_dim, "scattered"), tuple(r for d in per_dim for r in d))
+    return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.ReduceScatterOp.of(y, op="sum", dim=d, axes=[a])))
 
 
 @_sdy("sdy.all_reduce")
@@ -1044,15 +1026,7 @@ class ManualTranslator(Translator):
 
 
 MANUAL_HANDLERS: dict[str, stablehlo.Handler] = {}
-
-
-def _manual(*names: str):
-    def deco(fn):
-        for n in names:
-            MANUAL_HANDLERS[n] = fn
-        return fn
-
-    return deco
+_manual = stablehlo.registers(MANUAL_HANDLERS)
 
 
 def _reduction(tr: ManualTranslator, node: OpNode) -> str:

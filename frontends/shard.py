@@ -600,10 +600,7 @@ def _h_all_slice(tr: ShardTranslator, node: OpNode) -> list[Val]:
     x = _per_device_only(tr, node)
     axes = tr.axes(node)
     dim = node.attrs.get("slice_axis", -1)
-    y = _from_local(tr, x, axes, node)
-    for a in axes:
-        y = tr.emit_checked(lambda: dist.TakeSliceOp.of(y, dim=dim, axis=a)).results[0]
-    return [_to_local(tr, y, node)]
+    return [_to_local(tr, _slice_over(tr, _from_local(tr, x, axes, node), dim, axes), node)]
 
 
 @_handles("broadcast", "scatter")
@@ -613,10 +610,15 @@ def _h_broadcast(tr: ShardTranslator, node: OpNode) -> list[Val]:
     y = _from_local(tr, x, axes, node, root=list(node.attrs.get("root", [])))
     y = tr.emit_checked(lambda: coll.BroadcastOp.of(y, axes=axes)).results[0]
     if _kind(node.name) == "scatter":
-        dim = node.attrs.get("scatter_axis", -1)
-        for a in axes:
-            y = tr.emit_checked(lambda: dist.TakeSliceOp.of(y, dim=dim, axis=a)).results[0]
+        y = _slice_over(tr, y, node.attrs.get("scatter_axis", -1), axes)
     return [_to_local(tr, y, node)]
+
+
+def _slice_over(tr: ShardTranslator, y: SSAValue, dim: int, axes: list[int]) -> SSAValue:
+    """Each device keeps its block along ``dim`` over ``axes`` (outer first)."""
+    for a in axes:
+        y = tr.emit_checked(lambda: dist.TakeSliceOp.of(y, dim=dim, axis=a)).results[0]
+    return y
 
 
 @_handles("shift", "send", "recv")

@@ -780,13 +780,21 @@ def _only_unit_dims_added(src: Sequence[int], dims: Sequence[int], shape: Sequen
 HANDLERS: dict[str, Handler] = {}
 
 
-def handles(*names: str):
-    def deco(fn: Handler) -> Handler:
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
+def registers(table: dict[str, Handler]):
+    """A decorator ``@handles("dialect.op", ...)`` adding a handler to ``table``."""
 
-    return deco
+    def handles(*names: str):
+        def deco(fn: Handler) -> Handler:
+            for n in names:
+                table[n] = fn
+            return fn
+
+        return deco
+
+    return handles
+
+
+handles = registers(HANDLERS)
 
 
 def _result(tr: Translator, node: OpNode, i: int = 0) -> TensorT:
@@ -901,12 +909,17 @@ def _is_float(elt: Attribute) -> bool:
     return isinstance(elt, AnyFloat)
 
 
+def _arity(tr: Translator, node: OpNode, n: int) -> tuple[str, Attribute]:
+    """The op's kind (its name without the dialect) and result element type, after
+    checking it has ``n`` operands."""
+    if len(node.operands) != n:
+        raise tr.error(f"'{node.name}' takes {'one operand' if n == 1 else f'{n} operands'}", node)
+    return node.name.removeprefix("stablehlo."), tr.elt(_result(tr, node).elt, node)
+
+
 @handles(*(f"stablehlo.{n}" for n in BINARY))
 def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
-    if len(node.operands) != 2:
-        raise tr.error(f"'{node.name}' takes two operands", node)
-    kind = node.name.removeprefix("stablehlo.")
-    elt = tr.elt(_result(tr, node).elt, node)
+    kind, elt = _arity(tr, node, 2)
     table = FLOAT_BINARY if _is_float(elt) else INT_BINARY
     cls = table.get(kind)
     if cls is None:
@@ -917,10 +930,7 @@ def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
 
 @handles(*(f"stablehlo.{n}" for n in UNARY))
 def _h_unary(tr: Translator, node: OpNode) -> list[Val]:
-    if len(node.operands) != 1:
-        raise tr.error(f"'{node.name}' takes one operand", node)
-    kind = node.name.removeprefix("stablehlo.")
-    elt = tr.elt(_result(tr, node).elt, node)
+    kind, elt = _arity(tr, node, 1)
     if _is_float(elt):
         if kind in FLOAT_UNARY:
             cls = FLOAT_UNARY[kind]
