@@ -547,7 +547,21 @@ class Reader:
         return out
 
     # ------------------------------------------------------------------ ops
+    def skip_aliases(self) -> None:
+        """Attribute aliases at the top level (``#loc1 = loc("x")``, which JAX prints with
+        ``as_text(debug_info=True)``): read and ignored (locations are ignored)."""
+        while self.peek().kind == "hash" and self.text[self.peek().end :].lstrip().startswith("="):
+            self.next()
+            self.expect("=")
+            t = self.peek()
+            if t.kind == "ident" and t.text == "loc":
+                self.next()
+                self.balanced("(", ")")
+            else:
+                self.attr_value()
+
     def module(self) -> Module:
+        self.skip_aliases()
         t = self.peek()
         name = None
         if t.kind == "ident" and t.text in ("module", "builtin.module"):
@@ -561,6 +575,7 @@ class Reader:
             ops = self.ops_until("}")
             self.expect("}")
             self.skip_location()
+            self.skip_aliases()
         else:
             ops = self.ops_until(None)
         if self.peek().kind != _EOF_KIND:

@@ -68,8 +68,8 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import FunctionType, ModuleOp, StringAttr, UnrealizedConversionCastOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.dialects.builtin import FunctionType, ModuleOp, UnrealizedConversionCastOp
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
@@ -77,7 +77,7 @@ from xdsl.utils.lexer import Span
 from distir.dialects import coll, dist, layout
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import RuleError, TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Local, Placement, Replicated, Sliced, Unplaced
+from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced, Unplaced
 
 SOURCE_PRIMS = (dist.JoinOp, dist.DropOp, dist.ReduceOp, dist.LoadOp)
 LINEAR = (dist.TransposeOp, dist.ReshapeOp)
@@ -805,7 +805,6 @@ def partition_module(module: ModuleOp, spans: dict[Operation, Span] | None = Non
 
 
 def format_remark(r: Remark, spans: dict[Operation, Span]) -> str:
-    from distir.dialects.verifier import located
 
     msg = f"remark: partition: inserted {r.text}"
     span = spans.get(r.op) if r.op is not None else None

@@ -61,7 +61,7 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Local, Placement, Replicated, Sliced
+from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
 from distir.frontends import stablehlo
 from distir.frontends.mlir_text import Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.stablehlo import Translator, Val, shape_of

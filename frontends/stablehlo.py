@@ -58,14 +58,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xdsl.dialects import arith, func
+from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     AnyFloat,
     BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
     FloatAttr,
     IntegerAttr,
     IntegerType,
@@ -77,7 +74,6 @@ from xdsl.dialects.builtin import (
     i16,
     i32,
     i64,
-    BFloat16Type as _BF16,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import ParseError, VerifyException
@@ -85,10 +81,8 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import dist
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import UNPLACED, Placement
-from distir.frontends.mlir_text import (
-    Block as AstBlock,
-)
+from distir.dialects.placements import UNPLACED
+from distir.frontends.mlir_text import Block as AstBlock
 from distir.frontends.mlir_text import (
     Dense,
     HexBits,
@@ -102,7 +96,7 @@ from distir.frontends.mlir_text import (
     Value,
 )
 
-bf16 = _BF16()
+bf16 = BFloat16Type()
 
 ELEMENT = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i1": i1, "i8": i8, "i16": i16, "i32": i32, "i64": i64}
 

@@ -9,7 +9,6 @@ subprocess that sets ``XLA_FLAGS`` before JAX starts.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from oracle import assert_matches, load
 
