@@ -238,10 +238,12 @@ FACTORS = {
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,
     dist.ReduceTensorOp: _f_reduce_tensor,
+    dist.TransposeOp: _f_transpose,
+    dist.ReshapeOp: _f_reshape,
+    dist.IotaOp: _f_iota,
+    dist.ExtractSliceOp: _f_extract,
+    dist.ConcatOp: _f_concat,
 }
-for _name, _rule in (("TransposeOp", _f_transpose), ("ReshapeOp", _f_reshape), ("IotaOp", _f_iota), ("ExtractSliceOp", _f_extract), ("ConcatOp", _f_concat)):
-    if hasattr(dist, _name):
-        FACTORS[getattr(dist, _name)] = _rule
 
 
 # ======================================================================================
@@ -256,13 +258,13 @@ class Remark:
 
 
 class Partitioner:
-    def __init__(self, f: func.FuncOp, sizes: dict[str, tuple[int, ...]], spans: dict[Operation, Span]):
+    def __init__(self, f: func.FuncOp, sizes: dict[str, tuple[int, ...]], spans: dict[Operation, Span], axis_names: dict[str, tuple[str, ...]] | None = None):
         self.f = f
+        self.axis_names_of = axis_names or {}
         self.block = f.body.block
         self.sizes = sizes
         self.spans = spans
         self.lay: dict[SSAValue, Lay] = {}
-        self.closed: set[SSAValue] = set()
         self.sources: dict[SSAValue, tuple[SSAValue, list[Operation]]] = {}  # global -> (placed, chain)
         self.sinks: list[tuple[SSAValue, SSAValue, list[Operation]]] = []  # (global, placed, chain)
         self.global_ops: list[Operation] = []
@@ -408,7 +410,7 @@ class Partitioner:
             if f.reduce is not None:
                 for r in op.results:
                     lay = self.lay.get(r)
-                    if lay is None or r in self.closed:
+                    if lay is None:
                         continue
                     if not (set(axes) & lay.used()):
                         for a in axes:
@@ -445,7 +447,7 @@ class Partitioner:
 
     def _assign(self, v: SSAValue, d: int, axes: tuple[int, ...]) -> bool:
         lay = self.lay[v]
-        if lay.dims[d] or v in self.closed:
+        if lay.dims[d]:
             return False
         if set(axes) & lay.used():
             return False
@@ -464,6 +466,7 @@ class Partitioner:
             self.real[g] = p
             self.sources_of.setdefault(p, []).append(g)
         sinks_by_first = {chain[0]: (g, q) for g, q, chain in self.sinks}
+        global_set = set(self.global_ops)
         old: list[Operation] = []
         for op in list(self.block.ops):
             self.current = op
@@ -488,7 +491,7 @@ class Partitioner:
                         new_operands.append(v)
                 op.operands = new_operands
                 continue
-            if op not in self._global_set:
+            if op not in global_set:
                 continue
             self.place_op(op)
         for g, q, chain in self.sinks:
@@ -506,12 +509,6 @@ class Partitioner:
         ret = self.block.last_op
         if isinstance(ret, func.ReturnOp):
             self.f.function_type = FunctionType.from_lists([a.type for a in self.block.args], [v.type for v in ret.operands])
-
-    @property
-    def _global_set(self) -> set[Operation]:
-        if not hasattr(self, "_gs"):
-            self._gs = set(self.global_ops)
-        return self._gs
 
     def real_of(self, g: SSAValue, user: Operation) -> SSAValue:
         x = self.real.get(g)
@@ -733,10 +730,8 @@ class Partitioner:
         return x
 
     def axis_names(self, t: TensorType) -> list[str]:
-        names = self.axis_name_table.get(t.mesh_name)
+        names = self.axis_names_of.get(t.mesh_name)
         return list(names) if names else [f"axis {a}" for a in range(len(t.get_placements()))]
-
-    axis_name_table: dict[str, tuple[str, ...]] = {}
 
 
 def _user_name(q: SSAValue) -> str:
@@ -793,8 +788,7 @@ def partition_module(module: ModuleOp, spans: dict[Operation, Span] | None = Non
     sizes, names = mesh_table(module)
     remarks: list[Remark] = []
     for f in [op for op in module.ops if isinstance(op, func.FuncOp)]:
-        p = Partitioner(f, sizes, spans)
-        p.axis_name_table = names
+        p = Partitioner(f, sizes, spans, names)
         if not p.collect():
             continue
         p.init_layouts()
