@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.layout_programs import PROGRAM, T
 
 from distir.dialects.context import parse_module
 from distir.runtime import interpret
 from distir.runtime.interpreter import ExecutionError
 from distir.runtime.local import run_local
-from support.layout_programs import PROGRAM, T
 
 
 @pytest.fixture(scope="module")
