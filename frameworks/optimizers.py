@@ -1,0 +1,216 @@
+"""Data-parallel optimizer steps over a flat arena, as distir programs: what a framework
+bridge (``pytorch.py``, a JAX one) hands to the per-rank step API (``runtime/step.py``).
+
+A parameter group is laid out in one flat 1-D **arena** per role: parameters ``p`` and
+gradients ``g`` whole on every rank (the model's tensors are views of them), optimizer
+state (``m``, ``v``) sliced: rank r keeps block r of ``Layout.padded`` elements (ZeRO-1).
+One step of the group is one distir program over the arena, written as the traditional
+schedule (CoCoNet's AR-Opt: an AllReduce that averages the gradients as DDP does, then
+the update as ``dist.map``s on the whole arena) and run with a pipeline, by default
+CoCoNet's fused schedule ``fuse(RS-Opt-AG)`` (``FUSED``): a fused all-reduce whose
+kernel reduces this rank's block of the gradients from its peers, updates the block of
+the parameters and state, and writes the new parameters into every peer's arena.
+
+The update's arithmetic follows ``torch.optim`` operation by operation (scalars computed
+in double precision on the host, as torch computes them, then rounded to the arena's
+type), so that the same data gives the same parameters:
+
+=========  ===================================================================
+``adam``   g' = g + l2·p;  m = m + w1·(g' − m)  (lerp);  v = v·β2 + (w2·g')·g'
+           (addcmul);  p = p·decay + (−step_size·m) / (√v / √bc2 + eps)
+           AdamW: l2 = 0, decay = 1 − lr·wd; Adam: l2 = wd, decay = 1
+``sgd``    g' = g + l2·p;  m = m·μ + damp·g';  d = m (or g' + μ·m, Nesterov);
+           p = p + (−lr)·d;  damp = 1 on the first step (torch clones g'), 1 − dampening after
+``lamb``   m, v as Adam (no bias correction on the host side: bc1, bc2 as scalars);
+           u = m̂ / (√v̂ + eps) + wd·p;  p = p − lr·(‖p‖/‖u‖)·u with the norms per
+           parameter tensor (``segments``), 1 where a norm is 0
+=========  ===================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS = ("adam", "sgd", "lamb")
+STATE = {"adam": ("m", "v"), "sgd": ("m",), "lamb": ("m", "v")}
+SCALARS = {
+    "adam": ("w1", "beta2", "w2", "l2", "decay", "bc2s", "eps", "nstep"),
+    "sgd": ("mu", "damp", "l2", "nlr"),
+    "lamb": ("w1", "beta2", "w2", "bc1", "bc2", "eps", "wd"),
+}
+
+
+def fused_pipeline(kind: str) -> str:
+    """CoCoNet's fuse(RS-Opt-AG) with the state sliced (ZeRO-1), as a ``-p`` string."""
+    state = ",".join(STATE[kind])
+    return (
+        "fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag},"
+        f"slice-state{{targets={state}}},fuse-allreduce{{targets=avg_rs}}"
+    )
+
+
+SCHEDULES = {"fused": fused_pipeline, "ar": lambda kind: "fuse-maps"}
+"""Named schedules: ``fused`` (fuse(RS-Opt-AG), ZeRO-1) and ``ar`` (AR-Opt, every rank
+updates the whole arena: state not sliced)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each tensor of a group lies in its arena: tensor i holds elements
+    ``offsets[i] .. offsets[i] + sizes[i]``; the arena has ``padded`` elements (a multiple
+    of ``ranks`` × ``ALIGN``; the padding stays 0), rank r's block of sliced state is
+    ``block(r)``."""
+
+    sizes: tuple[int, ...]
+    ranks: int
+
+    ALIGN = 16
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in np.cumsum((0, *self.sizes))[:-1])
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def padded(self) -> int:
+        unit = self.ranks * self.ALIGN
+        return max(unit, -(-self.total // unit) * unit)
+
+    def block(self, rank: int) -> tuple[int, int]:
+        n = self.padded // self.ranks
+        return rank * n, (rank + 1) * n
+
+    def local_span(self, i: int, rank: int) -> tuple[int, int, int, int]:
+        """(start, stop) of tensor i's part in rank's block, as offsets in the block,
+        and the same part as offsets in the tensor (empty: start == stop)."""
+        lo, hi = self.block(rank)
+        a, b = self.offsets[i], self.offsets[i] + self.sizes[i]
+        s, e = max(a, lo), min(b, hi)
+        if s >= e:
+            return 0, 0, 0, 0
+        return s - lo, e - lo, s - a, e - a
+
+
+def program(kind: str, layout: Layout, dtype: str = "f32", nesterov: bool = False) -> str:
+    """The AR-Opt text of one step of a group (module doc): ``@step(%g, %p, state...,
+    scalars...)`` over the arena, every state written in place."""
+    if kind == "lamb":
+        return _lamb_program(layout, dtype)
+    n = layout.padded
+    T = f"!dist.tensor<{n}x{dtype}, @world, [replicated]>"
+    L = f"!dist.tensor<{n}x{dtype}, @world, [local]>"
+    state = STATE[kind]
+    scalars = SCALARS[kind]
+    args = [f"%g: {L}", f"%p: {T}", *(f"%{s}: {T}" for s in state), *(f"%{s}: {dtype}" for s in scalars)]
+    results = ", ".join(f"{T} {{dist.inplace = {i + 1} : i64}}" for i in range(1 + len(state)))
+    f = dtype
+
+    def block(name, operands, lines):
+        ins = ", ".join(f"%{o}" for o in operands)
+        types = ", ".join(T if o in ("avg", "p", "m", "v", "m1", "v1") else f for o in operands)
+        bb = ", ".join(f"%{o}_: {f}" for o in operands)
+        body = "\n".join(f"    {x}" for x in lines)
+        return f"  %{name} = dist.map({ins}) : ({types}) -> {T} {{\n  ^bb0({bb}):\n{body}\n  }}"
+
+    g2 = [f"%lp = arith.mulf %l2_, %p_ : {f}", f"%g2 = arith.addf %avg_, %lp : {f}"]
+    if kind == "adam":
+        maps = [
+            block("m1", ("m", "avg", "p", "w1", "l2"), g2 + [f"%d = arith.subf %g2, %m_ : {f}", f"%s = arith.mulf %w1_, %d : {f}", f"%r = arith.addf %m_, %s : {f}", f"dist.yield %r : {f}"]),
+            block("v1", ("v", "avg", "p", "beta2", "w2", "l2"), g2 + [f"%a = arith.mulf %v_, %beta2_ : {f}", f"%b = arith.mulf %w2_, %g2 : {f}", f"%c = arith.mulf %b, %g2 : {f}", f"%r = arith.addf %a, %c : {f}", f"dist.yield %r : {f}"]),
+            block(
+                "p1",
+                ("p", "m1", "v1", "decay", "bc2s", "eps", "nstep"),
+                [
+                    f"%pd = arith.mulf %p_, %decay_ : {f}",
+                    f"%s = math.sqrt %v1_ : {f}",
+                    f"%q = arith.divf %s, %bc2s_ : {f}",
+                    f"%den = arith.addf %q, %eps_ : {f}",
+                    f"%num = arith.mulf %nstep_, %m1_ : {f}",
+                    f"%u = arith.divf %num, %den : {f}",
+                    f"%r = arith.addf %pd, %u : {f}",
+                    f"dist.yield %r : {f}",
+                ],
+            ),
+        ]
+        returned = ("p1", "m1", "v1")
+    elif kind == "sgd":
+        d = [f"%n = arith.mulf %mu_, %m1_ : {f}", f"%dd = arith.addf %g2, %n : {f}"] if nesterov else []
+        dv = "%dd" if nesterov else "%m1_"
+        maps = [
+            block("m1", ("m", "avg", "p", "mu", "damp", "l2"), g2 + [f"%a = arith.mulf %m_, %mu_ : {f}", f"%b = arith.mulf %damp_, %g2 : {f}", f"%r = arith.addf %a, %b : {f}", f"dist.yield %r : {f}"]),
+            block("p1", ("p", "m1", "avg", "mu", "l2", "nlr"), g2 + d + [f"%u = arith.mulf %nlr_, {dv} : {f}", f"%r = arith.addf %p_, %u : {f}", f"dist.yield %r : {f}"]),
+        ]
+        returned = ("p1", "m1")
+    else:
+        raise ValueError(f"unknown optimizer '{kind}' (known: {', '.join(KINDS)})")
+    ret_types = ", ".join([T] * len(returned))
+    return (
+        "dist.mesh @world shape = [?]\n\n"
+        f"func.func @{kind}_step({', '.join(args)})\n    -> ({results}) {{\n"
+        f"  %avg = coll.all_reduce avg %g : {L} -> {T}\n" + "\n".join(maps) + "\n"
+        f"  func.return {', '.join('%' + r for r in returned)} : {ret_types}\n}}\n"
+    )
+
+
+def _lamb_program(layout: Layout, dtype: str) -> str:
+    raise NotImplementedError("LAMB over an arena needs per-tensor norms")
+
+
+def scalars(kind: str, group: Mapping, step: int, first: bool = False) -> list[float]:
+    """The scalar arguments of one step of ``kind`` for a group's hyperparameters (torch's
+    names: lr, betas, eps, weight_decay, momentum, dampening) at step ``step`` (from 1),
+    computed as torch computes them (module doc). ``group["decoupled"]`` marks AdamW."""
+    lr = float(group["lr"])
+    wd = float(group.get("weight_decay", 0.0))
+    if kind == "adam":
+        beta1, beta2 = (float(b) for b in group["betas"])
+        bc1 = 1 - beta1**step
+        bc2 = 1 - beta2**step
+        decoupled = bool(group.get("decoupled", False))
+        return [1 - beta1, beta2, 1 - beta2, 0.0 if decoupled else wd, 1 - lr * wd if decoupled else 1.0, bc2**0.5, float(group["eps"]), -(lr / bc1)]
+    if kind == "sgd":
+        mu = float(group.get("momentum", 0.0))
+        damp = 1.0 if (first or mu == 0) else 1 - float(group.get("dampening", 0.0))
+        return [mu, damp, wd, -lr]
+    if kind == "lamb":
+        beta1, beta2 = (float(b) for b in group["betas"])
+        return [1 - beta1, beta2, 1 - beta2, 1 - beta1**step, 1 - beta2**step, float(group["eps"]), wd]
+    raise ValueError(f"unknown optimizer '{kind}'")
+
+
+def resolve_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str) -> str:
+    """The ``-p`` pipeline of a schedule name (``SCHEDULES``), a pipeline string as given,
+    or for ``auto`` the tuner's pick for this arena (``tuning``)."""
+    if schedule is None or schedule in SCHEDULES:
+        return SCHEDULES[schedule or "fused"](kind)
+    if schedule == "auto":
+        return auto_schedule(kind, layout, dtype)
+    return schedule
+
+
+def auto_schedule(kind: str, layout: Layout, dtype: str) -> str:
+    """The pipeline the cost model (calibrated ``local`` topology when there is one,
+    else the built-in ``local`` defaults) predicts fastest for this arena's size."""
+    from distir.tuning.tuner import pick_pipeline
+
+    return pick_pipeline(program(kind, layout, dtype), ranks=layout.ranks)
+
+
+def state_bytes(arrays: Sequence[np.ndarray]) -> int:
+    """Bytes held by this rank's optimizer state arrays."""
+    return int(sum(a.nbytes for a in arrays))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def is_finite_hyper(x: float) -> bool:
+    return math.isfinite(x)

@@ -1,0 +1,406 @@
+"""distir inside PyTorch (DESIGN §6): distributed optimizers with the ``torch.optim``
+contract, and distir programs as ``torch.library`` custom ops.
+
+**Optimizers** ``Adam``, ``AdamW``, ``SGD`` (and ``LAMB``) take torch's arguments plus
+``schedule=`` and ``comm=``, and replace DDP's gradient all-reduce plus the update with
+one distir step per parameter group (``frameworks/optimizers.py``)::
+
+    model = GPT(...)                                   # no DDP wrapper
+    opt = distir.frameworks.pytorch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    for x, y in batches:                               # this rank's shard of the data
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()                                     # average the gradients + AdamW
+
+At construction every parameter's data moves into its group's parameter arena and its
+``.grad`` becomes a view of the gradient arena (``p.data`` and ``p.grad`` stay tensors of
+the parameter's shape: the model sees no difference); backward accumulates into the
+arena in place, and ``step()`` runs the fused collective on the arenas themselves: no
+per-step packing copy. The arenas live where the communicator shares memory (the MPI-3
+window under ``mpiexec``, shared-memory segments under ``torchrun``), so the fused
+all-reduce is zero-copy. Optimizer state is sliced (ZeRO-1): ``optimizer.state[p]``
+holds this rank's slice of ``exp_avg``/``exp_avg_sq``/``momentum_buffer`` as 1-D tensors;
+``state_dict()`` (collective) returns the full state in torch's format, which
+``torch.optim.AdamW.load_state_dict`` takes, and ``load_state_dict`` takes torch's.
+
+``zero_grad()`` zeroes the gradient arena in place (the ``.grad`` views stay); with
+``set_to_none=True`` (torch's default) a parameter that then receives no gradient before
+``step()`` is skipped, as torch skips a parameter whose ``.grad`` is None. A ``.grad``
+replaced by another tensor of the right shape and type is copied into the arena.
+
+``comm=``: a ``torch.distributed`` ProcessGroup, a runtime communicator (``runtime/step.py``:
+``local_comms``, ``mpi_comm``), or None: the default process group when one is
+initialized, else MPI's ``COMM_WORLD`` when started by ``mpiexec``, else one rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from distir.dialects.diagnostics import InputRejected
+from distir.frameworks import optimizers as core
+from distir.runtime import step as steps
+
+_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+
+
+# ======================================================================================
+# Communicators
+# ======================================================================================
+
+
+def default_comm(comm: Any = None) -> Any:
+    """The runtime communicator for ``comm`` (module doc)."""
+    import torch.distributed as dist
+
+    if comm is None:
+        if dist.is_available() and dist.is_initialized():
+            return _torch_comm(None)
+        if any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "HYDRA_CONTROL_FD")):
+            return steps.mpi_comm()
+        return steps.local_comms(1)[0]
+    if comm == "mpi":
+        return steps.mpi_comm()
+    if dist.is_available() and isinstance(comm, dist.ProcessGroup):
+        return _torch_comm(comm)
+    return comm
+
+
+def _torch_comm(group):
+    from distir.frameworks.torch_comm import TorchComm
+
+    return TorchComm(group)
+
+
+# ======================================================================================
+# Optimizers
+# ======================================================================================
+
+
+class _Group:
+    """One parameter group's arenas and step (numpy arrays; torch views of them)."""
+
+    def __init__(self, kind: str, params: list[torch.Tensor], comm: Any, schedule: str | None, nesterov: bool):
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) > 1:
+            names = ", ".join(sorted(str(d) for d in dtypes))
+            raise InputRejected(f"a parameter group mixes dtypes ({names}): put each dtype in a group of its own")
+        dtype = next(iter(dtypes))
+        if dtype not in _DTYPES:
+            raise InputRejected(f"parameters of dtype {dtype} are not supported (float32, float64)")
+        self.kind = kind
+        self.params = params
+        self.layout = core.Layout(tuple(p.numel() for p in params), comm.size)
+        text = core.program(kind, self.layout, _DTYPES[dtype], nesterov=nesterov)
+        self.pipeline = core.resolve_schedule(kind, schedule, self.layout, _DTYPES[dtype])
+        self.step = steps.Step(_compiled(text, comm.size, self.pipeline), comm)
+        self.rank = comm.rank
+        self.g = self.step.empty("g")
+        self.p = self.step.empty("p")
+        self.state = [self.step.empty(s) for s in core.STATE[kind]]
+        self.sliced = self.state[0].size != self.p.size if self.state else False
+        gt, pt = torch.from_numpy(self.g), torch.from_numpy(self.p)
+        self.state_t = [torch.from_numpy(s) for s in self.state]
+        self.grad_views: list[torch.Tensor] = []
+        for p, off, n in zip(params, self.layout.offsets, self.layout.sizes):
+            with torch.no_grad():
+                view = pt[off : off + n].view(p.shape)
+                view.copy_(p.detach())
+                p.data = view
+            gview = gt[off : off + n].view(p.shape)
+            if p.grad is not None:
+                gview.copy_(p.grad)
+            p.grad = gview
+            self.grad_views.append(gview)
+
+    def state_view(self, k: int, i: int) -> torch.Tensor:
+        """This rank's slice of state ``k`` of tensor ``i`` (1-D; empty when none)."""
+        if not self.sliced:
+            off, n = self.layout.offsets[i], self.layout.sizes[i]
+            return self.state_t[k][off : off + n]
+        a, b, _, _ = self.layout.local_span(i, self.rank)
+        return self.state_t[k][a:b]
+
+    def full_state(self, k: int) -> np.ndarray:
+        """State ``k`` over the whole arena (collective when it is sliced)."""
+        if not self.sliced:
+            return self.state[k]
+        full = np.zeros(self.layout.padded, self.state[k].dtype)
+        self.step.comm.all_gather(self.state[k], full, self.state[k].size, steps.SyncStream(0))
+        return full
+
+    def run(self, scalars: list[float]) -> None:
+        self.step.run(self.g, self.p, *self.state, *scalars)
+
+
+_PROGRAMS: dict[tuple[str, int, str], Any] = {}
+
+
+def _compiled(text: str, ranks: int, pipeline: str):
+    key = (text, ranks, pipeline)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        program = _PROGRAMS[key] = steps.compile(text, ranks=ranks, pipeline=pipeline)
+    return program
+
+
+class _DistirOptimizer(torch.optim.Optimizer):
+    """The ``torch.optim.Optimizer`` contract over distir steps (module doc)."""
+
+    kind = ""
+    state_names: tuple[str, ...] = ()
+
+    def __init__(self, params: Iterable, defaults: dict, schedule: str | None = None, comm: Any = None, nesterov: bool = False):
+        self._wrapped = False
+        super().__init__(params, defaults)
+        self.comm = default_comm(comm)
+        self.schedule = schedule
+        self._groups: list[_Group] = []
+        self._has_grad: dict[int, bool] = {}
+        self._hooks = []
+        self._check_same_groups()
+        for group in self.param_groups:
+            self._groups.append(_Group(self.kind, list(group["params"]), self.comm, schedule, nesterov))
+        for gi, (group, g) in enumerate(zip(self.param_groups, self._groups)):
+            for i, p in enumerate(g.params):
+                self._has_grad[id(p)] = False
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._mark))
+                st = self.state[p]
+                st["step"] = torch.tensor(0.0)
+                for k, name in enumerate(self.state_names):
+                    st[name] = g.state_view(k, i)
+        self._wrapped = True
+
+    # ------------------------------------------------------------------ wrap-time checks
+    def _check_same_groups(self) -> None:
+        """Collective: every rank must wrap groups of the same shapes (the arenas are
+        laid out alike); else every rank raises."""
+        desc = repr([[tuple(p.shape) for p in g["params"]] for g in self.param_groups]).encode()
+        digest = np.frombuffer(hashlib.sha256(desc).digest()[:8], np.int64).copy()
+        every = np.zeros(self.comm.size, np.int64)
+        self.comm.all_gather(digest, every, 1, steps.SyncStream(0))
+        if len(set(every.tolist())) > 1:
+            odd = [r for r, d in enumerate(every.tolist()) if d != every[0]]
+            raise InputRejected(
+                f"the parameter groups differ across ranks (ranks {odd} differ from rank 0 in their tensors' shapes): "
+                "every rank must wrap the same model"
+            )
+
+    def add_param_group(self, param_group: dict) -> None:
+        if getattr(self, "_wrapped", False):
+            raise InputRejected(
+                f"{type(self).__name__}: parameters cannot be added after wrapping (the arenas are laid out at construction): "
+                "create the optimizer with every parameter group"
+            )
+        super().add_param_group(param_group)
+
+    def _mark(self, p: torch.Tensor) -> None:
+        self._has_grad[id(p)] = True
+
+    # ------------------------------------------------------------------ step
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        problem, plans = self._plan()
+        self._groups[0].step.agree(problem)
+        for group, g, (cohorts, skipped) in zip(self.param_groups, self._groups, plans):
+            self._run_group(group, g, cohorts, skipped)
+        return loss
+
+    def _plan(self):
+        """Per group: the parameters to update grouped by their step count (one run of the
+        step each), the skipped ones; or what is wrong with the gradients."""
+        plans = []
+        problem = None
+        for group, g in zip(self.param_groups, self._groups):
+            if [id(p) for p in group["params"]] != [id(p) for p in g.params]:
+                problem = f"{type(self).__name__}: the parameters of a group changed after wrapping: create a new optimizer"
+                plans.append(({}, []))
+                continue
+            cohorts: dict[float, list[int]] = {}
+            skipped: list[int] = []
+            for i, (p, view) in enumerate(zip(g.params, g.grad_views)):
+                grad = p.grad
+                if grad is None:
+                    skipped.append(i)
+                    continue
+                if grad is not view:
+                    why = _bad_grad(grad, p)
+                    if why:
+                        problem = f"parameter {i} of group {len(plans)} (shape {list(p.shape)}): {why}"
+                        continue
+                    view.copy_(grad)
+                    p.grad = view
+                    self._has_grad[id(p)] = True
+                if not self._has_grad[id(p)]:
+                    skipped.append(i)
+                    continue
+                cohorts.setdefault(float(self.state[p]["step"]), []).append(i)
+            plans.append((cohorts, skipped))
+        return problem, plans
+
+    def _run_group(self, group: dict, g: _Group, cohorts: dict[float, list[int]], skipped: list[int]) -> None:
+        if not cohorts:
+            return
+        hyper = self._hyper(group)
+        for count, members in cohorts.items():
+            keep = skipped + [i for c, ms in cohorts.items() if c != count for i in ms]
+            saved = self._save(g, keep)
+            g.run(core.scalars(self.kind, hyper, int(count) + 1, first=count == 0))
+            self._restore(g, saved)
+            for i in members:
+                self.state[g.params[i]]["step"] += 1
+
+    def _hyper(self, group: dict) -> dict:
+        return group
+
+    def _save(self, g: _Group, keep: list[int]) -> list:
+        """Copies of the parameters and state slices of the tensors a run must leave as
+        they are (skipped, or another step count)."""
+        out = []
+        for i in keep:
+            off, n = g.layout.offsets[i], g.layout.sizes[i]
+            out.append((i, g.p[off : off + n].copy(), [g.state_view(k, i).clone() for k in range(len(g.state))]))
+        return out
+
+    def _restore(self, g: _Group, saved: list) -> None:
+        for i, p, st in saved:
+            off, n = g.layout.offsets[i], g.layout.sizes[i]
+            g.p[off : off + n] = p
+            for k, s in enumerate(st):
+                g.state_view(k, i).copy_(s)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for g in self._groups:
+            g.g.fill(0)
+            for p, view in zip(g.params, g.grad_views):
+                if p.grad is not view:
+                    p.grad = view
+                self._has_grad[id(p)] = not set_to_none
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """The full state in ``torch.optim``'s format (collective: every rank calls it)."""
+        fulls = [[g.full_state(k) for k in range(len(g.state))] for g in self._groups]
+        sd = super().state_dict()
+        index = 0
+        for g, full in zip(self._groups, fulls):
+            for i, p in enumerate(g.params):
+                entry = {"step": self.state[p]["step"].clone()}
+                off, n = g.layout.offsets[i], g.layout.sizes[i]
+                for k, name in enumerate(self.state_names):
+                    entry[name] = torch.from_numpy(full[k][off : off + n].copy()).view(p.shape)
+                sd["state"][index] = entry
+                index += 1
+        for group in sd["param_groups"]:
+            self._export_group(group)
+        return sd
+
+    def _export_group(self, group: dict) -> None:
+        """Make a saved group look like torch's (``torch_defaults``)."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a state dict of this optimizer or of ``torch.optim``'s (full state)."""
+        sd = {"state": dict(state_dict["state"]), "param_groups": [dict(g) for g in state_dict["param_groups"]]}
+        for group, mine in zip(sd["param_groups"], self.param_groups):
+            for key in self._own_keys():
+                group.setdefault(key, mine.get(key))
+        super().load_state_dict(sd)
+        for g in self._groups:
+            for i, p in enumerate(g.params):
+                st = self.state[p]
+                step = st.get("step", torch.tensor(0.0))
+                new = {"step": torch.as_tensor(step, dtype=torch.float32).clone()}
+                for k, name in enumerate(self.state_names):
+                    full = st.get(name)
+                    view = g.state_view(k, i)
+                    if full is None:
+                        view.zero_()
+                    else:
+                        _, _, a, b = g.layout.local_span(i, g.rank) if g.sliced else (0, 0, 0, p.numel())
+                        view.copy_(full.reshape(-1)[a:b])
+                    new[name] = view
+                self.state[p] = new
+
+    def _own_keys(self) -> tuple[str, ...]:
+        return ()
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state this rank holds."""
+        return core.state_bytes([s for g in self._groups for s in g.state])
+
+
+def _bad_grad(grad: torch.Tensor, p: torch.Tensor) -> str | None:
+    if grad.dtype != p.dtype:
+        return f"its gradient is {grad.dtype}, the parameter {p.dtype}"
+    if tuple(grad.shape) != tuple(p.shape):
+        return f"its gradient has shape {list(grad.shape)}"
+    if not grad.is_contiguous():
+        return "its gradient is not contiguous"
+    if grad.is_sparse:
+        return "sparse gradients are not supported"
+    return None
+
+
+def _torch_defaults(cls, kwargs: dict) -> dict:
+    """torch's own defaults and argument checks for ``cls`` (a torch.optim class)."""
+    return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
+
+
+class AdamW(_DistirOptimizer):
+    """``torch.optim.AdamW`` as one distir step per group (module doc)."""
+
+    kind = "adam"
+    state_names = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *, maximize=False,
+                 schedule: str | None = None, comm: Any = None, **torch_kwargs):
+        if amsgrad or maximize:
+            raise InputRejected(f"{type(self).__name__}: amsgrad and maximize are not supported")
+        defaults = _torch_defaults(self._torch_class(), dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **torch_kwargs))
+        super().__init__(params, defaults, schedule=schedule, comm=comm)
+
+    @staticmethod
+    def _torch_class():
+        return torch.optim.AdamW
+
+    def _hyper(self, group: dict) -> dict:
+        return {**group, "decoupled": True}
+
+
+class Adam(AdamW):
+    """``torch.optim.Adam`` (L2 weight decay added to the gradient)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, **kwargs):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, **kwargs)
+
+    @staticmethod
+    def _torch_class():
+        return torch.optim.Adam
+
+    def _hyper(self, group: dict) -> dict:
+        return {**group, "decoupled": bool(group.get("decoupled_weight_decay", False))}
+
+
+class SGD(_DistirOptimizer):
+    """``torch.optim.SGD`` with momentum (module doc)."""
+
+    kind = "sgd"
+    state_names = ("momentum_buffer",)
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, maximize=False,
+                 schedule: str | None = None, comm: Any = None, **torch_kwargs):
+        if maximize:
+            raise InputRejected("SGD: maximize is not supported")
+        defaults = _torch_defaults(torch.optim.SGD, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, **torch_kwargs))
+        super().__init__(params, defaults, schedule=schedule, comm=comm, nesterov=nesterov)
