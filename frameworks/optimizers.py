@@ -44,8 +44,13 @@ SCALARS = {
 }
 
 
-def fused_pipeline(kind: str) -> str:
-    """CoCoNet's fuse(RS-Opt-AG) with the state sliced (ZeRO-1), as a ``-p`` string."""
+def fused_pipeline(kind: str, layout: Layout | None = None) -> str:
+    """CoCoNet's fuse(RS-Opt-AG) with the state sliced (ZeRO-1), as a ``-p`` string (LAMB:
+    per tensor of ``layout``)."""
+    if kind == "lamb":
+        assert layout is not None
+        state = ",".join(f"{s}_t{i}" for i in range(len(layout.sizes)) for s in STATE[kind])
+        return f"fuse-maps,split-allreduce,reorder-allgather,slice-state{{targets={state}}},fuse-allreduce"
     state = ",".join(STATE[kind])
     return (
         "fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag},"
@@ -53,26 +58,39 @@ def fused_pipeline(kind: str) -> str:
     )
 
 
-SCHEDULES = {"fused": fused_pipeline, "ar": lambda kind: "fuse-maps"}
+SCHEDULES = {"fused": fused_pipeline, "ar": lambda kind, layout=None: "fuse-maps"}
 """Named schedules: ``fused`` (fuse(RS-Opt-AG), ZeRO-1) and ``ar`` (AR-Opt, every rank
 updates the whole arena: state not sliced)."""
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each tensor of a group lies in its arena: tensor i holds elements
-    ``offsets[i] .. offsets[i] + sizes[i]``; the arena has ``padded`` elements (a multiple
-    of ``ranks`` × ``ALIGN``; the padding stays 0), rank r's block of sliced state is
-    ``block(r)``."""
+    """Where each tensor of a group lies in its arenas. Tensor i holds elements
+    ``offsets[i] .. offsets[i] + sizes[i]`` of the parameter and gradient arenas (of
+    ``padded`` elements; the padding stays 0).
+
+    Sliced state: with ``per_tensor=False`` rank r keeps block r of the whole arena
+    (``padded / ranks`` elements); with ``per_tensor=True`` (LAMB, whose trust ratio needs
+    each tensor's norms) every tensor's span is padded to a multiple of ``ranks`` and
+    sliced on its own, and rank r keeps block r of each span, side by side."""
 
     sizes: tuple[int, ...]
     ranks: int
+    per_tensor: bool = False
 
     ALIGN = 16
 
     @property
+    def spans(self) -> tuple[int, ...]:
+        """Elements each tensor takes in the arena (with its padding when per tensor)."""
+        if not self.per_tensor:
+            return self.sizes
+        unit = self.ranks * self.ALIGN
+        return tuple(max(unit, -(-n // unit) * unit) for n in self.sizes)
+
+    @property
     def offsets(self) -> tuple[int, ...]:
-        return tuple(int(x) for x in np.cumsum((0, *self.sizes))[:-1])
+        return tuple(int(x) for x in np.cumsum((0, *self.spans))[:-1])
 
     @property
     def total(self) -> int:
@@ -80,17 +98,24 @@ class Layout:
 
     @property
     def padded(self) -> int:
+        if self.per_tensor:
+            return sum(self.spans)
         unit = self.ranks * self.ALIGN
         return max(unit, -(-self.total // unit) * unit)
 
-    def block(self, rank: int) -> tuple[int, int]:
-        n = self.padded // self.ranks
-        return rank * n, (rank + 1) * n
-
     def local_span(self, i: int, rank: int) -> tuple[int, int, int, int]:
-        """(start, stop) of tensor i's part in rank's block, as offsets in the block,
-        and the same part as offsets in the tensor (empty: start == stop)."""
-        lo, hi = self.block(rank)
+        """Tensor i's part of rank's slice of the state: (start, stop) in the rank's
+        state arena and the same elements as (start, stop) in the tensor (empty when
+        start == stop)."""
+        if self.per_tensor:
+            share = self.spans[i] // self.ranks
+            base = self.offsets[i] // self.ranks
+            a, b = rank * share, min((rank + 1) * share, self.sizes[i])
+            if a >= b:
+                return 0, 0, 0, 0
+            return base, base + b - a, a, b
+        n = self.padded // self.ranks
+        lo, hi = rank * n, (rank + 1) * n
         a, b = self.offsets[i], self.offsets[i] + self.sizes[i]
         s, e = max(a, lo), min(b, hi)
         if s >= e:
@@ -160,7 +185,81 @@ def program(kind: str, layout: Layout, dtype: str = "f32", nesterov: bool = Fals
 
 
 def _lamb_program(layout: Layout, dtype: str) -> str:
-    raise NotImplementedError("LAMB over an arena needs per-tensor norms")
+    """AR-LAMB over every tensor of the group (its padded span of the arenas): one
+    all-reduce, the moments and the update direction, the two norms and the update per
+    tensor; arguments ``g_i, p_i, m_i, v_i`` per tensor, then the scalars."""
+    f = dtype
+    args: list[str] = []
+    body: list[str] = []
+    results: list[str] = []
+    returned: list[str] = []
+    scalars = SCALARS["lamb"]
+    roles = ("g", "p", "m", "v")
+    for i, n in enumerate(layout.spans):
+        T = f"!dist.tensor<{n}x{f}, @world, [replicated]>"
+        L = f"!dist.tensor<{n}x{f}, @world, [local]>"
+        S = f"!dist.tensor<{f}, @world, [replicated]>"
+        base = len(args)
+        args += [f"%g_t{i}: {L}", f"%p_t{i}: {T}", f"%m_t{i}: {T}", f"%v_t{i}: {T}"]
+        sc = ", ".join(f"%{s}" for s in scalars)
+        sct = ", ".join([f] * len(scalars))
+        body += [
+            f"%avg_t{i} = coll.all_reduce avg %g_t{i} : {L} -> {T}",
+            f"%m1_t{i}, %v1_t{i}, %u_t{i} = dist.map(%m_t{i}, %v_t{i}, %avg_t{i}, %p_t{i}, {sc}) : ({T}, {T}, {T}, {T}, {sct}) -> ({T}, {T}, {T}) {{",
+            f"^bb0(%m_: {f}, %v_: {f}, %g_: {f}, %p_: {f}, %w1_: {f}, %b2_: {f}, %w2_: {f}, %bc1_: {f}, %bc2_: {f}, %eps_: {f}, %wd_: {f}):",
+            f"  %d = arith.subf %g_, %m_ : {f}",
+            f"  %s = arith.mulf %w1_, %d : {f}",
+            f"  %mn = arith.addf %m_, %s : {f}",
+            f"  %a = arith.mulf %v_, %b2_ : {f}",
+            f"  %b = arith.mulf %w2_, %g_ : {f}",
+            f"  %c = arith.mulf %b, %g_ : {f}",
+            f"  %vn = arith.addf %a, %c : {f}",
+            f"  %mh = arith.divf %mn, %bc1_ : {f}",
+            f"  %vh = arith.divf %vn, %bc2_ : {f}",
+            f"  %r = math.sqrt %vh : {f}",
+            f"  %den = arith.addf %r, %eps_ : {f}",
+            f"  %q = arith.divf %mh, %den : {f}",
+            f"  %wp = arith.mulf %wd_, %p_ : {f}",
+            f"  %u_ = arith.addf %q, %wp : {f}",
+            f"  dist.yield %mn, %vn, %u_ : {f}, {f}, {f}",
+            "}",
+            f"%pp_t{i}, %uu_t{i} = dist.map(%p_t{i}, %u_t{i}) : ({T}, {T}) -> ({T}, {T}) {{",
+            f"^bb0(%p_: {f}, %u_: {f}):",
+            f"  %a = arith.mulf %p_, %p_ : {f}",
+            f"  %b = arith.mulf %u_, %u_ : {f}",
+            f"  dist.yield %a, %b : {f}, {f}",
+            "}",
+            f"%pn_t{i} = dist.reduce_tensor sum %pp_t{i} dims [0] : {T} -> {S}",
+            f"%un_t{i} = dist.reduce_tensor sum %uu_t{i} dims [0] : {T} -> {S}",
+            f"%p1_t{i} = dist.map(%p_t{i}, %u_t{i}, %pn_t{i}, %un_t{i}, %lr) : ({T}, {T}, {S}, {S}, {f}) -> {T} {{",
+            f"^bb0(%p_: {f}, %u_: {f}, %pn_: {f}, %un_: {f}, %lr_: {f}):",
+            f"  %zero = arith.constant 0.0 : {f}",
+            f"  %one = arith.constant 1.0 : {f}",
+            f"  %a = math.sqrt %pn_ : {f}",
+            f"  %b = math.sqrt %un_ : {f}",
+            f"  %ratio = arith.divf %a, %b : {f}",
+            f"  %pz = arith.cmpf ogt, %pn_, %zero : {f}",
+            f"  %uz = arith.cmpf ogt, %un_, %zero : {f}",
+            "  %both = arith.andi %pz, %uz : i1",
+            f"  %trust = arith.select %both, %ratio, %one : {f}",
+            f"  %k = arith.mulf %lr_, %trust : {f}",
+            f"  %s = arith.mulf %k, %u_ : {f}",
+            f"  %r = arith.subf %p_, %s : {f}",
+            f"  dist.yield %r : {f}",
+            "}",
+        ]
+        for k, role in enumerate(("p1", "m1", "v1")):
+            results.append(f"{T} {{dist.inplace = {base + 1 + k} : i64}}")
+            returned.append(f"%{role}_t{i}")
+    del roles
+    args += [f"%{s}: {f}" for s in scalars] + [f"%lr: {f}"]
+    ret_types = ", ".join(r.split(" {")[0] for r in results)
+    return (
+        "dist.mesh @world shape = [?]\n\n"
+        f"func.func @lamb_step({', '.join(args)})\n    -> ({', '.join(results)}) {{\n"
+        + "\n".join(f"  {line}" for line in body)
+        + f"\n  func.return {', '.join(returned)} : {ret_types}\n}}\n"
+    )
 
 
 def scalars(kind: str, group: Mapping, step: int, first: bool = False) -> list[float]:
@@ -181,7 +280,7 @@ def scalars(kind: str, group: Mapping, step: int, first: bool = False) -> list[f
         return [mu, damp, wd, -lr]
     if kind == "lamb":
         beta1, beta2 = (float(b) for b in group["betas"])
-        return [1 - beta1, beta2, 1 - beta2, 1 - beta1**step, 1 - beta2**step, float(group["eps"]), wd]
+        return [1 - beta1, beta2, 1 - beta2, 1 - beta1**step, 1 - beta2**step, float(group["eps"]), wd, lr]
     raise ValueError(f"unknown optimizer '{kind}'")
 
 
@@ -189,7 +288,7 @@ def resolve_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str
     """The ``-p`` pipeline of a schedule name (``SCHEDULES``), a pipeline string as given,
     or for ``auto`` the tuner's pick for this arena (``tuning``)."""
     if schedule is None or schedule in SCHEDULES:
-        return SCHEDULES[schedule or "fused"](kind)
+        return SCHEDULES[schedule or "fused"](kind, layout)
     if schedule == "auto":
         return auto_schedule(kind, layout, dtype)
     return schedule

@@ -97,14 +97,21 @@ class _Group:
             raise InputRejected(f"parameters of dtype {dtype} are not supported (float32, float64)")
         self.kind = kind
         self.params = params
-        self.layout = core.Layout(tuple(p.numel() for p in params), comm.size)
+        self.layout = core.Layout(tuple(p.numel() for p in params), comm.size, per_tensor=kind == "lamb")
         text = core.program(kind, self.layout, _DTYPES[dtype], nesterov=nesterov)
         self.pipeline = core.resolve_schedule(kind, schedule, self.layout, _DTYPES[dtype])
         self.step = steps.Step(_compiled(text, comm.size, self.pipeline), comm)
         self.rank = comm.rank
-        self.g = self.step.empty("g")
-        self.p = self.step.empty("p")
-        self.state = [self.step.empty(s) for s in core.STATE[kind]]
+        roles = ("g", "p", *core.STATE[kind])
+        names = [a.name for a in self.step.arguments if a.shape is not None]
+        arenas = {}
+        for role in roles:
+            mine = [n for n in names if n == role or n.startswith(role + "_t")]
+            arenas[role] = self.step.empty_together(mine)
+        order = {n: v for role in roles for n, v in zip([n for n in names if n == role or n.startswith(role + "_t")], arenas[role][1])}
+        self.buffers = [order[n] for n in names]
+        self.g, self.p = arenas["g"][0], arenas["p"][0]
+        self.state = [arenas[s][0] for s in core.STATE[kind]]
         self.sliced = self.state[0].size != self.p.size if self.state else False
         gt, pt = torch.from_numpy(self.g), torch.from_numpy(self.p)
         self.state_t = [torch.from_numpy(s) for s in self.state]
@@ -119,6 +126,12 @@ class _Group:
                 gview.copy_(p.grad)
             p.grad = gview
             self.grad_views.append(gview)
+        self.grad_ptrs = [v.data_ptr() for v in self.grad_views]
+
+    def grad_view(self, i: int) -> torch.Tensor:
+        """A new view of tensor i's part of the gradient arena."""
+        off, n = self.layout.offsets[i], self.layout.sizes[i]
+        return torch.from_numpy(self.g)[off : off + n].view(self.params[i].shape)
 
     def state_view(self, k: int, i: int) -> torch.Tensor:
         """This rank's slice of state ``k`` of tensor ``i`` (1-D; empty when none)."""
@@ -127,6 +140,16 @@ class _Group:
             return self.state_t[k][off : off + n]
         a, b, _, _ = self.layout.local_span(i, self.rank)
         return self.state_t[k][a:b]
+
+    def full_tensor(self, full: np.ndarray, i: int) -> np.ndarray:
+        """Tensor i's elements of a state gathered over the ranks (``full_state``)."""
+        lay = self.layout
+        if not self.sliced or not lay.per_tensor:
+            return full[lay.offsets[i] : lay.offsets[i] + lay.sizes[i]]
+        n = lay.ranks
+        blocks = full.reshape(n, -1)  # rank r's slice of every tensor, side by side
+        base, share = lay.offsets[i] // n, lay.spans[i] // n
+        return blocks[:, base : base + share].reshape(-1)[: lay.sizes[i]]
 
     def full_state(self, k: int) -> np.ndarray:
         """State ``k`` over the whole arena (collective when it is sliced)."""
@@ -137,7 +160,7 @@ class _Group:
         return full
 
     def run(self, scalars: list[float]) -> None:
-        self.step.run(self.g, self.p, *self.state, *scalars)
+        self.step.run(*self.buffers, *scalars)
 
 
 _PROGRAMS: dict[tuple[str, int, str], Any] = {}
@@ -182,14 +205,14 @@ class _DistirOptimizer(torch.optim.Optimizer):
     def _check_same_groups(self) -> None:
         """Collective: every rank must wrap groups of the same shapes (the arenas are
         laid out alike); else every rank raises."""
-        desc = repr([[tuple(p.shape) for p in g["params"]] for g in self.param_groups]).encode()
+        desc = repr([[(tuple(p.shape), str(p.dtype)) for p in g["params"]] for g in self.param_groups]).encode()
         digest = np.frombuffer(hashlib.sha256(desc).digest()[:8], np.int64).copy()
         every = np.zeros(self.comm.size, np.int64)
         self.comm.all_gather(digest, every, 1, steps.SyncStream(0))
         if len(set(every.tolist())) > 1:
             odd = [r for r, d in enumerate(every.tolist()) if d != every[0]]
             raise InputRejected(
-                f"the parameter groups differ across ranks (ranks {odd} differ from rank 0 in their tensors' shapes): "
+                f"the parameter groups differ across ranks (ranks {odd} differ from rank 0 in their tensors' shapes or dtypes): "
                 "every rank must wrap the same model"
             )
 
@@ -234,13 +257,15 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 if grad is None:
                     skipped.append(i)
                     continue
-                if grad is not view:
+                if grad is not view or grad.data_ptr() != g.grad_ptrs[i] or grad.dtype != p.dtype:
                     why = _bad_grad(grad, p)
                     if why:
                         problem = f"parameter {i} of group {len(plans)} (shape {list(p.shape)}): {why}"
                         continue
-                    view.copy_(grad)
-                    p.grad = view
+                    fresh = g.grad_view(i)
+                    if grad.data_ptr() != fresh.data_ptr():
+                        fresh.copy_(grad)
+                    p.grad = g.grad_views[i] = fresh
                     self._has_grad[id(p)] = True
                 if not self._has_grad[id(p)]:
                     skipped.append(i)
@@ -283,10 +308,12 @@ class _DistirOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         for g in self._groups:
             g.g.fill(0)
-            for p, view in zip(g.params, g.grad_views):
-                if p.grad is not view:
-                    p.grad = view
-                self._has_grad[id(p)] = not set_to_none
+            for i, (p, view) in enumerate(zip(g.params, g.grad_views)):
+                if p.grad is not view or view.data_ptr() != g.grad_ptrs[i]:
+                    p.grad = g.grad_views[i] = g.grad_view(i)
+                if set_to_none:
+                    self._has_grad[id(p)] = False  # torch: .grad None until backward sets it
+                # else: torch zeroes the gradients that exist and leaves None ones None
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -297,9 +324,8 @@ class _DistirOptimizer(torch.optim.Optimizer):
         for g, full in zip(self._groups, fulls):
             for i, p in enumerate(g.params):
                 entry = {"step": self.state[p]["step"].clone()}
-                off, n = g.layout.offsets[i], g.layout.sizes[i]
                 for k, name in enumerate(self.state_names):
-                    entry[name] = torch.from_numpy(full[k][off : off + n].copy()).view(p.shape)
+                    entry[name] = torch.from_numpy(g.full_tensor(full[k], i).copy()).view(p.shape)
                 sd["state"][index] = entry
                 index += 1
         for group in sd["param_groups"]:
@@ -404,3 +430,17 @@ class SGD(_DistirOptimizer):
             raise InputRejected("SGD: maximize is not supported")
         defaults = _torch_defaults(torch.optim.SGD, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, **torch_kwargs))
         super().__init__(params, defaults, schedule=schedule, comm=comm, nesterov=nesterov)
+
+
+class LAMB(_DistirOptimizer):
+    """LAMB (You et al., CoCoNet's fuse(RS-LAMB-AG)): Adam's bias-corrected moments, the
+    update u = m̂ / (√v̂ + eps) + wd·p scaled per parameter tensor by the trust ratio
+    ‖p‖ / ‖u‖ (1 where a norm is 0); torch has no LAMB, the state is named as Adam's."""
+
+    kind = "lamb"
+    state_names = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *, schedule: str | None = None, comm: Any = None):
+        if not lr >= 0 or not eps >= 0 or not weight_decay >= 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"LAMB: invalid hyperparameters lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), schedule=schedule, comm=comm)

@@ -184,6 +184,27 @@ class Step:
             buf = new_buffer(a.shape, a.dtype)
         return buf
 
+    def empty_together(self, names: Sequence[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One zeroed 1-D buffer holding the buffers of arguments ``names`` (all of one
+        dtype) side by side, where the peers can see it (``empty``), and the argument
+        buffers as views of it: a caller's arena (a model's parameters, laid out once)."""
+        args = [self.argument(n) for n in names]
+        if any(a.shape is None for a in args) or len({a.dtype for a in args}) != 1:
+            raise InputRejected(f"arguments {', '.join(names)} are not tensors of one dtype")
+        sizes = [int(np.prod(a.shape, dtype=np.int64)) for a in args]
+        total = sum(sizes)
+        heap = getattr(self.device, "heap", None)
+        flat = heap.alloc((total,), args[0].dtype, "args") if heap is not None else None
+        if flat is None:
+            from distir.runtime.buffers import new_buffer
+
+            flat = new_buffer((total,), args[0].dtype)
+        views, at = [], 0
+        for a, n in zip(args, sizes):
+            views.append(flat[at : at + n].reshape(a.shape))
+            at += n
+        return flat, views
+
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: Any) -> list[Any]:
         """Run the program once on this rank's buffers (collective over the ranks);
@@ -194,6 +215,14 @@ class Step:
         except InputRejected as e:
             bufs, problem = [], str(e)
         self.agree(problem)
+        return self._execute(bufs)
+
+    def run(self, *args: Any) -> list[Any]:
+        """``__call__`` without the agreement: for a caller whose buffers were checked
+        when it made them (a bad buffer then raises on this rank only)."""
+        return self._execute(self._buffers(args))
+
+    def _execute(self, bufs: list[Any]) -> list[Any]:
         self.calls += 1
         ex = self.executor
         try:

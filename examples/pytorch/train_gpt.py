@@ -52,7 +52,7 @@ class Block(nn.Module):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
+        self.qkv = nn.Linear(width, 3 * width, bias=False)  # a key bias has no gradient but rounding noise
         self.proj = nn.Linear(width, width)
         self.ln2 = nn.LayerNorm(width)
         self.fc = nn.Linear(width, 4 * width)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.threads import on_threads
 
 from distir.dialects.diagnostics import InputRejected
 from distir.runtime import host, step
@@ -22,25 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ADAM = (ROOT / "examples" / "adam.mlir").read_text().replace("1048576", "4096")
 FUSED = "fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag},slice-state{targets=m,v},fuse-allreduce{targets=avg_rs}"
 SCALARS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8)
-
-
-def on_threads(n: int, fn, timeout: float = 60.0) -> list:
-    """Run ``fn(rank)`` on ``n`` threads; every rank's result or exception."""
-    out: list = [None] * n
-
-    def run(r):
-        try:
-            out[r] = fn(r)
-        except BaseException as e:  # noqa: BLE001 - returned to the test
-            out[r] = e
-
-    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-        assert not t.is_alive(), "a rank hung"
-    return out
 
 
 def reference(g, p, m, v, steps: int, n: int):
