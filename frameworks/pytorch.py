@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -444,3 +445,95 @@ class LAMB(_DistirOptimizer):
         if not lr >= 0 or not eps >= 0 or not weight_decay >= 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"LAMB: invalid hyperparameters lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), schedule=schedule, comm=comm)
+
+
+# ======================================================================================
+# Programs as custom ops
+# ======================================================================================
+
+_LIBRARY: Any = None
+_OPS: dict[tuple, Any] = {}
+_STEPS: dict[int, steps.Step] = {}
+_OPS_LOCK = threading.Lock()
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64, np.dtype(np.float16): torch.float16,
+                 np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64, np.dtype(np.bool_): torch.bool}
+
+
+class Compiled:
+    """A distir program as this rank's callable over torch tensors: ``fn(*args)`` calls
+    the ``torch.library`` custom op ``op`` (one node under ``torch.compile``) and returns
+    the program's results in order (an in-place result is its argument tensor, updated).
+    Arguments are this rank's buffers (``step.arguments`` gives their shapes)."""
+
+    def __init__(self, program: Any, func: str | None = None, pipeline: str | None = None, comm: Any = None):
+        comm = default_comm(comm)
+        lowered = steps.compile(program, func, ranks=comm.size, pipeline=pipeline)
+        self.step = steps.Step(lowered, comm)
+        with _OPS_LOCK:
+            self.handle = len(_STEPS)
+            _STEPS[self.handle] = self.step
+        self.op = _custom_op(self.step)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.step.arguments):
+            names = ", ".join(a.name for a in self.step.arguments)
+            raise InputRejected(f"the program takes {len(self.step.arguments)} arguments ({names}), got {len(args)}")
+        new = self.op(self.handle, *args)
+        new = [new] if isinstance(new, torch.Tensor) else list(new or ())
+        out = []
+        for r in self.step.results:
+            out.append(args[r.inplace] if r.inplace is not None else new.pop(0))
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def compile(program: Any, func: str | None = None, pipeline: str | None = None, comm: Any = None) -> Compiled:
+    """``program`` (a module or its text) with ``pipeline`` applied, as a torch custom op
+    on this rank's communicator (``comm``: as the optimizers take it)."""
+    return Compiled(program, func, pipeline, comm)
+
+
+def _custom_op(step: steps.Step):
+    """The ``distir::`` op of ``step``'s signature (defined once per signature; the
+    first argument names the rank's step)."""
+    with _OPS_LOCK:
+        return _define_op(step)
+
+
+def _define_op(step: steps.Step):
+    global _LIBRARY
+    key = (tuple((a.name, a.shape, a.dtype.str, a.inplace) for a in step.arguments), tuple((r.shape, r.dtype.str, r.inplace) for r in step.results))
+    op = _OPS.get(key)
+    if op is not None:
+        return op
+    if _LIBRARY is None:
+        _LIBRARY = torch.library.Library("distir", "FRAGMENT")
+    name = f"step{len(_OPS)}_{step.program.func.sym_name.data}"
+    params = ["int handle"]
+    for k, a in enumerate(step.arguments):
+        if a.shape is None:
+            params.append(f"{'int' if a.dtype.kind in 'iub' else 'float'} {a.name}")
+        elif a.inplace is not None:
+            params.append(f"Tensor(a{k}!) {a.name}")
+        else:
+            params.append(f"Tensor {a.name}")
+    fresh = [r for r in step.results if r.inplace is None]
+    ret = "()" if not fresh else "Tensor" if len(fresh) == 1 else "(" + ", ".join(["Tensor"] * len(fresh)) + ")"
+    _LIBRARY.define(f"{name}({', '.join(params)}) -> {ret}")
+
+    def impl(handle: int, *args):
+        s = _STEPS[handle]
+        bufs = [a.detach().contiguous().numpy() if isinstance(a, torch.Tensor) and s.arguments[i].inplace is None
+                else a.detach().numpy() if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        results = s(*bufs)
+        outs = [torch.from_numpy(np.array(v, copy=True)) for v, r in zip(results, s.results) if r.inplace is None]
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+    def fake(handle: int, *args):
+        like = next(a for a in args if isinstance(a, torch.Tensor))
+        outs = [like.new_empty(r.shape or (), dtype=_TORCH_DTYPES[r.dtype]) for r in fresh]
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+    _LIBRARY.impl(name, impl, "CPU")
+    torch.library.register_fake(f"distir::{name}", fake, lib=_LIBRARY)
+    op = _OPS[key] = getattr(torch.ops.distir, name).default
+    return op

@@ -100,6 +100,16 @@ class Argument:
         return int(np.prod(self.shape or (), dtype=np.int64)) * self.dtype.itemsize
 
 
+@dataclass(frozen=True)
+class Result:
+    """One result of a step: this rank's shape and numpy dtype (``shape`` None for a
+    scalar) and the argument it is written into in place (None: a buffer of the step)."""
+
+    shape: tuple[int, ...] | None
+    dtype: np.dtype
+    inplace: int | None
+
+
 def local_comms(ranks: int) -> list[Any]:
     """One communicator per rank for ``ranks`` threads of this process (``local``)."""
     from distir.runtime.local import LocalWorld
@@ -157,6 +167,7 @@ class Step:
         self.comm, self.device = bind(comm, program)
         self.executor = RankExecutor(program, self.rank, self.comm, self.device)
         self.arguments = _arguments(program)
+        self.results = _results(program)
         self.calls = 0
         if program.arenas():
             raise InputRejected("a step takes its arguments one by one: compile the program without 'lower-buckets' arenas")
@@ -307,6 +318,18 @@ def _arguments(program: LoweredProgram) -> list[Argument]:
             out.append(Argument(name, tuple(lowered.get_shape()), np.dtype(numpy_dtype(t.element_type)), inplace.get(i)))
         else:
             out.append(Argument(name, None, np.dtype(numpy_dtype(t)), None))
+    return out
+
+
+def _results(program: LoweredProgram) -> list[Result]:
+    inplace = program.inplace()
+    out = []
+    for i, (t, lowered) in enumerate(zip(program.result_types(), program.func.function_type.outputs.data)):
+        if isinstance(t, TensorType):
+            assert isinstance(lowered, MemRefType)
+            out.append(Result(tuple(lowered.get_shape()), np.dtype(numpy_dtype(t.element_type)), inplace.get(i)))
+        else:
+            out.append(Result(None, np.dtype(numpy_dtype(t)), None))
     return out
 
 
