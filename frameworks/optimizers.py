@@ -29,7 +29,6 @@ type), so that the same data gives the same parameters:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -286,30 +285,38 @@ def scalars(kind: str, group: Mapping, step: int, first: bool = False) -> list[f
 
 def resolve_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str) -> str:
     """The ``-p`` pipeline of a schedule name (``SCHEDULES``), a pipeline string as given,
-    or for ``auto`` the tuner's pick for this arena (``tuning``)."""
+    or for ``auto`` (``auto:TOPOLOGY``) the tuner's pick for this arena (``auto_schedule``)."""
     if schedule is None or schedule in SCHEDULES:
         return SCHEDULES[schedule or "fused"](kind, layout)
-    if schedule == "auto":
-        return auto_schedule(kind, layout, dtype)
+    if schedule == "auto" or schedule.startswith("auto:"):
+        return auto_schedule(kind, layout, dtype, schedule.partition(":")[2] or None)
     return schedule
 
 
-def auto_schedule(kind: str, layout: Layout, dtype: str) -> str:
-    """The pipeline the cost model (calibrated ``local`` topology when there is one,
-    else the built-in ``local`` defaults) predicts fastest for this arena's size."""
-    from distir.tuning.tuner import pick_pipeline
+def auto_schedule(kind: str, layout: Layout, dtype: str, topology: str | None = None) -> str:
+    """The pipeline the autotuner's cost model predicts fastest for this arena, slicing only
+    the optimizer state, on ``topology`` (a built-in name or TOML file); by default the
+    ``local`` topology when ``distir-tune --calibrate`` has measured this machine, else
+    the fused schedule. LAMB (one fused collective per tensor) keeps its fused schedule."""
+    if kind == "lamb":
+        return fused_pipeline(kind, layout)
+    from distir.dialects.context import parse_module
+    from distir.dialects.diagnostics import InputRejected
+    from distir.tuning.topology import get_topology
+    from distir.tuning.tuner import tune
 
-    return pick_pipeline(program(kind, layout, dtype), ranks=layout.ranks)
+    try:
+        model = get_topology(topology or "local")
+    except InputRejected:
+        if topology:
+            raise
+        return fused_pipeline(kind, layout)
+    module = parse_module(program(kind, layout, dtype))
+    result = tune(module, ranks=layout.ranks, model=model, as_slice=STATE[kind], jobs=1)
+    best = result.best.get(result.dim)
+    return result.by_name(best).pipeline if best else fused_pipeline(kind, layout)
 
 
 def state_bytes(arrays: Sequence[np.ndarray]) -> int:
     """Bytes held by this rank's optimizer state arrays."""
     return int(sum(a.nbytes for a in arrays))
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def is_finite_hyper(x: float) -> bool:
-    return math.isfinite(x)

@@ -100,7 +100,7 @@ class _Group:
         self.params = params
         self.layout = core.Layout(tuple(p.numel() for p in params), comm.size, per_tensor=kind == "lamb")
         text = core.program(kind, self.layout, _DTYPES[dtype], nesterov=nesterov)
-        self.pipeline = core.resolve_schedule(kind, schedule, self.layout, _DTYPES[dtype])
+        self.pipeline = _agreed_schedule(kind, schedule, self.layout, _DTYPES[dtype], comm)
         self.step = steps.Step(_compiled(text, comm.size, self.pipeline), comm)
         self.rank = comm.rank
         roles = ("g", "p", *core.STATE[kind])
@@ -162,6 +162,19 @@ class _Group:
 
     def run(self, scalars: list[float]) -> None:
         self.step.run(*self.buffers, *scalars)
+
+
+def _agreed_schedule(kind: str, schedule: str | None, layout: core.Layout, dtype: str, comm: Any) -> str:
+    """The group's pipeline (``core.resolve_schedule``); ``auto`` is decided on rank 0 and
+    broadcast, so that every rank runs the same schedule."""
+    if not (schedule or "").startswith("auto") or comm.size == 1:
+        return core.resolve_schedule(kind, schedule, layout, dtype)
+    buf = np.zeros(4096, np.uint8)
+    if comm.rank == 0:
+        text = core.resolve_schedule(kind, schedule, layout, dtype).encode()
+        buf[: len(text)] = np.frombuffer(text, np.uint8)
+    comm.broadcast(buf, buf, buf.size, 0, steps.SyncStream(0))
+    return bytes(buf).rstrip(b"\0").decode()
 
 
 _PROGRAMS: dict[tuple[str, int, str], Any] = {}
@@ -361,6 +374,11 @@ class _DistirOptimizer(torch.optim.Optimizer):
 
     def _own_keys(self) -> tuple[str, ...]:
         return ()
+
+    @property
+    def pipelines(self) -> list[str]:
+        """The ``-p`` pipeline each group's step was compiled with."""
+        return [g.pipeline for g in self._groups]
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds."""

@@ -215,3 +215,18 @@ def test_checkpoints_move_between_distir_and_torch(corpus):
     for losses, net, _ in second[:1]:
         assert_same(losses, uninterrupted[10:])
     tt.assert_params_close(second[0][1], ref)
+
+
+@pytest.mark.parametrize("schedule", ["ar", "auto:dgx2", "auto", "fuse-maps,split-allreduce,reorder-allgather,fuse-allreduce"])
+def test_every_schedule_trains_the_same(schedule, corpus):
+    ranks, n = 2, 12
+    ref_losses, ref = tt.reference("adamw", ranks, n, corpus)
+    losses, nets, opts = tt.distir_threads("adamw", ranks, n, corpus, schedule=schedule)
+    assert_same(losses, ref_losses)
+    tt.assert_params_close(nets[0], ref)
+    state = opts[0].state_bytes()
+    if schedule in ("ar", "fuse-maps,split-allreduce,reorder-allgather,fuse-allreduce"):
+        assert opts[0].pipelines[0].startswith("fuse-maps") and "slice-state" not in opts[0].pipelines[0]
+        assert state == opts[1].state_bytes() >= 2 * 4 * sum(p.numel() for p in ref.parameters())  # whole state
+    else:
+        assert "slice-state{targets=m,v}" in opts[0].pipelines[0]
