@@ -23,18 +23,7 @@ def corpus():
     return tt.data()
 
 
-def train(net, opt, corpus, steps_range, rank=0, sched=None):
-    losses = []
-    for s in steps_range:
-        x, y = T.batch(corpus, 0, s, rank, tt.BATCH, tt.TINY["context"])
-        opt.zero_grad()
-        loss = T.loss_of(net, x, y)
-        loss.backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-        losses.append(loss.item())
-    return losses
+train = tt.train
 
 
 def assert_same(a, b, tol=1e-5):
@@ -153,24 +142,7 @@ def test_state_dict_has_torch_format(corpus):
 
 def ddp_emulated(net, opt, corpus, steps_range, ranks):
     """DDP's averaging + a torch optimizer in one process (losses of rank 0)."""
-    losses = []
-    for s in steps_range:
-        grads = []
-        for r in range(ranks):
-            net.zero_grad(set_to_none=True)
-            x, y = T.batch(corpus, 0, s, r, tt.BATCH, tt.TINY["context"])
-            loss = T.loss_of(net, x, y)
-            loss.backward()
-            grads.append([p.grad for p in net.parameters()])
-            if r == 0:
-                losses.append(loss.item())
-        for p, *gs in zip(net.parameters(), *grads):
-            total = gs[0]
-            for g in gs[1:]:
-                total = total + g
-            p.grad = total / ranks
-        opt.step()
-    return losses
+    return [row[0] for row in tt.ddp_steps(net, opt, corpus, steps_range, ranks)]
 
 
 def distir_threads(ranks, corpus, steps_range, start=None):

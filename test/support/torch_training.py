@@ -21,6 +21,11 @@ import torch
 
 from distir.examples.pytorch import train_gpt as T
 
+try:
+    from support.threads import on_threads, results
+except ImportError:  # run as a script under a launcher: no threads needed
+    on_threads = results = None
+
 TINY = dict(vocab=256, context=16, width=32, layers=2, heads=2)
 BATCH = 4
 
@@ -105,14 +110,27 @@ def data():
     return T.corpus()
 
 
-def reference(algorithm: str, ranks: int, steps: int, corpus=None):
-    """DDP's semantics in one process: each rank's gradient on its batch, averaged over
-    the ranks in rank order, then the torch optimizer. (losses per step and rank, model)."""
-    corpus = data() if corpus is None else corpus
-    net = model()
-    opt = torch_optimizer(algorithm, groups(net, algorithm))
+def train(call, opt, corpus, steps, rank: int = 0, sched=None) -> list[float]:
+    """Train ``call`` with ``opt`` on this rank's batches of ``steps`` (a range); losses."""
     losses = []
-    for s in range(steps):
+    for s in steps:
+        x, y = T.batch(corpus, 0, s, rank, BATCH, TINY["context"])
+        opt.zero_grad()
+        loss = T.loss_of(call, x, y)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        losses.append(loss.item())
+    return losses
+
+
+def ddp_steps(net, opt, corpus, steps, ranks: int) -> list[list[float]]:
+    """DDP's semantics in one process over ``steps`` (a range): each rank's gradient on
+    its batch, averaged over the ranks in rank order, then ``opt``; losses per step and
+    rank."""
+    losses = []
+    for s in steps:
         grads, row = [], []
         for r in range(ranks):
             net.zero_grad(set_to_none=True)
@@ -128,7 +146,16 @@ def reference(algorithm: str, ranks: int, steps: int, corpus=None):
             p.grad = total / ranks
         opt.step()
         losses.append(row)
-    return np.array(losses), net
+    return losses
+
+
+def reference(algorithm: str, ranks: int, steps: int, corpus=None):
+    """DDP + the torch optimizer of ``algorithm`` (``ddp_steps``) from the tiny GPT:
+    (losses per step and rank, model)."""
+    corpus = data() if corpus is None else corpus
+    net = model()
+    opt = torch_optimizer(algorithm, groups(net, algorithm))
+    return np.array(ddp_steps(net, opt, corpus, range(steps), ranks)), net
 
 
 def distir_threads(algorithm: str, ranks: int, steps: int, corpus=None, schedule=None, timeout: float = 600):
@@ -138,33 +165,13 @@ def distir_threads(algorithm: str, ranks: int, steps: int, corpus=None, schedule
 
     corpus = data() if corpus is None else corpus
     comms = steps_api.local_comms(ranks)
-    out: list = [None] * ranks
 
     def rank(r):
-        try:
-            net = model()
-            opt = distir_optimizer(algorithm, groups(net, algorithm), comm=comms[r], schedule=schedule)
-            losses = []
-            for s in range(steps):
-                x, y = T.batch(corpus, 0, s, r, BATCH, TINY["context"])
-                opt.zero_grad()
-                loss = T.loss_of(net, x, y)
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
-            out[r] = (losses, net, opt)
-        except BaseException as e:  # noqa: BLE001 - the test reports it
-            out[r] = e
+        net = model()
+        opt = distir_optimizer(algorithm, groups(net, algorithm), comm=comms[r], schedule=schedule)
+        return train(net, opt, corpus, range(steps), rank=r), net, opt
 
-    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-        assert not t.is_alive(), "a rank hung"
-    for o in out:
-        if isinstance(o, BaseException):
-            raise o
+    out = results(on_threads(ranks, rank, timeout))
     return np.array([o[0] for o in out]).T, [o[1] for o in out], [o[2] for o in out]
 
 
@@ -191,14 +198,7 @@ def launched_run(algorithm: str, which: str, steps: int, launcher: str, rank: in
     else:
         call = net
         opt = distir_optimizer(algorithm, groups(net, algorithm), comm="mpi" if launcher == "mpiexec" else None)
-    losses = []
-    for s in range(steps):
-        x, y = T.batch(corpus, 0, s, rank, BATCH, TINY["context"])
-        opt.zero_grad()
-        loss = T.loss_of(call, x, y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = train(call, opt, corpus, range(steps), rank)
     params = {n: p.detach().numpy().tolist() for n, p in net.named_parameters()}
     state = opt.state_bytes() if hasattr(opt, "state_bytes") else sum(
         v.numel() * v.element_size() for st in opt.state.values() for k, v in st.items() if torch.is_tensor(v) and k != "step"
