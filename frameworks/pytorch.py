@@ -193,6 +193,8 @@ class _DistirOptimizer(torch.optim.Optimizer):
 
     kind = ""
     state_names: tuple[str, ...] = ()
+    exports_step = True
+    """Whether ``state_dict`` has a ``step`` per parameter (torch's SGD has none)."""
 
     def __init__(self, params: Iterable, defaults: dict, schedule: str | None = None, comm: Any = None, nesterov: bool = False):
         self._wrapped = False
@@ -337,29 +339,21 @@ class _DistirOptimizer(torch.optim.Optimizer):
         index = 0
         for g, full in zip(self._groups, fulls):
             for i, p in enumerate(g.params):
-                entry = {"step": self.state[p]["step"].clone()}
+                entry = {"step": self.state[p]["step"].clone()} if self.exports_step else {}
                 for k, name in enumerate(self.state_names):
                     entry[name] = torch.from_numpy(g.full_tensor(full[k], i).copy()).view(p.shape)
                 sd["state"][index] = entry
                 index += 1
-        for group in sd["param_groups"]:
-            self._export_group(group)
         return sd
-
-    def _export_group(self, group: dict) -> None:
-        """Make a saved group look like torch's (``torch_defaults``)."""
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a state dict of this optimizer or of ``torch.optim``'s (full state)."""
-        sd = {"state": dict(state_dict["state"]), "param_groups": [dict(g) for g in state_dict["param_groups"]]}
-        for group, mine in zip(sd["param_groups"], self.param_groups):
-            for key in self._own_keys():
-                group.setdefault(key, mine.get(key))
-        super().load_state_dict(sd)
+        super().load_state_dict(state_dict)
         for g in self._groups:
             for i, p in enumerate(g.params):
                 st = self.state[p]
-                step = st.get("step", torch.tensor(0.0))
+                # torch's SGD keeps no step count: a momentum buffer means "not the first step"
+                step = st.get("step", torch.tensor(1.0 if st.get(self.state_names[0]) is not None else 0.0))
                 new = {"step": torch.as_tensor(step, dtype=torch.float32).clone()}
                 for k, name in enumerate(self.state_names):
                     full = st.get(name)
@@ -371,9 +365,6 @@ class _DistirOptimizer(torch.optim.Optimizer):
                         view.copy_(full.reshape(-1)[a:b])
                     new[name] = view
                 self.state[p] = new
-
-    def _own_keys(self) -> tuple[str, ...]:
-        return ()
 
     @property
     def pipelines(self) -> list[str]:
@@ -442,6 +433,7 @@ class SGD(_DistirOptimizer):
 
     kind = "sgd"
     state_names = ("momentum_buffer",)
+    exports_step = False
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, maximize=False,
                  schedule: str | None = None, comm: Any = None, **torch_kwargs):

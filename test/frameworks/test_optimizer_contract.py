@@ -202,3 +202,22 @@ def test_every_schedule_trains_the_same(schedule, corpus):
         assert state == opts[1].state_bytes() >= 2 * 4 * sum(p.numel() for p in ref.parameters())  # whole state
     else:
         assert "slice-state{targets=m,v}" in opts[0].pipelines[0]
+
+
+def test_sgd_state_dict_moves_between_distir_and_torch(corpus):
+    spec = dict(lr=0.05, momentum=0.9, dampening=0.1)
+    ref = tt.model()
+    ropt = torch.optim.SGD(ref.parameters(), **spec, foreach=False)
+    expected = train(ref, ropt, corpus, range(8))
+    half = tt.model()
+    hopt = torch.optim.SGD(half.parameters(), **spec, foreach=False)
+    train(half, hopt, corpus, range(4))
+    net = tt.model()
+    net.load_state_dict(half.state_dict())
+    opt = dp.SGD(net.parameters(), **spec)
+    opt.load_state_dict(hopt.state_dict())
+    assert train(net, opt, corpus, range(4, 8)) == expected[4:]  # SGD is bit-exact
+    sd = opt.state_dict()
+    assert all(set(st) == {"momentum_buffer"} for st in sd["state"].values())  # torch's keys
+    back = torch.optim.SGD(ref.parameters(), **spec, foreach=False)
+    back.load_state_dict(sd)
