@@ -24,10 +24,12 @@ holds this rank's slice of ``exp_avg``/``exp_avg_sq``/``momentum_buffer`` as 1-D
 ``state_dict()`` (collective) returns the full state in torch's format, which
 ``torch.optim.AdamW.load_state_dict`` takes, and ``load_state_dict`` takes torch's.
 
-``zero_grad()`` zeroes the gradient arena in place (the ``.grad`` views stay); with
-``set_to_none=True`` (torch's default) a parameter that then receives no gradient before
-``step()`` is skipped, as torch skips a parameter whose ``.grad`` is None. A ``.grad``
-replaced by another tensor of the right shape and type is copied into the arena.
+``zero_grad()`` sets ``.grad`` to None as torch does; the next backward's gradient then
+moves into the arena (one copy, in a post-accumulate-grad hook, instead of a zeroed arena
+plus an accumulation), and later backwards accumulate into it in place. A parameter whose
+``.grad`` is None at ``step()`` is skipped, as torch skips it (every rank must agree on
+which: the ranks run the same steps). A ``.grad`` replaced by another tensor of the right
+shape and type is copied into the arena.
 
 ``comm=``: a ``torch.distributed`` ProcessGroup, a runtime communicator (``runtime/step.py``:
 ``local_comms``, ``mpi_comm``), or None: the default process group when one is
@@ -114,7 +116,8 @@ class _Group:
         self.g, self.p = arenas["g"][0], arenas["p"][0]
         self.state = [arenas[s][0] for s in core.STATE[kind]]
         self.sliced = self.state[0].size != self.p.size if self.state else False
-        gt, pt = torch.from_numpy(self.g), torch.from_numpy(self.p)
+        self.g_t = gt = torch.from_numpy(self.g)
+        pt = torch.from_numpy(self.p)
         self.state_t = [torch.from_numpy(s) for s in self.state]
         self.grad_views: list[torch.Tensor] = []
         for p, off, n in zip(params, self.layout.offsets, self.layout.sizes):
@@ -125,14 +128,14 @@ class _Group:
             gview = gt[off : off + n].view(p.shape)
             if p.grad is not None:
                 gview.copy_(p.grad)
-            p.grad = gview
+                p.grad = gview
             self.grad_views.append(gview)
         self.grad_ptrs = [v.data_ptr() for v in self.grad_views]
 
     def grad_view(self, i: int) -> torch.Tensor:
         """A new view of tensor i's part of the gradient arena."""
         off, n = self.layout.offsets[i], self.layout.sizes[i]
-        return torch.from_numpy(self.g)[off : off + n].view(self.params[i].shape)
+        return self.g_t[off : off + n].view(self.params[i].shape)
 
     def state_view(self, k: int, i: int) -> torch.Tensor:
         """This rank's slice of state ``k`` of tensor ``i`` (1-D; empty when none)."""
@@ -202,15 +205,15 @@ class _DistirOptimizer(torch.optim.Optimizer):
         self.comm = default_comm(comm)
         self.schedule = schedule
         self._groups: list[_Group] = []
-        self._has_grad: dict[int, bool] = {}
+        self._where: dict[int, tuple[_Group, int]] = {}
         self._hooks = []
         self._check_same_groups()
         for group in self.param_groups:
             self._groups.append(_Group(self.kind, list(group["params"]), self.comm, schedule, nesterov))
         for gi, (group, g) in enumerate(zip(self.param_groups, self._groups)):
             for i, p in enumerate(g.params):
-                self._has_grad[id(p)] = False
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._mark))
+                self._where[id(p)] = (g, i)
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._arrived))
                 st = self.state[p]
                 st["step"] = torch.tensor(0.0)
                 for k, name in enumerate(self.state_names):
@@ -240,9 +243,21 @@ class _DistirOptimizer(torch.optim.Optimizer):
             )
         super().add_param_group(param_group)
 
-    def _mark(self, p: torch.Tensor) -> None:
-        self._has_grad[id(p)] = True
-
+    def _arrived(self, p: torch.Tensor) -> None:
+        """After backward set ``p.grad``: a fresh gradient (``.grad`` was None, autograd
+        gave it its own tensor) moves into the arena, one copy instead of a zeroed arena
+        plus an accumulation; a gradient already in the arena was accumulated in place."""
+        g, i = self._where[id(p)]
+        grad = p.grad
+        if grad is None or grad.data_ptr() == g.grad_ptrs[i] and grad.dtype == p.dtype:
+            return
+        if _bad_grad(grad, p) is None:
+            view = g.grad_views[i]
+            if view.data_ptr() != g.grad_ptrs[i]:
+                view = g.grad_view(i)
+            view.copy_(grad)
+            p.grad = g.grad_views[i] = view
+        # else: step() reports it, on every rank
     # ------------------------------------------------------------------ step
     @torch.no_grad()
     def step(self, closure=None):
@@ -251,7 +266,8 @@ class _DistirOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         problem, plans = self._plan()
-        self._groups[0].step.agree(problem)
+        digest = int.from_bytes(hashlib.sha256(repr(plans).encode()).digest()[:7], "little")
+        self._groups[0].step.agree(problem, digest, "which parameters have gradients (or their step counts)")
         for group, g, (cohorts, skipped) in zip(self.param_groups, self._groups, plans):
             self._run_group(group, g, cohorts, skipped)
         return loss
@@ -268,24 +284,19 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 continue
             cohorts: dict[float, list[int]] = {}
             skipped: list[int] = []
-            for i, (p, view) in enumerate(zip(g.params, g.grad_views)):
+            for i, p in enumerate(g.params):
                 grad = p.grad
                 if grad is None:
                     skipped.append(i)
                     continue
-                if grad is not view or grad.data_ptr() != g.grad_ptrs[i] or grad.dtype != p.dtype:
+                if grad.data_ptr() != g.grad_ptrs[i] or grad.dtype != p.dtype:
                     why = _bad_grad(grad, p)
                     if why:
                         problem = f"parameter {i} of group {len(plans)} (shape {list(p.shape)}): {why}"
                         continue
-                    fresh = g.grad_view(i)
-                    if grad.data_ptr() != fresh.data_ptr():
-                        fresh.copy_(grad)
-                    p.grad = g.grad_views[i] = fresh
-                    self._has_grad[id(p)] = True
-                if not self._has_grad[id(p)]:
-                    skipped.append(i)
-                    continue
+                    view = g.grad_view(i)
+                    view.copy_(grad)
+                    p.grad = g.grad_views[i] = view
                 cohorts.setdefault(float(self.state[p]["step"]), []).append(i)
             plans.append((cohorts, skipped))
         return problem, plans
@@ -322,14 +333,17 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 g.state_view(k, i).copy_(s)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's ``zero_grad``: ``.grad`` becomes None (the next backward's gradients
+        move into the arena, ``_arrived``), or with ``set_to_none=False`` the gradients
+        that exist are zeroed in place (the arena; None ones stay None)."""
         for g in self._groups:
-            g.g.fill(0)
-            for i, (p, view) in enumerate(zip(g.params, g.grad_views)):
-                if p.grad is not view or view.data_ptr() != g.grad_ptrs[i]:
+            if not set_to_none:
+                g.g.fill(0)
+            for i, p in enumerate(g.params):
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                elif p.grad.data_ptr() != g.grad_ptrs[i]:
                     p.grad = g.grad_views[i] = g.grad_view(i)
-                if set_to_none:
-                    self._has_grad[id(p)] = False  # torch: .grad None until backward sets it
-                # else: torch zeroes the gradients that exist and leaves None ones None
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -249,23 +249,28 @@ class Step:
             raise failure from e
         return out
 
-    def agree(self, problem: str | None) -> None:
+    def agree(self, problem: str | None, digest: int = 0, what: str = "their calls") -> None:
         """Collective: raise ``InputRejected`` on every rank when some rank has a
-        ``problem`` (the message names the ranks and what was wrong on them)."""
-        flag = np.array([1 if problem else 0], np.int32)
-        out = np.zeros(1, np.int32)
+        ``problem`` (the message names the ranks and what was wrong on them), or when the
+        ranks' ``digest``s (a caller's plan of the collective calls to come) differ."""
+        mine = np.array([1 if problem else 0, digest], np.int64)
+        every = np.zeros(2 * self.comm.size, np.int64)
         stream = SyncStream(0)
-        self.comm.all_reduce(flag, out, 1, "max", stream)
-        if not out[0]:
-            return
-        mine = np.zeros(MESSAGE_BYTES, np.uint8)
-        text = (problem or "").encode()[:MESSAGE_BYTES]
-        mine[: len(text)] = np.frombuffer(text, np.uint8)
-        every = np.zeros(MESSAGE_BYTES * self.comm.size, np.uint8)
-        self.comm.all_gather(mine, every, MESSAGE_BYTES, stream)
+        self.comm.all_gather(mine, every, 2, stream)
+        flags, digests = every[0::2], every[1::2]
+        if not flags.any():
+            if (digests == digests[0]).all():
+                return
+            odd = [r for r, d in enumerate(digests.tolist()) if d != digests[0]]
+            raise InputRejected(f"ranks {odd} differ from rank 0 in {what}: every rank must make the same calls")
+        text = np.zeros(MESSAGE_BYTES, np.uint8)
+        raw = (problem or "").encode()[:MESSAGE_BYTES]
+        text[: len(raw)] = np.frombuffer(raw, np.uint8)
+        texts = np.zeros(MESSAGE_BYTES * self.comm.size, np.uint8)
+        self.comm.all_gather(text, texts, MESSAGE_BYTES, stream)
         lines = []
         for r in range(self.comm.size):
-            msg = bytes(every[r * MESSAGE_BYTES : (r + 1) * MESSAGE_BYTES]).rstrip(b"\0").decode(errors="replace")
+            msg = bytes(texts[r * MESSAGE_BYTES : (r + 1) * MESSAGE_BYTES]).rstrip(b"\0").decode(errors="replace")
             if msg:
                 lines.append(f"rank {r}: {msg}")
         raise InputRejected("; ".join(lines))

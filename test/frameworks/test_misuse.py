@@ -130,3 +130,19 @@ def test_misuse_in_a_launched_job(launcher, case):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for r in range(2):
         assert f"rank {r} rejected: " in proc.stdout, proc.stdout
+
+
+def test_gradient_missing_on_one_rank_only():
+    """A parameter without a gradient on some ranks only (torch would skip it there and
+    update it elsewhere): the ranks would run different steps, so every rank raises."""
+
+    def rank(r, comm):
+        m = net()
+        opt = dp.AdamW(m.parameters(), comm=comm)
+        m(torch.randn(4, 8)).sum().backward()
+        if r == 1:
+            m[1].bias.grad = None
+        opt.step()
+
+    for msg in on_every_rank(rank):
+        assert "ranks [1] differ from rank 0 in which parameters have gradients" in msg
