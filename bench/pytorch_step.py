@@ -15,8 +15,8 @@ round (so that a change in the machine's load hits all alike):
 
 It prints, per configuration, the median whole training step and the gradient sync +
 update time (whole step minus ``fb``; for distir also ``optimizer.step()`` timed alone),
-and the ratios DDP / distir. On a machine with a GPU (``--device cuda``) the DDP side runs
-on NCCL; distir's ``nccl`` backend runs there too.
+and the ratios DDP / distir. CPU only so far: the GPU comparison (DDP on NCCL + fused
+AdamW against distir on ``nccl``) is not written yet.
 """
 
 from __future__ import annotations
