@@ -30,6 +30,7 @@ type), so that the same data gives the same parameters:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -315,6 +316,119 @@ def auto_schedule(kind: str, layout: Layout, dtype: str, topology: str | None = 
     result = tune(module, ranks=layout.ranks, model=model, as_slice=STATE[kind], jobs=1)
     best = result.best.get(result.dim)
     return result.by_name(best).pipeline if best else fused_pipeline(kind, layout)
+
+
+_PROGRAMS: dict[tuple[str, int, str], Any] = {}
+
+
+def compiled(text: str, ranks: int, pipeline: str):
+    """``step.compile`` of a generated program, once per (text, ranks, pipeline)."""
+    from distir.runtime import step
+
+    key = (text, ranks, pipeline)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        program = _PROGRAMS[key] = step.compile(text, ranks=ranks, pipeline=pipeline)
+    return program
+
+
+def agreed_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str, comm: Any) -> str:
+    """``resolve_schedule`` alike on every rank: ``auto`` is decided on rank 0 and
+    broadcast (collective)."""
+    from distir.runtime.streams import SyncStream
+
+    if not (schedule or "").startswith("auto") or comm.size == 1:
+        return resolve_schedule(kind, schedule, layout, dtype)
+    buf = np.zeros(4096, np.uint8)
+    if comm.rank == 0:
+        text = resolve_schedule(kind, schedule, layout, dtype).encode()
+        buf[: len(text)] = np.frombuffer(text, np.uint8)
+    comm.broadcast(buf, buf, buf.size, 0, SyncStream(0))
+    return bytes(buf).rstrip(b"\0").decode()
+
+
+class ArenaGroup:
+    """One parameter group as arenas and a step (module doc), on numpy arrays: ``g``,
+    ``p`` (whole) and ``state`` (this rank's slices when ``sliced``), allocated where the
+    communicator's peers see them (``Step.empty_together``). A framework bridge makes its
+    tensors views of them."""
+
+    def __init__(self, kind: str, sizes: Sequence[int], dtype: str, comm: Any, schedule: str | None = None, nesterov: bool = False):
+        from distir.runtime import step
+
+        self.kind = kind
+        self.rank = comm.rank
+        self.layout = Layout(tuple(sizes), comm.size, per_tensor=kind == "lamb")
+        self.pipeline = agreed_schedule(kind, schedule, self.layout, dtype, comm)
+        self.step = step.Step(compiled(program(kind, self.layout, dtype, nesterov=nesterov), comm.size, self.pipeline), comm)
+        roles = ("g", "p", *STATE[kind])
+        names = [a.name for a in self.step.arguments if a.shape is not None]
+        views: dict[str, np.ndarray] = {}
+        arenas: dict[str, np.ndarray] = {}
+        for role in roles:
+            mine = [n for n in names if n == role or n.startswith(role + "_t")]
+            arenas[role], parts = self.step.empty_together(mine)
+            views.update(zip(mine, parts))
+        self.buffers = [views[n] for n in names]
+        self.g, self.p = arenas["g"], arenas["p"]
+        self.state = [arenas[s] for s in STATE[kind]]
+        self.sliced = bool(self.state) and self.state[0].size != self.p.size
+
+    def span(self, i: int) -> tuple[int, int]:
+        """(offset, size) of tensor i in the parameter and gradient arenas."""
+        return self.layout.offsets[i], self.layout.sizes[i]
+
+    def state_slice(self, k: int, i: int) -> np.ndarray:
+        """This rank's part of state ``k`` of tensor ``i`` (1-D, a view; empty when none)."""
+        if not self.sliced:
+            off, n = self.span(i)
+            return self.state[k][off : off + n]
+        a, b, _, _ = self.layout.local_span(i, self.rank)
+        return self.state[k][a:b]
+
+    def gather_state(self, k: int) -> np.ndarray:
+        """State ``k`` of every rank, side by side (collective when it is sliced)."""
+        if not self.sliced:
+            return self.state[k]
+        from distir.runtime.streams import SyncStream
+
+        full = np.zeros(self.layout.padded, self.state[k].dtype)
+        self.step.comm.all_gather(self.state[k], full, self.state[k].size, SyncStream(0))
+        return full
+
+    def tensor_of(self, full: np.ndarray, i: int) -> np.ndarray:
+        """Tensor i's elements of a gathered state (``gather_state``)."""
+        lay = self.layout
+        if not self.sliced or not lay.per_tensor:
+            return full[lay.offsets[i] : lay.offsets[i] + lay.sizes[i]]
+        n = lay.ranks
+        blocks = full.reshape(n, -1)  # rank r's slice of every tensor, side by side
+        base, share = lay.offsets[i] // n, lay.spans[i] // n
+        return blocks[:, base : base + share].reshape(-1)[: lay.sizes[i]]
+
+    def load_state(self, k: int, i: int, values: np.ndarray | None) -> None:
+        """Set this rank's part of state ``k`` of tensor ``i`` from the tensor's whole
+        state (flat; None: zeros)."""
+        mine = self.state_slice(k, i)
+        if values is None:
+            mine[...] = 0
+            return
+        _, _, a, b = self.layout.local_span(i, self.rank) if self.sliced else (0, 0, 0, self.layout.sizes[i])
+        mine[...] = values[a:b]
+
+    def run(self, scalars: Sequence[float], keep: Sequence[int] = ()) -> None:
+        """One step of the group; the tensors in ``keep`` (skipped: no gradient, or
+        another step count) keep their parameters and state."""
+        saved = []
+        for i in keep:
+            off, n = self.span(i)
+            saved.append((i, self.p[off : off + n].copy(), [self.state_slice(k, i).copy() for k in range(len(self.state))]))
+        self.step.run(*self.buffers, *scalars)
+        for i, p, st in saved:
+            off, n = self.span(i)
+            self.p[off : off + n] = p
+            for k, s in enumerate(st):
+                self.state_slice(k, i)[...] = s
 
 
 def state_bytes(arrays: Sequence[np.ndarray]) -> int:

@@ -88,7 +88,8 @@ def _torch_comm(group):
 
 
 class _Group:
-    """One parameter group's arenas and step (numpy arrays; torch views of them)."""
+    """One parameter group: its arenas and step (``optimizers.ArenaGroup``, numpy) and the
+    torch views the model sees (``p.data``, ``p.grad``, ``optimizer.state[p]``)."""
 
     def __init__(self, kind: str, params: list[torch.Tensor], comm: Any, schedule: str | None, nesterov: bool):
         dtypes = {p.dtype for p in params}
@@ -98,97 +99,36 @@ class _Group:
         dtype = next(iter(dtypes))
         if dtype not in _DTYPES:
             raise InputRejected(f"parameters of dtype {dtype} are not supported (float32, float64)")
-        self.kind = kind
         self.params = params
-        self.layout = core.Layout(tuple(p.numel() for p in params), comm.size, per_tensor=kind == "lamb")
-        text = core.program(kind, self.layout, _DTYPES[dtype], nesterov=nesterov)
-        self.pipeline = _agreed_schedule(kind, schedule, self.layout, _DTYPES[dtype], comm)
-        self.step = steps.Step(_compiled(text, comm.size, self.pipeline), comm)
-        self.rank = comm.rank
-        roles = ("g", "p", *core.STATE[kind])
-        names = [a.name for a in self.step.arguments if a.shape is not None]
-        arenas = {}
-        for role in roles:
-            mine = [n for n in names if n == role or n.startswith(role + "_t")]
-            arenas[role] = self.step.empty_together(mine)
-        order = {n: v for role in roles for n, v in zip([n for n in names if n == role or n.startswith(role + "_t")], arenas[role][1])}
-        self.buffers = [order[n] for n in names]
-        self.g, self.p = arenas["g"][0], arenas["p"][0]
-        self.state = [arenas[s][0] for s in core.STATE[kind]]
-        self.sliced = self.state[0].size != self.p.size if self.state else False
-        self.g_t = gt = torch.from_numpy(self.g)
-        pt = torch.from_numpy(self.p)
-        self.state_t = [torch.from_numpy(s) for s in self.state]
+        self.arena = core.ArenaGroup(kind, [p.numel() for p in params], _DTYPES[dtype], comm, schedule, nesterov)
+        self.g_t = torch.from_numpy(self.arena.g)
+        pt = torch.from_numpy(self.arena.p)
         self.grad_views: list[torch.Tensor] = []
-        for p, off, n in zip(params, self.layout.offsets, self.layout.sizes):
+        for i, p in enumerate(params):
+            off, n = self.arena.span(i)
             with torch.no_grad():
                 view = pt[off : off + n].view(p.shape)
                 view.copy_(p.detach())
                 p.data = view
-            gview = gt[off : off + n].view(p.shape)
+            gview = self.grad_view(i)
             if p.grad is not None:
                 gview.copy_(p.grad)
                 p.grad = gview
             self.grad_views.append(gview)
         self.grad_ptrs = [v.data_ptr() for v in self.grad_views]
 
+    @property
+    def pipeline(self) -> str:
+        return self.arena.pipeline
+
     def grad_view(self, i: int) -> torch.Tensor:
         """A new view of tensor i's part of the gradient arena."""
-        off, n = self.layout.offsets[i], self.layout.sizes[i]
+        off, n = self.arena.span(i)
         return self.g_t[off : off + n].view(self.params[i].shape)
 
     def state_view(self, k: int, i: int) -> torch.Tensor:
         """This rank's slice of state ``k`` of tensor ``i`` (1-D; empty when none)."""
-        if not self.sliced:
-            off, n = self.layout.offsets[i], self.layout.sizes[i]
-            return self.state_t[k][off : off + n]
-        a, b, _, _ = self.layout.local_span(i, self.rank)
-        return self.state_t[k][a:b]
-
-    def full_tensor(self, full: np.ndarray, i: int) -> np.ndarray:
-        """Tensor i's elements of a state gathered over the ranks (``full_state``)."""
-        lay = self.layout
-        if not self.sliced or not lay.per_tensor:
-            return full[lay.offsets[i] : lay.offsets[i] + lay.sizes[i]]
-        n = lay.ranks
-        blocks = full.reshape(n, -1)  # rank r's slice of every tensor, side by side
-        base, share = lay.offsets[i] // n, lay.spans[i] // n
-        return blocks[:, base : base + share].reshape(-1)[: lay.sizes[i]]
-
-    def full_state(self, k: int) -> np.ndarray:
-        """State ``k`` over the whole arena (collective when it is sliced)."""
-        if not self.sliced:
-            return self.state[k]
-        full = np.zeros(self.layout.padded, self.state[k].dtype)
-        self.step.comm.all_gather(self.state[k], full, self.state[k].size, steps.SyncStream(0))
-        return full
-
-    def run(self, scalars: list[float]) -> None:
-        self.step.run(*self.buffers, *scalars)
-
-
-def _agreed_schedule(kind: str, schedule: str | None, layout: core.Layout, dtype: str, comm: Any) -> str:
-    """The group's pipeline (``core.resolve_schedule``); ``auto`` is decided on rank 0 and
-    broadcast, so that every rank runs the same schedule."""
-    if not (schedule or "").startswith("auto") or comm.size == 1:
-        return core.resolve_schedule(kind, schedule, layout, dtype)
-    buf = np.zeros(4096, np.uint8)
-    if comm.rank == 0:
-        text = core.resolve_schedule(kind, schedule, layout, dtype).encode()
-        buf[: len(text)] = np.frombuffer(text, np.uint8)
-    comm.broadcast(buf, buf, buf.size, 0, steps.SyncStream(0))
-    return bytes(buf).rstrip(b"\0").decode()
-
-
-_PROGRAMS: dict[tuple[str, int, str], Any] = {}
-
-
-def _compiled(text: str, ranks: int, pipeline: str):
-    key = (text, ranks, pipeline)
-    program = _PROGRAMS.get(key)
-    if program is None:
-        program = _PROGRAMS[key] = steps.compile(text, ranks=ranks, pipeline=pipeline)
-    return program
+        return torch.from_numpy(self.arena.state_slice(k, i))
 
 
 class _DistirOptimizer(torch.optim.Optimizer):
@@ -267,7 +207,7 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 loss = closure()
         problem, plans = self._plan()
         digest = int.from_bytes(hashlib.sha256(repr(plans).encode()).digest()[:7], "little")
-        self._groups[0].step.agree(problem, digest, "which parameters have gradients (or their step counts)")
+        self._groups[0].arena.step.agree(problem, digest, "which parameters have gradients (or their step counts)")
         for group, g, (cohorts, skipped) in zip(self.param_groups, self._groups, plans):
             self._run_group(group, g, cohorts, skipped)
         return loss
@@ -307,30 +247,12 @@ class _DistirOptimizer(torch.optim.Optimizer):
         hyper = self._hyper(group)
         for count, members in cohorts.items():
             keep = skipped + [i for c, ms in cohorts.items() if c != count for i in ms]
-            saved = self._save(g, keep)
-            g.run(core.scalars(self.kind, hyper, int(count) + 1, first=count == 0))
-            self._restore(g, saved)
+            g.arena.run(core.scalars(self.kind, hyper, int(count) + 1, first=count == 0), keep)
             for i in members:
                 self.state[g.params[i]]["step"] += 1
 
     def _hyper(self, group: dict) -> dict:
         return group
-
-    def _save(self, g: _Group, keep: list[int]) -> list:
-        """Copies of the parameters and state slices of the tensors a run must leave as
-        they are (skipped, or another step count)."""
-        out = []
-        for i in keep:
-            off, n = g.layout.offsets[i], g.layout.sizes[i]
-            out.append((i, g.p[off : off + n].copy(), [g.state_view(k, i).clone() for k in range(len(g.state))]))
-        return out
-
-    def _restore(self, g: _Group, saved: list) -> None:
-        for i, p, st in saved:
-            off, n = g.layout.offsets[i], g.layout.sizes[i]
-            g.p[off : off + n] = p
-            for k, s in enumerate(st):
-                g.state_view(k, i).copy_(s)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """torch's ``zero_grad``: ``.grad`` becomes None (the next backward's gradients
@@ -338,7 +260,7 @@ class _DistirOptimizer(torch.optim.Optimizer):
         that exist are zeroed in place (the arena; None ones stay None)."""
         for g in self._groups:
             if not set_to_none:
-                g.g.fill(0)
+                g.arena.g.fill(0)
             for i, p in enumerate(g.params):
                 if set_to_none or p.grad is None:
                     p.grad = None
@@ -348,14 +270,14 @@ class _DistirOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """The full state in ``torch.optim``'s format (collective: every rank calls it)."""
-        fulls = [[g.full_state(k) for k in range(len(g.state))] for g in self._groups]
+        fulls = [[g.arena.gather_state(k) for k in range(len(g.arena.state))] for g in self._groups]
         sd = super().state_dict()
         index = 0
         for g, full in zip(self._groups, fulls):
             for i, p in enumerate(g.params):
                 entry = {"step": self.state[p]["step"].clone()} if self.exports_step else {}
                 for k, name in enumerate(self.state_names):
-                    entry[name] = torch.from_numpy(g.full_tensor(full[k], i).copy()).view(p.shape)
+                    entry[name] = torch.from_numpy(g.arena.tensor_of(full[k], i).copy()).view(p.shape)
                 sd["state"][index] = entry
                 index += 1
         return sd
@@ -371,13 +293,8 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 new = {"step": torch.as_tensor(step, dtype=torch.float32).clone()}
                 for k, name in enumerate(self.state_names):
                     full = st.get(name)
-                    view = g.state_view(k, i)
-                    if full is None:
-                        view.zero_()
-                    else:
-                        _, _, a, b = g.layout.local_span(i, g.rank) if g.sliced else (0, 0, 0, p.numel())
-                        view.copy_(full.reshape(-1)[a:b])
-                    new[name] = view
+                    g.arena.load_state(k, i, None if full is None else full.detach().reshape(-1).numpy())
+                    new[name] = g.state_view(k, i)
                 self.state[p] = new
 
     @property
@@ -387,7 +304,7 @@ class _DistirOptimizer(torch.optim.Optimizer):
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds."""
-        return core.state_bytes([s for g in self._groups for s in g.state])
+        return core.state_bytes([s for g in self._groups for s in g.arena.state])
 
 
 def _bad_grad(grad: torch.Tensor, p: torch.Tensor) -> str | None:

@@ -1,6 +1,7 @@
 """distir's distributed optimizers (``frameworks/pytorch.py``) on ranks as threads equal
 DDP's gradient averaging + ``torch.optim`` (or the reference LAMB) over 200 steps of a tiny
-GPT, at every step, on 2 and 4 ranks; the optimizer state is sliced over the ranks."""
+GPT, at every step, on 2 and 4 ranks (Adam and Nesterov SGD, variants of the same
+programs, on 2); the optimizer state is sliced over the ranks."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ def corpus():
     return tt.data()
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("algorithm", ["adamw", "adam", "sgd", "sgd-nesterov"])
+CASES = [(a, n) for a in ("adamw", "sgd", "lamb") for n in (2, 4)] + [("adam", 2), ("sgd-nesterov", 2)]
+
+
+@pytest.mark.parametrize("algorithm, ranks", CASES, ids=[f"{a}-{n}" for a, n in CASES])
 def test_equals_ddp_and_torch_optim(algorithm, ranks, corpus):
     ref_losses, ref = tt.reference(algorithm, ranks, STEPS, corpus)
     losses, nets, opts = tt.distir_threads(algorithm, ranks, STEPS, corpus)
@@ -28,8 +31,7 @@ def test_equals_ddp_and_torch_optim(algorithm, ranks, corpus):
     # ZeRO-1: each rank holds 1/ranks of the state torch holds (up to the arena's padding)
     torch_bytes = sum(v.numel() * v.element_size() for st in ref_opt_state(ref, algorithm, corpus) for v in st)
     for opt in opts:
-        assert opt.state_bytes() <= torch_bytes / ranks + 4 * 16 * ranks * 2 * len(opt.param_groups)
-        assert opt.state_bytes() >= torch_bytes / ranks
+        assert torch_bytes / ranks <= opt.state_bytes() <= torch_bytes / ranks * 1.1  # the arenas' padding
 
 
 def ref_opt_state(net, algorithm, corpus):
