@@ -30,8 +30,8 @@ type), so that the same data gives the same parameters:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 

@@ -164,9 +164,8 @@ def make_optimizer(args, model: nn.Module, launcher: str):
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": other, "weight_decay": 0.0}]
     if args.optimizer == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
 
         net = DDP(model) if dist.is_initialized() else model
         impl = {"single": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}[args.torch_impl]

@@ -12,8 +12,6 @@ import torch
 from support import torch_training as tt
 from support.threads import on_threads, results
 
-from distir.dialects.diagnostics import InputRejected
-from distir.examples.pytorch import train_gpt as T
 from distir.frameworks import pytorch as dp
 from distir.runtime import step as steps
 
