@@ -17,7 +17,9 @@ powers ``2^k`` too).
 Substitution works on the IR (a clone of the module), so a re-instantiated program is
 checked by the verifier like any other: a size that the program's slicing cannot divide
 is rejected at lowering time, and the tuner reports that schedule as not applicable at
-that size.
+that size. ``fitting`` says the same without substituting anything (one walk over the
+types): the sizes at which every sliced dimension divides by the ranks slicing it, so
+that the tuner drops a schedule that fits no size before checking or lowering it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
@@ -182,6 +184,39 @@ def substitute(module: ModuleOp, mapping: Mapping[int, int]) -> ModuleOp:
 def at_size(module: ModuleOp, dim: int, size: int) -> ModuleOp:
     """The program with dimension ``dim`` replaced by ``size`` everywhere."""
     return substitute(module, {dim: size})
+
+
+def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> list[bool]:
+    """Whether the program, with ``dim`` replaced by each size, can run on ``ranks``
+    ranks as far as its types say: every sliced dimension divisible by the ranks that
+    slice it, every ``at<r>`` inside its axis (``runtime.npz.check_sizes``' rules, for all
+    sizes at once). A program whose meshes do not fit ``ranks`` fits no size."""
+    from distir.dialects import layout
+    from distir.dialects.placements import At
+    from distir.runtime import npz
+
+    try:
+        grids = npz.resolve_grids(module, ranks)
+    except InputRejected:
+        return [False] * len(sizes)
+    rules: set[tuple[int, int]] = set()
+    for t in _tensor_types(module):
+        grid = grids.get(t.mesh_name)
+        if grid is None:
+            continue
+        placements = t.get_placements()
+        if len(placements) != len(grid.sizes):
+            return [False] * len(sizes)
+        shape = t.get_shape()
+        for a, p in enumerate(placements):
+            if isinstance(p, At) and p.rank.data >= grid.sizes[a]:
+                return [False] * len(sizes)
+        for d in layout.sliced_dims(placements):
+            if d < len(shape):
+                n = layout.group_size(grid.sizes, layout.slicing_axes(placements, d))
+                if n is not None and n > 1:
+                    rules.add((shape[d], n))
+    return [all((size if extent == dim else extent) % n == 0 for extent, n in rules) for size in sizes]
 
 
 def reduced(module: ModuleOp, divisor: int) -> ModuleOp:

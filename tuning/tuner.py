@@ -9,9 +9,11 @@ predict them on a topology at every size (what ``distir-tune`` runs).
     result.best[1 << 30]                      # 'fuse(RS-Adam-AG) [asSlice(m,v)]'
 
 Planning and executing are separate: ``explore.py`` finds and names the schedules and
-checks each with the interpreter; ``cost_model.py`` predicts (``model``), or
-``timing.py`` measures (``backend``), one time per schedule and size; this module only
-chains them and picks, per size, the fastest schedule that passed its check.
+checks each with the interpreter; ``search.py`` decides which of them are worth
+evaluating; ``cost_model.py`` predicts (``model``), or ``timing.py`` measures
+(``backend``), one time per schedule and size; this module only chains them and picks,
+per size, the fastest schedule that passed its check. ``exhaustive=True`` evaluates
+every schedule ``explore`` finds (``distir-tune --all``).
 
 Predictions lower each schedule once, at the reference size of ``cost_model``, and
 evaluate every size from that lowering. Timing re-instantiates each schedule at every
@@ -27,13 +29,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects.diagnostics import InputRejected
+from distir.tuning import search
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
-from distir.tuning.sizes import at_size, choose_dim, program_dims
+from distir.tuning.sizes import at_size, choose_dim, fitting, program_dims
 from distir.tuning.topology import Topology
 
 
@@ -66,6 +71,10 @@ class TuneResult:
     bugs: list[str] = field(default_factory=list)
     """Schedules that disagree with the original (distir bugs) and passes that crashed."""
     notes: list[str] = field(default_factory=list)
+    evaluated: int = 0
+    """Schedules lowered and predicted (or timed): what the search saved is the rest."""
+    checked: int = 0
+    """Interpreter checks run."""
 
     @property
     def baseline(self) -> Schedule:
@@ -104,10 +113,17 @@ def tune(
     progress: Progress | None = None,
     rounds: int = 5,
     jobs: int | None = None,
+    exhaustive: bool = False,
 ) -> TuneResult:
-    """Explore, check and time (``backend``) or predict (``model``) every schedule of
+    """Explore, check and time (``backend``) or predict (``model``) the schedules of
     ``module``'s function at every size (the program's own size when ``sizes`` is None);
-    ``jobs`` processes check and predict many schedules (default: one per core)."""
+    ``jobs`` processes check and predict many schedules (default: one per core).
+
+    By default the search skips what cannot change the answer (``search.py``): programs
+    that fit no size on ``ranks`` ranks, a second evaluation of schedules the cost model
+    cannot tell apart, the checks of schedules the interpreter cannot tell apart, and
+    overlaps whose bound is no better than the best found. ``exhaustive`` checks and
+    evaluates every schedule ``explore`` finds, each on its own."""
     if (model is None) == (backend is None):
         raise InputRejected("give either a backend to time on or a topology to predict for")
     if ranks < 1:
@@ -119,49 +135,65 @@ def tune(
     report = progress or (lambda phase, done, total: None)
 
     t0 = time.perf_counter()
-    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0))
+    fits = None if exhaustive else (lambda m: any(fitting(m, ranks, d, sizes)))
+    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0), fits=fits)
     seconds["explore"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    evaluate = _Evaluation(ex, ranks, d, sizes, model)
-    results = _each(evaluate, len(ex.candidates), jobs, lambda i: report("predict" if model else "check", i, len(ex.candidates)))
-    for c, (status, _) in zip(ex.candidates, results):
-        c.check = status
-    seconds["check and predict" if model else "check"] = time.perf_counter() - t0
-    bad = [c for c in ex.candidates if c.check.startswith("differs")]
+    ev = _Evaluator(ex, ranks, d, sizes, model, exhaustive, jobs, report)
+    if model is not None:
+        if exhaustive:
+            ev.evaluate(list(range(len(ex.candidates))))
+        else:
+            plan = search.plan(ex.candidates, ranks)
+            search.search(plan, ev.times_of, ev.evaluate, len(sizes))
+            search.share_times(plan, ev.results)
+        seconds["check and predict"] = time.perf_counter() - t0
+        how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
+    else:
+        ev.check(list(range(len(ex.candidates))))
+        seconds["check"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        shares = {} if exhaustive else search.plan(ex.candidates, ranks).shares
+        _measure(ex, ev, backend, ranks, d, sizes, report, rounds, shares)  # type: ignore[arg-type]
+        how = f"backend {backend}"
+        seconds["time"] = time.perf_counter() - t0
+    evaluated = [i for i in range(len(ex.candidates)) if i in ev.results]
+    for i in evaluated:
+        ex.candidates[i].check = ev.results[i][0]
+    bad = [ex.candidates[i] for i in evaluated if ex.candidates[i].check.startswith("differs")]
     bugs = [f"distir bug: schedule {c.name} ({c.pipeline}) does not compute what the program does: {c.check}" for c in bad]
     bugs += [f"distir bug: a pass crashed during the exploration: {e}" for e in ex.errors]
     notes = []
     if ex.truncated:
         notes.append(f"the exploration stopped after {len(ex.candidates)} schedules")
-    unchecked = [c for c in ex.candidates if c.check.startswith("not run")]
+    if ex.unfit:
+        notes.append(f"{ex.unfit} schedule(s) fit none of these sizes on {ranks} ranks (a dim the ranks do not divide): not evaluated")
+    skipped = len(ex.candidates) - len(evaluated)
+    if skipped:
+        notes.append(f"{skipped} of {len(ex.candidates)} schedules were not evaluated: their bound is no better than the best found (--all evaluates every one)")
+    unchecked = [ex.candidates[i] for i in evaluated if ex.candidates[i].check.startswith("not run")]
     if unchecked:
         notes.append(
             f"{len(unchecked)} schedule(s) could not run on the reduced shapes of the check (e.g. {unchecked[0].name}: "
             f"{unchecked[0].check.removeprefix('not run: ')}); they are not picked"
         )
-    if model is not None:
-        times = [t for _, t in results]
-        how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
-    else:
-        t0 = time.perf_counter()
-        times = _measure(ex, backend, ranks, d, sizes, report, rounds)  # type: ignore[arg-type]
-        how = f"backend {backend}"
-        seconds["time"] = time.perf_counter() - t0
     schedules = [
-        Schedule(c.name, c.pipeline, times[i], model is None, c.check, c.module, c.original) for i, c in enumerate(ex.candidates)
+        Schedule(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original)
+        for i, c in ((i, ex.candidates[i]) for i in evaluated)
     ]
     best: dict[int, str | None] = {}
     for s in sizes:
         ok = [(sc.times[s], sc.name) for sc in schedules if sc.check == "ok" and sc.times.get(s) is not None]
         best[s] = min(ok)[1] if ok else None
-    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes)
+    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, ev.evaluated, len(ev.checks))
 
 
-class _Evaluation:
-    """What each schedule needs on its own: its interpreter check and, with a model, its
-    prediction at every size (lowered once at the reference size)."""
+class _Evaluator:
+    """Each schedule's interpreter check (once per ``Candidate.check_key`` unless
+    ``exhaustive``) and, with a model, its prediction at every size (lowered once at
+    the reference size): ``results[i] = (check, {size: seconds or None})``."""
 
-    def __init__(self, ex: Exploration, ranks: int, d: int, sizes: Sequence[int], model: Topology | None):
+    def __init__(self, ex: Exploration, ranks: int, d: int, sizes: Sequence[int], model: Topology | None, exhaustive: bool, jobs: int | None, report: Progress):
         from distir.tuning.cost_model import Scaling, reference_size
 
         if model is not None and ranks > model.ranks:
@@ -169,26 +201,56 @@ class _Evaluation:
         self.ex = ex
         self.checker = Checker.of(ex, ranks)
         self.ranks, self.d, self.sizes, self.model = ranks, d, list(sizes), model
+        self.exhaustive, self.jobs, self.report = exhaustive, jobs, report
         d_ref, q = reference_size(list(program_dims(ex.candidates[0].module)), ranks, d)
         self.scaling = Scaling(d_ref, q)
+        self.checks: dict[object, str] = {}
+        self.results: dict[int, tuple[str, dict[int, float | None]]] = {}
+        self.evaluated = 0
 
-    def __call__(self, i: int) -> tuple[str, dict[int, float | None]]:
+    def check(self, idxs: Sequence[int]) -> None:
+        """The checks of ``idxs`` (recorded with no times yet)."""
+        for i in idxs:
+            if i in self.results:
+                continue
+            c = self.ex.candidates[i]
+            key = i if self.exhaustive else c.check_key()
+            if key not in self.checks:
+                self.checks[key] = self.checker(c)
+            self.results[i] = (self.checks[key], {s: None for s in self.sizes})
+
+    def evaluate(self, idxs: list[int]) -> None:
+        """Check and predict ``idxs``; predictions run in ``jobs`` processes when many."""
+        self.check(idxs)
+        ok = [i for i in idxs if self.results[i][0] == "ok"]
+        done0 = sum(1 for r in self.results.values() if r[0] != "ok" or any(t is not None for t in r[1].values()))
+        times = _each(self.predict, ok, self.jobs, lambda n: self.report("predict", done0 + n, len(self.ex.candidates)))
+        self.evaluated += len(ok)
+        for i, t in zip(ok, times):
+            self.results[i] = ("ok", t)
+
+    def times_of(self, i: int) -> np.ndarray | None:
+        """Seconds per size (NaN: not at that size), None unless checked ok."""
+        status, times = self.results[i]
+        if status != "ok":
+            return None
+        return np.array([np.nan if times[s] is None else times[s] for s in self.sizes], dtype=float)
+
+    def predict(self, i: int) -> dict[int, float | None]:
         from distir.lowering.pipeline import lower
         from distir.tuning.cost_model import predict, prepare
 
         c = self.ex.candidates[i]
-        status = self.checker(c)
         times: dict[int, float | None] = {s: None for s in self.sizes}
-        if status != "ok" or self.model is None:
-            return status, times
+        assert self.model is not None
         try:
-            lowered = lower(at_size(c.module, self.d, self.scaling.d_ref), self.ranks)
+            lowered = lower(at_size(c.module, self.d, self.scaling.d_ref), self.ranks, verify=False)
             prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
         except (InputRejected, PassFailedException, VerifyException):
-            return status, times  # not applicable on this rank count (a dim the ranks do not divide)
+            return times  # not applicable on this rank count (a dim the ranks do not divide)
         for s, t in zip(self.sizes, predict(prepared, self.sizes)):
             times[s] = None if math.isnan(t) else float(t)
-        return status, times
+        return times
 
 
 PARALLEL_FROM = 24
@@ -202,22 +264,23 @@ def _run_job(i: int):
     return i, _JOB(i)
 
 
-def _each(fn: Callable[[int], object], count: int, jobs: int | None, progress: Callable[[int], None]) -> list:
-    """``[fn(i) for i in range(count)]``, in ``jobs`` forked processes (default: one per
-    core) when there are many; results in order."""
+def _each(fn: Callable[[int], object], items: Sequence[int], jobs: int | None, progress: Callable[[int], None]) -> list:
+    """``[fn(i) for i in items]``, in ``jobs`` forked processes (default: one per core)
+    when there are many; results in order."""
     global _JOB
     jobs = jobs or os.cpu_count() or 1
-    out: list = [None] * count
-    if jobs < 2 or count < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
-        for i in range(count):
-            out[i] = fn(i)
-            progress(i + 1)
+    out: list = [None] * len(items)
+    if jobs < 2 or len(items) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
+        for k, i in enumerate(items):
+            out[k] = fn(i)
+            progress(k + 1)
         return out
     _JOB = fn
+    position = {i: k for k, i in enumerate(items)}
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, count)) as pool:
-            for done, (i, r) in enumerate(pool.imap_unordered(_run_job, range(count)), 1):
-                out[i] = r
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
+            for done, (i, r) in enumerate(pool.imap_unordered(_run_job, items), 1):
+                out[position[i]] = r
                 progress(done)
     finally:
         _JOB = None
@@ -229,15 +292,18 @@ def _name(c: Candidate) -> str:
     return f.sym_name.data
 
 
-def _measure(ex: Exploration, backend: str, ranks: int, d: int, sizes: Sequence[int], report: Progress, rounds: int) -> list[dict[int, float | None]]:
+def _measure(
+    ex: Exploration, ev: _Evaluator, backend: str, ranks: int, d: int, sizes: Sequence[int], report: Progress, rounds: int, shares: dict[int, int]
+) -> None:
+    """Time every schedule that passed its check at every size (one of each group that
+    lowers to the same program: ``shares``) and record the times in ``ev.results``."""
     from distir.tuning.timing import time_programs
 
-    usable = [(i, c) for i, c in enumerate(ex.candidates) if c.check == "ok"]
-    out: list[dict[int, float | None]] = [{s: None for s in sizes} for _ in ex.candidates]
+    usable = [i for i in range(len(ex.candidates)) if ev.results[i][0] == "ok" and i not in shares]
     total = len(usable) * len(sizes)
     done = 0
     for s in sizes:
-        programs = [(c.name, at_size(c.module, d, s)) for _, c in usable]
+        programs = [(ex.candidates[i].name, at_size(ex.candidates[i].module, d, s)) for i in usable]
 
         def tick(_name: str) -> None:
             nonlocal done
@@ -245,6 +311,9 @@ def _measure(ex: Exploration, backend: str, ranks: int, d: int, sizes: Sequence[
             report("time", min(done, total), total)
 
         times = time_programs(programs, ranks, backend, rounds=rounds, progress=tick)
-        for i, c in usable:
-            out[i][s] = times.get(c.name)
-    return out
+        ev.evaluated += len(programs)
+        for i in usable:
+            ev.results[i][1][s] = times.get(ex.candidates[i].name)
+    for i, j in shares.items():
+        if ev.results[i][0] == "ok" and ev.results[j][0] == "ok":
+            ev.results[i] = (ev.results[i][0], dict(ev.results[j][1]))
