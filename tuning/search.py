@@ -29,6 +29,10 @@ program: ``tune(..., exhaustive=True)`` (``distir-tune --all``) evaluates everyt
 and ``test/tuning/test_search.py`` checks that both pick the same schedules on the
 examples.
 
+A schedule that splits an AllReduce along a dim other than 0 is not evaluated when the
+same schedule split along dim 0 fits: dim 0's blocks are contiguous, any other dim's
+are packed and unpacked around every collective (``_strided``).
+
 Two schedules that the cost model cannot tell apart share one evaluation: an overlap in
 ``ring`` or ``remote_first`` order whose chain ``lower-overlap`` cuts in natural order
 anyway (only a matmul feeding a reduction in as many chunks as the group has ranks
@@ -40,6 +44,7 @@ as the chain it holds, is shared by all schedules with one ``Candidate.check_key
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,15 +87,21 @@ class Plan:
     families: list[Family]
     shares: dict[int, int]
     """Schedule -> the schedule whose lowering (and so prediction) it shares."""
+    strided: set[int] = field(default_factory=set)
+    """Schedules that split a collective along a dim other than 0 where the same
+    schedule split along dim 0 fits: never evaluated (module doc)."""
 
 
 def plan(candidates: Sequence[Candidate], ranks: int) -> Plan:
     """Families, folded order variants and the first stage (module doc)."""
     index = {id(c): i for i, c in enumerate(candidates)}
+    strided = _strided(candidates)
     families: dict[tuple, Family] = {}
     first: list[int] = []
     ordered: list[tuple[int, tuple, int]] = []
     for i, c in enumerate(candidates):
+        if i in strided:
+            continue
         step = c.overlap
         if step is None or c.parent is None:
             first.append(i)
@@ -108,7 +119,25 @@ def plan(candidates: Sequence[Candidate], ranks: int) -> Plan:
         natural = families[key].members.get((chunks, "natural"))
         if natural is not None and not _order_matters(candidates[i], ranks):
             shares[i] = natural
-    return Plan(sorted(first), list(families.values()), shares)
+    return Plan(sorted(first), list(families.values()), shares, strided)
+
+
+def _strided(candidates: Sequence[Candidate]) -> set[int]:
+    """The schedules that split an AllReduce along a dim other than 0 when the same
+    schedule split along dim 0 is a candidate too: the blocks of dim 0 are contiguous
+    (row-major buffers), every other dim's are packed and unpacked around each NCCL
+    call, which costs copies and saves nothing."""
+    from distir.passes.pipeline import pipeline_spec
+
+    by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
+    out = set()
+    for i, c in enumerate(candidates):
+        if not any(p.name == "split-allreduce" and getattr(p, "dim", 0) for p in c.passes):
+            continue
+        contiguous = tuple(dataclasses.replace(p, dim=0) if p.name == "split-allreduce" else p for p in c.passes)
+        if pipeline_spec(contiguous) in by_pipeline:
+            out.add(i)
+    return out
 
 
 def _stages(cand: Candidate) -> int:

@@ -36,7 +36,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects.diagnostics import InputRejected
-from distir.tuning import search
+from distir.dialects.dist import TensorType
+from distir.tuning import search, units
+from distir.passes.support import printed_names
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
 from distir.tuning.sizes import at_size, choose_dim, fitting, program_dims
 from distir.tuning.topology import Topology
@@ -75,6 +77,9 @@ class TuneResult:
     """Schedules lowered and predicted (or timed): what the search saved is the rest."""
     checked: int = 0
     """Interpreter checks run."""
+    parts: list[tuple[str, int, TuneResult]] = field(default_factory=list)
+    """A program of many independent units (``units.py``): per class of units, its
+    label, how many units it has and the tuning of its first unit."""
 
     @property
     def baseline(self) -> Schedule:
@@ -133,6 +138,10 @@ def tune(
     sizes = sorted(set(sizes)) if sizes else [d]
     seconds: dict[str, float] = {}
     report = progress or (lambda phase, done, total: None)
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+    parts = units.classes(module, f)
+    if sum(len(c.units) for c in parts) >= units.MANY_UNITS:
+        return _tune_units(module, f, parts, ranks, sizes, d, model, backend, as_slice, report, rounds, jobs, exhaustive)
 
     t0 = time.perf_counter()
     fits = None if exhaustive else (lambda m: any(fitting(m, ranks, d, sizes)))
@@ -202,8 +211,13 @@ class _Evaluator:
         self.checker = Checker.of(ex, ranks)
         self.ranks, self.d, self.sizes, self.model = ranks, d, list(sizes), model
         self.exhaustive, self.jobs, self.report = exhaustive, jobs, report
-        d_ref, q = reference_size(list(program_dims(ex.candidates[0].module)), ranks, d)
-        self.scaling = Scaling(d_ref, q)
+        if len(self.sizes) == 1:
+            # one size: lowered at that size (the combining of collectives into buckets,
+            # for one, depends on the size, and so does a square dim's element count)
+            self.scaling = Scaling(self.sizes[0], EXACT_Q)
+        else:
+            d_ref, q = reference_size(list(program_dims(ex.candidates[0].module)), ranks, d)
+            self.scaling = Scaling(d_ref, q)
         self.checks: dict[object, str] = {}
         self.results: dict[int, tuple[str, dict[int, float | None]]] = {}
         self.evaluated = 0
@@ -244,7 +258,8 @@ class _Evaluator:
         times: dict[int, float | None] = {s: None for s in self.sizes}
         assert self.model is not None
         try:
-            lowered = lower(at_size(c.module, self.d, self.scaling.d_ref), self.ranks, verify=False)
+            module = c.module if self.scaling.d_ref == self.d else at_size(c.module, self.d, self.scaling.d_ref)
+            lowered = lower(module, self.ranks, verify=False)
             prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
         except (InputRejected, PassFailedException, VerifyException):
             return times  # not applicable on this rank count (a dim the ranks do not divide)
@@ -252,6 +267,194 @@ class _Evaluator:
             times[s] = None if math.isnan(t) else float(t)
         return times
 
+
+def _tune_units(
+    module: ModuleOp,
+    f: func.FuncOp,
+    parts: list[units.UnitClass],
+    ranks: int,
+    sizes: list[int],
+    d: int,
+    model: Topology | None,
+    backend: str | None,
+    as_slice: Sequence[str] | None,
+    report: Progress,
+    rounds: int,
+    jobs: int | None,
+    exhaustive: bool,
+) -> TuneResult:
+    """A program of independent units, tuned class by class (``units.py``)."""
+    from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+    from distir.passes.combine_collectives import CombineCollectivesPass
+    from distir.passes.pipeline import parse_pipeline
+
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    results: list[tuple[str, int, TuneResult]] = []
+    for k, cls in enumerate(parts):
+        report("classes", k, len(parts))
+        prog = cls.first.program(module, f)
+        own = d in program_dims(prog)
+        names = {a.name_hint for a in next(o for o in prog.ops if isinstance(o, func.FuncOp)).body.block.args}
+        mine = None if as_slice is None else [n for n in as_slice if n in names]
+        r = tune(prog, ranks, sizes if own else None, dim=d if own else None, model=model, backend=backend, as_slice=mine, rounds=rounds, jobs=jobs, exhaustive=exhaustive)
+        results.append((_label(prog, len(cls.units)), len(cls.units), r))
+    report("classes", len(parts), len(parts))
+    seconds["classes"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    whole = printed_names(module)
+    renames = [units.names(module, f, cls, whole) for cls in parts]
+    combos = _combos(parts, results, sizes, module, f)
+    cands: list[Candidate] = [Candidate(module.clone(), (), "(as written)", original=True, check="ok")]
+    bugs: list[str] = []
+    from distir.dialects.context import make_context
+
+    ctx = make_context()
+    composed: dict[tuple[str, ...], Candidate] = {}
+    for combo in combos:
+        cand = _compose(module, combo, results, renames, ctx, bugs)
+        if cand is not None:
+            composed[combo] = cand
+            cands.append(cand)
+    seconds["compose"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    ex = Exploration(cands)
+    ev = _Evaluator(ex, ranks, d, sizes, model, True, jobs, report)
+    _evaluate_whole(ex, ev, list(range(len(cands))), model, backend, ranks, d, sizes, report, rounds, jobs)
+    # the collectives of each size's winner combined into larger buckets
+    winners = {_best_index(ev, cands, s) for s in sizes}
+    extra_from = len(cands)
+    for i in sorted(winners):
+        for bucket in units.BUCKETS:
+            more = (FixMeshSizesPass(ranks=ranks), CombineCollectivesPass(bucket_bytes=bucket))
+            combined = cands[i].module.clone()
+            for p in more:
+                p.apply(ctx, combined)
+            cands.append(Candidate(combined, (*cands[i].passes, *more), f"{cands[i].name} + buckets of {_bytes(bucket)}", check="ok"))
+    _evaluate_whole(ex, ev, list(range(extra_from, len(cands))), model, backend, ranks, d, sizes, report, rounds, jobs)
+    if model is not None:
+        seconds["predict"] = time.perf_counter() - t0
+        how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
+    else:
+        seconds["time"] = time.perf_counter() - t0
+        how = f"backend {backend}"
+    schedules = [Schedule(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original) for i, c in enumerate(cands)]
+    best: dict[int, str | None] = {}
+    for s in sizes:
+        ok = [(sc.times[s], sc.name) for sc in schedules if sc.times.get(s) is not None]
+        best[s] = min(ok)[1] if ok else None
+    notes = [f"{sum(n for _, n, _ in results)} independent parts in {len(results)} classes, each class tuned on its first part"]
+    for label, _, r in results:
+        bugs += [f"{label}: {b}" for b in r.bugs]
+    checked = sum(r.checked for _, _, r in results)
+    evaluated = ev.evaluated + sum(r.evaluated for _, _, r in results)
+    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, evaluated, checked, results)
+
+
+def _combos(parts: list[units.UnitClass], results: list[tuple[str, int, TuneResult]], sizes: Sequence[int], module: ModuleOp, f: func.FuncOp) -> list[tuple[str, ...]]:
+    """The whole-program schedules worth predicting, as one class schedule per class:
+    each size's per-class winners; the same with the classes whose units the default
+    buckets combine kept at their first schedule (``fuse-maps``: combinable, and one
+    collective per bucket beats a better schedule per tensor when the tensors are
+    small)."""
+    out: list[tuple[str, ...]] = []
+
+    def add(combo) -> None:
+        combo = tuple(combo)
+        if all(combo) and combo not in out:
+            out.append(combo)
+
+    first = [_first_schedule(r) for _, _, r in results]
+    small = [units.combinable(cls.first.program(module, f)) for cls in parts]
+    for s in sizes:
+        best = [r.best[s if s in r.best else r.sizes[0]] for _, _, r in results]
+        add(best)
+        add([fst if sm else b for b, fst, sm in zip(best, first, small)])
+    return out
+
+
+def _first_schedule(r: TuneResult) -> str | None:
+    """The schedule every search starts from (``fuse-maps``), else the program as written."""
+    for s in r.schedules:
+        if s.pipeline == "fuse-maps" and s.check == "ok":
+            return s.name
+    return r.baseline.name
+
+
+def _compose(module: ModuleOp, combo: tuple[str, ...], results, renames, ctx, bugs: list[str]) -> Candidate | None:
+    """The whole program under one class schedule per class (``units.compose``),
+    checked to do on every unit what its class's schedule does."""
+    from distir.passes.pipeline import parse_pipeline
+
+    chosen = [r.by_name(n) for (_, _, r), n in zip(results, combo)]
+    passes = units.compose([(parse_pipeline(c.pipeline), rn) for c, rn in zip(chosen, renames)])
+    out = module.clone()
+    name = _combo_name(combo, results)
+    try:
+        for p in passes:
+            p.apply(ctx, out)
+        out.verify()
+    except (PassFailedException, VerifyException, InputRejected) as e:
+        bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
+        return None
+    if not units.realized(out, [c.module for c in chosen]):
+        bugs.append(f"distir bug: the composed pipeline of {name} does not do on every unit what its class's schedule does")
+        return None
+    return Candidate(out, passes, name, check="ok")
+
+
+def _evaluate_whole(ex, ev, idxs, model, backend, ranks, d, sizes, report, rounds, jobs) -> None:
+    """Predict (or time) whole-program candidates ``idxs``."""
+    for i in idxs:
+        ev.results[i] = ("ok", {s: None for s in sizes})
+    if model is not None:
+        times = _each(ev.predict, idxs, jobs, lambda n: report("predict", n, len(idxs)))
+        for i, t in zip(idxs, times):
+            ev.results[i] = ("ok", t)
+        ev.evaluated += len(idxs)
+    else:
+        sub = Exploration([ex.candidates[i] for i in idxs])
+        inner = _Evaluator.__new__(_Evaluator)
+        inner.results = {k: ev.results[i] for k, i in enumerate(idxs)}
+        inner.evaluated = 0
+        _measure(sub, inner, backend, ranks, d, sizes, report, rounds, {})
+        for k, i in enumerate(idxs):
+            ev.results[i] = inner.results[k]
+        ev.evaluated += inner.evaluated
+
+
+def _best_index(ev, cands, size: int) -> int:
+    ok = [(ev.results[i][1].get(size), i) for i in range(len(cands)) if ev.results[i][1].get(size) is not None]
+    return min(ok)[1] if ok else 0
+
+
+def _label(prog: ModuleOp, count: int) -> str:
+    """``128 x 4096x4096``: how many units a class has and the shape of its first
+    tensor argument."""
+    fn = next(o for o in prog.ops if isinstance(o, func.FuncOp))
+    shape = next((a.type for a in fn.body.block.args if isinstance(a.type, TensorType)), None)
+    dims = "x".join(str(x) for x in shape.get_shape()) if shape is not None else "scalar"
+    return f"{count} x {dims}"
+
+
+def _combo_name(combo: Sequence[str], results: Sequence[tuple[str, int, TuneResult]]) -> str:
+    """The whole program's schedule: one name when every class picked alike."""
+    if len(set(combo)) == 1:
+        return f"{combo[0]} (every part)"
+    return "; ".join(f"{label}: {n}" for (label, _, _), n in zip(results, combo))
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+EXACT_Q = (1 << 61) - 1
+"""A prime no dimension is a multiple of: a lowering at the size itself (``Scaling``)."""
 
 PARALLEL_FROM = 24
 """Schedules from which the checks and predictions run in parallel processes."""
