@@ -361,6 +361,7 @@ def explore(
     max_schedules: int = 400,
     progress: Callable[[int], None] | None = None,
     fits: Callable[[ModuleOp], bool] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Exploration:
     """Every schedule of ``module`` (one function) reachable by ``transformations``, breadth
     first (module doc); ``as_slice`` names the state ``slice-state`` may keep sliced
@@ -368,7 +369,8 @@ def explore(
     ``fits`` (the tuner's sizes and ranks, ``sizes.fitting``): a program it rejects
     cannot run at any size, so it is no schedule and is not transformed further (the
     transformations keep every dim they slice sliced); the program as written is
-    always kept."""
+    always kept. ``stop()`` (a time budget) ends the exploration early, as
+    ``max_schedules`` does (``truncated``)."""
     from distir.dialects.context import make_context
 
     ctx = make_context()
@@ -393,6 +395,9 @@ def explore(
     for _ in range(max_depth):
         nxt: list[Candidate] = []
         for cand in frontier:
+            if stop is not None and stop():
+                truncated = True
+                break
             values = _values(cand.module, as_slice)
             for t in transformations:
                 for p in t.passes(cand.module, values):

@@ -316,9 +316,10 @@ def search(plan_: Plan, times: Callable[[int], Times | None], evaluate: Evaluate
     return len(done)
 
 
-def share_times(plan_: Plan, times: dict[int, object]) -> None:
+def share_times(plan_: Plan, times: dict[int, object], done: set[int]) -> None:
     """Give every schedule that shares another's lowering that one's result."""
     for i, j in plan_.shares.items():
-        if j in times and i not in times:
+        if j in done and i not in done:
             times[i] = times[j]
+            done.add(i)
 

@@ -44,25 +44,35 @@ MAX_SIZES = 64
 # The sizes option
 # --------------------------------------------------------------------------------------
 
-_POW = re.compile(r"^\s*(\d+)\s*\^\s*(\d+)\s*$")
+_POW = re.compile(r"^\s*([0-9]+)\s*\^\s*([0-9]+)\s*$", re.ASCII)
+_INT = re.compile(r"^[0-9][0-9_]*$", re.ASCII)
+MAX_SIZE = 1 << 62
+"""The largest size (a dimension of a tensor type is a 64-bit integer)."""
 
 
 def _number(text: str, what: str) -> int:
-    m = _POW.match(text)
+    t = text.strip()
+    m = _POW.match(t)
     if m:
-        base, exp = int(m.group(1)), int(m.group(2))
-        if exp > 62 or base > 1 << 20:
-            raise InputRejected(f"{what}: {text.strip()} is too large")
-        return base**exp
-    t = text.strip().replace("_", "")
-    if not t.isdigit():
-        raise InputRejected(f"{what}: expected a positive integer or a power like 2^20, got '{text.strip()}'")
-    return int(t)
+        if len(m.group(1)) > 7 or len(m.group(2)) > 3:
+            raise InputRejected(f"{what}: {t} is too large (at most 2^62)")
+        value = int(m.group(1)) ** int(m.group(2))
+    elif _INT.match(t):
+        digits = t.replace("_", "")
+        if len(digits) > 19:
+            raise InputRejected(f"{what}: {t[:20]}... is too large (at most 2^62)")
+        value = int(digits)
+    else:
+        shown = t if len(t) <= 40 else t[:40] + "..."
+        raise InputRejected(f"{what}: expected a positive integer or a power like 2^20 (ASCII digits), got '{shown}'")
+    if value > MAX_SIZE:
+        raise InputRejected(f"{what}: {t} is too large (at most 2^62)")
+    return value
 
 
 def parse_sizes(spec: str) -> list[int]:
     """The sizes of a ``--sizes`` option (module docstring), in increasing order."""
-    what = f"--sizes '{spec}'"
+    what = f"--sizes '{spec if len(spec) <= 40 else spec[:40] + '...'}'"
     spec = spec.strip()
     if not spec:
         raise InputRejected(f"{what}: empty")
@@ -217,6 +227,25 @@ def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> lis
                 if n is not None and n > 1:
                     rules.add((shape[d], n))
     return [all((size if extent == dim else extent) % n == 0 for extent, n in rules) for size in sizes]
+
+
+def rank_bytes(module: ModuleOp, ranks: int, dim: int, size: int) -> int:
+    """Bytes of one rank's share of the function arguments with ``dim`` replaced by
+    ``size`` (the largest over ranks: a value ``at<r>`` counts whole)."""
+    from distir.dialects import layout
+    from distir.runtime import npz
+    from distir.runtime.values import numpy_dtype
+
+    grids = npz.resolve_grids(module, ranks)
+    total = 0
+    for op in module.walk():
+        if isinstance(op, func.FuncOp):
+            for t in op.function_type.inputs.data:
+                if isinstance(t, TensorType) and t.mesh_name in grids:
+                    shape = [size if x == dim else x for x in t.get_shape()]
+                    local = layout.local_shape(shape, t.get_placements(), grids[t.mesh_name].sizes)
+                    total += math.prod(local) * numpy_dtype(t.element_type).itemsize
+    return total
 
 
 def reduced(module: ModuleOp, divisor: int) -> ModuleOp:

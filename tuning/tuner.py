@@ -40,7 +40,7 @@ from distir.dialects.dist import TensorType
 from distir.tuning import search, units
 from distir.passes.support import printed_names
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
-from distir.tuning.sizes import at_size, choose_dim, fitting, program_dims
+from distir.tuning.sizes import at_size, choose_dim, fitting, format_size, program_dims
 from distir.tuning.topology import Topology
 
 
@@ -57,6 +57,8 @@ class Schedule:
     check: str
     module: ModuleOp
     original: bool = False
+    parts: tuple[str, ...] = ()
+    """For a program of many units (``units.py``): the schedule of each class."""
 
 
 @dataclass
@@ -80,6 +82,8 @@ class TuneResult:
     parts: list[tuple[str, int, TuneResult]] = field(default_factory=list)
     """A program of many independent units (``units.py``): per class of units, its
     label, how many units it has and the tuning of its first unit."""
+    cut_short: str | None = None
+    """Why the search stopped before it was done (``Limits``), or None."""
 
     @property
     def baseline(self) -> Schedule:
@@ -99,11 +103,46 @@ class TuneResult:
         name = self.best.get(size)
         if name is None:
             return None
-        return at_size(self.by_name(name).module, self.dim, size)
+        s = self.by_name(name)
+        module = s.module
+        if module is None:  # a pipeline the search was cut short before building
+            from distir.passes.pipeline import apply_pipeline
+
+            module = apply_pipeline(next(x for x in self.schedules if x.original).module.clone(), s.pipeline)
+        return at_size(module, self.dim, size)
 
 
 Progress = Callable[[str, int, int], None]
 """``progress(phase, done, total)``."""
+
+
+@dataclass
+class Limits:
+    """When the search stops early, keeping the best schedule found so far:
+    ``max_schedules`` evaluated (lowered and predicted, or timed), the monotonic clock
+    past ``deadline``, or ``interrupted()`` (the first Ctrl-C of ``distir-tune``)."""
+
+    max_schedules: int | None = None
+    deadline: float | None = None
+    interrupted: Callable[[], bool] = lambda: False
+    evaluated: int = 0
+    reason: str | None = None
+    """Why the search stopped early (None: it did not)."""
+
+    @classmethod
+    def of(cls, max_schedules: int | None = None, time_budget: float | None = None, interrupted: Callable[[], bool] | None = None) -> Limits:
+        deadline = None if time_budget is None else time.monotonic() + time_budget
+        return cls(max_schedules, deadline, interrupted or (lambda: False))
+
+    def stop(self) -> bool:
+        if self.reason is None:
+            if self.interrupted():
+                self.reason = "interrupted"
+            elif self.deadline is not None and time.monotonic() >= self.deadline:
+                self.reason = "the time budget ran out"
+            elif self.max_schedules is not None and self.evaluated >= self.max_schedules:
+                self.reason = f"{self.max_schedules} schedules evaluated"
+        return self.reason is not None
 
 
 def tune(
@@ -119,6 +158,7 @@ def tune(
     rounds: int = 5,
     jobs: int | None = None,
     exhaustive: bool = False,
+    limits: Limits | None = None,
 ) -> TuneResult:
     """Explore, check and time (``backend``) or predict (``model``) the schedules of
     ``module``'s function at every size (the program's own size when ``sizes`` is None);
@@ -128,7 +168,8 @@ def tune(
     that fit no size on ``ranks`` ranks, a second evaluation of schedules the cost model
     cannot tell apart, the checks of schedules the interpreter cannot tell apart, and
     overlaps whose bound is no better than the best found. ``exhaustive`` checks and
-    evaluates every schedule ``explore`` finds, each on its own."""
+    evaluates every schedule ``explore`` finds, each on its own. ``limits`` stops the
+    search early (``TuneResult.cut_short`` says why) with the best found so far."""
     if (model is None) == (backend is None):
         raise InputRejected("give either a backend to time on or a topology to predict for")
     if ranks < 1:
@@ -138,24 +179,25 @@ def tune(
     sizes = sorted(set(sizes)) if sizes else [d]
     seconds: dict[str, float] = {}
     report = progress or (lambda phase, done, total: None)
+    limits = limits or Limits()
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
     parts = units.classes(module, f)
     if sum(len(c.units) for c in parts) >= units.MANY_UNITS:
-        return _tune_units(module, f, parts, ranks, sizes, d, model, backend, as_slice, report, rounds, jobs, exhaustive)
+        return _tune_units(module, f, parts, ranks, sizes, d, model, backend, as_slice, report, rounds, jobs, exhaustive, limits)
 
     t0 = time.perf_counter()
     fits = None if exhaustive else (lambda m: any(fitting(m, ranks, d, sizes)))
-    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0), fits=fits)
+    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0), fits=fits, stop=limits.stop)
     seconds["explore"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ev = _Evaluator(ex, ranks, d, sizes, model, exhaustive, jobs, report)
+    ev = _Evaluator(ex, ranks, d, sizes, model, exhaustive, jobs, report, limits)
     if model is not None:
         if exhaustive:
             ev.evaluate(list(range(len(ex.candidates))))
         else:
             plan = search.plan(ex.candidates, ranks)
-            search.search(plan, ev.times_of, ev.evaluate, len(sizes))
-            search.share_times(plan, ev.results)
+            search.search(plan, ev.times_of, ev.evaluate, len(sizes), limits.stop)
+            search.share_times(plan, ev.results, ev.done)
         seconds["check and predict"] = time.perf_counter() - t0
         how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
     else:
@@ -163,22 +205,27 @@ def tune(
         seconds["check"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         shares = {} if exhaustive else search.plan(ex.candidates, ranks).shares
-        _measure(ex, ev, backend, ranks, d, sizes, report, rounds, shares)  # type: ignore[arg-type]
+        _measure(ex, ev, backend, ranks, d, sizes, report, rounds, shares, limits)  # type: ignore[arg-type]
         how = f"backend {backend}"
         seconds["time"] = time.perf_counter() - t0
-    evaluated = [i for i in range(len(ex.candidates)) if i in ev.results]
+    if model is not None and 0 not in ev.done:
+        # cut short before anything was evaluated: the program as written still is
+        ev.limits, stopped = Limits(), ev.limits
+        ev.evaluate([0])
+        ev.limits = stopped
+    evaluated = [i for i in range(len(ex.candidates)) if i in ev.results and (ev.results[i][0] != "ok" or i in ev.done)]
     for i in evaluated:
         ex.candidates[i].check = ev.results[i][0]
     bad = [ex.candidates[i] for i in evaluated if ex.candidates[i].check.startswith("differs")]
     bugs = [f"distir bug: schedule {c.name} ({c.pipeline}) does not compute what the program does: {c.check}" for c in bad]
     bugs += [f"distir bug: a pass crashed during the exploration: {e}" for e in ex.errors]
     notes = []
-    if ex.truncated:
+    if ex.truncated and limits.reason is None:
         notes.append(f"the exploration stopped after {len(ex.candidates)} schedules")
     if ex.unfit:
         notes.append(f"{ex.unfit} schedule(s) fit none of these sizes on {ranks} ranks (a dim the ranks do not divide): not evaluated")
     skipped = len(ex.candidates) - len(evaluated)
-    if skipped:
+    if skipped and limits.reason is None:
         notes.append(f"{skipped} of {len(ex.candidates)} schedules were not evaluated: their bound is no better than the best found (--all evaluates every one)")
     unchecked = [ex.candidates[i] for i in evaluated if ex.candidates[i].check.startswith("not run")]
     if unchecked:
@@ -194,7 +241,9 @@ def tune(
     for s in sizes:
         ok = [(sc.times[s], sc.name) for sc in schedules if sc.check == "ok" and sc.times.get(s) is not None]
         best[s] = min(ok)[1] if ok else None
-    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, ev.evaluated, len(ev.checks))
+    if limits.reason is not None:
+        notes.insert(0, f"the search was cut short ({limits.reason}): the best of the {len(evaluated)} schedules evaluated so far")
+    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, ev.evaluated, len(ev.checks), cut_short=limits.reason)
 
 
 class _Evaluator:
@@ -202,7 +251,9 @@ class _Evaluator:
     ``exhaustive``) and, with a model, its prediction at every size (lowered once at
     the reference size): ``results[i] = (check, {size: seconds or None})``."""
 
-    def __init__(self, ex: Exploration, ranks: int, d: int, sizes: Sequence[int], model: Topology | None, exhaustive: bool, jobs: int | None, report: Progress):
+    def __init__(
+        self, ex: Exploration, ranks: int, d: int, sizes: Sequence[int], model: Topology | None, exhaustive: bool, jobs: int | None, report: Progress, limits: Limits
+    ):
         from distir.tuning.cost_model import Scaling, reference_size
 
         if model is not None and ranks > model.ranks:
@@ -210,7 +261,9 @@ class _Evaluator:
         self.ex = ex
         self.checker = Checker.of(ex, ranks)
         self.ranks, self.d, self.sizes, self.model = ranks, d, list(sizes), model
-        self.exhaustive, self.jobs, self.report = exhaustive, jobs, report
+        self.exhaustive, self.jobs, self.report, self.limits = exhaustive, jobs, report, limits
+        self.done: set[int] = set()
+        """Schedules whose prediction (or timing) is in ``results``."""
         if len(self.sizes) == 1:
             # one size: lowered at that size (the combining of collectives into buckets,
             # for one, depends on the size, and so does a square dim's element count)
@@ -234,17 +287,30 @@ class _Evaluator:
             self.results[i] = (self.checks[key], {s: None for s in self.sizes})
 
     def evaluate(self, idxs: list[int]) -> None:
-        """Check and predict ``idxs``; predictions run in ``jobs`` processes when many."""
+        """Check and predict ``idxs`` (until ``limits`` stop the search); predictions run
+        in ``jobs`` processes when many."""
+        if self.limits.stop():
+            return
         self.check(idxs)
         ok = [i for i in idxs if self.results[i][0] == "ok"]
-        done0 = sum(1 for r in self.results.values() if r[0] != "ok" or any(t is not None for t in r[1].values()))
-        times = _each(self.predict, ok, self.jobs, lambda n: self.report("predict", done0 + n, len(self.ex.candidates)))
-        self.evaluated += len(ok)
+        done0 = len(self.done)
+
+        def tick(n: int) -> None:
+            self.limits.evaluated += 1
+            self.report("predict", done0 + n, len(self.ex.candidates))
+
+        times = _each(self.predict, ok, self.jobs, tick, self.limits.stop)
         for i, t in zip(ok, times):
-            self.results[i] = ("ok", t)
+            if t is not None:
+                self.results[i] = ("ok", t)
+                self.done.add(i)
+                self.evaluated += 1
 
     def times_of(self, i: int) -> np.ndarray | None:
-        """Seconds per size (NaN: not at that size), None unless checked ok."""
+        """Seconds per size (NaN: not at that size), None unless checked ok and
+        evaluated."""
+        if i not in self.done:
+            return None
         status, times = self.results[i]
         if status != "ok":
             return None
@@ -268,6 +334,16 @@ class _Evaluator:
         return times
 
 
+@dataclass
+class _Choice:
+    """A class's schedule: its name, pipeline and program (the class's first unit)."""
+
+    name: str
+    pipeline: str
+    module: ModuleOp
+    times: dict[int, float | None]
+
+
 def _tune_units(
     module: ModuleOp,
     f: func.FuncOp,
@@ -282,116 +358,195 @@ def _tune_units(
     rounds: int,
     jobs: int | None,
     exhaustive: bool,
+    limits: Limits,
 ) -> TuneResult:
-    """A program of independent units, tuned class by class (``units.py``)."""
-    from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
-    from distir.passes.combine_collectives import CombineCollectivesPass
-    from distir.passes.pipeline import parse_pipeline
+    """A program of independent units, tuned class by class (``units.py``): the classes
+    (the heaviest first), then the whole program under each size's class schedules
+    composed into one pipeline, against the program as written, then with larger
+    buckets. Cut short (``limits``), a class not tuned keeps its first schedule
+    (``fuse-maps``) and a whole program not predicted gets the sum of its parts'
+    predictions."""
+    from distir.dialects.context import make_context
 
     seconds: dict[str, float] = {}
+    ctx = make_context()
     t0 = time.perf_counter()
-    results: list[tuple[str, int, TuneResult]] = []
-    for k, cls in enumerate(parts):
-        report("classes", k, len(parts))
-        prog = cls.first.program(module, f)
+    results: list[TuneResult | None] = [None] * len(parts)
+    programs = [cls.first.program(module, f) for cls in parts]
+    for done, k in enumerate(sorted(range(len(parts)), key=lambda k: -_weight(parts[k], programs[k]))):
+        report("classes", done, len(parts))
+        if limits.stop():
+            break
+        prog = programs[k]
         own = d in program_dims(prog)
-        names = {a.name_hint for a in next(o for o in prog.ops if isinstance(o, func.FuncOp)).body.block.args}
+        names = {a.name_hint for a in _function_of(prog).body.block.args}
         mine = None if as_slice is None else [n for n in as_slice if n in names]
-        r = tune(prog, ranks, sizes if own else None, dim=d if own else None, model=model, backend=backend, as_slice=mine, rounds=rounds, jobs=jobs, exhaustive=exhaustive)
-        results.append((_label(prog, len(cls.units)), len(cls.units), r))
+        results[k] = tune(
+            prog, ranks, sizes if own else None, dim=d if own else None, model=model, backend=backend, as_slice=mine, rounds=rounds, jobs=jobs, exhaustive=exhaustive, limits=limits
+        )
     report("classes", len(parts), len(parts))
+    labels = [_label(prog, len(cls.units)) for prog, cls in zip(programs, parts)]
     seconds["classes"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     whole = printed_names(module)
     renames = [units.names(module, f, cls, whole) for cls in parts]
-    combos = _combos(parts, results, sizes, module, f)
-    cands: list[Candidate] = [Candidate(module.clone(), (), "(as written)", original=True, check="ok")]
+    firsts = [_first_choice(r, prog, ctx) for r, prog in zip(results, programs)]
+    small = [units.combinable(prog) for prog in programs]
+    combos: list[tuple[str, tuple[_Choice, ...]]] = []
+    for s in sizes:
+        best = tuple(_best_choice(r, s) or first for r, first in zip(results, firsts))
+        combinable = tuple(fst if sm else b for b, fst, sm in zip(best, firsts, small))
+        at = f" at {format_size(s)}" if len(sizes) > 1 else ""
+        for what, combo in ((f"each part's best{at}", best), (f"each part's best{at}, small parts combinable", combinable)):
+            if not any(_same_combo(combo, c) for _, c in combos):
+                names = {c.name for c in combo}
+                combos.append((f"{names.pop()} (every part)" if len(names) == 1 else what, combo))
     bugs: list[str] = []
-    from distir.dialects.context import make_context
-
-    ctx = make_context()
-    composed: dict[tuple[str, ...], Candidate] = {}
-    for combo in combos:
-        cand = _compose(module, combo, results, renames, ctx, bugs)
+    # the program as written first: every speedup is over it
+    cands: list[Candidate] = [Candidate(module.clone(), (), "(as written)", original=True, check="ok")]
+    estimates: list[dict[int, float | None]] = [
+        _by_parts(sizes, [((r.baseline.times if r is not None else {}), len(cls.units)) for r, cls in zip(results, parts)])
+    ]
+    chosen: list[tuple[str, ...]] = [()]
+    build = not limits.stop()
+    for name, combo in combos:
+        cand = _compose(module, name, combo, renames, ctx, bugs, build)
         if cand is not None:
-            composed[combo] = cand
             cands.append(cand)
+            chosen.append(tuple(c.name for c in combo))
+            estimates.append(_by_parts(sizes, [(c.times, len(cls.units)) for c, cls in zip(combo, parts)]))
     seconds["compose"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     ex = Exploration(cands)
-    ev = _Evaluator(ex, ranks, d, sizes, model, True, jobs, report)
-    _evaluate_whole(ex, ev, list(range(len(cands))), model, backend, ranks, d, sizes, report, rounds, jobs)
-    # the collectives of each size's winner combined into larger buckets
-    winners = {_best_index(ev, cands, s) for s in sizes}
-    extra_from = len(cands)
-    for i in sorted(winners):
+    ev = _Evaluator(ex, ranks, d, sizes, model, True, jobs, report, limits)
+    for i in range(len(cands)):
+        ev.results[i] = ("ok", {s: None for s in sizes})
+    for i in range(len(cands)):
+        _evaluate_whole(ex, ev, i, model, backend, ranks, d, sizes, report, rounds, limits)
+    # the collectives of each size's winner combined into larger buckets, while that helps
+    for i in sorted({_best_index(ev, s) for s in sizes} - {None}):  # type: ignore[type-var]
+        before = ev.times_of(i)
         for bucket in units.BUCKETS:
+            if limits.stop():
+                break
+            from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+            from distir.passes.combine_collectives import CombineCollectivesPass
+
             more = (FixMeshSizesPass(ranks=ranks), CombineCollectivesPass(bucket_bytes=bucket))
             combined = cands[i].module.clone()
             for p in more:
                 p.apply(ctx, combined)
             cands.append(Candidate(combined, (*cands[i].passes, *more), f"{cands[i].name} + buckets of {_bytes(bucket)}", check="ok"))
-    _evaluate_whole(ex, ev, list(range(extra_from, len(cands))), model, backend, ranks, d, sizes, report, rounds, jobs)
-    if model is not None:
-        seconds["predict"] = time.perf_counter() - t0
-        how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
-    else:
-        seconds["time"] = time.perf_counter() - t0
-        how = f"backend {backend}"
-    schedules = [Schedule(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original) for i, c in enumerate(cands)]
+            estimates.append({s: None for s in sizes})
+            chosen.append(chosen[i])
+            j = len(cands) - 1
+            ev.results[j] = ("ok", {s: None for s in sizes})
+            _evaluate_whole(ex, ev, j, model, backend, ranks, d, sizes, report, rounds, limits)
+            now = ev.times_of(j)
+            if now is None or before is None or not np.any(now < before):
+                break
+            before = now
+    seconds["predict" if model is not None else "time"] = time.perf_counter() - t0
+    how = f"backend {backend}" if model is None else f"model {model.name}" + (
+        f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else ""
+    )
+    notes = [f"{sum(len(c.units) for c in parts)} independent parts in {len(parts)} classes, each class tuned on its first part"]
+    schedules = []
+    by_parts = False
+    for i, c in enumerate(cands):
+        times = ev.results[i][1]
+        if i not in ev.done and any(v is not None for v in estimates[i].values()):
+            times, by_parts = estimates[i], True
+        elif i not in ev.done and "buckets" in c.name:
+            continue
+        schedules.append(Schedule(c.name, c.pipeline, times, model is None, c.check, c.module, c.original, chosen[i]))
+    if by_parts:
+        notes.append("the whole program was not predicted under some schedules: their times are the sum of their parts'")
+    untuned = [label for label, r in zip(labels, results) if r is None]
+    if untuned:
+        notes.append(f"not tuned (they keep fuse-maps): {', '.join(untuned)}")
     best: dict[int, str | None] = {}
     for s in sizes:
         ok = [(sc.times[s], sc.name) for sc in schedules if sc.times.get(s) is not None]
-        best[s] = min(ok)[1] if ok else None
-    notes = [f"{sum(n for _, n, _ in results)} independent parts in {len(results)} classes, each class tuned on its first part"]
-    for label, _, r in results:
+        best[s] = min(ok)[1] if ok else next((sc.name for sc in schedules if not sc.original), None)
+    if limits.reason is not None:
+        notes.insert(0, f"the search was cut short ({limits.reason}): the best schedule found so far")
+    tuned = [(label, len(cls.units), r) for label, cls, r in zip(labels, parts, results) if r is not None]
+    for label, _, r in tuned:
         bugs += [f"{label}: {b}" for b in r.bugs]
-    checked = sum(r.checked for _, _, r in results)
-    evaluated = ev.evaluated + sum(r.evaluated for _, _, r in results)
-    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, evaluated, checked, results)
+    checked = sum(r.checked for _, _, r in tuned)
+    evaluated = ev.evaluated + sum(r.evaluated for _, _, r in tuned)
+    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, evaluated, checked, tuned, limits.reason)
 
 
-def _combos(parts: list[units.UnitClass], results: list[tuple[str, int, TuneResult]], sizes: Sequence[int], module: ModuleOp, f: func.FuncOp) -> list[tuple[str, ...]]:
-    """The whole-program schedules worth predicting, as one class schedule per class:
-    each size's per-class winners; the same with the classes whose units the default
-    buckets combine kept at their first schedule (``fuse-maps``: combinable, and one
-    collective per bucket beats a better schedule per tensor when the tensors are
-    small)."""
-    out: list[tuple[str, ...]] = []
+def _function_of(module: ModuleOp) -> func.FuncOp:
+    return next(o for o in module.ops if isinstance(o, func.FuncOp))
 
-    def add(combo) -> None:
-        combo = tuple(combo)
-        if all(combo) and combo not in out:
-            out.append(combo)
 
-    first = [_first_schedule(r) for _, _, r in results]
-    small = [units.combinable(cls.first.program(module, f)) for cls in parts]
+def _weight(cls: units.UnitClass, prog: ModuleOp) -> int:
+    """Elements a class's units hold in all: the classes that weigh most are tuned first."""
+    fn = _function_of(prog)
+    return len(cls.units) * sum(math.prod(a.type.get_shape()) for a in fn.body.block.args if isinstance(a.type, TensorType))
+
+
+def _first_choice(r: TuneResult | None, prog: ModuleOp, ctx) -> _Choice:
+    """The schedule every search starts from (``fuse-maps``), else the program as written."""
+    if r is not None:
+        for s in r.schedules:
+            if s.pipeline == "fuse-maps" and s.check == "ok":
+                return _Choice(s.name, s.pipeline, s.module, s.times)
+        return _Choice(r.baseline.name, "", r.baseline.module, r.baseline.times)
+    from distir.passes.fuse_maps import FuseMapsPass
+    from distir.tuning.explore import structural_name
+
+    m = prog.clone()
+    FuseMapsPass().apply(ctx, m)
+    return _Choice(structural_name(m), "fuse-maps", m, {})
+
+
+def _best_choice(r: TuneResult | None, size: int) -> _Choice | None:
+    if r is None:
+        return None
+    name = r.best.get(size if size in r.best else r.sizes[0])
+    if name is None:
+        return None
+    s = r.by_name(name)
+    return _Choice(s.name, s.pipeline, s.module, s.times)
+
+
+def _same_combo(a: Sequence[_Choice], b: Sequence[_Choice]) -> bool:
+    return all(x.pipeline == y.pipeline for x, y in zip(a, b))
+
+
+def _by_parts(sizes: Sequence[int], parts: Sequence[tuple[dict[int, float | None], int]]) -> dict[int, float | None]:
+    """The sum of the parts' times (each class's time times its units) at each size; a
+    class tuned at its own size only counts that time at every size."""
+    out: dict[int, float | None] = {}
     for s in sizes:
-        best = [r.best[s if s in r.best else r.sizes[0]] for _, _, r in results]
-        add(best)
-        add([fst if sm else b for b, fst, sm in zip(best, first, small)])
+        total = 0.0
+        for times, count in parts:
+            t = times.get(s) if s in times else (next(iter(times.values())) if len(times) == 1 else None)
+            if t is None:
+                total = math.nan
+                break
+            total += count * t
+        out[s] = None if math.isnan(total) else total
     return out
 
 
-def _first_schedule(r: TuneResult) -> str | None:
-    """The schedule every search starts from (``fuse-maps``), else the program as written."""
-    for s in r.schedules:
-        if s.pipeline == "fuse-maps" and s.check == "ok":
-            return s.name
-    return r.baseline.name
-
-
-def _compose(module: ModuleOp, combo: tuple[str, ...], results, renames, ctx, bugs: list[str]) -> Candidate | None:
+def _compose(module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx, bugs: list[str], build: bool = True) -> Candidate | None:
     """The whole program under one class schedule per class (``units.compose``),
-    checked to do on every unit what its class's schedule does."""
+    checked to do on every unit what its class's schedule does; with ``build`` False
+    (the search was cut short) only the pipeline (``Schedule.module`` is built when
+    asked for)."""
     from distir.passes.pipeline import parse_pipeline
 
-    chosen = [r.by_name(n) for (_, _, r), n in zip(results, combo)]
-    passes = units.compose([(parse_pipeline(c.pipeline), rn) for c, rn in zip(chosen, renames)])
+    passes = units.compose([(parse_pipeline(c.pipeline), rn) for c, rn in zip(combo, renames)])
+    if not build:
+        return Candidate(None, passes, name, check="ok")  # type: ignore[arg-type]
     out = module.clone()
-    name = _combo_name(combo, results)
     try:
         for p in passes:
             p.apply(ctx, out)
@@ -399,35 +554,34 @@ def _compose(module: ModuleOp, combo: tuple[str, ...], results, renames, ctx, bu
     except (PassFailedException, VerifyException, InputRejected) as e:
         bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
         return None
-    if not units.realized(out, [c.module for c in chosen]):
+    if not units.realized(out, [c.module for c in combo]):
         bugs.append(f"distir bug: the composed pipeline of {name} does not do on every unit what its class's schedule does")
         return None
     return Candidate(out, passes, name, check="ok")
 
 
-def _evaluate_whole(ex, ev, idxs, model, backend, ranks, d, sizes, report, rounds, jobs) -> None:
-    """Predict (or time) whole-program candidates ``idxs``."""
-    for i in idxs:
-        ev.results[i] = ("ok", {s: None for s in sizes})
+def _evaluate_whole(ex, ev, i: int, model, backend, ranks, d, sizes, report, rounds, limits: Limits) -> None:
+    """Predict (or time) the whole-program candidate ``i`` unless ``limits`` stopped."""
+    if limits.stop():
+        return
     if model is not None:
-        times = _each(ev.predict, idxs, jobs, lambda n: report("predict", n, len(idxs)))
-        for i, t in zip(idxs, times):
-            ev.results[i] = ("ok", t)
-        ev.evaluated += len(idxs)
+        ev.results[i] = ("ok", ev.predict(i))
     else:
-        sub = Exploration([ex.candidates[i] for i in idxs])
+        sub = Exploration([ex.candidates[i]])
         inner = _Evaluator.__new__(_Evaluator)
-        inner.results = {k: ev.results[i] for k, i in enumerate(idxs)}
+        inner.results = {0: ev.results[i]}
         inner.evaluated = 0
+        inner.done = set()
         _measure(sub, inner, backend, ranks, d, sizes, report, rounds, {})
-        for k, i in enumerate(idxs):
-            ev.results[i] = inner.results[k]
-        ev.evaluated += inner.evaluated
+        ev.results[i] = inner.results[0]
+    ev.done.add(i)
+    ev.evaluated += 1
+    limits.evaluated += 1
 
 
-def _best_index(ev, cands, size: int) -> int:
-    ok = [(ev.results[i][1].get(size), i) for i in range(len(cands)) if ev.results[i][1].get(size) is not None]
-    return min(ok)[1] if ok else 0
+def _best_index(ev, size: int) -> int | None:
+    ok = [(ev.results[i][1].get(size), i) for i in ev.done if ev.results[i][1].get(size) is not None]
+    return min(ok)[1] if ok else None
 
 
 def _label(prog: ModuleOp, count: int) -> str:
@@ -437,13 +591,6 @@ def _label(prog: ModuleOp, count: int) -> str:
     shape = next((a.type for a in fn.body.block.args if isinstance(a.type, TensorType)), None)
     dims = "x".join(str(x) for x in shape.get_shape()) if shape is not None else "scalar"
     return f"{count} x {dims}"
-
-
-def _combo_name(combo: Sequence[str], results: Sequence[tuple[str, int, TuneResult]]) -> str:
-    """The whole program's schedule: one name when every class picked alike."""
-    if len(set(combo)) == 1:
-        return f"{combo[0]} (every part)"
-    return "; ".join(f"{label}: {n}" for (label, _, _), n in zip(results, combo))
 
 
 def _bytes(n: int) -> str:
@@ -467,27 +614,40 @@ def _run_job(i: int):
     return i, _JOB(i)
 
 
-def _each(fn: Callable[[int], object], items: Sequence[int], jobs: int | None, progress: Callable[[int], None]) -> list:
+def _each(fn: Callable[[int], object], items: Sequence[int], jobs: int | None, progress: Callable[[int], None], stop: Callable[[], bool] = lambda: False) -> list:
     """``[fn(i) for i in items]``, in ``jobs`` forked processes (default: one per core)
-    when there are many; results in order."""
+    when there are many; results in order, None for the items not run once ``stop()``
+    (checked between items) said to stop."""
     global _JOB
     jobs = jobs or os.cpu_count() or 1
     out: list = [None] * len(items)
     if jobs < 2 or len(items) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
         for k, i in enumerate(items):
+            if stop():
+                break
             out[k] = fn(i)
             progress(k + 1)
         return out
     _JOB = fn
     position = {i: k for k, i in enumerate(items)}
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
+        # the workers leave Ctrl-C to this process, which stops them (``stop``)
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(items)), initializer=_ignore_interrupts) as pool:
             for done, (i, r) in enumerate(pool.imap_unordered(_run_job, items), 1):
                 out[position[i]] = r
                 progress(done)
+                if stop():
+                    pool.terminate()
+                    break
     finally:
         _JOB = None
     return out
+
+
+def _ignore_interrupts() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _name(c: Candidate) -> str:
@@ -496,17 +656,33 @@ def _name(c: Candidate) -> str:
 
 
 def _measure(
-    ex: Exploration, ev: _Evaluator, backend: str, ranks: int, d: int, sizes: Sequence[int], report: Progress, rounds: int, shares: dict[int, int]
+    ex: Exploration,
+    ev: _Evaluator,
+    backend: str,
+    ranks: int,
+    d: int,
+    sizes: Sequence[int],
+    report: Progress,
+    rounds: int,
+    shares: dict[int, int],
+    limits: Limits | None = None,
 ) -> None:
     """Time every schedule that passed its check at every size (one of each group that
-    lowers to the same program: ``shares``) and record the times in ``ev.results``."""
+    lowers to the same program: ``shares``) and record the times in ``ev.results``;
+    ``limits`` are checked between sizes."""
     from distir.tuning.timing import time_programs
 
     usable = [i for i in range(len(ex.candidates)) if ev.results[i][0] == "ok" and i not in shares]
+    if limits is not None and limits.max_schedules is not None:
+        usable = usable[: max(1, limits.max_schedules)]
     total = len(usable) * len(sizes)
     done = 0
-    for s in sizes:
-        programs = [(ex.candidates[i].name, at_size(ex.candidates[i].module, d, s)) for i in usable]
+    fit = {i: fitting(ex.candidates[i].module, ranks, d, sizes) for i in usable}
+    for k, s in enumerate(sizes):
+        if limits is not None and limits.stop():
+            break
+        # a size the schedule's slicing does not divide is not applicable: not built
+        programs = [(ex.candidates[i].name, at_size(ex.candidates[i].module, d, s)) for i in usable if fit[i][k]]
 
         def tick(_name: str) -> None:
             nonlocal done
@@ -516,7 +692,9 @@ def _measure(
         times = time_programs(programs, ranks, backend, rounds=rounds, progress=tick)
         ev.evaluated += len(programs)
         for i in usable:
-            ev.results[i][1][s] = times.get(ex.candidates[i].name)
+            ev.results[i][1][s] = times.get(ex.candidates[i].name) if fit[i][k] else None
+            ev.done.add(i)
     for i, j in shares.items():
-        if ev.results[i][0] == "ok" and ev.results[j][0] == "ok":
+        if ev.results[i][0] == "ok" and ev.results[j][0] == "ok" and j in ev.done:
             ev.results[i] = (ev.results[i][0], dict(ev.results[j][1]))
+            ev.done.add(i)
