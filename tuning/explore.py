@@ -55,6 +55,7 @@ from xdsl.utils.exceptions import DiagnosticException, PassFailedException, Veri
 
 from distir.dialects import coll, dist
 from distir.dialects.diagnostics import InputRejected
+from distir.dialects.format import REQUIRED
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Sliced
 from distir.passes.pipeline import pipeline_spec
@@ -399,13 +400,17 @@ def explore(
                 truncated = True
                 break
             values = _values(cand.module, as_slice)
+            wrapped: dict[tuple, Candidate | None] = {}
             for t in transformations:
                 for p in t.passes(cand.module, values):
-                    new = _apply(p, cand, ctx, errors)
+                    variant = _overlap_variant(p, cand, wrapped)
+                    new = variant if variant is not None else _apply(p, cand, ctx, errors)
+                    if p.name == "overlap" and variant is None:
+                        wrapped.setdefault((p.granularity, tuple(p.targets)), new)  # type: ignore[attr-defined]
                     if new is None:
                         continue
                     key = structure_key(new.module)
-                    if key not in seen and not _verifies(new, errors):
+                    if key not in seen and variant is None and not _verifies(new, errors):
                         continue
                     if key not in seen:
                         if len(found) >= max_schedules:
@@ -427,6 +432,29 @@ def explore(
             break
     name_all(found, _function(module))
     return Exploration(found, truncated, errors, unfit)
+
+
+def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candidate | None]) -> Candidate | None:
+    """``overlap`` at another chunk count or order than an application already made on
+    the same program and chain: the pass wraps the same chain whatever those are, so the
+    result is that application with the options of its new ``coll.overlap`` changed
+    (not applied or verified again). None when there is no such application, or when
+    the program already held overlaps."""
+    if p.name != "overlap" or p.granularity != "chunk":  # type: ignore[attr-defined]
+        return None
+    base = wrapped.get(("chunk", tuple(p.targets)))  # type: ignore[attr-defined]
+    if base is None or any(isinstance(o, coll.OverlapOp) for o in cand.module.walk()):
+        return None
+    module = base.module.clone()
+    for o in module.walk():
+        if isinstance(o, coll.OverlapOp):
+            for name, value in (("chunks", p.chunks), ("order", p.order)):  # type: ignore[attr-defined]
+                kw = coll.OverlapOp.keyword(name)
+                if kw.default is not REQUIRED and value == kw.default:
+                    o.properties.pop(kw.prop, None)
+                else:
+                    o.properties[kw.prop] = kw.to_attr(value)
+    return Candidate(module, (*cand.passes, p), parent=cand)
 
 
 def _verifies(cand: Candidate, errors: list[str]) -> bool:
@@ -576,7 +604,7 @@ def _details(cand: Candidate, original: func.FuncOp) -> dict[str, str]:
     ]
     if ols:
         out["overlap"] = "; ".join(ols)
-    dims = [str(o.option("dim")) for o in f.walk() if isinstance(o, (coll.ReduceScatterOp, coll.FusedAllReduceOp))]
+    dims = [str(o.option("dim")) for o in f.walk() if isinstance(o, (coll.ReduceScatterOp, coll.FusedAllReduceOp, coll.FusedReduceScatterOp))]
     if dims:
         out["dim"] = "dim " + ",".join(dims)
     return out

@@ -29,9 +29,10 @@ program: ``tune(..., exhaustive=True)`` (``distir-tune --all``) evaluates everyt
 and ``test/tuning/test_search.py`` checks that both pick the same schedules on the
 examples.
 
-A schedule that splits an AllReduce along a dim other than 0 is not evaluated when the
-same schedule split along dim 0 fits: dim 0's blocks are contiguous, any other dim's
-are packed and unpacked around every collective (``_strided``).
+A schedule that splits an AllReduce along a dim is not evaluated when the same
+schedule split along an outer dim fits: dim 0's blocks are contiguous, any other dim's
+are packed and unpacked around every collective, in shorter runs the further in
+(``_strided``).
 
 Two schedules that the cost model cannot tell apart share one evaluation: an overlap in
 ``ring`` or ``remote_first`` order whose chain ``lower-overlap`` cuts in natural order
@@ -123,20 +124,24 @@ def plan(candidates: Sequence[Candidate], ranks: int) -> Plan:
 
 
 def _strided(candidates: Sequence[Candidate]) -> set[int]:
-    """The schedules that split an AllReduce along a dim other than 0 when the same
-    schedule split along dim 0 is a candidate too: the blocks of dim 0 are contiguous
-    (row-major buffers), every other dim's are packed and unpacked around each NCCL
-    call, which costs copies and saves nothing."""
+    """The schedules that split an AllReduce along a dim when the same schedule split
+    along an outer dim is a candidate too (and so fits): an outer dim's blocks are
+    longer contiguous runs (dim 0's are contiguous, row-major buffers), every other
+    dim's are packed and unpacked around each NCCL call, which costs copies and saves
+    nothing."""
     from distir.passes.pipeline import pipeline_spec
 
     by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
     out = set()
     for i, c in enumerate(candidates):
-        if not any(p.name == "split-allreduce" and getattr(p, "dim", 0) for p in c.passes):
+        dims = [getattr(p, "dim", 0) for p in c.passes if p.name == "split-allreduce"]
+        if not any(dims):
             continue
-        contiguous = tuple(dataclasses.replace(p, dim=0) if p.name == "split-allreduce" else p for p in c.passes)
-        if pipeline_spec(contiguous) in by_pipeline:
-            out.add(i)
+        for outer in range(max(dims)):
+            split = tuple(dataclasses.replace(p, dim=min(p.dim, outer)) if p.name == "split-allreduce" else p for p in c.passes)  # type: ignore[attr-defined]
+            if split != c.passes and pipeline_spec(split) in by_pipeline:
+                out.add(i)
+                break
     return out
 
 

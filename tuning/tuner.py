@@ -45,10 +45,12 @@ from distir.tuning.topology import Topology
 
 
 @dataclass
-class Schedule:
-    """One schedule's result: its name, the ``-p`` pipeline that produces it, its time per
-    size (None: not applicable at that size), whether the times are measured, and its
-    interpreter check (``ok``, or why not)."""
+class Tuned:
+    """What the tuner found about one schedule (the program ``tuning.schedule.Schedule``
+    builds with ``pipeline``): its name, the ``-p`` pipeline that produces it, its time
+    per size (None: not applicable at that size), whether the times are measured, and
+    its interpreter check (``ok``, or why not). One entry of ``distir-tune --json``'s
+    ``schedules``."""
 
     name: str
     pipeline: str
@@ -65,7 +67,7 @@ class Schedule:
 class TuneResult:
     sizes: list[int]
     dim: int
-    schedules: list[Schedule]
+    schedules: list[Tuned]
     best: dict[int, str | None]
     ranks: int
     how: str
@@ -86,16 +88,16 @@ class TuneResult:
     """Why the search stopped before it was done (``Limits``), or None."""
 
     @property
-    def baseline(self) -> Schedule:
+    def baseline(self) -> Tuned:
         return next(s for s in self.schedules if s.original)
 
-    def speedup(self, s: Schedule, size: int) -> float | None:
+    def speedup(self, s: Tuned, size: int) -> float | None:
         base, t = self.baseline.times.get(size), s.times.get(size)
         if base is None or t is None or not t > 0:
             return None
         return base / t
 
-    def by_name(self, name: str) -> Schedule:
+    def by_name(self, name: str) -> Tuned:
         return next(s for s in self.schedules if s.name == name)
 
     def best_module(self, size: int) -> ModuleOp | None:
@@ -234,7 +236,7 @@ def tune(
             f"{unchecked[0].check.removeprefix('not run: ')}); they are not picked"
         )
     schedules = [
-        Schedule(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original)
+        Tuned(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original)
         for i, c in ((i, ex.candidates[i]) for i in evaluated)
     ]
     best: dict[int, str | None] = {}
@@ -461,7 +463,7 @@ def _tune_units(
             times, by_parts = estimates[i], True
         elif i not in ev.done and "buckets" in c.name:
             continue
-        schedules.append(Schedule(c.name, c.pipeline, times, model is None, c.check, c.module, c.original, chosen[i]))
+        schedules.append(Tuned(c.name, c.pipeline, times, model is None, c.check, c.module, c.original, chosen[i]))
     if by_parts:
         notes.append("the whole program was not predicted under some schedules: their times are the sum of their parts'")
     untuned = [label for label, r in zip(labels, results) if r is None]
@@ -539,7 +541,7 @@ def _by_parts(sizes: Sequence[int], parts: Sequence[tuple[dict[int, float | None
 def _compose(module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx, bugs: list[str], build: bool = True) -> Candidate | None:
     """The whole program under one class schedule per class (``units.compose``),
     checked to do on every unit what its class's schedule does; with ``build`` False
-    (the search was cut short) only the pipeline (``Schedule.module`` is built when
+    (the search was cut short) only the pipeline (``Tuned.module`` is built when
     asked for)."""
     from distir.passes.pipeline import parse_pipeline
 
