@@ -231,7 +231,9 @@ def size_rows(result, size: int, top: int | None) -> tuple[list[Row], int]:
     ordered = sorted(result.schedules, key=_sort_key(size))
     if top is None:
         return [Row(_label(s), s.times.get(size), [s]) for s in ordered], 0
-    running = [s for s in ordered if s.times.get(size) is not None or s.check.startswith("differs")]
+    # cut short, a schedule not predicted at any size is still the best found so far
+    unpredicted = (lambda s: all(t is None for t in s.times.values())) if result.cut_short else (lambda s: False)
+    running = [s for s in ordered if s.times.get(size) is not None or s.check.startswith("differs") or unpredicted(s)]
     rows = fold(running, size)
     shown = rows[: top + 1]
     baseline = next((r for r in rows if any(m.original for m in r.members)), None)
@@ -266,7 +268,8 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
             s = row.first
             sp = result.speedup(s, size)
             mark = "*" if any(result.best.get(size) == m.name for m in row.members) else ""
-            table.add_row(mark, row.name, format_time(row.time), f"{sp:.2f}x" if sp else "-", s.pipeline or "(as written)")
+            shown_time = "not predicted" if row.time is None and all(t is None for t in s.times.values()) else format_time(row.time)
+            table.add_row(mark, row.name, shown_time, f"{sp:.2f}x" if sp else "-", s.pipeline or "(as written)")
         shown = sum(len(r.members) for r in rows)
         console.print(f"size {format_size(size)} ({size}): {len(result.schedules)} schedules evaluated, {shown} shown")
         console.print(table)
@@ -280,7 +283,8 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
             continue
         s = result.by_name(name)
         sp = result.speedup(s, size)
-        console.print(f"best at {format_size(size)}: {name}  {format_time(s.times.get(size))}" + (f"  {sp:.2f}x over the program as written" if sp else ""))
+        t = s.times.get(size)
+        console.print(f"best at {format_size(size)}: {name}  {format_time(t) if t is not None else '(not predicted)'}" + (f"  {sp:.2f}x over the program as written" if sp else ""))
     text = out.getvalue()
     return "\n".join(line.rstrip() for line in text.splitlines())
 

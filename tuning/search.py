@@ -20,8 +20,8 @@ takes ``T(c) = L_max + (sum L - L_max) / c + sum a + (c - 1) a_max``, i.e. ``P +
 c`` with Q, K >= 0; the program without the overlap is ``T(1)``. From T(1) and T(2),
 no chunk count beats ``T(1) - 2 (T(1) - T(2))`` (K >= 0), and once
 three counts are known, P, Q and K follow and bound the rest. Small messages bend the
-curve (NCCL's protocols change as they are cut), so the first bound allows more chunks
-``FIRST_GAIN`` times what two gained. A family whose bound is
+curve (NCCL's protocols change as they are cut), so where two chunks gained more than
+1% the first bound allows more chunks ``FIRST_GAIN`` times what two gained. A family whose bound is
 not below the best time at any size is not evaluated further; neither is one whose
 time stopped falling (T(c) >= T(c/2) at every size: with Q, K >= 0 the times are
 convex in c). This is the cost model's own structure, not a guarantee on every
@@ -182,9 +182,14 @@ def _order_matters(cand: Candidate, ranks: int) -> bool:
 
 FIRST_GAIN = 8.0
 """How many times what two chunks gained over none more chunks may still gain
-(``first_bound``): an ideal pipeline gains at most twice as much, but small messages
-change NCCL protocol as they are cut, and a family seen gaining 6 us with two chunks
-gained 31 us with four (``examples/megatron_mlp.mlir`` on 8 ranks at 2^10)."""
+(``first_bound``) where two chunks gained more than ``BENT`` of the time: an ideal
+pipeline gains at most twice as much, but small messages change NCCL protocol as they
+are cut, and a family seen gaining 6 us (2.3%) with two chunks gained 31 us with four
+(``examples/megatron_mlp.mlir`` on 8 ranks at 2^10). Where two chunks gained less, the
+chain's communication is a sliver of the step (large messages, one protocol) and the
+ideal pipeline's 2 holds."""
+
+BENT = 0.01
 
 
 def first_bound(t1: Times | None, t2: Times) -> Times:
@@ -197,7 +202,8 @@ def first_bound(t1: Times | None, t2: Times) -> Times:
         return np.where(np.isinf(t2), np.inf, -np.inf)
     t1 = np.where(np.isnan(t1), -np.inf, t1)
     gain = t1 - t2
-    bound = np.where(gain > 0, t1 - FIRST_GAIN * gain, t2)
+    times = np.where(np.abs(gain) > BENT * np.abs(t1), FIRST_GAIN, 2.0)
+    bound = np.where(gain > 0, t1 - times * gain, t2)
     return np.where(np.isinf(t1), np.where(np.isinf(t2), np.inf, -np.inf), bound)
 
 
