@@ -279,12 +279,12 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
     for size in result.sizes:
         name = result.best.get(size)
         if name is None:
-            console.print(f"best at {format_size(size)}: none (no schedule runs at this size)")
+            console.print(f"best: {format_size(size)}: none (no schedule runs at this size)")
             continue
         s = result.by_name(name)
         sp = result.speedup(s, size)
         t = s.times.get(size)
-        console.print(f"best at {format_size(size)}: {name}  {format_time(t) if t is not None else '(not predicted)'}" + (f"  {sp:.2f}x over the program as written" if sp else ""))
+        console.print(f"best: {format_size(size)}: {name}  {format_time(t) if t is not None else '(not predicted)'}" + (f"  {sp:.2f}x over the program as written" if sp else ""))
     text = out.getvalue()
     return "\n".join(line.rstrip() for line in text.splitlines())
 
@@ -348,11 +348,19 @@ def plot(result, path: str, title: str) -> None:
     others = [(n, m) for n, m in ranked if (n, m) not in chosen and not any(x.original for x in m)]
     baseline = [(n, m) for n, m in ranked if any(x.original for x in m)][:1]
     lines = baseline + [c for c in chosen if c not in baseline] + others[: max(0, PLOTTED - len(chosen))]
-    fig, ax = plt.subplots(figsize=(10, 4.8))
+    # schedules predicted alike at every size are one line, named after all of them
+    curves: dict[tuple, list[str]] = {}
+    first: dict[tuple, object] = {}
     for name, members in lines:
         s = members[0]
+        key = tuple(round(result.speedup(s, z) or 0.0, 9) for z in result.sizes)
+        curves.setdefault(key, []).append(name)
+        first.setdefault(key, s)
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    for key, names in curves.items():
+        s = first[key]
         xs = [z for z in result.sizes if result.speedup(s, z)]
-        ax.plot(xs, [result.speedup(s, z) for z in xs], marker="o", markersize=3, label=name)
+        ax.plot(xs, [result.speedup(s, z) for z in xs], marker="o", markersize=3, label=" = ".join(names))
     for size in result.sizes:
         name = result.best.get(size)
         sp = result.speedup(result.by_name(name), size) if name else None

@@ -213,7 +213,7 @@ def test_the_default_table_is_short_and_all_lists_everything(tmp_path):
     assert len(blocks) == 2 and all(len(b.splitlines()) <= 80 for b in blocks)
     # one row per family: the orders that are predicted alike are one row
     assert "natural|ring|remote_first" in p.stdout
-    best = [line for line in p.stdout.splitlines() if line.startswith("best at ")]
+    best = [line for line in p.stdout.splitlines() if line.startswith("best: ")]
     assert len(best) == 2 and all(len(line) < 200 for line in best)
     out = tmp_path / "all.json"
     p = run(*args, "--all", "--json", str(out))
@@ -257,4 +257,4 @@ def test_ctrl_c_prints_the_best_so_far_and_exits_130():
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    assert "the search was cut short (interrupted)" in out and "best at " in out
+    assert "the search was cut short (interrupted)" in out and "best: " in out
