@@ -55,8 +55,8 @@ from xdsl.utils.exceptions import DiagnosticException, PassFailedException, Veri
 
 from distir.dialects import coll, dist
 from distir.dialects.diagnostics import InputRejected
-from distir.dialects.format import REQUIRED
 from distir.dialects.dist import TensorType
+from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Sliced
 from distir.passes.pipeline import pipeline_spec
 from distir.passes.support import printed_names

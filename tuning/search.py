@@ -44,8 +44,8 @@ as the chain it holds, is shared by all schedules with one ``Candidate.check_key
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np

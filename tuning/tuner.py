@@ -30,15 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
-from distir.tuning import search, units
 from distir.passes.support import printed_names
+from distir.tuning import search, units
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
 from distir.tuning.sizes import at_size, choose_dim, fitting, format_size, program_dims
 from distir.tuning.topology import Topology

@@ -82,8 +82,8 @@ def test_buckets_are_candidates_and_small_tensors_stay_combinable():
 
 
 def test_compose_merges_one_kind_of_pass_and_keeps_untargeted_ones():
-    from distir.passes.split_allreduce import SplitAllReducePass
     from distir.passes.fuse_maps import FuseMapsPass
+    from distir.passes.split_allreduce import SplitAllReducePass
 
     a = (FuseMapsPass(), SplitAllReducePass(targets=("x",)))
     b = (FuseMapsPass(), SplitAllReducePass(targets=("y",)))
