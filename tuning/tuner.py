@@ -206,7 +206,7 @@ def tune(
         seconds["check"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         shares = {} if exhaustive else search.plan(ex.candidates, ranks).shares
-        _measure(ex, ev, backend, ranks, d, sizes, report, rounds, shares, limits)  # type: ignore[arg-type]
+        ev.time(range(len(ex.candidates)), backend, rounds, shares)  # type: ignore[arg-type]
         how = f"backend {backend}"
         seconds["time"] = time.perf_counter() - t0
     if model is not None and 0 not in ev.done:
@@ -306,6 +306,40 @@ class _Evaluator:
                 self.results[i] = ("ok", t)
                 self.done.add(i)
                 self.evaluated += 1
+
+    def time(self, idxs: Sequence[int], backend: str, rounds: int, shares: dict[int, int]) -> None:
+        """Time the schedules ``idxs`` that passed their check at every size they fit (one
+        of each group that lowers to the same program: ``shares``) on ``backend``; the
+        limits are checked between sizes (``max_schedules`` caps the schedules timed)."""
+        from distir.tuning.timing import time_programs
+
+        cands = self.ex.candidates
+        usable = [i for i in idxs if self.results[i][0] == "ok" and i not in shares]
+        if self.limits.max_schedules is not None:
+            usable = usable[: max(1, self.limits.max_schedules)]
+        total = len(usable) * len(self.sizes)
+        done = 0
+        fit = {i: fitting(cands[i].module, self.ranks, self.d, self.sizes) for i in usable}
+
+        def tick(_name: str) -> None:
+            nonlocal done
+            done += 1
+            self.report("time", min(done, total), total)
+
+        for k, s in enumerate(self.sizes):
+            if self.limits.stop():
+                break
+            # a size the schedule's slicing does not divide is not applicable: not built
+            programs = [(cands[i].name, at_size(cands[i].module, self.d, s)) for i in usable if fit[i][k]]
+            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick)
+            self.evaluated += len(programs)
+            for i in usable:
+                self.results[i][1][s] = times.get(cands[i].name) if fit[i][k] else None
+                self.done.add(i)
+        for i, j in shares.items():
+            if self.results[i][0] == "ok" and self.results[j][0] == "ok" and j in self.done:
+                self.results[i] = (self.results[i][0], dict(self.results[j][1]))
+                self.done.add(i)
 
     def times_of(self, i: int) -> np.ndarray | None:
         """Seconds per size (NaN: not at that size), None unless checked ok and
@@ -425,7 +459,7 @@ def _tune_units(
     for i in range(len(cands)):
         ev.results[i] = ("ok", {s: None for s in sizes})
     for i in range(len(cands)):
-        _evaluate_whole(ex, ev, i, model, backend, ranks, d, sizes, report, rounds, limits)
+        _evaluate_whole(ev, i, model, backend, rounds, limits)
     # the collectives of each size's winner combined into larger buckets, while that helps
     for i in sorted({_best_index(ev, s) for s in sizes} - {None}):  # type: ignore[type-var]
         before = ev.times_of(i)
@@ -444,7 +478,7 @@ def _tune_units(
             chosen.append(chosen[i])
             j = len(cands) - 1
             ev.results[j] = ("ok", {s: None for s in sizes})
-            _evaluate_whole(ex, ev, j, model, backend, ranks, d, sizes, report, rounds, limits)
+            _evaluate_whole(ev, j, model, backend, rounds, limits)
             now = ev.times_of(j)
             if now is None or before is None or not np.any(now < before):
                 break
@@ -508,12 +542,16 @@ def _first_choice(r: TuneResult | None, prog: ModuleOp, ctx) -> _Choice:
 
 
 def _best_choice(r: TuneResult | None, size: int) -> _Choice | None:
+    """A class's fastest schedule at ``size`` among those that compose: every explored
+    schedule starts with ``fuse-maps`` on the whole program, so a class cannot keep its
+    maps as written while another fuses them (in the model the two take the same time)."""
     if r is None:
         return None
-    name = r.best.get(size if size in r.best else r.sizes[0])
-    if name is None:
+    at = size if size in r.sizes else r.sizes[0]
+    ok = [(s.times[at], s.name) for s in r.schedules if s.check == "ok" and not s.original and s.times.get(at) is not None]
+    if not ok:
         return None
-    s = r.by_name(name)
+    s = r.by_name(min(ok)[1])
     return _Choice(s.name, s.pipeline, s.module, s.times)
 
 
@@ -544,7 +582,11 @@ def _compose(module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx
     asked for)."""
     from distir.passes.pipeline import parse_pipeline
 
-    passes = units.compose([(parse_pipeline(c.pipeline), rn) for c, rn in zip(combo, renames)])
+    try:
+        passes = units.compose([(parse_pipeline(c.pipeline), rn) for c, rn in zip(combo, renames)])
+    except ValueError as e:
+        bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
+        return None
     if not build:
         return Candidate(None, passes, name, check="ok")  # type: ignore[arg-type]
     out = module.clone()
@@ -561,22 +603,16 @@ def _compose(module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx
     return Candidate(out, passes, name, check="ok")
 
 
-def _evaluate_whole(ex, ev, i: int, model, backend, ranks, d, sizes, report, rounds, limits: Limits) -> None:
+def _evaluate_whole(ev: _Evaluator, i: int, model: Topology | None, backend: str | None, rounds: int, limits: Limits) -> None:
     """Predict (or time) the whole-program candidate ``i`` unless ``limits`` stopped."""
     if limits.stop():
         return
     if model is not None:
         ev.results[i] = ("ok", ev.predict(i))
+        ev.evaluated += 1
+        ev.done.add(i)
     else:
-        sub = Exploration([ex.candidates[i]])
-        inner = _Evaluator.__new__(_Evaluator)
-        inner.results = {0: ev.results[i]}
-        inner.evaluated = 0
-        inner.done = set()
-        _measure(sub, inner, backend, ranks, d, sizes, report, rounds, {})
-        ev.results[i] = inner.results[0]
-    ev.done.add(i)
-    ev.evaluated += 1
+        ev.time([i], backend, rounds, {})
     limits.evaluated += 1
 
 
@@ -654,48 +690,3 @@ def _ignore_interrupts() -> None:
 def _name(c: Candidate) -> str:
     f = next(o for o in c.module.ops if isinstance(o, func.FuncOp))
     return f.sym_name.data
-
-
-def _measure(
-    ex: Exploration,
-    ev: _Evaluator,
-    backend: str,
-    ranks: int,
-    d: int,
-    sizes: Sequence[int],
-    report: Progress,
-    rounds: int,
-    shares: dict[int, int],
-    limits: Limits | None = None,
-) -> None:
-    """Time every schedule that passed its check at every size (one of each group that
-    lowers to the same program: ``shares``) and record the times in ``ev.results``;
-    ``limits`` are checked between sizes."""
-    from distir.tuning.timing import time_programs
-
-    usable = [i for i in range(len(ex.candidates)) if ev.results[i][0] == "ok" and i not in shares]
-    if limits is not None and limits.max_schedules is not None:
-        usable = usable[: max(1, limits.max_schedules)]
-    total = len(usable) * len(sizes)
-    done = 0
-    fit = {i: fitting(ex.candidates[i].module, ranks, d, sizes) for i in usable}
-    for k, s in enumerate(sizes):
-        if limits is not None and limits.stop():
-            break
-        # a size the schedule's slicing does not divide is not applicable: not built
-        programs = [(ex.candidates[i].name, at_size(ex.candidates[i].module, d, s)) for i in usable if fit[i][k]]
-
-        def tick(_name: str) -> None:
-            nonlocal done
-            done += 1
-            report("time", min(done, total), total)
-
-        times = time_programs(programs, ranks, backend, rounds=rounds, progress=tick)
-        ev.evaluated += len(programs)
-        for i in usable:
-            ev.results[i][1][s] = times.get(ex.candidates[i].name) if fit[i][k] else None
-            ev.done.add(i)
-    for i, j in shares.items():
-        if ev.results[i][0] == "ok" and ev.results[j][0] == "ok" and j in ev.done:
-            ev.results[i] = (ev.results[i][0], dict(ev.results[j][1]))
-            ev.done.add(i)

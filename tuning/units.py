@@ -215,12 +215,24 @@ def _program_values(prog: ModuleOp) -> list[SSAValue]:
 
 
 def retarget(p: ModulePass, renames: Sequence[dict[str, str]]) -> ModulePass:
-    """``p`` acting on the values its targets name in every unit (``names``)."""
+    """``p`` acting on the values its targets name in every unit (``names``). A target
+    an earlier pass made (``%avg_rs`` of a split ``%avg``) is the unit's name of the
+    value it was made from with the same suffix; a target that names nothing of a unit
+    is a ``ValueError`` (never a pass without targets, which would act everywhere)."""
     targets = getattr(p, "targets", None)
     if not targets:
         return p
-    new = tuple(dict.fromkeys(r[t] for r in renames for t in targets if t in r))
+    new = tuple(dict.fromkeys(_rename(t, r) for r in renames for t in targets))
     return dataclasses.replace(p, targets=new)
+
+
+def _rename(target: str, renames: dict[str, str]) -> str:
+    if target in renames:
+        return renames[target]
+    base = max((k for k in renames if target.startswith(k + "_")), key=len, default=None)
+    if base is None:
+        raise ValueError(f"target %{target} names no value of the part")
+    return renames[base] + target[len(base) :]
 
 
 def compose(per_class: Sequence[tuple[Sequence[ModulePass], Sequence[dict[str, str]]]]) -> tuple[ModulePass, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import pytest
 from xdsl.dialects import func
 
 from distir.dialects.context import parse_module
@@ -100,3 +101,17 @@ def test_many_tensors_of_one_shape_are_one_class():
 
     m = parse_module(optimizer_step("sgd", uniform_parameters(12, 256)))
     assert [len(c.units) for c in units.classes(m, function(m))] == [12]
+
+
+def test_targets_made_by_earlier_passes_are_renamed_and_never_dropped():
+    from distir.passes.fuse_allreduce import FuseAllReducePass
+
+    p = units.retarget(FuseAllReducePass(targets=("avg_rs",)), [{"avg": "avg_q"}, {"avg": "avg_k"}])
+    assert p.targets == ("avg_q_rs", "avg_k_rs")
+    with pytest.raises(ValueError, match="names no value"):
+        units.retarget(FuseAllReducePass(targets=("other_rs",)), [{"avg": "avg_q"}])
+    # in the whole program's pipeline every targeted pass keeps its targets
+    for s in tuned().schedules:
+        for step in s.pipeline.split("},"):
+            if step.startswith(("fuse-allreduce", "reorder-allgather", "slice-state")):
+                assert "targets=" in step, s.pipeline
