@@ -100,7 +100,8 @@ def _everywhere(**options: Any) -> Instances:
 def _splits(module: ModuleOp, values: dict) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name, rank in values.get("all_reduce", ()):
-        out += [{"targets": (name,), "dim": d} for d in range(rank)]
+        # split-allreduce picks the dim itself when not told (the only one of a 1-d value)
+        out += [{"targets": (name,), "dim": d} for d in range(rank)] if rank > 1 else [{"targets": (name,)}]
         out.append({"targets": (name,), "strategy": "reduce-bcast"})
     return out
 
