@@ -28,18 +28,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 
-from distir.tools.diagnostics import InputRejected, run_tool
-from distir.tuning.sizes import format_size, parse_sizes
+from distir.tools.diagnostics import InputRejected, make_parser, run_tool
 
 EXIT_BUG = 2
 
 
+def format_size(n: int) -> str:  # the tuning package is imported once the arguments are parsed
+    from distir.tuning.sizes import format_size
+
+    return format_size(n)
+
+
+def parse_sizes(text: str) -> list[int]:
+    from distir.tuning.sizes import parse_sizes
+
+    return parse_sizes(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="distir-tune", description="Explore, check and time or predict the schedules of a distir program.")
+    p = make_parser("distir-tune", "Explore, check and time or predict the schedules of a distir program.")
     p.add_argument("file", metavar="FILE", nargs="?", help="the program (.mlir), or - for standard input")
     p.add_argument("--ranks", type=int, metavar="N", help="number of ranks (default: the size of a static mesh; 2 for --calibrate)")
     p.add_argument("--sizes", metavar="SIZES", help="2^10..2^30 (powers of two), 2^10..2^30:2 (every 2nd), or a list a,b,... (default: the program's size)")
@@ -55,11 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--func", metavar="NAME", help="function to tune (default: the only one)")
     p.add_argument("--as-slice", metavar="NAMES", help="in-place arguments the schedules may keep sliced (CoCoNet's asSlice); default: all but the first in-place result's; 'none' for none")
     p.add_argument("--rounds", type=int, default=5, metavar="R", help="timing rounds per schedule with --backend (default 5; best of them)")
-
-    def error(message: str):
-        raise InputRejected(f"distir-tune: {message}")
-
-    p.error = error  # type: ignore[method-assign]
     return p
 
 
@@ -308,10 +313,6 @@ def _run_tool(argv: Sequence[str] | None) -> int:
 
     try:
         return _run(argv)
-    except BrokenPipeError:
-        # the reader of the table went away (``| head``): not an error of ours
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed pipe until exit
-        return 0
     except _Located:
         raise  # a parse or verification diagnostic, located in the file
     except InputRejected as e:

@@ -235,6 +235,24 @@ def _fusable(op: coll.CollectiveOp) -> bool:
     )
 
 
+def check_as_slice(f: func.FuncOp, as_slice: Sequence[str]) -> None:
+    """Every name of ``as_slice`` is an argument that an in-place result updates (the
+    state ``slice-state`` may keep sliced), else a diagnostic naming those that are."""
+    updated = []
+    if f.res_attrs is not None:
+        for attrs in f.res_attrs.data:
+            a = attrs.data.get("dist.inplace")  # type: ignore[union-attr]
+            if a is not None:
+                updated.append(_arg_name(f.body.block.args[a.value.data]))  # type: ignore[attr-defined]
+    unknown = [n for n in as_slice if n not in updated]
+    if unknown:
+        which = ", ".join("%" + n for n in updated) or "none"
+        raise InputRejected(
+            f"--as-slice: {', '.join('%' + n for n in unknown)} {'is' if len(unknown) == 1 else 'are'} not updated in place "
+            f"by @{f.sym_name.data} (its in-place arguments: {which})"
+        )
+
+
 def state_names(f: func.FuncOp) -> set[str]:
     """The in-place arguments CoCoNet's ``asSlice`` may keep sliced by default: every
     argument an in-place result updates, except the one the first in-place result
@@ -349,6 +367,10 @@ def explore(
     (default ``state_names``). ``progress`` is called with the number found so far."""
     from distir.dialects.context import make_context
 
+    if as_slice:
+        for f in module.ops:
+            if isinstance(f, func.FuncOp):
+                check_as_slice(f, as_slice)
     ctx = make_context()
     original = Candidate(module.clone(), (), original=True)
     found = [original]
