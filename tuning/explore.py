@@ -235,15 +235,21 @@ def _fusable(op: coll.CollectiveOp) -> bool:
     )
 
 
-def check_as_slice(f: func.FuncOp, as_slice: Sequence[str]) -> None:
-    """Every name of ``as_slice`` is an argument that an in-place result updates (the
-    state ``slice-state`` may keep sliced), else a diagnostic naming those that are."""
-    updated = []
+def _updated_in_place(f: func.FuncOp) -> list[str]:
+    """The arguments the in-place results of ``f`` update, in result order."""
+    names = []
     if f.res_attrs is not None:
         for attrs in f.res_attrs.data:
             a = attrs.data.get("dist.inplace")  # type: ignore[union-attr]
             if a is not None:
-                updated.append(_arg_name(f.body.block.args[a.value.data]))  # type: ignore[attr-defined]
+                names.append(_arg_name(f.body.block.args[a.value.data]))  # type: ignore[attr-defined]
+    return names
+
+
+def check_as_slice(f: func.FuncOp, as_slice: Sequence[str]) -> None:
+    """Every name of ``as_slice`` is an argument that an in-place result updates (the
+    state ``slice-state`` may keep sliced), else a diagnostic naming those that are."""
+    updated = _updated_in_place(f)
     unknown = [n for n in as_slice if n not in updated]
     if unknown:
         which = ", ".join("%" + n for n in updated) or "none"
@@ -258,13 +264,7 @@ def state_names(f: func.FuncOp) -> set[str]:
     argument an in-place result updates, except the one the first in-place result
     updates (by the convention of the optimizer examples, the parameters, which the
     next forward pass needs whole; ``--as-slice`` overrides)."""
-    names = []
-    if f.res_attrs is not None:
-        for attrs in f.res_attrs.data:
-            a = attrs.data.get("dist.inplace")  # type: ignore[union-attr]
-            if a is not None:
-                names.append(_arg_name(f.body.block.args[a.value.data]))  # type: ignore[attr-defined]
-    return set(names[1:])
+    return set(_updated_in_place(f)[1:])
 
 
 def _starts_chain(op: Operation) -> bool:

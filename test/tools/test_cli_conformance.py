@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.fuzz import TOPOLOGY  # a two-level machine of 2 x 4 devices
 
 BIN = Path(sys.executable).parent
 
@@ -27,22 +28,6 @@ func.func @f(%x: !dist.tensor<8xf32, @world, [local]>) -> !dist.tensor<8xf32, @w
   %s = coll.all_reduce sum %x : !dist.tensor<8xf32, @world, [local]> -> !dist.tensor<8xf32, @world, [replicated]>
   func.return %s : !dist.tensor<8xf32, @world, [replicated]>
 }
-"""
-
-TOPOLOGY = """name = "two-level"
-[[levels]]
-name = "node"
-cardinality = 2
-bandwidth_GBps = 8.0
-latency_us = 5.0
-[[levels]]
-name = "gpu"
-cardinality = 2
-bandwidth_GBps = 270.0
-latency_us = 1.0
-[device]
-memory_bandwidth_GBps = 1555.0
-peak_tflops = { f32 = 19.5, f16 = 312.0, bf16 = 312.0 }
 """
 
 
@@ -58,7 +43,7 @@ TOOLS = [
     Tool("distir-opt", "{file}", ".mlir", PROGRAM),
     Tool("distir-run", "{file} --ranks 2 --backend interpret", ".mlir", PROGRAM),
     Tool("distir-tune", "{file} --ranks 2 --model dgx2", ".mlir", PROGRAM),
-    Tool("distir-synth", "--hierarchy 2,2 --axes 2,2 --reduce-axes 0 --topology {file}", ".toml", TOPOLOGY),
+    Tool("distir-synth", "--hierarchy 2,4 --axes 2,4 --reduce-axes 0 --topology {file}", ".toml", TOPOLOGY),
 ]
 IDS = [t.name for t in TOOLS]
 
