@@ -120,3 +120,17 @@ func.func @f(%x: {t.format("local")}) -> {t.format("replicated")} {{
     from distir.runtime import equivalent
 
     assert equivalent(text, module, 2, backend_a="interpret", backend_b="local")
+
+
+@pytest.mark.parametrize("backend", ["interpret", "local", "mpi", "nccl"])
+def test_a_rank_count_the_program_cannot_run_on_is_a_diagnostic_on_every_backend(backend):
+    from distir.dialects.diagnostics import InputRejected
+    from distir.runtime.backend import get_backend
+
+    if backend == "nccl":
+        pytest.importorskip("nccl.core", reason="the nccl backend needs the gpu extra")
+    module = apply_pipeline(parse_module(GEMV), "split-allreduce{dim=0},reorder-allgather,fuse-maps,fuse-allreduce")
+    runner = get_backend(backend)
+    start = runner.prepare if backend == "mpi" else runner.run  # mpi: this rank's part, before any communication
+    with pytest.raises(InputRejected, match=r"'coll.fused_all_reduce' op region argument 0 .* dim 0 of size 2 is not divisible by the 4 ranks"):
+        start(module, "gemv", {}, 4, 0)
