@@ -151,6 +151,8 @@ class DistirOptMain(xDSLOptMain):
                 data = f.read()
         except OSError as e:
             raise InputRejected(f"distir-opt: cannot read {self.args.input_file}: {e.strerror}") from None
+        except (AttributeError, ValueError):  # standard input closed (<&-)
+            raise InputRejected("distir-opt: cannot read standard input: it is closed") from None
         try:
             check_text(data, self.get_input_name())  # empty or binary: say so, echo nothing
         except InputRejected as e:

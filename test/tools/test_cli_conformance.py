@@ -214,3 +214,10 @@ def test_as_slice_must_name_in_place_arguments(tmp_path):
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         assert tune([str(examples / "adam.mlir"), "--ranks", "2", "--model", "dgx2", "--as-slice", "q"]) == 1
     assert err.getvalue() == "distir-tune: --as-slice: %q is not updated in place by @adam (its in-place arguments: %p, %m, %v)\n"
+
+
+@pytest.mark.parametrize("tool", [t for t in TOOLS if t.suffix == ".mlir"], ids=[t.name for t in TOOLS if t.suffix == ".mlir"])
+def test_closed_standard_input(tool):
+    args = tool.args.format(file="-").split()
+    r = subprocess.run([str(BIN / tool.name), *args], capture_output=True, preexec_fn=lambda: os.close(0), timeout=300)
+    one_line_diagnostic(r, f"{tool.name}: cannot read standard input: it is closed")
