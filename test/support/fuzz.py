@@ -266,9 +266,9 @@ def topology(rng: random.Random) -> bytes:
                 text = "".join(lines)
             elif edit == "unknown":
                 text = text.replace("[device]\n", f"[device]\n{rng.choice(['speed', 'name', 'flops'])} = {rng.choice(_NUMBERS)}\n")
-            elif edit == "duplicate":
+            elif edit == "duplicate" and "[[levels]]" in text[10:] and "[device]" in text:
                 i = text.index("[[levels]]", 10)
-                text = text[:i] + text[i : text.index("[device]")] + text[i:]
+                text = text[:i] + text[i : max(i, text.index("[device]"))] + text[i:]
             elif edit == "uplink":
                 text = text.replace("latency_us = 5.0\n", f"latency_us = 5.0\nuplink_GBps = {rng.choice(['32.0', '1e-9', 'nan'])}\n")
             else:
