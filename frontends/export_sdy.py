@@ -511,14 +511,14 @@ class SdyExporter(Exporter):
         if index is None:
             index = self.const(0, shape, u)
         # splitmix64 (dialects/rng.py): z = index * GOLDEN + mix(seed), finalised
-        z = self.binary("multiply", index, self.const(int(rng.GOLDEN), shape, u), shape, u)
-        z = self.binary("add", z, self.const(int(rng.seed_key(seed)), shape, u), shape, u)
+        z = self.binary("multiply", index, self.const(int(rng.GOLDEN), shape, u, "golden"), shape, u)
+        z = self.binary("add", z, self.const(int(rng.seed_key(seed)), shape, u, "key"), shape, u)
         for shift, mult in ((30, int(rng._M1)), (27, int(rng._M2)), (31, None)):
-            z = self.binary("xor", z, self.binary("shift_right_logical", z, self.const(shift, shape, u), shape, u), shape, u)
+            z = self.binary("xor", z, self.binary("shift_right_logical", z, self.const(shift, shape, u, f"shift{shift}"), shape, u), shape, u)
             if mult is not None:
-                z = self.binary("multiply", z, self.const(mult, shape, u), shape, u)
-        bits = self.binary("shift_right_logical", z, self.const(64 - rng.BITS, shape, u), shape, u, "bits")
-        keep = self.compare("GE", bits, self.const(rng.keep_threshold(p), shape, u), shape, u, "UNSIGNED", "keep")
+                z = self.binary("multiply", z, self.const(mult, shape, u, "mix"), shape, u)
+        bits = self.binary("shift_right_logical", z, self.const(64 - rng.BITS, shape, u, "shift"), shape, u, "bits")
+        keep = self.compare("GE", bits, self.const(rng.keep_threshold(p), shape, u, "threshold"), shape, u, "UNSIGNED", "keep")
         cdt = "f32" if str(elt) in HALF else str(elt)
         xc = self.convert(self.value(op.input), shape, elt, cdt)
         scaled = self.binary("multiply", xc, self.const(1.0 / (1.0 - p), shape, cdt, "scale"), shape, cdt)
@@ -582,7 +582,7 @@ class SdyExporter(Exporter):
         groups = mesh.groups(axes)
         attrs = f"{self.channel_attrs()}, replica_groups = {dense(groups)}{extra}, use_global_device_ids"
         t = self.text
-        out = t.name(None if kind == "avg" or cdt != str(elt) else hint)
+        out = t.name(hint if kind != "avg" and cdt == str(elt) else f"{hint or name}_{cdt}" if cdt != str(elt) else f"{hint or name}_sum")
         t.line(f'{out} = "stablehlo.{name}"({xc}) <{{{attrs}}}> ({{')
         self.region(_REDUCER[kind], cdt)
         t.line(f"}}) : ({ttype(shape_in, cdt)}) -> {ttype(shape_out, cdt)}")

@@ -37,6 +37,8 @@ def jax_with_devices(n: int = DEVICES):
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
     import jax
 
+    jax.config.update("jax_enable_x64", True)  # i64 and f64 arguments keep their type
+
     return jax
 
 
