@@ -306,16 +306,19 @@ class Exporter:
     def function_mesh(self, f: func.FuncOp) -> RootMesh | None:
         """The one root mesh the values of ``f`` live on (None: no distributed values)."""
         roots: dict[str, RootMesh] = {}
-        for t in [*f.function_type.inputs.data, *f.function_type.outputs.data]:
+
+        def see(op: Operation, t: Attribute) -> None:
             if isinstance(t, TensorType):
-                roots.setdefault(self.placed_type(f, t).mesh.name, self.placed_type(f, t).mesh)
+                m = self.placed_type(op, t).mesh
+                roots.setdefault(m.name, m)
+                if len(roots) > 1:
+                    self.fail(op, f"uses meshes {', '.join('@' + n for n in sorted(roots))}: {self.TARGET} exports a function on one root mesh")
+
+        for t in [*f.function_type.inputs.data, *f.function_type.outputs.data]:
+            see(f, t)
         for op in f.walk():
             for v in op.results:
-                if isinstance(v.type, TensorType):
-                    m = self.placed_type(op, v.type).mesh
-                    roots.setdefault(m.name, m)
-                    if len(roots) > 1:
-                        self.fail(op, f"uses meshes {', '.join('@' + n for n in sorted(roots))}: {self.TARGET} exports a function on one root mesh")
+                see(op, v.type)
         return next(iter(roots.values()), None)
 
     # ------------------------------------------------------------------ the walk

@@ -1,0 +1,58 @@
+"""The programs the exporter tests run: the examples and their schedules (at small
+sizes) and the cases of ``export-cases.mlir``, each with the rank counts it verifies on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xdsl.utils.exceptions import DiagnosticException
+
+from distir.dialects.context import make_context, parse_module
+from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+from distir.runtime import npz
+from distir.tuning.sizes import reduced
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RANKS = (1, 2, 4, 8)
+
+
+def _texts() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for path in sorted((ROOT / "examples").glob("*.mlir")) + sorted((ROOT / "examples" / "schedules").glob("*.mlir")):
+        if path.name == "invalid.mlir":
+            continue
+        name = str(path.relative_to(ROOT / "examples")).removesuffix(".mlir")
+        # every dim d becomes gcd(d, 16): small, and sliceable by 1, 2, 4 and 8 ranks
+        out[name] = str(reduced(parse_module(path.read_text(), str(path)), 16))
+    for i, chunk in enumerate((HERE / "export-cases.mlir").read_text().split("// -----")):
+        name = next(f.sym_name.data for f in npz.functions(parse_module(chunk)))
+        out[f"case/{name}"] = chunk
+    return out
+
+
+def fits(text: str, ranks: int) -> bool:
+    """Whether the program verifies with its meshes fixed for ``ranks`` ranks."""
+    module = parse_module(text)
+    try:
+        FixMeshSizesPass(ranks=ranks).apply(make_context(), module)
+        module.verify()
+    except DiagnosticException:
+        return False
+    return True
+
+
+PROGRAMS = _texts()
+"""name -> program text (``examples/adam``, ``schedules/adam_fused``, ``case/grad_avg``)."""
+
+
+def runs() -> list[tuple[str, str, int]]:
+    """(program, function, ranks) for every function of every program at every rank
+    count it fits."""
+    out = []
+    for name, text in PROGRAMS.items():
+        funcs = [f.sym_name.data for f in npz.functions(parse_module(text))]
+        for ranks in RANKS:
+            if fits(text, ranks):
+                out += [(name, f, ranks) for f in funcs]
+    return out
