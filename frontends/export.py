@@ -59,15 +59,14 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import ClassVar, NoReturn
 
-from xdsl.dialects import arith, func
-from xdsl.dialects import math as xmath
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import MeshOp, TensorType
-from distir.dialects.placements import REPLICATED, At, Local, Placement, Unplaced
+from distir.dialects.placements import REPLICATED, At, Placement, Unplaced
 from distir.dialects.verifier import Spans, located
 
 TARGETS: dict[str, tuple[str, str]] = {
@@ -521,10 +520,6 @@ def _at_rank(src: Placed, axes: Sequence[int]) -> int:
     return r
 
 
-def local_axes(p: Placed) -> list[int]:
-    return p.axes_of(Local)
-
-
 _HANDLERS: dict[type[Operation], Callable[[Exporter, Operation], None]] = {
     dist.MapOp: lambda e, op: e.map(op),  # type: ignore[arg-type]
     dist.MatmulOp: lambda e, op: e.matmul(op),  # type: ignore[arg-type]
@@ -555,28 +550,23 @@ _HANDLERS: dict[type[Operation], Callable[[Exporter, Operation], None]] = {
 
 
 # ======================================================================================
-# Scalar ops of dist.map bodies, shared facts
+# Shared facts
 # ======================================================================================
 
-FLOAT_BINARY: dict[type[Operation], str] = {
-    arith.AddfOp: "add",
-    arith.SubfOp: "sub",
-    arith.MulfOp: "mul",
-    arith.DivfOp: "div",
-    arith.MaximumfOp: "maximum",
-    arith.MinimumfOp: "minimum",
-    xmath.PowFOp: "pow",
-    xmath.Atan2Op: "atan2",
-}
-"""Binary float ops and the word the targets' tables use for them."""
 
-REDUCTION_IDENTITY = {"sum": 0, "prod": 1, "max": "-inf", "min": "inf", "avg": 0}
-"""Initial value of a tensor reduction (floats; integers use their type's extremes)."""
+def reduction_identity(kind: str, elt: Attribute | str) -> float | int:
+    """The initial value of a reduction ``kind`` (sum, avg, prod, max, min) of ``elt``."""
+    e = str(elt)
+    if e.startswith("i"):
+        width = int(e[1:])
+        if kind == "max":
+            return 0 if width == 1 else -(1 << (width - 1))
+        if kind == "min":
+            return 1 if width == 1 else (1 << (width - 1)) - 1
+        return 1 if kind == "prod" else 0
+    return {"sum": 0.0, "avg": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}[kind]
 
 
-def int_extreme(width: int, kind: str) -> int:
-    """The identity of ``max`` (the smallest value) or ``min`` (the largest) for signed
-    integers of ``width`` bits."""
-    if width == 1:
-        return 0 if kind == "max" else 1
-    return -(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1
+def half(elt: Attribute | str) -> bool:
+    """f16 and bf16, whose arithmetic the interpreter runs in f32 and rounds once."""
+    return str(elt) in ("f16", "bf16")

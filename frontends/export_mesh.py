@@ -58,10 +58,9 @@ from xdsl.ir import Attribute, Operation
 from distir.dialects import dist, layout, rng
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local
-from distir.frontends.export import REDUCTION_IDENTITY, Exporter, Placed, RootMesh, int_extreme
+from distir.frontends.export import Exporter, Placed, RootMesh, half, reduction_identity
 from distir.frontends.export_sdy import float_literal, ttype
 
-HALF = ("f16", "bf16")
 _KIND = {"sum": "sum", "avg": "sum", "prod": "product", "max": "max", "min": "min"}
 _FLOAT_COMBINE = {"sum": "arith.addf", "avg": "arith.addf", "prod": "arith.mulf", "max": "arith.maximumf", "min": "arith.minimumf"}
 _INT_COMBINE = {"sum": "arith.addi", "avg": "arith.addi", "prod": "arith.muli", "max": "arith.maxsi", "min": "arith.minsi"}
@@ -302,7 +301,7 @@ class MeshExporter(Exporter):
         a, b, r = self.placed(op.lhs), self.placed(op.rhs), self.placed(op.result)
         elt = str(r.element)
         float_ = is_float(elt)
-        acc_elt = "f32" if elt in HALF else elt
+        acc_elt = "f32" if half(elt) else elt
         rank = len(r.local_shape)
         k = f"d{rank}"
         lhs = [f"d{i}" for i in range(rank - 1)] + [k]
@@ -328,11 +327,7 @@ class MeshExporter(Exporter):
             return x
         keep = [d for i, d in enumerate(shape) if i not in dims]
         float_ = is_float(elt)
-        if kind in ("max", "min") and not float_:
-            init = int_extreme(int(elt[1:]), kind)
-        else:
-            init = float(REDUCTION_IDENTITY[kind]) if float_ else REDUCTION_IDENTITY[kind]
-        acc = self.filled(init, keep, elt)
+        acc = self.filled(reduction_identity(kind, elt), keep, elt)
         t = self.text
         red = t.op(
             None if kind == "avg" else hint,
@@ -357,7 +352,7 @@ class MeshExporter(Exporter):
         x, r = self.placed(op.input), self.placed(op.result)
         kind = op.option("op")
         elt = str(x.element)
-        cdt = "f32" if elt in HALF and kind not in ("max", "min") else elt
+        cdt = "f32" if half(elt) and kind not in ("max", "min") else elt
         xc = self.cast_tensor(self.value(op.input), x.local_shape, elt, cdt)
         red = self.reduce_over(xc, x.local_shape, cdt, kind, list(op.option("dims")), op.result.name_hint if cdt == elt else None)
         self.bind(op.results, [self.cast_tensor(red, r.local_shape, cdt, elt, op.result.name_hint)])
@@ -374,7 +369,7 @@ class MeshExporter(Exporter):
         p, seed = op.option("p"), op.option("seed")
         starts = [self.block_start(x, d, extent) for d, extent in enumerate(shape)]
         strides = [math.prod(x.shape[d + 1 :]) for d in range(len(x.shape))]
-        cdt = "f32" if elt in HALF else elt
+        cdt = "f32" if half(elt) else elt
         consts = {
             "golden": self.const(int(rng.GOLDEN), "i64", hint="golden"),
             "key": self.const(int(rng.seed_key(seed)), "i64", hint="key"),
@@ -422,13 +417,12 @@ class MeshExporter(Exporter):
         rows = ts[-2]
         mode = op.option("mode")
         elt = str(r.element)
-        cdt = "f32" if elt in HALF and mode != "max" else elt
+        cdt = "f32" if half(elt) and mode != "max" else elt
         row0 = self.block_start(tp, lead, rows)
         kind = {"sum": "sum", "mean": "avg", "max": "max"}[mode]
         float_ = is_float(elt)
-        init = float(REDUCTION_IDENTITY[kind]) if float_ else (int_extreme(int(elt[1:]), "max") if kind == "max" else 0)
         out_shape = r.local_shape
-        acc = self.filled(init, out_shape, cdt)
+        acc = self.filled(reduction_identity(kind, cdt), out_shape, cdt)
         rows_c = self.const(rows, "index") if row0 is not None else None
         zero_i = self.const(0, "index") if row0 is not None else None
         zero_v = self.const(0.0 if float_ else 0, cdt) if row0 is not None else None
@@ -470,7 +464,7 @@ class MeshExporter(Exporter):
 
     def _reducing(self, name: str, x: str, src: Placed, shape_out: Sequence[int], axes: list[int], kind: str, extra: str, root: str, hint: str | None) -> str:
         elt = str(src.element)
-        acc = "f32" if elt in HALF and kind not in ("max", "min") else elt
+        acc = "f32" if half(elt) and kind not in ("max", "min") else elt
         t = self.text
         reduction = "" if _KIND[kind] == "sum" else f" reduction = <{_KIND[kind]}>"
         types = f"({ttype(src.local_shape, elt)}) -> {ttype(shape_out, acc)}" if root else f"{ttype(src.local_shape, elt)} -> {ttype(shape_out, acc)}"

@@ -65,9 +65,7 @@ from xdsl.ir import Attribute, Operation
 from distir.dialects import dist, rng
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local
-from distir.frontends.export import REDUCTION_IDENTITY, Exporter, Placed, RootMesh, int_extreme
-
-HALF = ("f16", "bf16")
+from distir.frontends.export import Exporter, Placed, RootMesh, half, reduction_identity
 
 _SIMPLE: dict[type[Operation], str] = {
     arith.AddfOp: "add",
@@ -444,7 +442,7 @@ class SdyExporter(Exporter):
 
     def matmul(self, op: dist.MatmulOp) -> None:
         a, b, r = self.placed(op.lhs), self.placed(op.rhs), self.placed(op.result)
-        cdt = "f32" if str(r.element) in HALF else str(r.element)
+        cdt = "f32" if half(r.element) else str(r.element)
         x = self.convert(self.value(op.lhs), a.local_shape, a.element, cdt)
         y = self.convert(self.value(op.rhs), b.local_shape, b.element, cdt)
         ra, rb = len(a.shape), len(b.shape)
@@ -461,15 +459,10 @@ class SdyExporter(Exporter):
 
     def reduce_over(self, x: str, shape: Sequence[int], elt: Attribute | str, kind: str, dims: Sequence[int], hint: str | None) -> str:
         """``kind`` over ``dims`` of a tensor of ``shape`` (in its own element type)."""
-        e = str(elt)
         keep = [d for i, d in enumerate(shape) if i not in dims]
         if not dims:
             return x
-        if kind in ("max", "min"):
-            init = int_extreme(int(e[1:]), kind) if e.startswith("i") else REDUCTION_IDENTITY[kind]
-        else:
-            init = REDUCTION_IDENTITY[kind]
-        z = self.const(float(init) if not e.startswith("i") else int(init), (), elt, "init")
+        z = self.const(reduction_identity(kind, elt), (), elt, "init")
         red = self.text.op(
             None if kind == "avg" else hint,
             f"stablehlo.reduce({x} init: {z}) applies stablehlo.{_REDUCER[kind]} across dimensions = [{', '.join(map(str, dims))}] : "
@@ -483,7 +476,7 @@ class SdyExporter(Exporter):
     def reduce_tensor(self, op: dist.ReduceTensorOp) -> None:
         x, r = self.placed(op.input), self.placed(op.result)
         kind = op.option("op")
-        cdt = "f32" if str(x.element) in HALF and kind not in ("max", "min") else str(x.element)
+        cdt = "f32" if half(x.element) and kind not in ("max", "min") else str(x.element)
         xc = self.convert(self.value(op.input), x.local_shape, x.element, cdt)
         red = self.reduce_over(xc, x.local_shape, cdt, kind, list(op.option("dims")), None if cdt != str(x.element) else op.result.name_hint)
         self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
@@ -519,7 +512,7 @@ class SdyExporter(Exporter):
                 z = self.binary("multiply", z, self.const(mult, shape, u, "mix"), shape, u)
         bits = self.binary("shift_right_logical", z, self.const(64 - rng.BITS, shape, u, "shift"), shape, u, "bits")
         keep = self.compare("GE", bits, self.const(rng.keep_threshold(p), shape, u, "threshold"), shape, u, "UNSIGNED", "keep")
-        cdt = "f32" if str(elt) in HALF else str(elt)
+        cdt = "f32" if half(elt) else str(elt)
         xc = self.convert(self.value(op.input), shape, elt, cdt)
         scaled = self.binary("multiply", xc, self.const(1.0 / (1.0 - p), shape, cdt, "scale"), shape, cdt)
         out = self.select(keep, scaled, self.const(0.0, shape, cdt, "zero"), shape, cdt, op.result.name_hint if cdt == str(elt) else None)
@@ -552,7 +545,7 @@ class SdyExporter(Exporter):
             f'"stablehlo.gather"({self.value(op.table)}, {idx}) <{{dimension_numbers = {numbers}, indices_are_sorted = false, '
             f"slice_sizes = array<i64: {sizes}>}}> : ({ttype(ts, tp.element)}, {ttype(ishape, 'i64')}) -> {ttype(gshape, tp.element)}",
         )
-        cdt = "f32" if str(r.element) in HALF and mode != "max" else str(r.element)
+        cdt = "f32" if half(r.element) and mode != "max" else str(r.element)
         g = self.convert(g, gshape, tp.element, cdt)
         if valid is not None:
             mask = self.text.op(
@@ -577,7 +570,7 @@ class SdyExporter(Exporter):
         )
 
     def _reduction_collective(self, name: str, x: str, shape_in: Sequence[int], shape_out: Sequence[int], elt: Attribute, axes: list[int], mesh: RootMesh, kind: str, extra: str, hint: str | None) -> str:
-        cdt = "f32" if str(elt) in HALF else str(elt)
+        cdt = "f32" if half(elt) else str(elt)
         xc = self.convert(x, shape_in, elt, cdt)
         groups = mesh.groups(axes)
         attrs = f"{self.channel_attrs()}, replica_groups = {dense(groups)}{extra}, use_global_device_ids"

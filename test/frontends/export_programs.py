@@ -3,6 +3,7 @@ sizes) and the cases of ``export-cases.mlir``, each with the rank counts it veri
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from xdsl.utils.exceptions import DiagnosticException
@@ -25,7 +26,7 @@ def _texts() -> dict[str, str]:
         name = str(path.relative_to(ROOT / "examples")).removesuffix(".mlir")
         # every dim d becomes gcd(d, 16): small, and sliceable by 1, 2, 4 and 8 ranks
         out[name] = str(reduced(parse_module(path.read_text(), str(path)), 16))
-    for i, chunk in enumerate((HERE / "export-cases.mlir").read_text().split("// -----")):
+    for chunk in (HERE / "export-cases.mlir").read_text().split("// -----"):
         name = next(f.sym_name.data for f in npz.functions(parse_module(chunk)))
         out[f"case/{name}"] = chunk
     return out
@@ -46,10 +47,11 @@ PROGRAMS = _texts()
 """name -> program text (``examples/adam``, ``schedules/adam_fused``, ``case/grad_avg``)."""
 
 
+@functools.lru_cache(maxsize=1)
 def runs() -> list[tuple[str, str, int]]:
     """(program, function, ranks) for every function of every program at every rank
     count it fits."""
-    out = []
+    out: list[tuple[str, str, int]] = []
     for name, text in PROGRAMS.items():
         funcs = [f.sym_name.data for f in npz.functions(parse_module(text))]
         for ranks in RANKS:

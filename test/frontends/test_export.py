@@ -78,3 +78,33 @@ def test_unnamed_axes_get_jax_style_names():
     assert '#sdy.sharding<@m, [{"x"}, {"y"}]>' in text
     mesh = export_module(parse_module(src), "mesh")
     assert "tensor<2x2xf32> {mesh.sharding = #mesh.shard<@m, [[0], [1]]>}" in mesh
+
+
+def _export_calls(kind: str, n: int, target: str) -> int:
+    """Python calls made exporting the size-``n`` program (counted, never timed)."""
+    from distir.dialects.context import make_context
+    from distir.examples.optimizer_step import megatron_mlp_stack, optimizer_step, uniform_parameters
+    from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+
+    text = megatron_mlp_stack(n) if kind == "mlp" else optimizer_step(kind, uniform_parameters(n, 64), mixed=True)
+    module = parse_module(text)
+    FixMeshSizesPass(ranks=2).apply(make_context(), module)
+    count = 0
+
+    def counter(frame, event, arg):
+        nonlocal count
+        count += event == "call"
+
+    sys.setprofile(counter)
+    try:
+        export_module(module, target)
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+@pytest.mark.parametrize("target", ["sdy", "mesh"])
+@pytest.mark.parametrize("kind", ["adam", "mlp"])
+def test_export_work_grows_linearly(kind, target):
+    small, large = _export_calls(kind, 12, target), _export_calls(kind, 48, target)
+    assert large <= 4.6 * small, f"{large} calls for 48 units vs {small} for 12 ({large / small:.1f}x)"
