@@ -49,7 +49,8 @@ sqrt, rsqrt, exp, expm1, exp2, log, log1p, log2, log10, powf, tanh, sin, cos, ta
 atan, atan2, cbrt, erf (``chlo.erf``), absf/absi, ceil, floor, trunc, round,
 roundeven, fma, cmpf (every predicate), cmpi, select, constant, and the casts (extf,
 truncf, sitofp, uitofp, fptosi, fptoui, extsi, extui, trunci). Anything else in a body
-(``maxnumf``, ``copysign``, unsigned division, ...) is rejected with a diagnostic.
+(``maxnumf``/``minnumf``, ``copysign``, ``divui``, ``remui``, ``maxui``, ``minui``,
+``floordivsi``, ``ceildivsi``, ``ceildivui``) is rejected with a diagnostic.
 """
 
 from __future__ import annotations
@@ -334,10 +335,11 @@ class SdyExporter(Exporter):
         t.depth -= 1
 
     # ------------------------------------------------------------------ elementwise ops
-    def elementwise(self, op: Operation, xs: list[str], shape: Sequence[int]) -> list[str]:
-        """One arith/math op on operands already of ``shape``."""
+    def elementwise(self, op: Operation, xs: list[str], shape: Sequence[int], hint: str | None = None) -> list[str]:
+        """One arith/math op on operands already of ``shape`` (its result named ``hint``,
+        else as in distir)."""
         t = self.text
-        hint = op.results[0].name_hint if op.results else None
+        hint = hint or (op.results[0].name_hint if op.results else None)
         out = op.results[0].type
         ins = [v.type for v in op.operands]
         cls = type(op)
@@ -431,14 +433,18 @@ class SdyExporter(Exporter):
             else:
                 args.append(self.broadcast_to(self.value(v), (), shape, v.type))
         env = dict(zip(block.args, args))
+        term = block.last_op
+        assert isinstance(term, dist.YieldOp)
+        names = {v: r.name_hint for v, r in zip(term.values, op.outputs)}  # a yielded value is the map's result
         for inner in block.ops:
-            if isinstance(inner, dist.YieldOp):
+            if inner is term:
                 self.bind(op.outputs, [env[v] for v in inner.values])
                 return
             for v in inner.operands:
                 if v not in env:
                     self.fail(inner, "uses a value from outside the dist.map body")
-            env.update(zip(inner.results, self.elementwise(inner, [env[v] for v in inner.operands], shape)))
+            hint = names.get(inner.results[0]) if inner.results else None
+            env.update(zip(inner.results, self.elementwise(inner, [env[v] for v in inner.operands], shape, hint)))
 
     def matmul(self, op: dist.MatmulOp) -> None:
         a, b, r = self.placed(op.lhs), self.placed(op.rhs), self.placed(op.result)

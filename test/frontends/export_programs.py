@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import DiagnosticException
 
 from distir.dialects.context import make_context, parse_module
@@ -32,9 +33,14 @@ def _texts() -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(text: str) -> ModuleOp:
+    return parse_module(text)
+
+
 def fits(text: str, ranks: int) -> bool:
     """Whether the program verifies with its meshes fixed for ``ranks`` ranks."""
-    module = parse_module(text)
+    module = parsed(text).clone()
     try:
         FixMeshSizesPass(ranks=ranks).apply(make_context(), module)
         module.verify()
@@ -53,7 +59,7 @@ def runs() -> list[tuple[str, str, int]]:
     count it fits."""
     out: list[tuple[str, str, int]] = []
     for name, text in PROGRAMS.items():
-        funcs = [f.sym_name.data for f in npz.functions(parse_module(text))]
+        funcs = [f.sym_name.data for f in npz.functions(parsed(text))]
         for ranks in RANKS:
             if fits(text, ranks):
                 out += [(name, f, ranks) for f in funcs]
