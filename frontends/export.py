@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import ClassVar, NoReturn
 
+import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
@@ -233,10 +234,13 @@ class Exporter:
         for op in self.module.ops:
             if not isinstance(op, (func.FuncOp, MeshOp)):
                 self.fail(op, f"cannot be exported to {self.TARGET}: only meshes and functions can")
-        self.header([m for m in self.meshes.values() if self._used(m, functions)])
         for f in functions:
             if f.is_declaration:
                 self.fail(f, "is a declaration: only functions with a body are exported")
+        self.function_meshes = {f: self._function_mesh(f) for f in functions}
+        used = {m.name for m in self.function_meshes.values() if m is not None}
+        self.header([m for m in self.meshes.values() if m.name in used])
+        for f in functions:
             self.env = {}
             self.text.new_scope()
             self.function(f)
@@ -262,17 +266,6 @@ class Exporter:
             names = op.axis_names or tuple(UNNAMED_AXES[a] if len(sizes) <= 3 else f"axis{a}" for a in range(len(sizes)))
             out[op.mesh_name] = RootMesh(op.mesh_name, tuple(sizes), names)  # type: ignore[arg-type]
         return out
-
-    def _used(self, mesh: RootMesh, functions: Sequence[func.FuncOp]) -> bool:
-        for f in functions:
-            for t in [*f.function_type.inputs.data, *f.function_type.outputs.data]:
-                if isinstance(t, TensorType) and self._mesh_op(f, t).root().mesh_name == mesh.name:
-                    return True
-            for op in f.walk():
-                for v in op.results:
-                    if isinstance(v.type, TensorType) and self._mesh_op(op, v.type).root().mesh_name == mesh.name:
-                        return True
-        return False
 
     def _mesh_op(self, op: Operation, t: TensorType) -> MeshOp:
         return dist.lookup_mesh(op, t)
@@ -302,7 +295,7 @@ class Exporter:
         factors = mesh.factor_lists
         return [r for a in axes for r in factors[a]]
 
-    def function_mesh(self, f: func.FuncOp) -> RootMesh | None:
+    def _function_mesh(self, f: func.FuncOp) -> RootMesh | None:
         """The one root mesh the values of ``f`` live on (None: no distributed values)."""
         roots: dict[str, RootMesh] = {}
 
@@ -512,12 +505,8 @@ def _joined_dim(src: Placed, axes: Sequence[int]) -> int:
 
 def _at_rank(src: Placed, axes: Sequence[int]) -> int:
     """Group rank (row-major over ``axes``) of the device holding an ``at<>`` value."""
-    r = 0
-    for a in axes:
-        p = src.placements[a]
-        assert isinstance(p, At)
-        r = r * src.mesh.sizes[a] + p.rank.data
-    return r
+    digits = [p.rank.data for a in axes if isinstance(p := src.placements[a], At)]
+    return int(np.ravel_multi_index(digits, [src.mesh.sizes[a] for a in axes]))
 
 
 _HANDLERS: dict[type[Operation], Callable[[Exporter, Operation], None]] = {

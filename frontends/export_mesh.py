@@ -117,7 +117,6 @@ class MeshExporter(Exporter):
 
     def function(self, f: func.FuncOp) -> None:
         self.check_boundary(f)
-        self.function_mesh(f)
         self.coords: dict[int, str] = {}
         t = self.text
         block = f.body.block

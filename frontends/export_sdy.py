@@ -195,7 +195,7 @@ class SdyExporter(Exporter):
         self.coords: dict[int, str] = {}
         self.pid: str | None = None
         self.channel = 0
-        mesh = self.function_mesh(f)
+        mesh = self.function_meshes[f]
         block = f.body.block
         t = self.text
         in_types = list(f.function_type.inputs.data)
