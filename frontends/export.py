@@ -559,3 +559,41 @@ def reduction_identity(kind: str, elt: Attribute | str) -> float | int:
 def half(elt: Attribute | str) -> bool:
     """f16 and bf16, whose arithmetic the interpreter runs in f32 and rounds once."""
     return str(elt) in ("f16", "bf16")
+
+
+# Text of types and constants, as MLIR reads them
+
+
+def ttype(shape: Sequence[int], elt: Attribute | str) -> str:
+    """``tensor<4x8xf32>``; ``tensor<f32>`` for a 0-d tensor."""
+    return "tensor<" + "".join(f"{d}x" for d in shape) + f"{elt}>"
+
+
+def float_literal(value: float, elt: Attribute | str) -> str:
+    """A float constant as MLIR parses it for ``elt`` (hex bits for inf and nan)."""
+    if math.isfinite(value):
+        return repr(float(value))
+    bits = {"f16": (16, 5), "bf16": (16, 8), "f32": (32, 8), "f64": (64, 11)}[str(elt)]
+    width, exp = bits
+    mantissa = width - 1 - exp
+    pattern = ((1 << exp) - 1) << mantissa
+    if math.isnan(value):
+        pattern |= 1 << (mantissa - 1)
+    elif value < 0:
+        pattern |= 1 << (width - 1)
+    return f"0x{pattern:0{width // 4}X}"
+
+
+def literal(value: float | int | bool, elt: Attribute | str) -> str:
+    """A constant as MLIR reads it for ``elt``: signless integers wrap to their signed
+    range (the bits of ``2**64 - 1`` as an i64 are ``-1``), floats as ``float_literal``."""
+    e = str(elt)
+    if e == "i1":
+        return "true" if value else "false"
+    if e.startswith("ui") or e == "index":
+        return str(int(value))
+    if e.startswith("i"):
+        width = int(e[1:])
+        v = int(value) & ((1 << width) - 1)
+        return str(v - (1 << width) if v >> (width - 1) else v)
+    return float_literal(float(value), e)

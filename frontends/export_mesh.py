@@ -58,8 +58,7 @@ from xdsl.ir import Attribute, Operation
 from distir.dialects import dist, layout, rng
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local
-from distir.frontends.export import Exporter, Placed, RootMesh, half, reduction_identity
-from distir.frontends.export_sdy import float_literal, ttype
+from distir.frontends.export import Exporter, Placed, RootMesh, half, literal, reduction_identity, ttype
 
 _KIND = {"sum": "sum", "avg": "sum", "prod": "product", "max": "max", "min": "min"}
 _FLOAT_COMBINE = {"sum": "arith.addf", "avg": "arith.addf", "prod": "arith.mulf", "max": "arith.maximumf", "min": "arith.minimumf"}
@@ -68,20 +67,6 @@ _CASTS = (
     arith.ExtFOp, arith.TruncFOp, arith.SIToFPOp, arith.UIToFPOp, arith.FPToSIOp, arith.FPToUIOp,
     arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp,
 )  # fmt: skip
-
-
-def scalar_literal(value: float | int | bool, elt: Attribute | str) -> str:
-    """A constant as ``arith.constant`` reads it for ``elt`` (i64 bits as signed)."""
-    e = str(elt)
-    if e == "i1":
-        return "true" if value else "false"
-    if e == "index":
-        return str(int(value))
-    if e.startswith("i"):
-        v, width = int(value), int(e[1:])
-        v &= (1 << width) - 1
-        return str(v - (1 << width) if v >= 1 << (width - 1) else v)
-    return float_literal(float(value), e)
 
 
 def affine(n: int, exprs: Sequence[str]) -> str:
@@ -142,7 +127,7 @@ class MeshExporter(Exporter):
     # ------------------------------------------------------------------ small helpers
     def const(self, value: float | int, elt: Attribute | str, shape: Sequence[int] | None = None, hint: str = "c") -> str:
         """A scalar constant, or a splat tensor constant of ``shape``."""
-        lit = scalar_literal(value, elt)
+        lit = literal(value, elt)
         if shape is None:
             return self.text.op(hint, f"arith.constant {lit} : {elt}")
         return self.text.op(hint, f"arith.constant dense<{lit}> : {ttype(shape, elt)}")

@@ -30,7 +30,8 @@ distir                     StableHLO
 ``dist.matmul``            ``convert`` to cdt, ``dot_general``, ``convert`` back
 ``dist.reduce_tensor``     ``reduce`` in cdt (avg: sum ``divide`` count of the block)
 ``dist.cast``              ``convert``
-``dist.dropout``           splitmix64 on ``iota`` + block offsets in ui64, ``select``
+``dist.dropout``           splitmix64 on ``iota`` + block offsets in i64 (wrapping ops, logical
+                           shifts), ``select``
 ``dist.embedding_bag``     ``gather`` (table dim: batching dims), ``reduce`` over the bag;
                            a row-sliced table masks the rows other devices hold
 ``dist.take_slice``        ``dynamic_slice`` at the device's block
@@ -66,7 +67,7 @@ from xdsl.ir import Attribute, Operation
 from distir.dialects import dist, rng
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local
-from distir.frontends.export import Exporter, Placed, RootMesh, half, reduction_identity
+from distir.frontends.export import Exporter, Placed, RootMesh, half, literal, reduction_identity, ttype
 
 _SIMPLE: dict[type[Operation], str] = {
     arith.AddfOp: "add",
@@ -125,35 +126,6 @@ _CMPI = {"eq": ("EQ", "SIGNED"), "ne": ("NE", "SIGNED"), "slt": ("LT", "SIGNED")
          "ugt": ("GT", "UNSIGNED"), "uge": ("GE", "UNSIGNED")}  # fmt: skip
 
 _REDUCER = {"sum": "add", "avg": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
-
-
-def ttype(shape: Sequence[int], elt: Attribute | str) -> str:
-    """``tensor<4x8xf32>``; ``tensor<f32>`` for a 0-d tensor."""
-    return "tensor<" + "".join(f"{d}x" for d in shape) + f"{elt}>"
-
-
-def float_literal(value: float, elt: Attribute | str) -> str:
-    """A float constant as MLIR parses it for ``elt`` (hex bits for inf and nan)."""
-    if math.isfinite(value):
-        return repr(float(value))
-    bits = {"f16": (16, 5), "bf16": (16, 8), "f32": (32, 8), "f64": (64, 11)}[str(elt)]
-    width, exp = bits
-    mantissa = width - 1 - exp
-    pattern = ((1 << exp) - 1) << mantissa
-    if math.isnan(value):
-        pattern |= 1 << (mantissa - 1)
-    elif value < 0:
-        pattern |= 1 << (width - 1)
-    return f"0x{pattern:0{width // 4}X}"
-
-
-def literal(value: float | int | bool, elt: Attribute | str) -> str:
-    e = str(elt)
-    if e == "i1":
-        return "true" if value else "false"
-    if e.startswith(("i", "ui")):
-        return str(int(value))
-    return float_literal(float(value), e)
 
 
 def dense(rows: Sequence[Sequence[int]]) -> str:
@@ -495,7 +467,7 @@ class SdyExporter(Exporter):
         x = self.placed(op.input)
         shape, elt = x.local_shape, x.element
         p, seed = op.option("p"), op.option("seed")
-        u = "ui64"
+        u = "i64"  # signless: multiplies and adds wrap as splitmix64 needs, shifts are logical
         # the logical flat index of every element of this device's block
         strides = [math.prod(x.shape[d + 1 :]) for d in range(len(x.shape))]
         index = None
@@ -517,7 +489,9 @@ class SdyExporter(Exporter):
             if mult is not None:
                 z = self.binary("multiply", z, self.const(mult, shape, u, "mix"), shape, u)
         bits = self.binary("shift_right_logical", z, self.const(64 - rng.BITS, shape, u, "shift"), shape, u, "bits")
-        keep = self.compare("GE", bits, self.const(rng.keep_threshold(p), shape, u, "threshold"), shape, u, "UNSIGNED", "keep")
+        # the top BITS bits, shifted down, are non-negative: a signed compare (what XLA
+        # allows on i64) is the unsigned one
+        keep = self.compare("GE", bits, self.const(rng.keep_threshold(p), shape, u, "threshold"), shape, u, "SIGNED", "keep")
         cdt = "f32" if half(elt) else str(elt)
         xc = self.convert(self.value(op.input), shape, elt, cdt)
         scaled = self.binary("multiply", xc, self.const(1.0 / (1.0 - p), shape, cdt, "scale"), shape, cdt)

@@ -181,11 +181,11 @@ func.func @dropout(%x: !dist.tensor<8x16xf16, @world, [sliced<1>]>) -> !dist.ten
   func.return %d : !dist.tensor<8x16xf16, @world, [sliced<1>]>
 }
 // SDY-LABEL: func.func @dropout(
-// SDY:         stablehlo.iota dim = 0 : tensor<8x4xui64>
-// SDY:         stablehlo.iota dim = 1 : tensor<8x4xui64>
+// SDY:         stablehlo.iota dim = 0 : tensor<8x4xi64>
+// SDY:         stablehlo.iota dim = 1 : tensor<8x4xi64>
 // SDY:         stablehlo.partition_id : tensor<ui32>
 // SDY:         stablehlo.shift_right_logical
-// SDY:         %[[KEEP:.*]] = stablehlo.compare  GE, %{{.*}}, %{{.*}},  UNSIGNED
+// SDY:         %[[KEEP:.*]] = stablehlo.compare  GE, %{{.*}}, %{{.*}},  SIGNED
 // SDY:         stablehlo.select %[[KEEP]]
 // SDY:         stablehlo.convert %{{.*}} : (tensor<8x4xf32>) -> tensor<8x4xf16>
 // MESH-LABEL: func.func @dropout(

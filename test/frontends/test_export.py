@@ -10,9 +10,8 @@ import pytest
 from xdsl.utils.exceptions import DiagnosticException
 
 from distir.dialects.context import parse_module
-from distir.frontends.export import export_module
-from distir.frontends.export_mesh import scalar_literal
-from distir.frontends.export_sdy import dense, float_literal
+from distir.frontends.export import export_module, float_literal, literal
+from distir.frontends.export_sdy import dense
 
 ROOT = Path(__file__).parents[2]
 OPT = str(Path(sys.executable).parent / "distir-opt")
@@ -65,9 +64,9 @@ def test_float_literals_parse_for_every_float_type():
 
 
 def test_integer_literals_wrap_to_signed_for_arith():
-    assert scalar_literal(0x9E3779B97F4A7C15, "i64") == str(0x9E3779B97F4A7C15 - (1 << 64))
-    assert scalar_literal(255, "i8") == "-1"
-    assert scalar_literal(1, "i1") == "true"
+    assert literal(0x9E3779B97F4A7C15, "i64") == str(0x9E3779B97F4A7C15 - (1 << 64))
+    assert literal(255, "i8") == "-1"
+    assert literal(1, "i1") == "true"
     assert dense([[0, 2], [1, 3]]) == "dense<[[0, 2], [1, 3]]> : tensor<2x2xi64>"
 
 
