@@ -288,12 +288,13 @@ class Exporter:
         return self.placed_type(owner, t)
 
     def root_axes(self, op: Operation, t: TensorType, axes: Sequence[int]) -> list[int]:
-        """The root-mesh axes, in group order, of a collective over ``axes`` of ``t``'s mesh."""
+        """The root-mesh axes, in group order, of a collective over ``axes`` of ``t``'s
+        mesh, without those of size 1 (they change no group): none when every group is
+        one device, and the collective moves nothing."""
         mesh = self._mesh_op(op, t)
-        if mesh.view is None:
-            return list(axes)
-        factors = mesh.factor_lists
-        return [r for a in axes for r in factors[a]]
+        roots = list(axes) if mesh.view is None else [r for a in axes for r in mesh.factor_lists[a]]
+        sizes = self.meshes[mesh.root().mesh_name].sizes
+        return [r for r in roots if sizes[r] > 1]
 
     def _function_mesh(self, f: func.FuncOp) -> RootMesh | None:
         """The one root mesh the values of ``f`` live on (None: no distributed values)."""
@@ -408,6 +409,8 @@ class Exporter:
         src, dst = self.placed_type(op, t), self.placed_type(op, result_type)
         axes = self.root_axes(op, t, options.get("axes", (0,)))
         name = self.value(x)
+        if not axes:  # groups of one device: a reduction, gather or move of one value is that value
+            return name
         if cls is coll.AllReduceOp:
             return self.all_reduce(name, src, axes, options["op"], hint)
         if cls is coll.ReduceScatterOp:
@@ -459,6 +462,8 @@ class Exporter:
         t = op.input.type
         assert isinstance(t, TensorType)
         axes = self.root_axes(op, t, [op.option("axis")])
+        if not axes:
+            return self.emit_same(op)
         src, dst = self.placed(op.input), self.placed(op.result)
         self.bind(op.results, [self.slice_block(self.value(op.input), src, dst, axes, op.option("dim"), op.result.name_hint)])
 
@@ -490,7 +495,8 @@ class Exporter:
         """A result held ``at<r>`` on some axes, broadcast over those axes so that every
         device holds it (the targets' function results have no single-holder form)."""
         for axis, rank in p.at:
-            name = self.broadcast(name, p, [axis], rank, hint)
+            if p.mesh.sizes[axis] > 1:
+                name = self.broadcast(name, p, [axis], rank, hint)
             placements = list(p.placements)
             placements[axis] = REPLICATED
             p = Placed(p.shape, p.element, p.mesh, tuple(placements))

@@ -184,7 +184,7 @@ class MeshExporter(Exporter):
 
     def block_start(self, p: Placed, dim: int, extent: int) -> str | None:
         """First logical index along ``dim`` of this device's block (``index``)."""
-        axes = p.slicing(dim)
+        axes = [a for a in p.slicing(dim) if p.mesh.sizes[a] > 1]
         if not axes:
             return None
         return self.text.op("start", f"arith.muli {self.group_rank(p.mesh, axes)}, {self.const(extent, 'index')} : index")

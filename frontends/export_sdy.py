@@ -287,7 +287,7 @@ class SdyExporter(Exporter):
 
     def block_start(self, p: Placed, dim: int, extent: int, elt: str = "i32") -> str | None:
         """First logical index along ``dim`` of this device's block (None: not sliced)."""
-        axes = p.slicing(dim)
+        axes = [a for a in p.slicing(dim) if p.mesh.sizes[a] > 1]
         if not axes:
             return None
         start = self.binary("multiply", self.group_rank(p.mesh, axes), self.const(extent, (), "i32"), (), "i32", "start")
