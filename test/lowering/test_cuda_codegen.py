@@ -12,6 +12,9 @@ from functools import lru_cache
 
 import pytest
 
+# numba itself still ships a deprecated numba.cuda that imports without the GPU extra but
+# needs a CUDA driver to type kernels: ask for the numba-cuda package itself.
+pytest.importorskip("numba_cuda", reason="the GPU extra (numba-cuda) is not installed")
 cuda = pytest.importorskip("numba.cuda", reason="the GPU extra (numba-cuda) is not installed")
 from numba import types as nt  # noqa: E402
 from support.lowered import EXAMPLE_NAMES, schedules  # noqa: E402
