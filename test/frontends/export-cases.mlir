@@ -358,3 +358,26 @@ func.func @scalars(%x: !dist.tensor<8x4xf32, @world, [sliced<0>]>, %k: !dist.ten
 // MESH:           arith.remsi
 // MESH:           linalg.yield %{{.*}}, %{{.*}} : f32, i32
 // MESH:         arith.truncf %{{.*}} : tensor<2x4xf32> to tensor<2x4xf16>
+
+// -----
+
+// dist.cast has numpy's astype meaning: to bool is "nonzero" (not the low bit), f16 to
+// bf16 goes through f32 in MLIR (no single arith op).
+dist.mesh @world shape = [?]
+func.func @casts(%x: !dist.tensor<8xf32, @world, [sliced<0>]>, %i: !dist.tensor<8xi32, @world, [sliced<0>]>, %h: !dist.tensor<8xf16, @world, [sliced<0>]>) -> (!dist.tensor<8xi1, @world, [sliced<0>]>, !dist.tensor<8xi1, @world, [sliced<0>]>, !dist.tensor<8xbf16, @world, [sliced<0>]>, !dist.tensor<8xf32, @world, [sliced<0>]>) {
+  %xb = dist.cast %x : !dist.tensor<8xf32, @world, [sliced<0>]> -> !dist.tensor<8xi1, @world, [sliced<0>]>
+  %ib = dist.cast %i : !dist.tensor<8xi32, @world, [sliced<0>]> -> !dist.tensor<8xi1, @world, [sliced<0>]>
+  %hb = dist.cast %h : !dist.tensor<8xf16, @world, [sliced<0>]> -> !dist.tensor<8xbf16, @world, [sliced<0>]>
+  %bf = dist.cast %ib : !dist.tensor<8xi1, @world, [sliced<0>]> -> !dist.tensor<8xf32, @world, [sliced<0>]>
+  func.return %xb, %ib, %hb, %bf : !dist.tensor<8xi1, @world, [sliced<0>]>, !dist.tensor<8xi1, @world, [sliced<0>]>, !dist.tensor<8xbf16, @world, [sliced<0>]>, !dist.tensor<8xf32, @world, [sliced<0>]>
+}
+// SDY-LABEL: func.func @casts(
+// SDY:         stablehlo.convert %{{.*}} : (tensor<2xf32>) -> tensor<2xi1>
+// SDY:         stablehlo.convert %{{.*}} : (tensor<2xi32>) -> tensor<2xi1>
+// SDY:         stablehlo.convert %{{.*}} : (tensor<2xf16>) -> tensor<2xbf16>
+// MESH-LABEL: func.func @casts(
+// MESH:         arith.cmpf une, %{{.*}}, %{{.*}} : tensor<2xf32>
+// MESH:         arith.cmpi ne, %{{.*}}, %{{.*}} : tensor<2xi32>
+// MESH:         %[[W:.*]] = arith.extf %{{.*}} : tensor<2xf16> to tensor<2xf32>
+// MESH-NEXT:    arith.truncf %[[W]] : tensor<2xf32> to tensor<2xbf16>
+// MESH:         arith.uitofp %{{.*}} : tensor<2xi1> to tensor<2xf32>

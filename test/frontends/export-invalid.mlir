@@ -56,13 +56,3 @@ func.func @maxnum(%x: !dist.tensor<8xf32, @world, [replicated]>) -> !dist.tensor
   }
   func.return %y : !dist.tensor<8xf32, @world, [replicated]>
 }
-
-// -----
-
-// SDY-NOT: error
-// MESH: 'dist.cast' op from f16 to bf16 has no single arith cast in MLIR mesh
-dist.mesh @world shape = [2]
-func.func @half_to_bfloat(%x: !dist.tensor<8xf16, @world, [replicated]>) -> !dist.tensor<8xbf16, @world, [replicated]> {
-  %y = dist.cast %x : !dist.tensor<8xf16, @world, [replicated]> -> !dist.tensor<8xbf16, @world, [replicated]>
-  func.return %y : !dist.tensor<8xbf16, @world, [replicated]>
-}

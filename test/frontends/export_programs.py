@@ -1,5 +1,7 @@
 """The programs the exporter tests run: the examples and their schedules (at small
-sizes) and the cases of ``export-cases.mlir``, each with the rank counts it verifies on."""
+sizes), the cases of ``export-cases.mlir``, each with the rank counts it verifies on, and
+random programs (``support/programs.py``, drawn deterministically) at the rank count
+they are written for."""
 
 from __future__ import annotations
 
@@ -49,15 +51,38 @@ def fits(text: str, ranks: int) -> bool:
     return True
 
 
+def _random_programs(count: int) -> dict[str, tuple[str, str, int]]:
+    """``count`` random programs, the same on every run: name -> (text, function, ranks)."""
+    from hypothesis import HealthCheck, given, settings
+    from support.programs import programs
+
+    out: dict[str, tuple[str, str, int]] = {}
+
+    @settings(max_examples=count, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(programs(max_ops=6))
+    def collect(prog):
+        out.setdefault(f"random/{len(out)}", (prog.text, prog.func, prog.ranks))
+
+    collect()
+    return out
+
+
 PROGRAMS = _texts()
-"""name -> program text (``examples/adam``, ``schedules/adam_fused``, ``case/grad_avg``)."""
+"""name -> program text (``adam``, ``schedules/adam_fused``, ``case/grad_avg``)."""
+
+RANDOM = _random_programs(30)
+"""``random/<i>`` -> (text, function, ranks)."""
+
+
+def text_of(name: str) -> str:
+    return RANDOM[name][0] if name in RANDOM else PROGRAMS[name]
 
 
 @functools.lru_cache(maxsize=1)
 def runs() -> list[tuple[str, str, int]]:
     """(program, function, ranks) for every function of every program at every rank
     count it fits."""
-    out: list[tuple[str, str, int]] = []
+    out: list[tuple[str, str, int]] = [(name, func, ranks) for name, (_, func, ranks) in RANDOM.items()]
     for name, text in PROGRAMS.items():
         funcs = [f.sym_name.data for f in npz.functions(parsed(text))]
         for ranks in RANKS:

@@ -1,6 +1,7 @@
 """The MLIR mesh export is MLIR 19 and means what the program means: every example,
 every schedule of ``examples/schedules`` and every case of ``export-cases.mlir`` is
-exported with its meshes fixed for 1, 2, 4 and 8 ranks; Debian's ``mlir-opt-19``
+exported with its meshes fixed for 1, 2, 4 and 8 ranks, and 30 random programs
+(``support/programs.py``) at their own rank counts; Debian's ``mlir-opt-19``
 (package ``mlir-19-tools``, installed with apt-get by the fixture when missing) must parse
 and verify it (``--verify-each``), and the module it prints back in generic form, run on
 as many simulated devices (``support/mesh_sim.py``: MLIR 19 has no lowering of the mesh
@@ -13,7 +14,7 @@ import shutil
 import subprocess
 
 import pytest
-from export_programs import PROGRAMS, runs
+from export_programs import runs, text_of
 from support.mesh_sim import run_mesh_export
 
 from distir.dialects.context import make_context, parse_module
@@ -55,7 +56,7 @@ def mlir_opt() -> str:
 @functools.lru_cache(maxsize=None)
 def exported(name: str, ranks: int) -> tuple:
     """(the module with its meshes fixed, its mesh export)."""
-    module = parse_module(PROGRAMS[name])
+    module = parse_module(text_of(name))
     FixMeshSizesPass(ranks=ranks).apply(make_context(), module)
     return module, export_module(module, "mesh")
 

@@ -1,11 +1,12 @@
-"""The StableHLO + sdy export means what the program means: every example, every
-schedule of ``examples/schedules`` and every case of ``export-cases.mlir`` is exported
-(meshes fixed for 1, 2, 4 and 8 ranks; a schedule, a rearrangement of an example's ops,
-at the fewest and the most of them it fits), parsed and verified with jaxlib's MLIR
-(StableHLO and Shardy registered), compiled by XLA for as many host devices and run; its outputs
-must agree with the interpreter's on the same inputs (``runtime/equivalence.py``'s
-tolerances: rtol 1e-5 for f32). The runs happen in one subprocess
-(``xla_batch.py``): jax fixes its device count when it is first imported."""
+"""The StableHLO + sdy export means what the program means. Every example and every case
+of ``export-cases.mlir`` (meshes fixed for 1, 2, 4 and 8 ranks), every schedule of
+``examples/schedules`` (a rearrangement of an example's ops: at the fewest and the most
+ranks it fits) and 30 random programs (``support/programs.py``, at their own rank
+counts) are exported, parsed and verified with jaxlib's MLIR (StableHLO and Shardy
+registered), compiled by XLA for as many host devices and run; the outputs must agree
+with the interpreter's on the same inputs (``runtime/equivalence.py``'s tolerances: rtol
+1e-5 for f32). The runs happen in one subprocess (``xla_batch.py``): jax fixes its device
+count when it is first imported."""
 
 import json
 import os
@@ -13,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from export_programs import HERE, PROGRAMS, runs
+from export_programs import HERE, PROGRAMS, runs, text_of
 
 from distir.dialects.context import parse_module
 from distir.frontends.export import export_module
@@ -36,7 +37,7 @@ RUNS = _xla_runs()
 @pytest.fixture(scope="module")
 def xla_report(tmp_path_factory):
     d = tmp_path_factory.mktemp("xla")
-    jobs = [{"id": f"{name}:{func}:{ranks}", "text": PROGRAMS[name], "func": func, "ranks": ranks, "seed": 5} for name, func, ranks in RUNS]
+    jobs = [{"id": f"{name}:{func}:{ranks}", "text": text_of(name), "func": func, "ranks": ranks, "seed": 5} for name, func, ranks in RUNS]
     (d / "jobs.json").write_text(json.dumps(jobs))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     proc = subprocess.run(
@@ -54,7 +55,7 @@ def test_every_program_runs_at_several_rank_counts():
     for name in PROGRAMS:
         counts = {r for n, _, r in RUNS if n == name}
         assert counts, f"{name} fits no rank count"
-    assert {r for _, _, r in RUNS} == {1, 2, 4, 8}
+    assert {1, 2, 4, 8} <= {r for _, _, r in RUNS}
 
 
 @pytest.mark.parametrize("name,func,ranks", RUNS, ids=[f"{n}:{f}:{r}" for n, f, r in RUNS])

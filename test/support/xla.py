@@ -112,7 +112,7 @@ def run_exported(module, text: str, func_name: str, inputs: dict[str, np.ndarray
         buffers = npz.distribute(a, held, npz.grid_of(grids, held))
         m, names = jax_mesh(mesh_op)
         sharding = NamedSharding(m, _spec(held, names, mesh_op))
-        shards = [jax.device_put(np.ascontiguousarray(buffers[r]), devices[r]) for r in range(ranks)]
+        shards = [jax.device_put(np.array(buffers[r], order="C"), devices[r]) for r in range(ranks)]  # (ascontiguousarray makes 0-d 1-d)
         args.append(jax.make_array_from_single_device_arrays(t.get_shape(), sharding, shards))
     results = exe.execute_sharded(args).disassemble_into_single_device_arrays()
     outputs = []
