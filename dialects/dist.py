@@ -12,7 +12,10 @@ primitives of CoCoNet change the placement on one mesh axis (``axis``, default 0
 
 and the local ops compute without communication: ``dist.map``, ``dist.take_slice``,
 ``dist.matmul``, ``dist.reduce_tensor``, ``dist.cast``, ``dist.dropout``,
-``dist.embedding_bag`` and ``dist.remesh``. Every op verifies shapes, element types,
+``dist.embedding_bag`` and ``dist.remesh``, and the layout ops the front ends need for
+StableHLO: ``dist.transpose``, ``dist.reshape``, ``dist.iota``, ``dist.extract_slice``
+and ``dist.concat``. ``dist.to_local`` and ``dist.from_local`` see the same per-rank
+buffers as another placement (for per-device programs). Every op verifies shapes, element types,
 meshes and placements, and reports a broken rule as
 ``'dist.op' op <what was expected>, got <what was found>``.
 """
@@ -36,7 +39,7 @@ from xdsl.dialects.builtin import (
     SymbolRefAttr,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, TypeAttribute
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -932,7 +935,8 @@ class MatmulOp(DistOp):
     both sliced on the contracted dim -> ``local`` (partial sums); ``lhs`` sliced on a
     batch or row dim x replicated -> sliced on that dim; replicated x ``rhs`` sliced on
     its last dim -> sliced on the last dim; local x replicated (either side) -> local;
-    equal replicated / at<r> / unplaced placements are kept.
+    local x local -> local (each rank multiplies its own values); equal replicated /
+    at<r> / unplaced placements are kept.
 
     ``%y = dist.matmul %x, %w : (!dist.tensor<8x64xf32, @world, [sliced<1>]>, !dist.tensor<64x32xf32, @world, [sliced<0>]>) -> !dist.tensor<8x32xf32, @world, [local]>``
     """
@@ -993,7 +997,7 @@ class MatmulOp(DistOp):
             return None
         if isinstance(x, Replicated) and ys == rb - 1:
             return Sliced(rr - 1)
-        if isinstance(x, Local) and isinstance(y, Replicated) or isinstance(x, Replicated) and isinstance(y, Local):
+        if isinstance(x, Local) and isinstance(y, (Replicated, Local)) or isinstance(x, Replicated) and isinstance(y, Local):
             return LOCAL
         if isinstance(x, (Replicated, Unplaced)) and x == y:
             return x
@@ -1176,6 +1180,351 @@ class RemeshOp(DistOp):
             )
 
 
+# ======================================================================================
+# Layout ops (StableHLO's transpose, reshape, iota, slice, concatenate) and the
+# per-device views of a value (to_local, from_local)
+# ======================================================================================
+
+
+def _permuted(t: TensorType, perm: Sequence[int]) -> list[Placement]:
+    """Placements of ``t`` after its dims are permuted (result dim k is dim perm[k])."""
+    ps = t.get_placements()
+    out: list[Placement] = []
+    for p in ps:
+        out.append(Sliced(list(perm).index(p.dim.data)) if isinstance(p, Sliced) else p)
+    orders = {list(perm).index(d): layout.slicing_axes(ps, d) for d in layout.sliced_dims(ps)}
+    return layout.with_orders(out, orders)
+
+
+@irdl_op_definition
+class TransposeOp(DistOp):
+    """``transpose``: permute the dims (result dim k is operand dim ``perm[k]``); a sliced
+    dim stays sliced where it moves.
+
+    ``%t = dist.transpose %x perm [1, 0] : !dist.tensor<8x64xf32, @world, [sliced<1>]> -> !dist.tensor<64x8xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.transpose"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("perm", "ints"),)
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        t = need_tensor(in_types[0], "operand")
+        perm = list(options["perm"])
+        if sorted(perm) != list(range(t.rank)):
+            raise RuleError(f"perm must be a permutation of 0..{t.rank - 1}, got {perm}")
+        shape = [t.get_shape()[p] for p in perm]
+        return [t.with_(shape=shape, placements=_permuted(t, perm))]
+
+
+def reshape_groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """The dims of shapes ``a`` and ``b`` (equal element counts) in minimal groups of
+    equal products, in order; a dim of size 1 outside a group is a group of its own."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) or j < len(b):
+        if i < len(a) and a[i] == 1:
+            groups.append(([i], []))
+            i += 1
+            continue
+        if j < len(b) and b[j] == 1:
+            groups.append(([], [j]))
+            j += 1
+            continue
+        if i >= len(a) or j >= len(b):
+            raise RuleError(f"shapes {list(a)} and {list(b)} have different element counts")
+        gi, gj, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                if i >= len(a):
+                    raise RuleError(f"shapes {list(a)} and {list(b)} have different element counts")
+                gi.append(i)
+                pa *= a[i]
+                i += 1
+            else:
+                if j >= len(b):
+                    raise RuleError(f"shapes {list(a)} and {list(b)} have different element counts")
+                gj.append(j)
+                pb *= b[j]
+                j += 1
+        groups.append((gi, gj))
+    return groups
+
+
+def reshape_major_dims(a: Sequence[int], b: Sequence[int]) -> list[tuple[int, int]]:
+    """Pairs (dim of ``a``, dim of ``b``): the outermost dims of size > 1 of each group
+    of ``reshape_groups`` (the only dims a sliced value may keep sliced)."""
+    out = []
+    for gi, gj in reshape_groups(a, b):
+        ii = [d for d in gi if a[d] > 1]
+        jj = [d for d in gj if b[d] > 1]
+        if ii and jj:
+            out.append((ii[0], jj[0]))
+    return out
+
+
+@irdl_op_definition
+class ReshapeOp(DistOp):
+    """``reshape``: the same elements in row-major order in another shape. Each rank
+    reshapes its block, so a sliced dim must be the outermost dim (of size > 1) of the
+    dims it is merged with or split into; it becomes the outermost dim of the result's
+    group (whose size the slicing must divide).
+
+    ``%r = dist.reshape %x : !dist.tensor<8x64xf32, @world, [sliced<1>]> -> !dist.tensor<8x4x16xf32, @world, [sliced<1>]>``
+    """
+
+    name = "dist.reshape"
+    INFER: ClassVar[bool] = False
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @staticmethod
+    def result_placements(t: TensorType, shape: Sequence[int]) -> list[Placement]:
+        a = t.get_shape()
+        if math.prod(a) != math.prod(shape):
+            raise RuleError(f"cannot reshape {t.format_shape()} ({math.prod(a)} elements) to {'x'.join(map(str, shape)) or 'scalar'} ({math.prod(shape)} elements)")
+        ps = t.get_placements()
+        major = dict(reshape_major_dims(a, shape))
+        out: list[Placement] = []
+        for axis, p in enumerate(ps):
+            if isinstance(p, Sliced):
+                d = p.dim.data
+                if d not in major:
+                    raise RuleError(
+                        f"operand is sliced on dim {d} on axis {axis}, which is not the outermost dim of the dims the reshape "
+                        f"merges or splits it with: gather it first"
+                    )
+                out.append(Sliced(major[d]))
+            else:
+                out.append(p)
+        orders = {major[d]: layout.slicing_axes(ps, d) for d in layout.sliced_dims(ps)}
+        return layout.with_orders(out, orders)
+
+    @classmethod
+    def result_type(cls, t: TensorType, shape: Sequence[int], sizes: Sequence[int | None] | None = None) -> TensorType:
+        try:
+            ps = cls.result_placements(t, shape)
+        except RuleError as e:
+            raise VerifyException(f"'{cls.name}' op {e}") from None
+        return t.with_(shape=tuple(shape), placements=ps)
+
+    @classmethod
+    def result_types_for(cls, op: Operation, in_types: Sequence[Attribute]) -> list[Attribute]:
+        t = need_tensor(in_types[0], "operand")
+        r = op.results[0].type
+        assert isinstance(r, TensorType)
+        return [t.with_(shape=r.get_shape(), placements=cls.result_placements(t, r.get_shape()))]
+
+    def verify_rule(self) -> None:
+        t, r = self.input.type, self.result.type
+        assert isinstance(t, TensorType) and isinstance(r, TensorType)
+        if t.element_type != r.element_type:
+            raise RuleError(f"result element type must be {t.element_type}, got {r.element_type}")
+        expect_type(self, "result", r, t.with_(shape=r.get_shape(), placements=self.result_placements(t, r.get_shape())))
+
+
+@irdl_op_definition
+class IotaOp(DistOp):
+    """``iota``: the tensor whose elements count along ``dim`` (element [i0, .., in] is
+    i_dim), in the result's element type. Every rank holding the value holds its block
+    of it (a ``local`` value: the whole iota on every rank).
+
+    ``%i = dist.iota dim 1 : () -> !dist.tensor<4x32xi32, @world, [sliced<1>]>``
+    """
+
+    name = "dist.iota"
+    INFER: ClassVar[bool] = False
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        r = self.result.type
+        assert isinstance(r, TensorType)
+        check_dim(self.option("dim"), r)
+
+
+@irdl_op_definition
+class ExtractSliceOp(DistOp):
+    """``extract_slice``: elements ``offsets[d] + strides[d] * i`` of each dim d (the
+    result's shape gives the count), StableHLO's ``slice``. A dim that is sliced across
+    ranks must be taken whole (offset 0, stride 1, full size); placements are kept.
+
+    ``%s = dist.extract_slice %x offsets [0, 2] strides [1, 2] : !dist.tensor<8x16xf32, @world, [sliced<0>]> -> !dist.tensor<8x4xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.extract_slice"
+    INFER: ClassVar[bool] = False
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("offsets", "ints"), Kw("strides", "ints"))
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def get(cls, x: SSAValue, offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> ExtractSliceOp:
+        t = x.type
+        assert isinstance(t, TensorType)
+        r = t.with_(shape=tuple(sizes))
+        try:
+            cls.check(t, r, offsets, strides)
+        except RuleError as e:
+            raise VerifyException(f"'{cls.name}' op {e}") from None
+        return cls.make([x], [r], offsets=list(offsets), strides=list(strides))
+
+    def full_dims(self) -> list[int]:
+        t, r = self.input.type, self.result.type
+        assert isinstance(t, TensorType) and isinstance(r, TensorType)
+        return [d for d, (o, s, n, m) in enumerate(zip(self.option("offsets"), self.option("strides"), r.get_shape(), t.get_shape())) if o == 0 and s == 1 and n == m]
+
+    @classmethod
+    def result_types_for(cls, op: Operation, in_types: Sequence[Attribute]) -> list[Attribute]:
+        t = need_tensor(in_types[0], "operand")
+        r = op.results[0].type
+        assert isinstance(r, TensorType)
+        new = t.with_(shape=r.get_shape())
+        cls.check(t, new, op.option("offsets"), op.option("strides"))  # type: ignore[attr-defined]
+        return [new]
+
+    @staticmethod
+    def check(t: TensorType, r: TensorType, offsets: Sequence[int], strides: Sequence[int]) -> None:
+        shape, out = t.get_shape(), r.get_shape()
+        if not len(offsets) == len(strides) == len(shape) == len(out):
+            raise RuleError(f"offsets and strides need one entry per dim of {t.format_shape()}")
+        for d, (o, s, n, m) in enumerate(zip(offsets, strides, out, shape)):
+            if s < 1 or o < 0 or (n > 0 and o + (n - 1) * s >= m):
+                raise RuleError(f"dim {d}: {n} element(s) from {o} by {s} do not fit in size {m}")
+        ps = t.get_placements()
+        for d in layout.sliced_dims(ps):
+            if not (offsets[d] == 0 and strides[d] == 1 and out[d] == shape[d]):
+                raise RuleError(f"dim {d} is sliced across ranks: it must be taken whole")
+        if t.element_type != r.element_type:
+            raise RuleError(f"result element type must be {t.element_type}, got {r.element_type}")
+
+    def verify_rule(self) -> None:
+        t, r = self.input.type, self.result.type
+        assert isinstance(t, TensorType) and isinstance(r, TensorType)
+        self.check(t, r.with_(placements=t.get_placements()), self.option("offsets"), self.option("strides"))
+        expect_type(self, "result", r, t.with_(shape=r.get_shape()))
+
+
+@irdl_op_definition
+class ConcatOp(DistOp):
+    """``concat``: the operands one after the other along ``dim`` (StableHLO's
+    ``concatenate``). The operands share their placements; ``dim`` is not sliced.
+
+    ``%c = dist.concat %a, %b dim 1 : (!dist.tensor<8x4xf32, @world, [sliced<0>]>, !dist.tensor<8x2xf32, @world, [sliced<0>]>) -> !dist.tensor<8x6xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.concat"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        if not in_types:
+            raise RuleError("needs at least one operand")
+        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
+        same_mesh(ts)
+        t0 = ts[0]
+        dim = options["dim"]
+        check_dim(dim, t0)
+        total = 0
+        for i, t in enumerate(ts):
+            s0, s = list(t0.get_shape()), list(t.get_shape())
+            if len(s) != len(s0) or any(x != y for k, (x, y) in enumerate(zip(s, s0)) if k != dim):
+                raise RuleError(f"operand {i} of shape {t.format_shape()} does not match {t0.format_shape()} outside dim {dim}")
+            if t.element_type != t0.element_type:
+                raise RuleError(f"operand {i} has element type {t.element_type}, operand 0 {t0.element_type}")
+            if not layout.same_layout(t.get_placements(), t0.get_placements()):
+                raise RuleError(f"operands must share placements, operand {i} differs from operand 0")
+            total += s[dim]
+        if dim in layout.sliced_dims(t0.get_placements()):
+            raise RuleError(f"dim {dim} is sliced across ranks: gather it first")
+        shape = list(t0.get_shape())
+        shape[dim] = total
+        return [t0.with_(shape=shape)]
+
+
+def _view_rule(op: DistOp, src: TensorType, dst: TensorType, local_side: str) -> None:
+    """Shared rule of ``to_local``/``from_local``: same elements, same per-rank buffer
+    shape, and on each axis where the placements differ, ``local`` on ``local_side``
+    and replicated or sliced on the other."""
+    if src.element_type != dst.element_type:
+        raise RuleError(f"result element type must be {src.element_type}, got {dst.element_type}")
+    mesh = lookup_mesh(op, src)
+    if lookup_mesh(op, dst) is not mesh:
+        raise RuleError(f"result must be on mesh @{src.mesh_name}, got @{dst.mesh_name}")
+    sizes = mesh.sizes()
+    for a, (p, q) in enumerate(zip(src.get_placements(), dst.get_placements())):
+        if p == q or (isinstance(p, Sliced) and isinstance(q, Sliced) and p.dim == q.dim):
+            continue
+        loc, other = (p, q) if local_side == "operand" else (q, p)
+        kinds = (Replicated, Sliced, At) if local_side == "operand" else (Replicated, Sliced)
+        if not isinstance(loc, Local) or not isinstance(other, kinds):
+            want = "operand local and result replicated, sliced or at<r>" if local_side == "operand" else "operand replicated or sliced and result local"
+            raise RuleError(f"axis {a}: {want}, got {p} -> {q}")
+        if sizes[a] is None:
+            raise RuleError(f"axis {a} of @{mesh.mesh_name} needs a static size")
+    if any(s is None for s in sizes):
+        return
+    a_shape = layout.local_shape(src.get_shape(), src.get_placements(), sizes)  # type: ignore[arg-type]
+    b_shape = layout.local_shape(dst.get_shape(), dst.get_placements(), sizes)  # type: ignore[arg-type]
+    if a_shape != b_shape:
+        raise RuleError(f"each rank's buffer must keep its shape: {'x'.join(map(str, a_shape)) or 'scalar'} becomes {'x'.join(map(str, b_shape)) or 'scalar'}")
+
+
+class _ViewOp(DistOp):
+    """Base of ``to_local``/``from_local``: the same per-rank buffers, another meaning;
+    ``LOCAL_SIDE`` says which side is ``local`` where the placements differ."""
+
+    LOCAL_SIDE: ClassVar[str] = "result"
+    INFER: ClassVar[bool] = False
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        t, r = self.input.type, self.result.type
+        assert isinstance(t, TensorType) and isinstance(r, TensorType)
+        _view_rule(self, t, r, self.LOCAL_SIDE)
+
+
+@irdl_op_definition
+class ToLocalOp(_ViewOp):
+    """``to_local``: each rank's buffer, as its own value (DTensor's ``to_local``): on
+    the axes where the result is ``local``, a replicated value becomes the list of its
+    copies and a sliced value the list of its blocks (the result's shape is the block's).
+    No data moves. Per-device programs (``sdy.manual_computation``) compute on these.
+
+    ``%l = dist.to_local %x : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<16xf32, @world, [local]>``
+    """
+
+    name = "dist.to_local"
+    LOCAL_SIDE: ClassVar[str] = "result"
+
+
+@irdl_op_definition
+class FromLocalOp(_ViewOp):
+    """``from_local``: the ranks' own values seen as one distributed value (DTensor's
+    ``from_local``): on the axes where the operand is ``local`` and the result sliced, the
+    ranks' values are the blocks of the result (rank i's value is block i); where the
+    result is replicated, the ranks' values must be equal (the interpreter checks it);
+    where it is ``at<r>``, rank r's value is the value. No data moves.
+
+    ``%g = dist.from_local %l : !dist.tensor<16xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.from_local"
+    LOCAL_SIDE: ClassVar[str] = "operand"
+
+
 Dist = Dialect(
     "dist",
     [
@@ -1196,6 +1545,13 @@ Dist = Dialect(
         DropoutOp,
         EmbeddingBagOp,
         RemeshOp,
+        TransposeOp,
+        ReshapeOp,
+        IotaOp,
+        ExtractSliceOp,
+        ConcatOp,
+        ToLocalOp,
+        FromLocalOp,
     ],
     [TensorType, Replicated, Sliced, Local, At, Unplaced],
 )

@@ -7,7 +7,8 @@ become library calls (``rt.matmul``, ``rt.reduce_tensor``, ``rt.embedding_bag``)
 Communicators: one per (mesh, axes) group kind, ``rt.comm @mesh axes [..]`` (NCCL's
 ``ncclCommSplit``, color = index on the other axes, key = index on the axes); a
 collective over several axes, or over the factor axes of a view mesh, gets its own.
-``dist.remesh`` and ``dist.take_slice`` move no data (the same buffer; a block view).
+``dist.remesh``, ``dist.to_local``, ``dist.from_local`` and ``dist.take_slice`` move no
+data (the same buffer; a block view); ``dist.reshape`` is an ``rt.view`` of the block.
 
 Collectives, on the buffers of one group (N ranks)::
 
@@ -106,6 +107,9 @@ class FuncLowering:
             dist.EmbeddingBagOp: self._embedding_bag,
             dist.TakeSliceOp: self._take_slice,
             dist.RemeshOp: self._remesh,
+            dist.ToLocalOp: self._remesh,
+            dist.FromLocalOp: self._remesh,
+            dist.ReshapeOp: self._reshape,
             coll.OverlapOp: self._overlap,
             rt.ChunkOp: self._chunk,
             rt.AssembleOp: self._assemble,
@@ -663,8 +667,17 @@ class FuncLowering:
                 self.buf[m] = self.emit(rt.ViewOp.get(full, off, self.memref(m.type))).results[0]
             self.contig[self.buf[m]] = True
 
-    def _remesh(self, op: dist.RemeshOp) -> None:
+    def _remesh(self, op: dist.RemeshOp | dist.ToLocalOp | dist.FromLocalOp) -> None:
+        """No data moves: the result is the operand's buffer (same per-rank shape)."""
         self.buf[op.result] = self.input(op.input)
+
+    def _reshape(self, op: dist.ReshapeOp) -> None:
+        """Each rank's block in the new shape: a view of it (of a contiguous copy when the
+        block is a strided view)."""
+        src = self.contiguous(self.input(op.input))
+        view = self.emit(rt.ViewOp.get(src, 0, self.memref(op.result.type))).results[0]
+        self.contig[view] = True
+        self.buf[op.result] = view
 
     def _chunk(self, op: rt.ChunkOp) -> None:
         x, k = op.input

@@ -59,6 +59,9 @@ from distir.passes.support import gc_paused, returns_split
 
 PASS = "lower-to-kernels"
 ELEMENTWISE = (dist.MapOp, dist.CastOp, dist.DropoutOp)
+INDEXED = (dist.TransposeOp, dist.IotaOp, dist.ExtractSliceOp, dist.ConcatOp)
+"""Ops whose element comes from other indices of their operands (or from its own index):
+a kernel of their own, whose loads compute the operand index."""
 INDEX = IndexType()
 
 
@@ -115,7 +118,7 @@ class KernelBuilder:
                 if v not in produced and v not in self.externals:
                     self.externals.append(v)
         self.escaping = [r for op in run for r in op.results if any(_top_user(u.operation, op) not in in_run for u in r.uses)]
-        self.has_dropout = any(isinstance(op, dist.DropoutOp) for op in run)
+        self.has_dropout = any(isinstance(op, (dist.DropoutOp, dist.IotaOp)) for op in run)
         # A chunk of a coll.overlap chain (lower-overlap): (dim, chunk index, chunks).
         self.chunk: tuple[int, int, int] | None = None
         for op in run:
@@ -152,8 +155,10 @@ class KernelBuilder:
                 self._map(op)
             elif isinstance(op, dist.CastOp):
                 self.elem[op.result] = convert(self.value(op.input), op.result.type.element_type, self.emit)  # type: ignore[attr-defined]
+            elif isinstance(op, dist.DropoutOp):
+                self._dropout(op)
             else:
-                self._dropout(op)  # type: ignore[arg-type]
+                self._indexed(op)
         for r, out in zip(self.escaping, out_args):
             self.emit(memref.StoreOp.get(self.elem[r], out, self.idx))
         for arg, v in zip(args, self.externals):
@@ -204,6 +209,71 @@ class KernelBuilder:
             self.emit(new)
             for a, b in zip(inner.results, new.results):
                 mapping[a] = b
+
+    # ------------------------------------------------------------------ indexed ops
+    def const_index(self, n: int) -> SSAValue:
+        return self.emit(arith.ConstantOp.from_int_and_width(n, INDEX)).results[0]
+
+    def load(self, v: SSAValue, indices: list[SSAValue]) -> SSAValue:
+        loaded = self.emit(memref.LoadOp.get(self.ext_arg[v], indices)).results[0]
+        if v.name_hint:
+            loaded.name_hint = v.name_hint
+        return loaded
+
+    def _indexed(self, op: Operation) -> None:
+        """transpose: result index k is operand index perm[k]; extract_slice: operand
+        index offset + stride * i (a dim sliced across ranks is taken whole); iota: the
+        element's logical index along dim; concat: the element of the operand whose range
+        along dim holds the index (every operand is read at a clamped index and a select
+        picks)."""
+        r = op.results[0]
+        if isinstance(op, dist.TransposeOp):
+            perm = op.option("perm")
+            ind: list[SSAValue] = [self.zero()] * len(perm)
+            for k, p in enumerate(perm):
+                ind[p] = self.idx[k]
+            self.elem[r] = self.load(op.input, ind)
+        elif isinstance(op, dist.ExtractSliceOp):
+            sliced = layout.sliced_dims(self.space.get_placements())
+            ind = []
+            for d, (o, st) in enumerate(zip(op.option("offsets"), op.option("strides"))):
+                i = self.idx[d]
+                if d not in sliced:
+                    if st != 1:
+                        i = self.emit(arith.MuliOp(i, self.const_index(st))).results[0]
+                    if o:
+                        i = self.emit(arith.AddiOp(i, self.const_index(o))).results[0]
+                ind.append(i)
+            self.elem[r] = self.load(op.input, ind)
+        elif isinstance(op, dist.IotaOp):
+            d = op.option("dim")
+            i = self.idx[d]
+            if d in self.off_arg:
+                i = self.emit(arith.AddiOp(i, self.off_arg[d])).results[0]
+            wide = self.emit(arith.IndexCastOp(i, i64)).results[0]
+            self.elem[r] = convert(wide, self.space.element_type, self.emit)
+        else:
+            assert isinstance(op, dist.ConcatOp)
+            d = op.option("dim")
+            i = self.idx[d]
+            start = 0
+            picked: SSAValue | None = None
+            for x in op.inputs:
+                n = x.type.get_shape()[d]  # type: ignore[attr-defined]
+                j = self.emit(arith.SubiOp(i, self.const_index(start))).results[0] if start else i
+                j = self.emit(arith.MaxSIOp(j, self.zero())).results[0]
+                j = self.emit(arith.MinSIOp(j, self.const_index(n - 1))).results[0]
+                ind = list(self.idx)
+                ind[d] = j
+                val = self.load(x, ind)
+                if picked is None:
+                    picked = val
+                else:
+                    inside = self.emit(arith.CmpiOp(i, self.const_index(start), "sge")).results[0]
+                    picked = self.emit(arith.SelectOp(inside, val, picked)).results[0]
+                start += n
+            assert picked is not None
+            self.elem[r] = picked
 
     def linear(self) -> SSAValue:
         """The element's flat logical index (i64), for the random generator."""
@@ -273,6 +343,12 @@ def _runs(block: Block) -> list[tuple[list[Operation], list[Operation]]]:
     views: list[Operation] = []
     produced: set[SSAValue] = set()
     for op in block.ops:
+        if isinstance(op, INDEXED):
+            if current:
+                runs.append((current, views))
+            runs.append(([op], []))
+            current, views, produced = [], [], set()
+            continue
         if isinstance(op, ELEMENTWISE) and current and space_key(op) == space_key(current[0]):
             current.append(op)
             produced.update(op.results)

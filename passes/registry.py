@@ -5,7 +5,7 @@ Read by ``distir-opt`` and ``passes/pipeline.py``, and published to stock ``xdsl
 through the ``xdsl.universe`` entry point (``tools/universe.py``). Each entry names the
 module that defines the pass and is imported only when the pass is used, so that tools
 start fast and this table (at the ``passes`` floor) can list the passes of the layers
-above it (``lowering``, ``synthesis``) without importing them. ``canonicalize`` is
+above it (``frontends``, ``lowering``, ``synthesis``) without importing them. ``canonicalize`` is
 xDSL's own pass: it applies the canonicalization patterns that the ``dist``/``coll`` ops
 declare (``passes/canonicalize.py``).
 """
@@ -36,6 +36,8 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "fuse-collectives": _lazy("passes.fuse_collectives", "FuseCollectivesPass"),
     "overlap": _lazy("passes.overlap", "OverlapPass"),
     "combine-collectives": _lazy("passes.combine_collectives", "CombineCollectivesPass"),
+    # placing programs imported from JAX and MLIR shard (frontends/)
+    "partition": _lazy("frontends.partition", "PartitionPass"),
     # leaving the dist/coll level (lowering/)
     "fix-mesh-sizes": _lazy("lowering.fix_mesh_sizes", "FixMeshSizesPass"),
     "lower-overlap": _lazy("lowering.lower_overlap", "LowerOverlapPass"),

@@ -61,7 +61,7 @@ from xdsl.traits import SymbolTable
 from distir.dialects import coll, dist, layout, rng
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import At, Sliced
+from distir.dialects.placements import At, Replicated, Sliced
 from distir.runtime import npz
 from distir.runtime.arith import SCALAR_OPS, UnsupportedOp, eval_body, eval_op
 from distir.runtime.values import (
@@ -201,7 +201,7 @@ class Interpreter:
         except (UnsupportedOp, UnsupportedType) as e:
             raise _fail(op, str(e)) from None
         for r, v in zip(op.results, results, strict=True):
-            self.bind(r, v, alias=isinstance(op, dist.RemeshOp))
+            self.bind(r, v, alias=isinstance(op, (dist.RemeshOp, dist.ToLocalOp, dist.FromLocalOp)))
 
     # ---------------------------------------------------------------- helpers for handlers
     def local(self, types: Sequence[TensorType], inputs: Sequence[Value], fn: Callable[[list[np.ndarray], int], list[np.ndarray]], key: Callable[[int], Any] | None = None) -> list[DistValue]:
@@ -641,6 +641,76 @@ def _remesh(it: Interpreter, op: dist.RemeshOp, args: list[Value]) -> list[Value
     (x,) = args
     assert isinstance(x, DistValue)
     return [it.value(op.result.type, dict(x.buffers))]
+
+
+@handles(dist.TransposeOp)
+def _transpose(it: Interpreter, op: dist.TransposeOp, args: list[Value]) -> list[Value]:
+    perm = op.option("perm")
+    return list(it.local([op.result.type], args, lambda b, r: [np.ascontiguousarray(np.transpose(b[0], perm))]))  # type: ignore[list-item]
+
+
+@handles(dist.ReshapeOp)
+def _reshape(it: Interpreter, op: dist.ReshapeOp, args: list[Value]) -> list[Value]:
+    t: TensorType = op.result.type  # type: ignore[assignment]
+    shape = layout.local_shape(t.get_shape(), t.get_placements(), it.grid(t).sizes)
+    return list(it.local([t], args, lambda b, r: [np.reshape(b[0], shape)]))
+
+
+@handles(dist.IotaOp)
+def _iota(it: Interpreter, op: dist.IotaOp, args: list[Value]) -> list[Value]:
+    t: TensorType = op.result.type  # type: ignore[assignment]
+    grid = it.grid(t)
+    coords = rank_coords(grid)
+    shape, placements, dim = t.get_shape(), t.get_placements(), op.option("dim")
+    dt = numpy_dtype(t.element_type)
+
+    def rows(r: int) -> slice:
+        return layout.block(shape, placements, grid.sizes, coords[r])[dim]
+
+    def fn(b: list[np.ndarray], r: int) -> list[np.ndarray]:
+        s = rows(r)
+        local = layout.local_shape(shape, placements, grid.sizes)
+        idx = np.arange(s.start or 0, s.stop if s.stop is not None else shape[dim]).astype(dt)
+        view = [1] * len(shape)
+        view[dim] = len(idx)
+        return [np.broadcast_to(idx.reshape(view), local)]
+
+    return list(it.local([t], args, fn, key=lambda r: (rows(r).start, rows(r).stop)))
+
+
+@handles(dist.ExtractSliceOp)
+def _extract_slice(it: Interpreter, op: dist.ExtractSliceOp, args: list[Value]) -> list[Value]:
+    t: TensorType = op.result.type  # type: ignore[assignment]
+    sliced = layout.sliced_dims(t.get_placements())
+    index = tuple(
+        slice(None) if d in sliced else slice(o, o + (n - 1) * s + 1 if n else o, s)
+        for d, (o, s, n) in enumerate(zip(op.option("offsets"), op.option("strides"), t.get_shape()))
+    )
+    return list(it.local([t], args, lambda b, r: [np.ascontiguousarray(b[0][index])]))
+
+
+@handles(dist.ConcatOp)
+def _concat_op(it: Interpreter, op: dist.ConcatOp, args: list[Value]) -> list[Value]:
+    dim = op.option("dim")
+    return list(it.local([op.result.type], args, lambda b, r: [np.concatenate(b, axis=dim)]))  # type: ignore[list-item]
+
+
+@handles(dist.ToLocalOp, dist.FromLocalOp)
+def _view_as(it: Interpreter, op: dist.ToLocalOp | dist.FromLocalOp, args: list[Value]) -> list[Value]:
+    # Every rank keeps its buffer; only the meaning changes. A replicated result of
+    # from_local must have equal buffers on the ranks of each group.
+    (x,) = args
+    assert isinstance(x, DistValue)
+    t: TensorType = op.result.type  # type: ignore[assignment]
+    if isinstance(op, dist.FromLocalOp):
+        axes = [a for a, (p, q) in enumerate(zip(x.placements, t.get_placements())) if p != q and isinstance(q, Replicated)]
+        if axes:
+            for group in x.grid.groups(axes):
+                bufs = [x.buffers[r] for r in group if r in x.buffers]
+                if any(not np.array_equal(bufs[0], b, equal_nan=bufs[0].dtype.kind == "f") for b in bufs[1:]):
+                    raise _fail(op, f"ranks {list(group)} hold different values for a result that is replicated over axes {axes}")
+    held = {r: b for r, b in x.buffers.items() if stores(t.get_placements(), rank_coords(x.grid)[r])}
+    return [it.value(t, held)]
 
 
 @handles(func.CallOp)

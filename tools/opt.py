@@ -30,6 +30,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from distir.dialects.frontend import SourceParser, decode_source, parse_source  # noqa: F401 - SourceParser re-exported
 from distir.dialects.verifier import verify_module
+from distir.frontends.program import read_program
 from distir.tools.diagnostics import InputRejected, argparse_error, distir_version, run_tool
 
 
@@ -137,7 +138,7 @@ class DistirOptMain(xDSLOptMain):
 
     def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
         name = self.get_input_name()
-        module, spans = parse_source(decode_source(chunk.read(), name), name, self.ctx, not self.args.no_implicit_module)
+        module, spans = read_program(decode_source(chunk.read(), name), name, self.ctx, not self.args.no_implicit_module)
         self._spans, self._line_offset = spans, start_offset
         if not self.args.disable_verify:
             verify_module(module, spans, start_offset)

@@ -53,9 +53,10 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 
 from distir.dialects.context import make_context
 from distir.dialects.dist import TensorType
-from distir.dialects.frontend import decode_source, parse_source
+from distir.dialects.frontend import decode_source
 from distir.dialects.layout import format_placements
 from distir.dialects.verifier import verify_module
+from distir.frontends.program import read_program
 from distir.passes.pipeline import did_you_mean
 from distir.runtime import npz
 from distir.runtime.backend import BACKENDS, default_backend_name, get_backend
@@ -129,7 +130,7 @@ def read_module(path: str, data: bytes | None = None) -> ModuleOp:
     if data is None:
         data = read_source(path)
     try:
-        module, spans = parse_source(decode_source(data, name), name, make_context())
+        module, spans = read_program(decode_source(data, name), name, make_context())
         verify_module(module, spans)
     except (ParseError, VerifyException) as e:
         raise _Located(str(e)) from None

@@ -1,0 +1,88 @@
+"""One entry point for every tool: a program file in any accepted source form to a
+partitioned, verified dist/coll module.
+
+    module, spans = read_program(text, "prog.mlir", ctx)      # distir, sdy or shard text
+    result = import_program(text, "prog.mlir", source="auto")  # + the partition remarks
+
+The form is found by the dialects the text uses (outside comments and strings): MLIR's
+``shard`` dialect (or ``mesh``, its name until 2025) is read by ``shard.py`` (its
+programs may use StableHLO ops too); else StableHLO or Shardy ops and attributes
+(``stablehlo.``, ``sdy.``, ``#sdy.sharding``, ``chlo.``) by ``sdy.py``; anything else is
+distir IR (``dialects/frontend.py``). An imported program
+is partitioned (``partition.py``) and verified before any tool sees it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.utils.exceptions import ParseError
+from xdsl.utils.lexer import Input, Span
+
+from distir.frontends.partition import Remark, format_remark, partition_module
+
+SOURCES = ("sdy", "shard", "auto")
+
+# The start of an op or an attribute of each source dialect, after comments and strings
+# are blanked out.
+_SDY = re.compile(r'(?:^|[\s=("])(?:stablehlo|sdy|chlo|mhlo)\.[a-z_]|#sdy\.|#stablehlo[.<]', re.M)
+_SHARD = re.compile(r'(?:^|[\s=("])(?:shard|mesh)\.(?:grid|mesh|sharding|shard|all_reduce|all_gather|all_slice|all_to_all|reduce_scatter|broadcast|gather|scatter|send|recv|shift|reduce|neighbors_halo|process_multi_index|process_linear_index|grid_shape|mesh_shape|shard_shape|get_sharding|update_halo)\b', re.M)
+_BLANK = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+
+
+def detect(text: str) -> str:
+    """``sdy``, ``shard`` or ``distir``: which reader a text is for."""
+    bare = _BLANK.sub(lambda m: " " * len(m.group()), text)
+    if _SHARD.search(bare):
+        return "shard"
+    if _SDY.search(bare):
+        return "sdy"
+    return "distir"
+
+
+@dataclass
+class Imported:
+    module: ModuleOp
+    spans: dict[Operation, Span]
+    remarks: list[Remark]
+    source: str
+
+    def remark_lines(self) -> list[str]:
+        return [format_remark(r, self.spans) for r in self.remarks]
+
+
+def import_program(text: str, name: str, source: str = "auto") -> Imported:
+    """Read ``text`` as ``source`` (``sdy``, ``shard`` or ``auto``), partition and verify
+    it. Raises ``ParseError``/``VerifyException`` (located) or ``InputRejected``."""
+    from distir.dialects.verifier import verify_module
+
+    kind = detect(text) if source == "auto" else source
+    if kind == "sdy":
+        from distir.frontends.sdy import sdy_import
+
+        module, spans = sdy_import(text, name)
+    elif kind == "shard":
+        from distir.frontends.shard import shard_import
+
+        module, spans = shard_import(text, name)
+    else:
+        raise ParseError(Span(0, 1, Input(text, name)), "no StableHLO, Shardy (sdy) or MLIR shard ops in this input (for distir IR use distir-opt)")
+    verify_module(module, spans)
+    remarks = partition_module(module, spans)
+    verify_module(module, spans)
+    return Imported(module, spans, remarks, kind)
+
+
+def read_program(text: str, name: str, ctx: Context, implicit_module: bool = True) -> tuple[ModuleOp, dict[Operation, Span]]:
+    """The module of a program file in any form (distir IR is parsed, not verified, as
+    ``parse_source`` does; an imported program is partitioned and verified)."""
+    if detect(text) == "distir":
+        from distir.dialects.frontend import parse_source
+
+        return parse_source(text, name, ctx, implicit_module)
+    imported = import_program(text, name)
+    return imported.module, imported.spans

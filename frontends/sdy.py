@@ -1,0 +1,1097 @@
+"""Shardy (``sdy``) + StableHLO, as ``jax.jit(f).lower(*args).as_text()`` prints it, into
+``dist`` IR ready for the ``partition`` pass.
+
+A Shardy mesh is a ``dist.mesh`` with the same axes; a sharding is one placement per mesh
+axis (Shardy's doc: https://openxla.org/shardy/sharding_representation)::
+
+    #sdy.sharding<@mesh, [{"x", "y"}, {}]>   dim 0 split by x (outer) then y (inner):
+                                              [sliced<0, 0>, sliced<0, 1>] on axes (x, y)
+    #sdy.sharding<@mesh, [{}, {}], unreduced={"x"}>    partial sums over x: [local, ...]
+    an axis in no dim (or in ``replicated={...}``)     replicated
+    {"x":(1)2}   a sub-axis: the mesh axis x is split into factor axes ("x:(1)2",
+                 "x:(2)2", ...) of a parent mesh ``@<mesh>_sub``, of which the Shardy
+                 mesh is a view (``dist.mesh @mesh ... view @mesh_sub [[0, 1], ...]``)
+    {?} / {"x", ?}   open dims: the partitioner may slice them further (``partition``)
+
+Meshes with explicit ``device_ids`` other than the identity are rejected (distir numbers
+ranks row-major). An axis that is not in the mesh, an axis used twice, a dim whose size
+the axes do not divide, or a sharding of the wrong rank is a diagnostic at the sharding.
+
+========================================  ==========================================
+Shardy op                                 dist IR (before ``partition``)
+========================================  ==========================================
+``sdy.mesh @m = <["x"=4]>``               ``dist.mesh @m shape = [4] axes = ["x"]``
+argument / result ``sdy.sharding``        the argument's / result's placements; the
+                                          body computes on the logical value (``join``,
+                                          ``drop``, ``reduce`` to ``unplaced``; ``slice``,
+                                          ``repl`` back)
+``sdy.sharding_constraint %x <S>``        the value placed as S there (``slice``/``repl``
+``sdy.reshard %x <S>``, op attribute      to S, ``join``/``drop`` back): kept by
+``sdy.sharding = #sdy.sharding_per_value``  ``partition``
+``sdy.all_gather [{..}, ..] %x            ``coll.all_gather`` of each listed axis (the
+  out_sharding=<S>``                      innermost first) from S with the axes added
+``sdy.all_slice [..] %x out_sharding=``   ``dist.take_slice`` of each listed axis
+``sdy.all_to_all [{"x"}: 0->1] %x ..``    ``coll.all_to_all dim 1`` over x
+``sdy.reduce_scatter [..] %x ..``         ``coll.reduce_scatter sum`` from partial sums
+``sdy.all_reduce {"x"} %x ..``            ``coll.all_reduce sum`` over x from partial sums
+``sdy.collective_permute %x ..``          a reshard to the new sharding (``partition``)
+``sdy.manual_computation(..)              the body per device (see ``ManualTranslator``): its
+  in_shardings=[..] out_shardings=[..]    values ``local`` on the manual axes, StableHLO's
+  manual_axes={..} (args) {..}``          collectives in generic form become ``coll`` ops
+========================================  ==========================================
+
+Shardy's collectives keep the logical (global) value and change only how it is laid
+out, so that is what distir computes: ``all_reduce`` and ``reduce_scatter`` take a value
+that is unreduced (``local``) on their axes -- from an unreduced argument or the partial
+sums of a ``dot_general`` over a sliced contracted dim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp, UnrealizedConversionCastOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import ParseError
+from xdsl.utils.lexer import Span
+
+from distir.dialects import coll, dist, layout
+from distir.dialects.dist import TensorType
+from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
+from distir.frontends import stablehlo
+from distir.frontends.mlir_text import Module, OpNode, Reader, TensorT, read_module
+from distir.frontends.stablehlo import Translator, Val, shape_of
+
+# ======================================================================================
+# Shardings
+# ======================================================================================
+
+
+@dataclass(frozen=True)
+class AxisRef:
+    """A mesh axis, or its sub-axis ``"x":(pre)size`` (the axis split in factors of sizes
+    pre, size, rest; this is the second)."""
+
+    name: str
+    pre: int = 1
+    size: int = 0  # 0: the whole axis
+
+    def text(self) -> str:
+        return f'"{self.name}"' + (f":({self.pre}){self.size}" if self.size else "")
+
+
+@dataclass(frozen=True)
+class DimSharding:
+    axes: tuple[AxisRef, ...]
+    open: bool = False
+
+
+@dataclass(frozen=True)
+class Sharding:
+    mesh: str
+    dims: tuple[DimSharding, ...]
+    replicated: tuple[AxisRef, ...] = ()
+    unreduced: tuple[AxisRef, ...] = ()
+    start: int = 0
+    end: int = 0
+
+
+@dataclass
+class Mesh:
+    """A Shardy mesh: axis names and sizes, and the factor split of each axis that
+    sub-axes need (sizes of the factors, major first)."""
+
+    name: str
+    axes: list[tuple[str, int]]
+    span: Span
+    cuts: dict[str, set[int]] = field(default_factory=dict)
+
+    def size(self, axis: str) -> int | None:
+        for n, s in self.axes:
+            if n == axis:
+                return s
+        return None
+
+    def factors(self, axis: str) -> list[tuple[int, int]]:
+        """(pre, size) of each factor axis of ``axis``, major first."""
+        total = self.size(axis) or 1
+        cuts = sorted({1, total, *self.cuts.get(axis, set())})
+        return [(a, b // a) for a, b in zip(cuts, cuts[1:])]
+
+    def refined(self) -> list[tuple[str, int, str, int]]:
+        """The parent mesh's axes: (dist axis name, size, Shardy axis, pre)."""
+        out = []
+        for n, s in self.axes:
+            fs = self.factors(n)
+            if len(fs) <= 1:
+                out.append((n, s, n, 1))
+            else:
+                out += [(f"{n}:({pre}){size}", size, n, pre) for pre, size in fs]
+        return out
+
+    @property
+    def split(self) -> bool:
+        return any(len(self.factors(n)) > 1 for n, _ in self.axes)
+
+    def dist_name(self) -> str:
+        return f"{self.name}_sub" if self.split else self.name
+
+
+def _axis_ref(r: Reader) -> AxisRef:
+    name = r.string("an axis name")
+    if r.accept(":"):
+        r.expect("(", " in a sub-axis")
+        pre = r.integer("the sub-axis pre-size")
+        r.expect(")")
+        size = r.integer("the sub-axis size")
+        return AxisRef(name, pre, size)
+    return AxisRef(name)
+
+
+def _axis_set(r: Reader) -> tuple[AxisRef, ...]:
+    r.expect("{")
+    out: list[AxisRef] = []
+    if not r.accept("}"):
+        while True:
+            out.append(_axis_ref(r))
+            if r.accept("}"):
+                break
+            r.expect(",", " or '}' in an axis list")
+    return tuple(out)
+
+
+def parse_sharding_body(r: Reader, start: int) -> Sharding:
+    """``<@mesh, [{"x"}, {}, {?}], replicated={"y"}, unreduced={"z"}>``."""
+    r.expect("<", " to open a sharding")
+    if r.peek().kind == "sym":
+        mesh = r.symbol()
+    else:
+        raise r.error("expected a mesh symbol (@mesh); inline meshes are not supported")
+    r.expect(",", " after the mesh")
+    r.expect("[", " to open the dim shardings")
+    dims: list[DimSharding] = []
+    if not r.accept("]"):
+        while True:
+            dims.append(_dim_sharding(r))
+            if r.accept("]"):
+                break
+            r.expect(",", " or ']' between dim shardings")
+    replicated: tuple[AxisRef, ...] = ()
+    unreduced: tuple[AxisRef, ...] = ()
+    while r.accept(","):
+        key = r.ident("'replicated' or 'unreduced'")
+        r.expect("=")
+        if key == "replicated":
+            replicated = _axis_set(r)
+        elif key == "unreduced":
+            unreduced = _axis_set(r)
+        else:
+            raise r.error(f"unknown sharding clause '{key}'")
+    end = r.expect(">", " to close the sharding").end
+    return Sharding(mesh, tuple(dims), replicated, unreduced, start, end)
+
+
+def _dim_sharding(r: Reader) -> DimSharding:
+    r.expect("{", " to open a dim sharding")
+    axes: list[AxisRef] = []
+    is_open = False
+    if not r.accept("}"):
+        while True:
+            if r.accept("?"):
+                is_open = True
+                r.expect("}", " after '?'")
+                break
+            axes.append(_axis_ref(r))
+            if r.accept("}"):
+                break
+            r.expect(",", " or '}' in a dim sharding")
+    t = r.peek()
+    if t.kind == "ident" and t.text.startswith("p") and t.text[1:].isdigit():
+        r.next()  # priority: propagation order in Shardy, no meaning here
+    return DimSharding(tuple(axes), is_open)
+
+
+def _sharding_attr(r: Reader, start: int) -> Sharding:
+    return parse_sharding_body(r, start)
+
+
+def _sharding_per_value(r: Reader, start: int) -> list[Sharding]:
+    r.expect("<")
+    r.expect("[")
+    out: list[Sharding] = []
+    if not r.accept("]"):
+        while True:
+            out.append(parse_sharding_body(r, r.peek().start))
+            if r.accept("]"):
+                break
+            r.expect(",")
+    r.expect(">")
+    return out
+
+
+ATTR_HOOKS = {"#sdy.sharding": _sharding_attr, "#sdy.sharding_per_value": _sharding_per_value}
+
+
+# ======================================================================================
+# Custom forms of the sdy ops
+# ======================================================================================
+
+
+def _mesh(r: Reader, node: OpNode) -> None:
+    node.sym = r.symbol("the mesh name")
+    r.expect("=")
+    if r.peek().kind == "hash":  # #sdy.mesh<...>
+        r.next()
+    r.expect("<", " to open the mesh")
+    axes: list[tuple[str, int]] = []
+    if r.accept("["):
+        if not r.accept("]"):
+            while True:
+                t = r.peek()
+                name = r.string("an axis name")
+                r.expect("=", " after the axis name")
+                size = r.integer("the axis size")
+                if size < 1:
+                    raise r.error(f"axis \"{name}\" has size {size}", t.start, r.pos)
+                axes.append((name, size))
+                if r.accept("]"):
+                    break
+                r.expect(",", " or ']' between axes")
+        if r.accept(","):
+            _device_ids(r, node, axes)
+    elif r.peek().text == "device_ids":
+        _device_ids(r, node, axes)
+    r.expect(">", " to close the mesh")
+    if r.at("{"):
+        node.attrs.update(r.attr_dict())
+    node.attrs["axes"] = axes
+
+
+def _device_ids(r: Reader, node: OpNode, axes: list[tuple[str, int]]) -> None:
+    t = r.peek()
+    r.keyword("device_ids")
+    r.expect("=")
+    ids = r.int_list("the device ids")
+    if ids != list(range(len(ids))):
+        raise r.error("meshes with device_ids other than 0, 1, ... are not supported (distir numbers ranks row-major)", t.start, r.pos)
+    node.attrs["device_ids"] = ids
+
+
+def _sharded_value(r: Reader, node: OpNode) -> None:
+    """``%x <@mesh, [..]> : T`` (sharding_constraint, reshard)."""
+    node.operands = [r.value()]
+    node.attrs["sharding"] = parse_sharding_body(r, r.peek().start)
+    if r.at("{"):
+        node.attrs.update(r.attr_dict())
+    r.expect(":")
+    t = r.type()
+    node.in_types, node.out_types = [t], [t]
+    r.check_counts(node)
+
+
+def _collective(kind: str):
+    def hook(r: Reader, node: OpNode) -> None:
+        start = r.peek().start
+        if kind in ("all_gather", "all_slice", "reduce_scatter"):
+            r.expect("[", f" to open the axes of 'sdy.{kind}'")
+            per_dim: list[tuple[AxisRef, ...]] = []
+            if not r.accept("]"):
+                while True:
+                    per_dim.append(_axis_set(r))
+                    if r.accept("]"):
+                        break
+                    r.expect(",")
+            node.attrs["axes"] = per_dim
+        elif kind == "all_to_all":
+            node.attrs["moves"] = _all_to_all_moves(r)
+        elif kind == "all_reduce":
+            node.attrs["axes"] = _axis_set(r)
+        node.attrs["axes_span"] = (start, r.pos)
+        node.operands = [r.value()]
+        r.keyword("out_sharding")
+        r.expect("=")
+        node.attrs["sharding"] = parse_sharding_body(r, r.peek().start)
+        if r.at("{"):
+            node.attrs.update(r.attr_dict())
+        r.expect(":")
+        t = r.type()
+        node.in_types, node.out_types = [t], [t]
+        r.check_counts(node)
+
+    return hook
+
+
+def _all_to_all_moves(r: Reader) -> list[tuple[tuple[AxisRef, ...], int, int]]:
+    """``[{"x"}: 0->1, {"y"}: 2->3]`` or the older ``[{"x": 0->1}]``."""
+    r.expect("[")
+    out = []
+    if r.accept("]"):
+        return out
+    while True:
+        r.expect("{")
+        axes = [_axis_ref(r)]
+        while r.accept(","):
+            axes.append(_axis_ref(r))
+        if r.accept("}"):
+            r.expect(":")
+            src = r.integer("the source dim")
+            r.expect("->")
+            tgt = r.integer("the target dim")
+        else:  # old form: {"x": 0->1} reads the axis as a sub-axis... not supported
+            raise r.error("expected '}' then ': SRC->TGT'")
+        out.append((tuple(axes), src, tgt))
+        if r.accept("]"):
+            return out
+        r.expect(",")
+
+
+def _manual(r: Reader, node: OpNode) -> None:
+    r.expect("(")
+    node.operands = r.values()
+    r.expect(")")
+    for key in ("in_shardings", "out_shardings"):
+        r.keyword(key)
+        r.expect("=")
+        r.expect("[")
+        lst: list[Sharding] = []
+        if not r.accept("]"):
+            while True:
+                lst.append(parse_sharding_body(r, r.peek().start))
+                if r.accept("]"):
+                    break
+                r.expect(",")
+        node.attrs[key] = lst
+    r.keyword("manual_axes")
+    r.expect("=")
+    node.attrs["manual_axes"] = _axis_set(r)
+    r.expect("(", " to open the body's arguments")
+    args = r.block_args(")")
+    body = r.region()
+    if body[0].args:
+        raise r.error("the body of sdy.manual_computation takes its arguments before the region")
+    body[0].args = args
+    node.regions.append(body)
+    r.expect(":")
+    node.in_types, node.out_types = r.function_type()
+    r.check_counts(node)
+
+
+def _attr_aware(hook):
+    """A StableHLO custom form that may carry an attribute dictionary before ``:``
+    (``{sdy.sharding = ...}``)."""
+
+    def wrapped(r: Reader, node: OpNode) -> None:
+        saved = r.expect
+
+        def expect(text: str, what: str = ""):
+            if text == ":" and r.at("{"):
+                node.attrs.update(r.attr_dict())
+            return saved(text, what)
+
+        r.expect = expect  # type: ignore[method-assign]
+        try:
+            hook(r, node)
+        finally:
+            r.expect = saved  # type: ignore[method-assign]
+
+    return wrapped
+
+
+HOOKS = {name: _attr_aware(h) for name, h in stablehlo.HOOKS.items() if name != "func.func"}
+HOOKS["func.func"] = stablehlo.HOOKS["func.func"]
+HOOKS.update(
+    {
+        "sdy.mesh": _mesh,
+        "sdy.sharding_constraint": _sharded_value,
+        "sdy.reshard": _sharded_value,
+        "sdy.all_gather": _collective("all_gather"),
+        "sdy.all_slice": _collective("all_slice"),
+        "sdy.reduce_scatter": _collective("reduce_scatter"),
+        "sdy.all_to_all": _collective("all_to_all"),
+        "sdy.all_reduce": _collective("all_reduce"),
+        "sdy.collective_permute": _collective("collective_permute"),
+        "sdy.manual_computation": _manual,
+        "sdy.return": stablehlo.HOOKS["stablehlo.return"],
+    }
+)
+
+
+# ======================================================================================
+# Placements
+# ======================================================================================
+
+
+class MeshMap:
+    """A Shardy mesh as the dist mesh its values live on (factor axes for sub-axes)."""
+
+    def __init__(self, mesh: Mesh):
+        self.mesh = mesh
+        self.axes = mesh.refined()
+        self.name = mesh.dist_name()
+
+    @property
+    def naxes(self) -> int:
+        return len(self.axes)
+
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(s for _, s, _, _ in self.axes)
+
+    def expand(self, ref: AxisRef, error) -> list[int]:
+        """The dist axes (indices) an axis reference covers, major first."""
+        size = self.mesh.size(ref.name)
+        if size is None:
+            names = ", ".join(f'"{n}"' for n, _ in self.mesh.axes) or "none"
+            raise error(f'axis "{ref.name}" is not in mesh @{self.mesh.name} (its axes: {names})')
+        if not ref.size:
+            return [i for i, (_, _, ax, _) in enumerate(self.axes) if ax == ref.name]
+        if ref.pre < 1 or size % (ref.pre * ref.size) or ref.size < 1:
+            raise error(f'sub-axis {ref.text()} does not divide axis "{ref.name}" of size {size}')
+        out = []
+        for i, (_, s, ax, pre) in enumerate(self.axes):
+            if ax == ref.name and ref.pre <= pre < ref.pre * ref.size:
+                out.append(i)
+        return out
+
+    def placements(self, s: Sharding, shape: Sequence[int], error) -> list[Placement]:
+        """One placement per dist axis for a value of ``shape`` sharded as ``s``."""
+        if len(s.dims) != len(shape):
+            raise error(f"the sharding has {len(s.dims)} dim(s) for a tensor of rank {len(shape)}")
+        out: list[Placement] = [REPLICATED] * self.naxes
+        used: dict[int, str] = {}
+
+        def claim(i: int, ref: AxisRef) -> None:
+            if i in used:
+                raise error(f"axis {ref.text()} is used twice in the sharding")
+            used[i] = ref.text()
+
+        for d, ds in enumerate(s.dims):
+            axes = [i for ref in ds.axes for i in self.expand(ref, error)]
+            for ref in ds.axes:
+                for i in self.expand(ref, error):
+                    claim(i, ref)
+            n = math.prod(self.axes[i][1] for i in axes)
+            if axes and shape[d] % n:
+                names = ", ".join(ref.text() for ref in ds.axes)
+                raise error(f"dim {d} of size {shape[d]} is not divisible by the {n} shards of {{{names}}}")
+            for k, i in enumerate(axes):
+                out[i] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
+        for ref in s.replicated:
+            for i in self.expand(ref, error):
+                claim(i, ref)
+        for ref in s.unreduced:
+            for i in self.expand(ref, error):
+                claim(i, ref)
+                out[i] = LOCAL
+        return out
+
+
+# ======================================================================================
+# Boundaries between placed and global values
+# ======================================================================================
+
+
+def to_global(tr: Translator, x: SSAValue) -> SSAValue:
+    """The logical value of a placed value (``unplaced`` on every axis): ``dist.reduce``
+    of partial sums, ``dist.load`` of a value held by one rank, ``dist.drop`` of replicas,
+    ``dist.join`` of slices (the innermost slicing first)."""
+    t = x.type
+    assert isinstance(t, TensorType)
+    ps = t.get_placements()
+    for a, p in enumerate(ps):
+        if isinstance(p, Local):
+            x = tr.emit(dist.ReduceOp.of(x, op="sum", axis=a)).results[0]
+        elif isinstance(p, At):
+            x = tr.emit(dist.LoadOp.of(x, axis=a)).results[0]
+        elif isinstance(p, Replicated):
+            x = tr.emit(dist.DropOp.of(x, axis=a)).results[0]
+    while True:
+        t = x.type
+        assert isinstance(t, TensorType)
+        dims = sorted(layout.sliced_dims(t.get_placements()))
+        if not dims:
+            return x
+        innermost = layout.slicing_axes(t.get_placements(), dims[0])[-1]
+        x = tr.emit(dist.JoinOp.of(x, axis=innermost)).results[0]
+
+
+def from_global(tr: Translator, x: SSAValue, target: Sequence[Placement], what: str) -> SSAValue:
+    """A global value placed as ``target``: ``dist.slice`` (outermost slicing first) and
+    ``dist.repl``; partial sums (``local``) cannot be made from a logical value by a
+    primitive, so a target with ``local`` axes is an ``unrealized_conversion_cast`` that
+    ``partition`` resolves from a value that is already partial there."""
+    t = x.type
+    assert isinstance(t, TensorType)
+    if any(isinstance(p, Local) for p in target):
+        cast = UnrealizedConversionCastOp.get([x], [t.with_(placements=list(target))])
+        cast.attributes["partition.what"] = _str_attr(what)
+        return tr.emit(cast).results[0]
+    for d in layout.sliced_dims(list(target)):
+        for a in layout.slicing_axes(list(target), d):
+            x = tr.emit(dist.SliceOp.of(x, dim=d, axis=a)).results[0]
+    for a, p in enumerate(target):
+        if isinstance(p, Replicated):
+            x = tr.emit(dist.ReplOp.of(x, axis=a)).results[0]
+    return x
+
+
+def _str_attr(s: str):
+    from xdsl.dialects.builtin import StringAttr
+
+    return StringAttr(s)
+
+
+# ======================================================================================
+# Import
+# ======================================================================================
+
+
+class SdyImport:
+    """Imports one module: meshes, then each public function."""
+
+    def __init__(self, ast: Module):
+        self.ast = ast
+        self.meshes: dict[str, Mesh] = {}
+        self.maps: dict[str, MeshMap] = {}
+        self.spans: dict[Operation, Span] = {}
+
+    def error(self, msg: str, start: int, end: int) -> ParseError:
+        return ParseError(Span(start, max(end, start + 1), self.ast.source), msg)
+
+    def sharding_error(self, s: Sharding):
+        def error(msg: str) -> ParseError:
+            return self.error(msg, s.start, s.end)
+
+        return error
+
+    def run(self) -> ModuleOp:
+        for node in self.ast.ops:
+            if node.name == "sdy.mesh":
+                if node.sym in self.meshes:
+                    raise self.error(f"mesh @{node.sym} is defined twice", node.span.start, node.span.end)
+                self.meshes[node.sym or ""] = Mesh(node.sym or "", node.attrs["axes"], node.span)
+            elif node.name != "func.func":
+                raise self.error(f"unsupported op '{node.name}' at module level", node.span.start, node.span.end)
+        for s in self._all_shardings():
+            mesh = self.meshes.get(s.mesh)
+            if mesh is None:
+                raise self.error(f"unknown mesh @{s.mesh}", s.start, s.end)
+            for ref in [r for d in s.dims for r in d.axes] + list(s.replicated) + list(s.unreduced):
+                size = mesh.size(ref.name)
+                if ref.size and size is not None and ref.pre >= 1 and ref.size >= 1 and size % (ref.pre * ref.size) == 0:
+                    mesh.cuts.setdefault(ref.name, set()).update({ref.pre, ref.pre * ref.size})
+        self.maps = {n: MeshMap(m) for n, m in self.meshes.items()}
+        out = ModuleOp([])
+        for name, m in self.maps.items():
+            if m.mesh.split:
+                parent = dist.MeshOp.create_mesh(m.name, list(m.sizes()), [a for a, _, _, _ in m.axes])
+                factors = [[i for i, (_, _, ax, _) in enumerate(m.axes) if ax == n] for n, _ in m.mesh.axes]
+                view = dist.MeshOp.create_mesh(name, [s for _, s in m.mesh.axes], [n for n, _ in m.mesh.axes], m.name, factors)
+                out.body.block.add_ops([parent, view])
+                self.spans[parent] = self.spans[view] = m.mesh.span
+            else:
+                op = dist.MeshOp.create_mesh(name, [s for _, s in m.mesh.axes] or [1], [n for n, _ in m.mesh.axes] or ["_"])
+                out.body.block.add_op(op)
+                self.spans[op] = m.mesh.span
+        publics = [n for n in self.ast.ops if n.name == "func.func" and n.attrs.get("visibility") != "private"]
+        if not publics:
+            raise self.error("no public function to import", 0, 1)
+        default = None
+        for n in publics:
+            f = self.function(n, out)
+            if default is None:
+                default = f
+        return out
+
+    def _all_shardings(self) -> list[Sharding]:
+        out: list[Sharding] = []
+
+        def visit(ops: list[OpNode]) -> None:
+            for op in ops:
+                for v in op.attrs.values():
+                    out.extend(_shardings_in(v))
+                for d in op.arg_attrs + op.res_attrs:
+                    for v in d.values():
+                        out.extend(_shardings_in(v))
+                for region in op.regions:
+                    for b in region:
+                        visit(b.ops)
+
+        visit(self.ast.ops)
+        return out
+
+    def mesh_of(self, node: OpNode) -> MeshMap:
+        """The mesh a function's shardings use (one per function)."""
+        names: set[str] = set()
+
+        def visit(ops: list[OpNode]) -> None:
+            for op in ops:
+                for v in list(op.attrs.values()) + [x for d in op.arg_attrs + op.res_attrs for x in d.values()]:
+                    names.update(s.mesh for s in _shardings_in(v))
+                if op.name in ("func.call", "call") and op.sym and op.sym not in seen:
+                    seen.add(op.sym)
+                    callee = funcs.get(op.sym)
+                    if callee is not None:
+                        visit([callee])
+                for region in op.regions:
+                    for b in region:
+                        visit(b.ops)
+
+        funcs = {n.sym: n for n in self.ast.ops if n.name == "func.func"}
+        seen: set[str] = set()
+        visit([node])
+        if len(names) > 1:
+            raise self.error(f"@{node.sym} uses several meshes ({', '.join('@' + n for n in sorted(names))}); one mesh per function is supported", node.span.start, node.span.end)
+        if names:
+            return self.maps[names.pop()]
+        if len(self.maps) == 1:
+            return next(iter(self.maps.values()))
+        if not self.maps:
+            mesh = Mesh("mesh", [], node.span)
+            self.meshes["mesh"] = mesh
+            self.maps["mesh"] = MeshMap(mesh)
+            return self.maps["mesh"]
+        raise self.error(f"@{node.sym} has no sharding to say which mesh it runs on", node.span.start, node.span.end)
+
+    def function(self, node: OpNode, out: ModuleOp) -> func.FuncOp:
+        mm = self.mesh_of(node)
+        if mm.name not in {op.sym_name.data for op in out.ops if isinstance(op, dist.MeshOp)}:
+            op = dist.MeshOp.create_mesh(mm.name, [1], ["_"])
+            out.body.block.add_op(op)
+        tr = SdyTranslator(self, mm, self.ast)
+        body = node.regions[0][0]
+        block = Block()
+        tr.block = block
+        args: list[Val] = []
+        arg_types = []
+        for i, ((v, t), attrs) in enumerate(zip(body.args, node.arg_attrs)):
+            tt = tr.tensor_t(t, f"argument %{v.name}", node)
+            s = attrs.get("sdy.sharding")
+            placements = self.placements(mm, s, tt.shape) if isinstance(s, Sharding) else [REPLICATED] * mm.naxes
+            ty = TensorType(tt.shape, tr.elt(tt.elt, node), mm.name, placements)
+            arg = block.insert_arg(ty, len(block.args))
+            arg.name_hint = v.name if stablehlo._valid_hint(v.name) else f"arg{i}"
+            arg_types.append(ty)
+            tr.node = node
+            args.append(to_global(tr, arg))
+        tr.node = node
+        outs = tr.translate_body(body, args)
+        if len(outs) != len(node.out_types):
+            raise self.error(f"@{node.sym} returns {len(outs)} value(s), its type lists {len(node.out_types)}", node.span.start, node.span.end)
+        results = []
+        for i, (o, t, attrs) in enumerate(zip(outs, node.out_types, node.res_attrs + [{}] * len(outs))):
+            tt = tr.tensor_t(t, f"result {i}", node)
+            if shape_of(o) != tt.shape:
+                raise self.error(f"@{node.sym} returns {stablehlo._fmt(shape_of(o))} as result {i}, its type says {tt}", node.span.start, node.span.end)
+            x = tr.materialize(o)
+            s = attrs.get("sdy.sharding")
+            if isinstance(s, Sharding):
+                x = from_global(tr, x, self.placements(mm, s, tt.shape), f"result {i}")
+            results.append(x)
+        ret = func.ReturnOp(*results)
+        block.add_op(ret)
+        f = func.FuncOp(node.sym or "main", FunctionType.from_lists(arg_types, [r.type for r in results]), Region(block))
+        out.body.block.add_op(f)
+        self.spans[f] = node.span
+        self.spans[ret] = node.span
+        return f
+
+    def placements(self, mm: MeshMap, s: Sharding, shape: Sequence[int]) -> list[Placement]:
+        if s.mesh != mm.mesh.name:
+            raise self.error(f"sharding on mesh @{s.mesh} in a function on mesh @{mm.mesh.name}", s.start, s.end)
+        return mm.placements(s, shape, self.sharding_error(s))
+
+
+def _shardings_in(v: Any) -> list[Sharding]:
+    if isinstance(v, Sharding):
+        return [v]
+    if isinstance(v, list):
+        return [s for x in v for s in _shardings_in(x)]
+    if isinstance(v, dict):
+        return [s for x in v.values() for s in _shardings_in(x)]
+    return []
+
+
+class SdyTranslator(Translator):
+    """StableHLO translation with the sdy ops of a global (not manual) function body."""
+
+    def __init__(self, imp: SdyImport, mm: MeshMap, ast: Module):
+        super().__init__(ast, mm.name, mm.naxes, imp.spans, SDY_HANDLERS)
+        self.imp = imp
+        self.mm = mm
+
+    def bind(self, node: OpNode, values: Sequence[Val]) -> None:
+        shardings = node.attrs.get("sdy.sharding")
+        if isinstance(shardings, list) and node.name not in SDY_HANDLERS:
+            if len(shardings) != len(values):
+                raise self.error(f"'{node.name}' has {len(values)} result(s) but {len(shardings)} sharding(s)", node)
+            values = [constrain(self, self.materialize(v), s, "the op's sdy.sharding") for v, s in zip(values, shardings)]
+        super().bind(node, values)
+
+
+def constrain(tr: SdyTranslator, x: SSAValue, s: Sharding, what: str) -> SSAValue:
+    """``x`` placed as ``s`` here (a user constraint ``partition`` keeps)."""
+    placed = from_global(tr, x, tr.imp.placements(tr.mm, s, shape_of(x)), what)
+    return to_global(tr, placed)
+
+
+SDY_HANDLERS: dict[str, stablehlo.Handler] = {}
+_sdy = stablehlo.registers(SDY_HANDLERS)
+
+
+@_sdy("sdy.sharding_constraint", "sdy.reshard")
+def _h_constraint(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    x = tr.materialize(tr.operand(node, 0))
+    return [constrain(tr, x, node.attrs["sharding"], f"'{node.name}'")]
+
+
+def sdy_import(text: str, name: str) -> tuple[ModuleOp, dict[Operation, Span]]:
+    """Read StableHLO + Shardy text into a dist module (before ``partition``) and the
+    source position of every op."""
+    ast = read_module(text, name, HOOKS, ATTR_HOOKS)
+    imp = SdyImport(ast)
+    module = imp.run()
+    return module, imp.spans
+
+
+# ======================================================================================
+# Shardy's explicit collectives (global view: the logical value is kept)
+# ======================================================================================
+
+
+def _with_dims(s: Sharding, dims: list[tuple[AxisRef, ...]], unreduced: tuple[AxisRef, ...] = ()) -> Sharding:
+    return Sharding(s.mesh, tuple(DimSharding(d) for d in dims), s.replicated, tuple(s.unreduced) + tuple(unreduced), s.start, s.end)
+
+
+def _per_dim_axes(tr: SdyTranslator, node: OpNode, rank: int) -> list[tuple[AxisRef, ...]]:
+    per_dim = node.attrs["axes"]
+    if len(per_dim) != rank:
+        s, e = node.attrs["axes_span"]
+        raise tr.imp.error(f"'{node.name}' lists axes for {len(per_dim)} dim(s) of a tensor of rank {rank}", s, e)
+    return per_dim
+
+
+def _without(tr: SdyTranslator, node: OpNode, out: Sharding, per_dim: list[tuple[AxisRef, ...]], what: str) -> list[tuple[AxisRef, ...]]:
+    """The out_sharding's dims without the op's axes, which each dim must end with."""
+    dims = []
+    for d, cut in enumerate(per_dim):
+        have = out.dims[d].axes if d < len(out.dims) else ()
+        if len(cut) > len(have) or have[len(have) - len(cut) :] != cut:
+            raise tr.error(f"dim {d} of the out_sharding does not end with the {what} axes {{{', '.join(r.text() for r in cut)}}}", node)
+        dims.append(have[: len(have) - len(cut)])
+    return dims
+
+
+def _dist_axes(tr: SdyTranslator, node: OpNode, refs: Sequence[AxisRef]) -> list[int]:
+    s, e = node.attrs["axes_span"]
+    return [a for r in refs for a in tr.mm.expand(r, lambda msg: tr.imp.error(msg, s, e))]
+
+
+def _each_axis(tr: SdyTranslator, node: OpNode, y: SSAValue, per_dim: list[tuple[AxisRef, ...]], make, innermost_first: bool = False) -> SSAValue:
+    """``make(y, dim, axis)`` for each axis listed for each dim, in order (or innermost
+    first)."""
+    for d, refs in enumerate(per_dim):
+        axes = _dist_axes(tr, node, refs)
+        for a in reversed(axes) if innermost_first else axes:
+            y = tr.emit_checked(lambda: make(y, d, a)).results[0]
+    return y
+
+
+def _explicit(tr: SdyTranslator, node: OpNode, in_sharding: Sharding, steps) -> list[Val]:
+    """An explicit collective: the operand placed as ``in_sharding``, then ``steps``
+    (dist/coll ops) to the op's out_sharding, then the logical value again."""
+    x = tr.materialize(tr.operand(node, 0))
+    out = node.attrs["sharding"]
+    shape = shape_of(x)
+    in_pl = tr.imp.placements(tr.mm, in_sharding, shape)
+    out_pl = tr.imp.placements(tr.mm, out, shape)
+    y = from_global(tr, x, in_pl, f"the operand of '{node.name}'")
+    y = steps(y)
+    if not layout.same_layout(y.type.get_placements(), out_pl):  # type: ignore[attr-defined]
+        raise tr.error(
+            f"'{node.name}' from {layout.format_placements(in_pl)} gives {layout.format_placements(y.type.get_placements())}, "  # type: ignore[attr-defined]
+            f"not its out_sharding {layout.format_placements(out_pl)}",
+            node,
+        )
+    return [to_global(tr, y)]
+
+
+@_sdy("sdy.all_gather")
+def _h_all_gather(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    per_dim = _per_dim_axes(tr, node, rank)
+    if len(out.dims) != rank:
+        raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
+    in_s = _with_dims(out, [out.dims[d].axes + per_dim[d] for d in range(rank)])
+
+    return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.AllGatherOp.of(y, axes=[a]), True))
+
+
+@_sdy("sdy.all_slice")
+def _h_all_slice(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    per_dim = _per_dim_axes(tr, node, rank)
+    in_s = _with_dims(out, _without(tr, node, out, per_dim, "sliced"))
+
+    return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: dist.TakeSliceOp.of(y, dim=d, axis=a)))
+
+
+@_sdy("sdy.all_to_all")
+def _h_all_to_all(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    if len(out.dims) != rank:
+        raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
+    dims = [list(out.dims[d].axes) for d in range(rank)]
+    moves = node.attrs["moves"]
+    for axes, src, tgt in reversed(moves):
+        if not (0 <= src < rank and 0 <= tgt < rank) or src == tgt:
+            raise tr.error(f"all_to_all move {src}->{tgt} is not between two dims of a tensor of rank {rank}", node)
+        if tuple(dims[tgt][len(dims[tgt]) - len(axes) :]) != tuple(axes):
+            raise tr.error(f"dim {tgt} of the out_sharding does not end with the moved axes", node)
+        dims[tgt] = dims[tgt][: len(dims[tgt]) - len(axes)]
+        dims[src] = dims[src] + list(axes)
+    in_s = _with_dims(out, [tuple(d) for d in dims])
+
+    def steps(y: SSAValue) -> SSAValue:
+        for axes, src, tgt in moves:
+            da = _dist_axes(tr, node, axes)
+            y = tr.emit_checked(lambda: coll.AllToAllOp.of(y, dim=tgt, axes=da)).results[0]
+        return y
+
+    return _explicit(tr, node, in_s, steps)
+
+
+@_sdy("sdy.reduce_scatter")
+def _h_reduce_scatter(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    per_dim = _per_dim_axes(tr, node, rank)
+    in_s = _with_dims(out, _without(tr, node, out, per_dim, "scattered"), tuple(r for d in per_dim for r in d))
+    return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.ReduceScatterOp.of(y, op="sum", dim=d, axes=[a])))
+
+
+@_sdy("sdy.all_reduce")
+def _h_all_reduce(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    out: Sharding = node.attrs["sharding"]
+    refs = node.attrs["axes"]
+    in_s = _with_dims(out, [d.axes for d in out.dims], tuple(refs))
+
+    def steps(y: SSAValue) -> SSAValue:
+        axes = _dist_axes(tr, node, refs)
+        return tr.emit_checked(lambda: coll.AllReduceOp.of(y, op="sum", axes=axes)).results[0] if axes else y
+
+    return _explicit(tr, node, in_s, steps)
+
+
+@_sdy("sdy.collective_permute")
+def _h_collective_permute(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    x = tr.materialize(tr.operand(node, 0))
+    return [constrain(tr, x, node.attrs["sharding"], "the out_sharding of 'sdy.collective_permute'")]
+
+
+# ======================================================================================
+# sdy.manual_computation: the body per device
+# ======================================================================================
+
+
+@_sdy("sdy.manual_computation")
+def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    """The body runs per device: each operand placed as its in_sharding and seen as each
+    device's block (``dist.to_local``); every body value is ``local`` on the manual axes
+    (the logical shape is the per-device shape); each body result becomes the global value
+    its out_sharding says (``dist.from_local``)."""
+    mm = tr.mm
+    manual = set(_dist_axes_list(tr, node, node.attrs["manual_axes"]))
+    if manual != set(range(mm.naxes)):
+        raise tr.error("manual computations over some of the mesh axes are not supported (make every axis manual)", node)
+    ins, outs = node.attrs["in_shardings"], node.attrs["out_shardings"]
+    body = node.regions[0][0]
+    if len(ins) != len(node.operands) or len(body.args) != len(node.operands):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.operands)} operand(s), {len(ins)} in_sharding(s) and {len(body.args)} body argument(s)", node)
+    if len(outs) != len(node.results):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.results)} result(s) and {len(outs)} out_sharding(s)", node)
+    sizes = mm.sizes()
+    args = []
+    for i, ((v, t), s) in enumerate(zip(body.args, ins)):
+        x = tr.materialize(tr.operand(node, i))
+        placed = from_global(tr, x, tr.imp.placements(mm, s, shape_of(x)), f"operand {i} of 'sdy.manual_computation'")
+        pt = placed.type
+        assert isinstance(pt, TensorType)
+        local = layout.local_shape(pt.get_shape(), pt.get_placements(), sizes)
+        tt = tr.tensor_t(t, f"body argument %{v.name}", node)
+        if tuple(tt.shape) != tuple(local):
+            raise ParseError(v.span, f"body argument %{v.name} is {tt}, but each device holds a {stablehlo._fmt(local)} block of operand {i}")
+        lt = pt.with_(shape=local, placements=[LOCAL] * mm.naxes)
+        args.append(tr.emit(dist.ToLocalOp.make([placed], [lt])).results[0])
+    inner = ManualTranslator(tr)
+    results = inner.translate_body(body, args)
+    tr.node = node
+    if len(results) != len(node.results):
+        raise tr.error(f"the body returns {len(results)} value(s) for {len(node.results)} result(s)", node)
+    out_vals: list[Val] = []
+    for i, (r, s, t) in enumerate(zip(results, outs, node.out_types)):
+        rv = inner.materialize(r)
+        gt = tr.tensor_t(t, f"result {i}", node)
+        pl = tr.imp.placements(mm, s, gt.shape)
+        rt_ = rv.type
+        assert isinstance(rt_, TensorType)
+        want = layout.local_shape(gt.shape, pl, sizes)
+        if tuple(want) != rt_.get_shape():
+            raise tr.error(f"the body returns {rt_.format_shape()} per device as result {i}, its out_sharding needs {stablehlo._fmt(want)}", node)
+        placed_t = rt_.with_(shape=gt.shape, placements=pl)
+        y = tr.emit(dist.FromLocalOp.make([rv], [placed_t])).results[0]
+        out_vals.append(to_global(tr, y))
+    return out_vals
+
+
+def _dist_axes_list(tr: SdyTranslator, node: OpNode, refs: Sequence[AxisRef]) -> list[int]:
+    return [a for r in refs for a in tr.mm.expand(r, lambda msg: tr.error(msg, node))]
+
+
+class ManualTranslator(Translator):
+    """The body of a manual computation: every value ``local`` on the (manual) mesh axes,
+    StableHLO's collectives over ``replica_groups`` of device ids."""
+
+    def __init__(self, outer: SdyTranslator):
+        super().__init__(outer.module, outer.mesh, outer.naxes, outer.spans, MANUAL_HANDLERS)
+        for name in SDY_HANDLERS:
+            self.handlers.pop(name, None)
+        self.block = outer.block
+        self.outer = outer
+        self.grid = layout.base_grid(outer.mesh, outer.mm.sizes())
+
+    def fresh_type(self, shape: Sequence[int], elt) -> TensorType:
+        return TensorType(tuple(shape), elt, self.mesh, [LOCAL] * self.naxes)
+
+    def sizes(self) -> tuple[int | None, ...] | None:
+        return self.outer.mm.sizes()
+
+    def group_axes(self, node: OpNode) -> list[int]:
+        """The mesh axes whose rank groups are the op's ``replica_groups``."""
+        rg = node.attrs.get("replica_groups")
+        n = self.grid.ranks
+        if rg is None:
+            raise self.error(f"'{node.name}' needs replica_groups", node)
+        value = rg.value if hasattr(rg, "value") else rg
+        groups = [list(g) for g in value] if isinstance(value, list) and value and isinstance(value[0], list) else ([] if not value else None)
+        if groups is None or any(not all(isinstance(x, int) and not isinstance(x, bool) for x in g) for g in groups):
+            raise self.error(f"'{node.name}' has malformed replica_groups", node)
+        if not groups or (len(groups) == 1 and not groups[0]):
+            return list(range(self.naxes))
+        import itertools
+
+        want = sorted(tuple(g) for g in groups)
+        if sorted(x for g in groups for x in g) != list(range(n)):
+            raise self.error(f"replica_groups of '{node.name}' must cover the {n} devices once", node)
+        for k in range(0, self.naxes + 1):
+            for axes in itertools.permutations(range(self.naxes), k):
+                if sorted(tuple(g) for g in self.grid.groups(list(axes))) == want:
+                    return list(axes)
+        raise self.error(f"replica_groups of '{node.name}' are not the groups of any mesh axes", node)
+
+    def collective_input(self, node: OpNode) -> SSAValue:
+        if len(node.operands) != 1 or len(node.results) != 1:
+            raise self.error(f"'{node.name}' of several operands is not supported", node)
+        return self.materialize(self.operand(node, 0))
+
+    def local_result(self, y: SSAValue, node: OpNode) -> SSAValue:
+        t = y.type
+        assert isinstance(t, TensorType)
+        local = layout.local_shape(t.get_shape(), t.get_placements(), self.outer.mm.sizes())
+        out = self.emit(dist.ToLocalOp.make([y], [t.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
+        res = node.out_types[0] if node.out_types else None
+        if isinstance(res, TensorT) and tuple(res.shape) != tuple(local):
+            raise self.error(f"'{node.name}' gives {stablehlo._fmt(local)} per device, its type says {res}", node)
+        return out
+
+    def as_sliced(self, x: SSAValue, dim: int, axes: list[int], node: OpNode) -> SSAValue:
+        """Each device's value as its block of a value sliced on ``dim`` by ``axes``."""
+        t = x.type
+        assert isinstance(t, TensorType)
+        if not 0 <= dim < t.rank:
+            raise self.error(f"dim {dim} is out of range for a tensor of rank {t.rank}", node)
+        n = math.prod(self.outer.mm.sizes()[a] for a in axes)
+        shape = list(t.get_shape())
+        shape[dim] *= n
+        ps: list[Placement] = [LOCAL] * self.naxes
+        for k, a in enumerate(axes):
+            ps[a] = Sliced(dim, k) if len(axes) > 1 else Sliced(dim)
+        return self.emit(dist.FromLocalOp.make([x], [t.with_(shape=shape, placements=ps)])).results[0]
+
+
+MANUAL_HANDLERS: dict[str, stablehlo.Handler] = {}
+_manual = stablehlo.registers(MANUAL_HANDLERS)
+
+
+def _reduction(tr: ManualTranslator, node: OpNode) -> str:
+    if not node.regions:
+        raise tr.error(f"'{node.name}' needs a reduction body", node)
+    fake = OpNode(node.name, node.span, attrs={}, regions=node.regions)
+    kind_op, _ = stablehlo._reducer_kind(tr, fake)
+    kind = stablehlo.REDUCE_KINDS.get(kind_op)
+    if kind is None:
+        raise tr.error(f"'{node.name}' by '{kind_op}' is not supported (add, multiply, maximum, minimum)", node)
+    return kind
+
+
+@_manual("stablehlo.all_reduce")
+def _m_all_reduce(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    kind = _reduction(tr, node)
+    axes = tr.group_axes(node)
+    if not axes:
+        return [x]
+    y = tr.emit_checked(lambda: coll.AllReduceOp.of(x, op=kind, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.all_gather")
+def _m_all_gather(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    dim = stablehlo._attr_int(tr, node, "all_gather_dim")
+    axes = tr.group_axes(node)
+    if not axes:
+        return [x]
+    s = tr.as_sliced(x, dim, axes, node)
+    y = tr.emit_checked(lambda: coll.AllGatherOp.of(s, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.reduce_scatter")
+def _m_reduce_scatter(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    dim = stablehlo._attr_int(tr, node, "scatter_dimension")
+    kind = _reduction(tr, node)
+    axes = tr.group_axes(node)
+    if not axes:
+        return [x]
+    y = tr.emit_checked(lambda: coll.ReduceScatterOp.of(x, op=kind, dim=dim, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.all_to_all")
+def _m_all_to_all(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    x = tr.collective_input(node)
+    split = stablehlo._attr_int(tr, node, "split_dimension")
+    concat = stablehlo._attr_int(tr, node, "concat_dimension")
+    count = stablehlo._attr_int(tr, node, "split_count")
+    axes = tr.group_axes(node)
+    n = math.prod(tr.outer.mm.sizes()[a] for a in axes)
+    if count != n:
+        raise tr.error(f"split_count {count} is not the group size {n}", node)
+    if not axes:
+        return [x]
+    s = tr.as_sliced(x, concat, axes, node)
+    y = tr.emit_checked(lambda: coll.AllToAllOp.of(s, dim=split, axes=axes)).results[0]
+    return [tr.local_result(y, node)]
+
+
+@_manual("stablehlo.collective_permute")
+def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    raise tr.error("'stablehlo.collective_permute' needs coll.permute, which distir does not have yet", node)

@@ -1,0 +1,1320 @@
+"""StableHLO, as JAX prints it, into ``dist`` IR: the op subset, its syntax, its meaning.
+
+The reader (``mlir_text.py``) reads the custom forms below and MLIR's generic form of
+every op; ``Translator`` turns a function body into ``dist`` ops on one mesh. Outside a
+``sdy.manual_computation`` every value is *global*: ``unplaced`` on every mesh axis (the
+logical value, as JAX's program means it before XLA partitions it); the ``partition``
+pass (``partition.py``) then gives every value a placement. Inside a manual computation
+values are per-device (``sdy.py``).
+
+====================================  ==============================================
+StableHLO op (custom form printed)    dist IR
+====================================  ==============================================
+``constant dense<c> : T``             a splat; folded into the ``dist.map`` bodies that
+                                      use it (``arith.constant``), else a ``dist.map``
+                                      without operands. Only splats are accepted.
+``add subtract multiply divide``      ``dist.map`` with ``arith.addf``/``addi``, ...
+``maximum minimum power remainder``   (``maximumf``, ``maxsi``, ``math.powf``,
+``and or xor not shift_*``            ``remsi`` (integers only), ``andi``, ...)
+``negate abs sign exponential log``   ``dist.map`` with ``arith``/``math`` ops
+``exponential_minus_one``             (``math.exp``, ``math.log1p``, ``math.tanh``,
+``log_plus_one tanh logistic sqrt``   ``math.rsqrt``, ...; ``logistic`` is
+``rsqrt cbrt sine cosine tan floor``  1/(1+exp(-x)), ``sign`` a pair of selects)
+``ceil round_nearest_even``
+``round_nearest_afz``
+``compare DIR, a, b, TYPE``           ``dist.map`` with ``arith.cmpf``/``cmpi`` (FLOAT,
+                                      SIGNED, UNSIGNED; TOTALORDER is rejected)
+``select p, a, b``  ``clamp lo, x, hi``  ``dist.map`` with ``arith.select`` / max+min
+``convert x``                         ``dist.cast`` (nothing when the type is the same)
+``broadcast_in_dim x, dims = [..]``   kept lazy: a ``dist.map`` operand broadcasts as
+                                      numpy does, after a ``dist.reshape`` (and
+                                      ``dist.transpose``) when ``dims`` need it;
+                                      materialised by an identity ``dist.map``
+``reshape x``                         ``dist.reshape``
+``transpose x, dims = [..]``          ``dist.transpose``
+``dot_general a, b, batching_dims =   ``dist.matmul`` on ``[B.., M, K] x [B.., K, N]``,
+  [..] x [..], contracting_dims =     with ``dist.transpose``/``dist.reshape`` around
+  [..] x [..]``  ``dot a, b``         it when the dims are elsewhere or several
+``reduce(x init: c) applies OP        ``dist.reduce_tensor`` sum / prod / max / min
+  across dimensions = [..]``          (then OP with ``c`` unless ``c`` is OP's
+  (or a ``reducer`` region of one     identity)
+  binary op)
+``iota dim = d``                      ``dist.iota``
+``slice x [a:b:s, ...]``              ``dist.extract_slice``
+``concatenate a, b, dim = d``         ``dist.concat``
+``func.call @f(...)`` / ``call``      the body of the private ``@f``, inlined
+``func.return`` / ``return``          the function's results
+====================================  ==============================================
+
+Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
+f16, bf16, f32, f64, i1, i8, i16, i32, i64.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.dialects import arith
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    BFloat16Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    f16,
+    f32,
+    f64,
+    i1,
+    i8,
+    i16,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.utils.lexer import Span
+
+from distir.dialects import dist
+from distir.dialects.dist import TensorType
+from distir.dialects.placements import UNPLACED
+from distir.frontends.mlir_text import Block as AstBlock
+from distir.frontends.mlir_text import (
+    Dense,
+    HexBits,
+    Module,
+    Opaque,
+    OpNode,
+    Reader,
+    TensorT,
+    Type,
+    Typed,
+    Value,
+)
+
+bf16 = BFloat16Type()
+
+ELEMENT = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i1": i1, "i8": i8, "i16": i16, "i32": i32, "i64": i64}
+
+
+# ======================================================================================
+# Custom forms (the reader's hooks)
+# ======================================================================================
+
+
+def _same_type_sig(r: Reader, node: OpNode) -> None:
+    """``: T`` (every operand and the result have type T) or ``: (T, S) -> U``."""
+    r.expect(":", f" before the type of '{node.name}'")
+    if r.at("("):
+        node.in_types, node.out_types = r.function_type()
+    else:
+        t = r.type()
+        node.in_types, node.out_types = [t] * len(node.operands), [t]
+    r.check_counts(node)
+
+
+def _elementwise(r: Reader, node: OpNode) -> None:
+    node.operands = r.values()
+    _same_type_sig(r, node)
+
+
+def _compare(r: Reader, node: OpNode) -> None:
+    node.attrs["comparison_direction"] = r.ident("a comparison direction (EQ, NE, LT, LE, GT, GE)")
+    r.expect(",", " after the comparison direction")
+    node.operands = [r.value()]
+    r.expect(",", " between the operands")
+    node.operands.append(r.value())
+    if r.accept(","):
+        node.attrs["compare_type"] = r.ident("a comparison type (FLOAT, SIGNED, UNSIGNED)")
+    r.expect(":", " before the type of 'stablehlo.compare'")
+    node.in_types, node.out_types = r.function_type()
+    r.check_counts(node)
+
+
+def _select(r: Reader, node: OpNode) -> None:
+    node.operands = r.values()
+    r.expect(":", " before the type of 'stablehlo.select'")
+    if r.at("("):
+        node.in_types, node.out_types = r.function_type()
+    else:
+        pred = r.type()
+        r.expect(",", " between the predicate type and the result type")
+        t = r.type()
+        node.in_types, node.out_types = [pred, t, t], [t]
+    r.check_counts(node)
+
+
+def _with_dims(key: str) -> Callable[[Reader, OpNode], None]:
+    """``%x, dims = [..] : (T) -> U`` (broadcast_in_dim, transpose)."""
+
+    def hook(r: Reader, node: OpNode) -> None:
+        node.operands = [r.value()]
+        r.expect(",", " after the operand")
+        r.keyword("dims")
+        r.expect("=")
+        node.attrs[key] = r.int_list("the dims")
+        _typed(r, node)
+
+    return hook
+
+
+def _typed(r: Reader, node: OpNode) -> None:
+    r.expect(":", f" before the type of '{node.name}'")
+    node.in_types, node.out_types = r.function_type()
+    r.check_counts(node)
+
+
+def _unary_typed(r: Reader, node: OpNode) -> None:
+    """``%x : (T) -> U`` or ``%x : T`` (reshape, convert)."""
+    node.operands = [r.value()]
+    _same_type_sig(r, node)
+
+
+def _constant(r: Reader, node: OpNode) -> None:
+    if r.at("{"):
+        node.attrs.update(r.attr_dict())
+    node.attrs["value"] = r.dense()
+    d: Dense = node.attrs["value"]
+    if d.type is None:
+        raise r.error("expected ': tensor<...>' after the constant")
+    node.out_types = [d.type]
+    r.check_counts(node)
+
+
+def _iota(r: Reader, node: OpNode) -> None:
+    r.keyword("dim")
+    r.expect("=")
+    node.attrs["iota_dimension"] = r.integer("the iota dim")
+    r.expect(":", " before the type of 'stablehlo.iota'")
+    node.out_types = [r.type()]
+    r.check_counts(node)
+
+
+def _concatenate(r: Reader, node: OpNode) -> None:
+    node.operands = [r.value()]
+    while r.accept(","):
+        if r.peek().kind == "ssa":
+            node.operands.append(r.value())
+            continue
+        r.keyword("dim")
+        r.expect("=")
+        node.attrs["dimension"] = r.integer("the concatenation dim")
+        break
+    if "dimension" not in node.attrs:
+        raise r.error("expected ', dim = N' in 'stablehlo.concatenate'")
+    _typed(r, node)
+
+
+def _slice(r: Reader, node: OpNode) -> None:
+    node.operands = [r.value()]
+    r.expect("[", " before the slice ranges")
+    start, limit, stride = [], [], []
+    if not r.accept("]"):
+        while True:
+            start.append(r.integer("a start index"))
+            r.expect(":", " between start and limit")
+            limit.append(r.integer("a limit index"))
+            stride.append(r.integer("a stride") if r.accept(":") else 1)
+            if r.accept("]"):
+                break
+            r.expect(",", " or ']' between slice ranges")
+    node.attrs.update(start_indices=start, limit_indices=limit, strides=stride)
+    _typed(r, node)
+
+
+def _dims_pair(r: Reader) -> tuple[list[int], list[int]]:
+    a = r.int_list("the lhs dims")
+    r.keyword("x", " between the lhs and rhs dims")
+    return a, r.int_list("the rhs dims")
+
+
+def _dot_general(r: Reader, node: OpNode) -> None:
+    node.operands = [r.value()]
+    r.expect(",")
+    node.operands.append(r.value())
+    dn: dict[str, list[int]] = {"lhs_batching_dimensions": [], "rhs_batching_dimensions": [], "lhs_contracting_dimensions": [], "rhs_contracting_dimensions": []}
+    while r.accept(","):
+        key = r.ident("batching_dims, contracting_dims, precision or algorithm")
+        r.expect("=")
+        if key == "batching_dims":
+            dn["lhs_batching_dimensions"], dn["rhs_batching_dimensions"] = _dims_pair(r)
+        elif key == "contracting_dims":
+            dn["lhs_contracting_dimensions"], dn["rhs_contracting_dimensions"] = _dims_pair(r)
+        elif key == "precision":
+            r.balanced("[", "]")
+        elif key == "algorithm":
+            r.balanced("<", ">")
+        else:
+            raise r.error(f"unknown clause '{key}' in 'stablehlo.dot_general'")
+    node.attrs["dot_dimension_numbers"] = dn
+    _typed(r, node)
+
+
+def _dot(r: Reader, node: OpNode) -> None:
+    node.operands = [r.value()]
+    r.expect(",")
+    node.operands.append(r.value())
+    if r.accept(","):
+        r.keyword("precision")
+        r.expect("=")
+        r.balanced("[", "]")
+    _typed(r, node)
+
+
+def _reduce(r: Reader, node: OpNode) -> None:
+    """``reduce(%x init: %c)[, (%y init: %d)] applies OP across dimensions = [..] : T`` or
+    ``... across dimensions = [..] : T reducer(%a: T, %b: T) [(%c, %d)] { body }``."""
+    inputs, inits = [], []
+    while True:
+        r.expect("(", " before a reduce operand")
+        inputs.append(r.value())
+        r.keyword("init")
+        r.expect(":")
+        inits.append(r.value())
+        r.expect(")")
+        if not r.accept(","):
+            break
+    node.operands = inputs + inits
+    if r.peek().text == "applies":
+        r.next()
+        t = r.peek()
+        node.attrs["applies"] = r.ident("the reducing op")
+        node.attrs["applies_span"] = (t.start, t.end)
+    r.keyword("across")
+    r.keyword("dimensions")
+    r.expect("=")
+    node.attrs["dimensions"] = r.int_list("the reduced dims")
+    _typed(r, node)
+    if "applies" not in node.attrs:
+        r.keyword("reducer", " (the reduce body)")
+        args_a, args_b = [], []
+        for _ in range(len(inputs)):
+            r.expect("(")
+            a = r.block_args(")")
+            if len(a) != 2:
+                raise r.error("each reducer argument group has two arguments")
+            args_a.append(a[0])
+            args_b.append(a[1])
+        body = r.region()
+        body[0].args = args_a + args_b
+        node.regions.append(body)
+
+
+def _return(r: Reader, node: OpNode) -> None:
+    node.operands = r.values()
+    if node.operands:
+        r.expect(":", " before the types of the returned values")
+        node.in_types = [r.type()]
+        while r.accept(","):
+            node.in_types.append(r.type())
+    r.check_counts(node)
+
+
+def _call(r: Reader, node: OpNode) -> None:
+    node.sym = r.symbol("the callee (@name)")
+    r.expect("(", " after the callee")
+    node.operands = r.values()
+    r.expect(")")
+    if r.at("{"):
+        node.attrs.update(r.attr_dict())
+    _typed(r, node)
+
+
+def _func(r: Reader, node: OpNode) -> None:
+    """``func.func [public|private] @name(%a: T {attrs}, ...) [-> (T {attrs}, ...)]
+    [attributes {..}] { body }``."""
+    if r.peek().kind == "ident" and r.peek().text in ("public", "private", "nested"):
+        node.attrs["visibility"] = r.next().text
+    node.sym = r.symbol("the function name (@name)")
+    r.expect("(", " to open the arguments")
+    args: list[tuple[Value, Type]] = []
+    if not r.accept(")"):
+        while True:
+            v = r.value()
+            r.expect(":", " after an argument name")
+            t = r.type()
+            args.append((v, t))
+            node.arg_attrs.append(r.attr_dict() if r.at("{") else {})
+            r.skip_location()
+            if r.accept(")"):
+                break
+            r.expect(",", " or ')' after an argument")
+    node.in_types = [t for _, t in args]
+    if r.accept("->"):
+        if r.accept("("):
+            if not r.accept(")"):
+                while True:
+                    node.out_types.append(r.type())
+                    node.res_attrs.append(r.attr_dict() if r.at("{") else {})
+                    if r.accept(")"):
+                        break
+                    r.expect(",", " or ')' after a result type")
+        else:
+            node.out_types.append(r.type())
+            node.res_attrs.append({})
+    if r.peek().kind == "ident" and r.peek().text == "attributes":
+        r.next()
+        node.attrs.update(r.attr_dict())
+    if not r.at("{"):
+        raise r.error(f"function @{node.sym} has no body (declarations are not supported)")
+    body = r.region()
+    if body[0].args:
+        raise r.error("a function body takes its arguments from the signature, not a block label")
+    body[0].args = args
+    node.regions.append(body)
+
+
+HOOKS: dict[str, Callable[[Reader, OpNode], None]] = {
+    "func.func": _func,
+    "func.return": _return,
+    "return": _return,
+    "stablehlo.return": _return,
+    "func.call": _call,
+    "call": _call,
+    "stablehlo.constant": _constant,
+    "stablehlo.compare": _compare,
+    "stablehlo.select": _select,
+    "stablehlo.broadcast_in_dim": _with_dims("broadcast_dimensions"),
+    "stablehlo.transpose": _with_dims("permutation"),
+    "stablehlo.reshape": _unary_typed,
+    "stablehlo.convert": _unary_typed,
+    "stablehlo.iota": _iota,
+    "stablehlo.concatenate": _concatenate,
+    "stablehlo.slice": _slice,
+    "stablehlo.dot_general": _dot_general,
+    "stablehlo.dot": _dot,
+    "stablehlo.reduce": _reduce,
+}
+
+FLOAT_BINARY: dict[str, type[Operation]] = {
+    "add": arith.AddfOp,
+    "subtract": arith.SubfOp,
+    "multiply": arith.MulfOp,
+    "divide": arith.DivfOp,
+    "maximum": arith.MaximumfOp,
+    "minimum": arith.MinimumfOp,
+    "power": xmath.PowFOp,
+    "atan2": xmath.Atan2Op,
+}
+INT_BINARY: dict[str, type[Operation]] = {
+    "add": arith.AddiOp,
+    "subtract": arith.SubiOp,
+    "multiply": arith.MuliOp,
+    "divide": arith.DivSIOp,
+    "remainder": arith.RemSIOp,
+    "maximum": arith.MaxSIOp,
+    "minimum": arith.MinSIOp,
+    "and": arith.AndIOp,
+    "or": arith.OrIOp,
+    "xor": arith.XOrIOp,
+    "shift_left": arith.ShLIOp,
+    "shift_right_arithmetic": arith.ShRSIOp,
+    "shift_right_logical": arith.ShRUIOp,
+}
+FLOAT_UNARY: dict[str, type[Operation]] = {
+    "exponential": xmath.ExpOp,
+    "exponential_minus_one": xmath.ExpM1Op,
+    "log": xmath.LogOp,
+    "log_plus_one": xmath.Log1pOp,
+    "tanh": xmath.TanhOp,
+    "sqrt": xmath.SqrtOp,
+    "rsqrt": xmath.RsqrtOp,
+    "cbrt": xmath.CbrtOp,
+    "sine": xmath.SinOp,
+    "cosine": xmath.CosOp,
+    "tan": xmath.TanOp,
+    "floor": xmath.FloorOp,
+    "ceil": xmath.CeilOp,
+    "abs": xmath.AbsFOp,
+    "negate": arith.NegfOp,
+    "round_nearest_even": xmath.RoundEvenOp,
+    "round_nearest_afz": xmath.RoundOp,
+}
+UNARY = (*FLOAT_UNARY, "not", "sign", "logistic")
+BINARY = (*FLOAT_BINARY, *INT_BINARY)
+for _name in (*UNARY, *BINARY, "clamp"):
+    HOOKS.setdefault(f"stablehlo.{_name}", _elementwise)
+
+CMPF = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}
+CMPI_SIGNED = {"EQ": "eq", "NE": "ne", "LT": "slt", "LE": "sle", "GT": "sgt", "GE": "sge"}
+CMPI_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt", "GE": "uge"}
+
+REDUCE_KINDS = {"stablehlo.add": "sum", "stablehlo.multiply": "prod", "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
+
+
+# ======================================================================================
+# Values during translation
+# ======================================================================================
+
+
+@dataclass(frozen=True)
+class Const:
+    """A splat constant of ``shape`` (kept out of the IR until a non-map op needs it)."""
+
+    value: float | int | bool
+    elt: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Bcast:
+    """``broadcast_in_dim`` of ``src`` (a dist value or a constant): result dim
+    ``dims[i]`` is source dim ``i``; kept lazy so that ``dist.map`` broadcasts it."""
+
+    src: SSAValue
+    dims: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+Val = SSAValue | Const | Bcast
+
+
+class ImportError_(Exception):
+    """Internal marker; never escapes (see ``fail``)."""
+
+
+def shape_of(v: Val) -> tuple[int, ...]:
+    if isinstance(v, (Const, Bcast)):
+        return v.shape
+    t = v.type
+    return t.get_shape() if isinstance(t, TensorType) else ()
+
+
+def elt_name(t: Attribute) -> str:
+    for k, v in ELEMENT.items():
+        if v == t:
+            return k
+    return str(t)
+
+
+def decode_scalar(value: Any, elt: str) -> float | int | bool:
+    """One element of a dense literal as a Python number of its element type."""
+    if isinstance(value, HexBits):
+        bits = int(value, 16)
+        if elt in ("f32",):
+            return struct.unpack(">f", (bits & 0xFFFFFFFF).to_bytes(4, "big"))[0]
+        if elt == "f64":
+            return struct.unpack(">d", (bits & (2**64 - 1)).to_bytes(8, "big"))[0]
+        if elt == "f16":
+            return struct.unpack(">e", (bits & 0xFFFF).to_bytes(2, "big"))[0]
+        if elt == "bf16":
+            return struct.unpack(">f", ((bits & 0xFFFF) << 16).to_bytes(4, "big"))[0]
+        return int(value, 16)
+    if elt == "i1":
+        return bool(value)
+    if elt.startswith("i"):
+        if isinstance(value, float):
+            raise ValueError(f"{value} is not an integer")
+        width = int(elt[1:])
+        v = int(value)
+        if not -(2 ** (width - 1)) <= v < 2**width:
+            raise ValueError(f"{v} is out of range for {elt}")
+        return v
+    if isinstance(value, bool):
+        return float(value)
+    return float(value)
+
+
+def flat(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [x for v in value for x in flat(v)]
+    return [value]
+
+
+# ======================================================================================
+# Translation
+# ======================================================================================
+
+Handler = Callable[["Translator", OpNode], list[Val]]
+
+
+class Translator:
+    """Translates function bodies into ``dist`` ops appended to ``self.block``.
+
+    ``placements(shape)`` gives the placements of a new global value (``unplaced`` on
+    every axis); ``sdy.py`` supplies the mesh, the handlers of its own ops and the
+    per-device mode of manual computations."""
+
+    def __init__(self, module: Module, mesh: str, naxes: int, spans: dict[Operation, Span], extra: dict[str, Handler] | None = None):
+        self.module = module
+        self.mesh = mesh
+        self.naxes = naxes
+        self.spans = spans
+        self.funcs = {op.sym: op for op in module.ops if op.name == "func.func" and op.sym}
+        self.handlers: dict[str, Handler] = dict(HANDLERS)
+        self.handlers.update(extra or {})
+        self.env: dict[str, Val] = {}
+        self.block: Block = Block()
+        self.node: OpNode | None = None
+        self.inlining: list[str] = []
+        self.depth = 0
+
+    # ------------------------------------------------------------------ diagnostics
+    def error(self, msg: str, node: OpNode | None = None, span: Span | None = None) -> ParseError:
+        node = node or self.node
+        if span is None:
+            span = node.span if node is not None else Span(0, 1, self.module.source)
+        return ParseError(span, msg)
+
+    # ------------------------------------------------------------------ types
+    def global_type(self, shape: Sequence[int], elt: Attribute) -> TensorType:
+        return TensorType(tuple(shape), elt, self.mesh, [UNPLACED] * self.naxes)
+
+    def elt(self, name: str, node: OpNode | None = None) -> Attribute:
+        t = ELEMENT.get(name)
+        if t is None:
+            raise self.error(f"element type '{name}' is not supported", node)
+        return t
+
+    def tensor_t(self, t: Type, what: str, node: OpNode | None = None) -> TensorT:
+        if not isinstance(t, TensorT):
+            raise self.error(f"{what} must be a tensor type, got {t}", node)
+        return t
+
+    def new_type_like(self, operands: Sequence[SSAValue], shape: Sequence[int], elt: Attribute) -> TensorType:
+        """The type of a new value computed from ``operands`` (the placements of the first
+        tensor operand: every operand of a global computation is unplaced)."""
+        for v in operands:
+            if isinstance(v.type, TensorType):
+                return v.type.with_(shape=tuple(shape), element_type=elt)
+        return self.fresh_type(shape, elt)
+
+    def fresh_type(self, shape: Sequence[int], elt: Attribute) -> TensorType:
+        """The type of a value computed from no operand (a constant, an iota)."""
+        return self.global_type(shape, elt)
+
+    # ------------------------------------------------------------------ emission
+    def emit(self, op: Operation) -> Operation:
+        self.block.add_op(op)
+        if self.node is not None:
+            self.spans[op] = self.node.span
+        return op
+
+    def emit_checked(self, build: Callable[[], Operation]) -> Operation:
+        """Build an op with inferred types; a rule the op rejects is a diagnostic at the
+        source op (it means the program is outside what distir can express)."""
+        try:
+            op = build()
+        except VerifyException as e:
+            raise self.error(f"'{self.node.name if self.node else '?'}' cannot be expressed in dist IR: {e}") from None
+        return self.emit(op)
+
+    # ------------------------------------------------------------------ values
+    def lookup(self, v: Value) -> Val:
+        got = self.env.get(v.name)
+        if got is None:
+            raise ParseError(v.span, f"%{v.name} is not defined here")
+        return got
+
+    def bind(self, node: OpNode, values: Sequence[Val]) -> None:
+        if len(values) != len(node.results):
+            raise self.error(f"'{node.name}' gives {len(values)} value(s) for {len(node.results)} result(s)", node)
+        for r, v in zip(node.results, values):
+            if r.name in self.env:
+                raise ParseError(r.span, f"%{r.name} is defined twice")
+            self.env[r.name] = v
+            if isinstance(v, SSAValue) and v.name_hint is None and _valid_hint(r.name):
+                v.name_hint = r.name
+
+    def operand(self, node: OpNode, i: int) -> Val:
+        v = self.lookup(node.operands[i])
+        t = node.in_types[i] if i < len(node.in_types) else None
+        if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
+        if isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
+        return v
+
+    def materialize(self, v: Val) -> SSAValue:
+        """A dist value for ``v`` (a constant or a lazy broadcast becomes a ``dist.map``)."""
+        if isinstance(v, SSAValue):
+            return v
+        if isinstance(v, Const):
+            elt = self.elt(v.elt)
+            return self.map_op([], [], v.shape, elt, lambda args: [self.const_op(v.value, elt)])
+        if _only_unit_dims_added(shape_of(v.src), v.dims, v.shape):
+            return self.reshape(v.src, v.shape)
+        operand = self.broadcastable(v)
+        elt = _elt_of(v)
+        return self.map_op([operand], [elt], v.shape, elt, lambda args: [args[0]])
+
+    def broadcastable(self, v: Bcast) -> SSAValue:
+        """``v.src`` in a shape that numpy broadcasting takes to ``v.shape``."""
+        src, dims, shape = v.src, list(v.dims), v.shape
+        k, r = len(dims), len(shape)
+        if dims == list(range(r - k, r)):
+            return src
+        if dims != sorted(dims):
+            order = sorted(range(k), key=lambda i: dims[i])
+            src = self.transpose(src, order)
+            dims = [dims[i] for i in order]
+        src_shape = shape_of(src)
+        lo = dims[0] if dims else r
+        new = [1] * (r - lo)
+        for i, d in enumerate(dims):
+            new[d - lo] = src_shape[i]
+        return self.reshape(src, new)
+
+    # ------------------------------------------------------------------ dist builders
+    def const_op(self, value: float | int | bool, elt: Attribute) -> Operation:
+        if isinstance(elt, AnyFloat):
+            return arith.ConstantOp(FloatAttr(float(value), elt))
+        assert isinstance(elt, IntegerType)
+        v = int(value)
+        if elt.width.data == 1:
+            v = 1 if v else 0
+        return arith.ConstantOp(IntegerAttr(v, elt))
+
+    def map_op(
+        self,
+        operands: Sequence[SSAValue],
+        arg_elts: Sequence[Attribute],
+        shape: Sequence[int],
+        elt: Attribute,
+        body: Callable[[list[SSAValue]], list[Operation]],
+    ) -> SSAValue:
+        """``dist.map`` of ``operands`` to one result of ``shape`` x ``elt``; ``body`` gets
+        the block arguments and returns the ops computing the element (the last op's
+        first result is yielded, or the argument itself when it returns one)."""
+        operands = self.unify(list(operands), shape)
+        block = Block(arg_types=list(arg_elts))
+        try:
+            ops = body(list(block.args))
+        except (TypeError, ValueError, VerifyException) as e:
+            raise self.error(f"'{self.node.name if self.node else '?'}' on these element types: {e}") from None
+        for op in ops:
+            if isinstance(op, Operation):
+                block.add_op(op)
+        last = ops[-1]
+        result = last.results[0] if isinstance(last, Operation) else last
+        block.add_op(dist.YieldOp.create(operands=[result]))
+        t = self.new_type_like(operands, shape, elt)
+        return self.emit_checked(lambda: dist.MapOp.make(operands, [t], [Region(block)])).results[0]
+
+    def unify(self, operands: list[SSAValue], shape: Sequence[int]) -> list[SSAValue]:
+        """Operands of one local computation with matching placements (global values are
+        all unplaced; ``sdy.py`` overrides this for per-device values)."""
+        return operands
+
+    def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+        if list(perm) == list(range(len(perm))):
+            return x
+        return self.emit_checked(lambda: dist.TransposeOp.of(x, perm=list(perm), sizes=self.sizes())).results[0]
+
+    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        if tuple(shape) == shape_of(x):
+            return x
+        t = x.type
+        assert isinstance(t, TensorType)
+        new = dist.ReshapeOp.result_type(t, tuple(shape), self.sizes())
+        return self.emit_checked(lambda: dist.ReshapeOp.make([x], [new])).results[0]
+
+    def sizes(self) -> tuple[int | None, ...] | None:
+        return None
+
+    # ------------------------------------------------------------------ functions
+    def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
+        """Translate a body whose block arguments are ``args``; the values it returns."""
+        saved = self.env
+        self.env = {}
+        for (v, _), a in zip(body.args, args):
+            if v.name in self.env:
+                raise ParseError(v.span, f"%{v.name} is defined twice")
+            self.env[v.name] = a
+        try:
+            for node in body.ops:
+                if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
+                    outs = [self.lookup_typed(node, i) for i in range(len(node.operands))]
+                    return outs
+                self.node = node
+                handler = self.handlers.get(node.name)
+                if handler is None:
+                    raise self.error(f"unsupported op '{node.name}'" + _hint(node.name), node)
+                self.bind(node, handler(self, node))
+            raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
+        finally:
+            self.env = saved
+
+    def lookup_typed(self, node: OpNode, i: int) -> Val:
+        self.node = node
+        return self.operand(node, i)
+
+
+def _valid_hint(name: str) -> bool:
+    return bool(name) and (name[0].isalpha() or name[0] == "_") and "#" not in name
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape)) or "scalar"
+
+
+def _hint(name: str) -> str:
+    if name.startswith(("mhlo.", "chlo.")):
+        return " (run JAX's lowering without custom calls, or express it in StableHLO)"
+    return ""
+
+
+def _only_unit_dims_added(src: Sequence[int], dims: Sequence[int], shape: Sequence[int]) -> bool:
+    """``broadcast_in_dim`` that only inserts dims of size 1 (a reshape)."""
+    if list(dims) != sorted(dims) or len(set(dims)) != len(dims):
+        return False
+    if any(shape[d] != s for d, s in zip(dims, src)):
+        return False
+    return all(shape[d] == 1 for d in range(len(shape)) if d not in dims)
+
+
+# ======================================================================================
+# Handlers, one per op of the subset
+# ======================================================================================
+
+HANDLERS: dict[str, Handler] = {}
+
+
+def registers(table: dict[str, Handler]):
+    """A decorator ``@handles("dialect.op", ...)`` adding a handler to ``table``."""
+
+    def handles(*names: str):
+        def deco(fn: Handler) -> Handler:
+            for n in names:
+                table[n] = fn
+            return fn
+
+        return deco
+
+    return handles
+
+
+handles = registers(HANDLERS)
+
+
+def _result(tr: Translator, node: OpNode, i: int = 0) -> TensorT:
+    if i >= len(node.out_types):
+        raise tr.error(f"'{node.name}' must have a result type", node)
+    return tr.tensor_t(node.out_types[i], "the result", node)
+
+
+def _attr_int(tr: Translator, node: OpNode, key: str) -> int:
+    v = node.attrs.get(key)
+    if isinstance(v, Typed):
+        v = v.value
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise tr.error(f"'{node.name}' needs an integer attribute '{key}'", node)
+    return v
+
+
+def _attr_ints(tr: Translator, node: OpNode, key: str, default: list[int] | None = None) -> list[int]:
+    v = node.attrs.get(key)
+    if v is None and default is not None:
+        return default
+    if isinstance(v, Dense):
+        v = flat(v.value) if v.value is not None else []
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise tr.error(f"'{node.name}' needs an integer list attribute '{key}'", node)
+    return list(v)
+
+
+@handles("stablehlo.constant")
+def _h_constant(tr: Translator, node: OpNode) -> list[Val]:
+    d = node.attrs.get("value")
+    t = _result(tr, node)
+    tr.elt(t.elt, node)
+    if not isinstance(d, Dense) or d.value is None:
+        raise tr.error("'stablehlo.constant' needs a dense value", node)
+    items = flat(d.value)
+    try:
+        values = [decode_scalar(x, t.elt) for x in items]
+    except (ValueError, OverflowError, struct.error) as e:
+        raise tr.error(f"bad constant: {e}", node) from None
+    n = pymath.prod(t.shape)
+    if len(values) not in (1, n):
+        raise tr.error(f"the constant has {len(values)} values for a {t} of {n} elements", node)
+    if any(not _same_number(v, values[0]) for v in values):
+        raise tr.error("only splat constants (one value repeated) are supported", node)
+    return [Const(values[0], t.elt, t.shape)]
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and pymath.isnan(a) and pymath.isnan(b):
+        return True
+    return a == b
+
+
+def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], list[Attribute]], list[Operation]], out_elt: Attribute | None = None) -> list[Val]:
+    """``dist.map`` computing ``scalar`` of the operands' elements; constants become body
+    constants, lazy broadcasts broadcast."""
+    t = _result(tr, node)
+    shape = t.shape
+    elt = out_elt or tr.elt(t.elt, node)
+    operands: list[SSAValue] = []
+    arg_elts: list[Attribute] = []
+    slots: list[tuple[str, Any]] = []
+    vals = [tr.operand(node, i) for i in range(len(node.operands))]
+    for i, v in enumerate(vals):
+        in_t = tr.tensor_t(node.in_types[i], f"operand {i}", node) if i < len(node.in_types) else None
+        if in_t is not None and in_t.shape not in (shape, ()) and node.name not in ("stablehlo.clamp", "stablehlo.select"):
+            raise tr.error(f"operand {i} of '{node.name}' has shape {_fmt(in_t.shape)}, the result {_fmt(shape)}", node)
+        if isinstance(v, Const):
+            slots.append(("const", v))
+            continue
+        if isinstance(v, Bcast) and isinstance(v.src, Const):  # pragma: no cover - consts broadcast to consts
+            slots.append(("const", v.src))
+            continue
+        if isinstance(v, Bcast):
+            x = tr.broadcastable(v)
+        else:
+            x = v
+            if shape_of(x) not in (shape, ()):
+                raise tr.error(f"operand {i} of '{node.name}' has shape {_fmt(shape_of(x))}, the result {_fmt(shape)}", node)
+        slots.append(("arg", len(operands)))
+        operands.append(x)
+        arg_elts.append(x.type.element_type if isinstance(x.type, TensorType) else x.type)  # type: ignore[attr-defined]
+    in_elts = [tr.elt(v.elt) if isinstance(v, Const) else _elt_of(v) for v in vals]
+
+    def body(args: list[SSAValue]) -> list[Operation]:
+        ops: list[Operation] = []
+        scalars: list[SSAValue] = []
+        for (kind, what), e in zip(slots, in_elts):
+            if kind == "const":
+                c = tr.const_op(what.value, e)
+                ops.append(c)
+                scalars.append(c.results[0])
+            else:
+                scalars.append(args[what])
+        ops += scalar(scalars, in_elts)
+        return ops
+
+    return [tr.map_op(operands, arg_elts, shape, elt, body)]
+
+
+def _elt_of(v: Val) -> Attribute:
+    if isinstance(v, Const):
+        return ELEMENT[v.elt]
+    if isinstance(v, Bcast):
+        return v.src.type.element_type  # type: ignore[attr-defined]
+    t = v.type
+    return t.element_type if isinstance(t, TensorType) else t  # type: ignore[return-value]
+
+
+def _is_float(elt: Attribute) -> bool:
+    return isinstance(elt, AnyFloat)
+
+
+def _arity(tr: Translator, node: OpNode, n: int) -> tuple[str, Attribute]:
+    """The op's kind (its name without the dialect) and result element type, after
+    checking it has ``n`` operands."""
+    if len(node.operands) != n:
+        raise tr.error(f"'{node.name}' takes {'one operand' if n == 1 else f'{n} operands'}", node)
+    return node.name.removeprefix("stablehlo."), tr.elt(_result(tr, node).elt, node)
+
+
+@handles(*(f"stablehlo.{n}" for n in BINARY))
+def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
+    kind, elt = _arity(tr, node, 2)
+    table = FLOAT_BINARY if _is_float(elt) else INT_BINARY
+    cls = table.get(kind)
+    if cls is None:
+        what = "float" if _is_float(elt) else "integer"
+        raise tr.error(f"'{node.name}' on {what} elements is not supported", node)
+    return elementwise(tr, node, lambda a, e: [cls(a[0], a[1])])
+
+
+@handles(*(f"stablehlo.{n}" for n in UNARY))
+def _h_unary(tr: Translator, node: OpNode) -> list[Val]:
+    kind, elt = _arity(tr, node, 1)
+    if _is_float(elt):
+        if kind in FLOAT_UNARY:
+            cls = FLOAT_UNARY[kind]
+            return elementwise(tr, node, lambda a, e: [cls(a[0])])
+        if kind == "logistic":
+
+            def logistic(a: list[SSAValue], e: list[Attribute]) -> list[Operation]:
+                one = tr.const_op(1.0, elt)
+                neg = arith.NegfOp(a[0])
+                ex = xmath.ExpOp(neg)
+                den = arith.AddfOp(one, ex)
+                return [one, neg, ex, den, arith.DivfOp(one, den)]
+
+            return elementwise(tr, node, logistic)
+        if kind == "sign":
+            return elementwise(tr, node, lambda a, e: _sign(tr, a[0], elt, True))
+        raise tr.error(f"'{node.name}' on float elements is not supported", node)
+    assert isinstance(elt, IntegerType)
+    if kind == "not":
+        return elementwise(tr, node, lambda a, e: _not(tr, a[0], elt))
+    if kind == "negate":
+
+        def neg(a: list[SSAValue], e: list[Attribute]) -> list[Operation]:
+            z = tr.const_op(0, elt)
+            return [z, arith.SubiOp(z, a[0])]
+
+        return elementwise(tr, node, neg)
+    if kind == "abs":
+        return elementwise(tr, node, lambda a, e: [xmath.AbsIOp(a[0])])
+    if kind == "sign":
+        return elementwise(tr, node, lambda a, e: _sign(tr, a[0], elt, False))
+    raise tr.error(f"'{node.name}' on integer elements is not supported", node)
+
+
+def _not(tr: Translator, x: SSAValue, elt: IntegerType) -> list[Operation]:
+    ones = tr.const_op(1 if elt.width.data == 1 else -1, elt)
+    return [ones, arith.XOrIOp(x, ones)]
+
+
+def _sign(tr: Translator, x: SSAValue, elt: Attribute, is_float: bool) -> list[Operation]:
+    """sign(x) = 1 if x > 0, -1 if x < 0, else x (0, -0 and NaN stay)."""
+    zero, one, m1 = tr.const_op(0, elt), tr.const_op(1, elt), tr.const_op(-1, elt)
+    if is_float:
+        gt, lt = arith.CmpfOp(x, zero, "ogt"), arith.CmpfOp(x, zero, "olt")
+    else:
+        gt, lt = arith.CmpiOp(x, zero, "sgt"), arith.CmpiOp(x, zero, "slt")
+    neg = arith.SelectOp(lt, m1, x)
+    return [zero, one, m1, gt, lt, neg, arith.SelectOp(gt, one, neg)]
+
+
+@handles("stablehlo.compare")
+def _h_compare(tr: Translator, node: OpNode) -> list[Val]:
+    direction = node.attrs.get("comparison_direction")
+    if isinstance(direction, Opaque):  # generic form: #stablehlo<comparison_direction GT>
+        direction = direction.text.rstrip(">").split()[-1]
+    ctype = node.attrs.get("compare_type")
+    if isinstance(ctype, Opaque):
+        ctype = ctype.text.rstrip(">").split()[-1]
+    if direction not in CMPF:
+        raise tr.error(f"unknown comparison direction {direction}", node)
+    in_t = tr.tensor_t(node.in_types[0], "operand 0", node)
+    in_elt = tr.elt(in_t.elt, node)
+    if _is_float(in_elt):
+        if ctype not in (None, "FLOAT"):
+            raise tr.error(f"comparison type {ctype} is not supported (only FLOAT for floats)", node)
+        pred = CMPF[direction]
+        return elementwise(tr, node, lambda a, e: [arith.CmpfOp(a[0], a[1], pred)], out_elt=i1)
+    table = CMPI_UNSIGNED if ctype == "UNSIGNED" or in_elt == i1 else CMPI_SIGNED
+    if ctype not in (None, "SIGNED", "UNSIGNED"):
+        raise tr.error(f"comparison type {ctype} is not supported for integers", node)
+    pred = table[direction]
+    return elementwise(tr, node, lambda a, e: [arith.CmpiOp(a[0], a[1], pred)], out_elt=i1)
+
+
+@handles("stablehlo.select")
+def _h_select(tr: Translator, node: OpNode) -> list[Val]:
+    if len(node.operands) != 3:
+        raise tr.error("'stablehlo.select' takes three operands", node)
+    return elementwise(tr, node, lambda a, e: [arith.SelectOp(a[0], a[1], a[2])])
+
+
+@handles("stablehlo.clamp")
+def _h_clamp(tr: Translator, node: OpNode) -> list[Val]:
+    if len(node.operands) != 3:
+        raise tr.error("'stablehlo.clamp' takes three operands", node)
+    elt = tr.elt(_result(tr, node).elt, node)
+    if _is_float(elt):
+        return elementwise(tr, node, lambda a, e: _minmax(arith.MaximumfOp, arith.MinimumfOp, a))
+    return elementwise(tr, node, lambda a, e: _minmax(arith.MaxSIOp, arith.MinSIOp, a))
+
+
+def _minmax(mx: type[Operation], mn: type[Operation], a: list[SSAValue]) -> list[Operation]:
+    lo = mx(a[1], a[0])
+    return [lo, mn(lo, a[2])]
+
+
+@handles("stablehlo.convert")
+def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    elt = tr.elt(t.elt, node)
+    v = tr.operand(node, 0)
+    if isinstance(v, Const):
+        value = v.value
+        if t.elt == "i1":
+            value = bool(value)
+        elif t.elt.startswith("i"):
+            if isinstance(value, float) and not pymath.isfinite(value):
+                raise tr.error("conversion of a non-finite constant to an integer", node)
+            value = int(value)
+        else:
+            value = float(value)
+        return [Const(value, t.elt, v.shape)]
+    if _elt_of(v) == elt:
+        return [v]
+    x = tr.materialize(v)
+    return [tr.emit_checked(lambda: dist.CastOp.make([x], [x.type.with_(element_type=elt)])).results[0]]  # type: ignore[union-attr]
+
+
+@handles("stablehlo.broadcast_in_dim")
+def _h_broadcast(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    dims = _attr_ints(tr, node, "broadcast_dimensions")
+    v = tr.operand(node, 0)
+    src_shape = shape_of(v)
+    if len(dims) != len(src_shape) or len(set(dims)) != len(dims) or any(not 0 <= d < t.rank for d in dims):
+        raise tr.error(f"broadcast dims {dims} do not fit operand {_fmt(src_shape)} and result {t}", node)
+    for i, d in enumerate(dims):
+        if src_shape[i] not in (1, t.shape[d]):
+            raise tr.error(f"operand dim {i} of size {src_shape[i]} cannot broadcast to result dim {d} of size {t.shape[d]}", node)
+    if isinstance(v, Const):
+        return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Bcast):
+        return [Bcast(v.src, tuple(dims[d] for d in v.dims), t.shape)]
+    if tuple(dims) == tuple(range(len(src_shape))) and src_shape == t.shape:
+        return [v]
+    return [Bcast(v, tuple(dims), t.shape)]
+
+
+@handles("stablehlo.reshape")
+def _h_reshape(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    v = tr.operand(node, 0)
+    if pymath.prod(shape_of(v)) != pymath.prod(t.shape):
+        raise tr.error(f"reshape of {_fmt(shape_of(v))} to {t}: the element counts differ", node)
+    if isinstance(v, Const):
+        return [Const(v.value, v.elt, t.shape)]
+    return [tr.reshape(tr.materialize(v), t.shape)]
+
+
+@handles("stablehlo.transpose")
+def _h_transpose(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    perm = _attr_ints(tr, node, "permutation")
+    v = tr.operand(node, 0)
+    if sorted(perm) != list(range(len(shape_of(v)))):
+        raise tr.error(f"permutation {perm} does not permute the {len(shape_of(v))} dims", node)
+    if tuple(shape_of(v)[p] for p in perm) != t.shape:
+        raise tr.error(f"transpose of {_fmt(shape_of(v))} by {perm} does not give {t}", node)
+    if isinstance(v, Const):
+        return [Const(v.value, v.elt, t.shape)]
+    return [tr.transpose(tr.materialize(v), perm)]
+
+
+@handles("stablehlo.iota")
+def _h_iota(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    dim = _attr_int(tr, node, "iota_dimension")
+    if not 0 <= dim < t.rank:
+        raise tr.error(f"iota dim {dim} is out of range for {t}", node)
+    elt = tr.elt(t.elt, node)
+    ty = tr.fresh_type(t.shape, elt)
+    return [tr.emit_checked(lambda: dist.IotaOp.make([], [ty], dim=dim)).results[0]]
+
+
+@handles("stablehlo.slice")
+def _h_slice(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    v = tr.operand(node, 0)
+    shape = shape_of(v)
+    start = _attr_ints(tr, node, "start_indices")
+    limit = _attr_ints(tr, node, "limit_indices")
+    strides = _attr_ints(tr, node, "strides", [1] * len(shape))
+    if not len(start) == len(limit) == len(strides) == len(shape):
+        raise tr.error(f"the slice needs one range per dim of {_fmt(shape)}", node)
+    for d, (a, b, s) in enumerate(zip(start, limit, strides)):
+        if not (0 <= a <= b <= shape[d] and s >= 1):
+            raise tr.error(f"slice range {a}:{b}:{s} is out of bounds for dim {d} of size {shape[d]}", node)
+    sizes = tuple(-(-(b - a) // s) for a, b, s in zip(start, limit, strides))
+    if sizes != t.shape:
+        raise tr.error(f"the slice gives {_fmt(sizes)}, the result type says {t}", node)
+    if isinstance(v, Const):
+        return [Const(v.value, v.elt, t.shape)]
+    x = tr.materialize(v)
+    return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, start, sizes, strides)).results[0]]
+
+
+@handles("stablehlo.concatenate")
+def _h_concat(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    dim = _attr_int(tr, node, "dimension")
+    xs = [tr.materialize(tr.operand(node, i)) for i in range(len(node.operands))]
+    if not xs:
+        raise tr.error("'stablehlo.concatenate' needs operands", node)
+    if not 0 <= dim < t.rank:
+        raise tr.error(f"concatenation dim {dim} is out of range for {t}", node)
+    xs = tr.unify(xs, t.shape)
+    return [tr.emit_checked(lambda: dist.ConcatOp.of(*xs, dim=dim)).results[0]]
+
+
+@handles("stablehlo.dot_general", "stablehlo.dot")
+def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
+    t = _result(tr, node)
+    if len(node.operands) != 2:
+        raise tr.error(f"'{node.name}' takes two operands", node)
+    a, b = (tr.materialize(tr.operand(node, i)) for i in (0, 1))
+    ra, rb = len(shape_of(a)), len(shape_of(b))
+    if node.name == "stablehlo.dot":
+        if ra not in (1, 2) or rb not in (1, 2):
+            raise tr.error("'stablehlo.dot' takes vectors or matrices", node)
+        dn = {"lhs_batching_dimensions": [], "rhs_batching_dimensions": [], "lhs_contracting_dimensions": [ra - 1], "rhs_contracting_dimensions": [0]}
+    else:
+        dn = node.attrs.get("dot_dimension_numbers")
+        if isinstance(dn, Opaque):
+            dn = _parse_dot_numbers(tr, node, dn.text)
+        if not isinstance(dn, dict):
+            raise tr.error("'stablehlo.dot_general' needs its dimension numbers", node)
+    lb, rbd = list(dn.get("lhs_batching_dimensions", [])), list(dn.get("rhs_batching_dimensions", []))
+    lc, rc = list(dn.get("lhs_contracting_dimensions", [])), list(dn.get("rhs_contracting_dimensions", []))
+    elt = tr.elt(t.elt, node)
+    return [dot_general(tr, node, a, b, lb, rbd, lc, rc, t.shape, elt)]
+
+
+def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
+    import re
+
+    out: dict[str, list[int]] = {}
+    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
+        m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
+        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
+    return out
+
+
+def dot_general(
+    tr: Translator,
+    node: OpNode,
+    a: SSAValue,
+    b: SSAValue,
+    lb: list[int],
+    rb: list[int],
+    lc: list[int],
+    rc: list[int],
+    out_shape: Sequence[int],
+    elt: Attribute,
+) -> SSAValue:
+    """``dot_general`` as ``dist.matmul``: lhs to ``[B.., M.., K..]`` and rhs to
+    ``[B.., K.., N..]`` (transposes), free and contracted dims merged (reshapes) when
+    there are several, a unit M or N added when there is none, and the result reshaped
+    to StableHLO's ``[B.., M.., N..]``."""
+    sa, sb = shape_of(a), shape_of(b)
+    ra, rb_ = len(sa), len(sb)
+    dims_ok = (
+        len(lb) == len(rb)
+        and len(lc) == len(rc)
+        and len(set(lb + lc)) == len(lb + lc)
+        and len(set(rb + rc)) == len(rb + rc)
+        and all(0 <= d < ra for d in lb + lc)
+        and all(0 <= d < rb_ for d in rb + rc)
+    )
+    if not dims_ok:
+        raise tr.error("bad dot_general dimension numbers", node)
+    if any(sa[x] != sb[y] for x, y in zip(lb, rb)) or any(sa[x] != sb[y] for x, y in zip(lc, rc)):
+        raise tr.error("dot_general: batching or contracting dims of lhs and rhs differ in size", node)
+    lf = [d for d in range(ra) if d not in lb and d not in lc]
+    rf = [d for d in range(rb_) if d not in rb and d not in rc]
+    expect = tuple([sa[d] for d in lb] + [sa[d] for d in lf] + [sb[d] for d in rf])
+    if expect != tuple(out_shape):
+        raise tr.error(f"dot_general gives {_fmt(expect)}, the result type says {_fmt(out_shape)}", node)
+    if _elt_of(a) != elt:
+        a = tr.emit_checked(lambda: dist.CastOp.make([a], [a.type.with_(element_type=elt)])).results[0]  # type: ignore[attr-defined]
+    if _elt_of(b) != elt:
+        b = tr.emit_checked(lambda: dist.CastOp.make([b], [b.type.with_(element_type=elt)])).results[0]  # type: ignore[attr-defined]
+    nb = len(lb)
+    batch = [sa[d] for d in lb]
+    m_dims, n_dims = [sa[d] for d in lf], [sb[d] for d in rf]
+    k = pymath.prod(sa[d] for d in lc)
+    a = tr.transpose(a, lb + lf + lc)
+    b = tr.transpose(b, rb + rc + rf)
+    # lhs: [B.., M.., K] (several M dims are fine when rhs has no batch dims)
+    keep_m = nb == 0 and len(m_dims) >= 1
+    a_shape = batch + (m_dims if keep_m else [pymath.prod(m_dims)]) + [k]
+    b_shape = batch + [k, pymath.prod(n_dims)]
+    if nb == 0 and not m_dims:
+        a_shape = [1, k]
+    a = tr.reshape(a, a_shape)
+    b = tr.reshape(b, b_shape)
+    if nb > 0 and len(b_shape) != len(a_shape):  # pragma: no cover - shapes agree by construction
+        raise tr.error("dot_general: cannot line up the batch dims", node)
+    y = tr.emit_checked(lambda: dist.MatmulOp.of(a, b, sizes=tr.sizes())).results[0]
+    return tr.reshape(y, out_shape)
+
+
+@handles("stablehlo.reduce")
+def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    if len(node.operands) != 2 or len(node.results) != 1:
+        raise tr.error("'stablehlo.reduce' of several operands at once (e.g. argmax) is not supported", node)
+    kind_op = node.attrs.get("applies")
+    span = None
+    if kind_op is None:
+        kind_op, span = _reducer_kind(tr, node)
+    else:
+        s = node.attrs.get("applies_span")
+        span = Span(s[0], s[1], tr.module.source) if s else None
+    kind = REDUCE_KINDS.get(kind_op)
+    if kind is None:
+        raise tr.error(f"reduction by '{kind_op}' is not supported (add, multiply, maximum, minimum)", node, span)
+    t = _result(tr, node)
+    dims = _attr_ints(tr, node, "dimensions")
+    x = tr.operand(node, 0)
+    init = tr.operand(node, 1)
+    shape = shape_of(x)
+    if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
+        raise tr.error(f"reduced dims {dims} are not dims of {_fmt(shape)}", node)
+    if tuple(s for d, s in enumerate(shape) if d not in dims) != t.shape:
+        raise tr.error(f"reducing {_fmt(shape)} over {dims} does not give {t}", node)
+    elt = tr.elt(t.elt, node)
+    if kind in ("max", "min") and elt == i1:
+        raise tr.error("max/min reductions of i1 are not supported", node)
+    xv = tr.materialize(x)
+    r = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xv, op=kind, dims=sorted(dims), sizes=tr.sizes())).results[0]
+    if isinstance(init, Const) and _is_identity(kind, init.value):
+        return [r]
+    # r OP init
+    combine = {"sum": (arith.AddfOp, arith.AddiOp), "prod": (arith.MulfOp, arith.MuliOp), "max": (arith.MaximumfOp, arith.MaxSIOp), "min": (arith.MinimumfOp, arith.MinSIOp)}[kind]
+    cls = combine[0] if _is_float(elt) else combine[1]
+    if isinstance(init, Const):
+        return [tr.map_op([r], [elt], t.shape, elt, lambda a: [c := tr.const_op(init.value, elt), cls(a[0], c.results[0])])]
+    iv = tr.materialize(init)
+    return [tr.map_op([r, iv], [elt, elt], t.shape, elt, lambda a: [cls(a[0], a[1])])]
+
+
+def _reducer_kind(tr: Translator, node: OpNode) -> tuple[str, Span | None]:
+    """The op of a ``reducer`` region that returns OP(a, b) of its two arguments."""
+    if not node.regions or len(node.regions[0]) != 1:
+        raise tr.error("'stablehlo.reduce' needs a reducer body", node)
+    body = node.regions[0][0]
+    ops = body.ops
+    args = [v.name for v, _ in body.args]
+    if len(ops) == 2 and len(args) == 2 and ops[1].name in ("stablehlo.return", "func.return", "return"):
+        op, ret = ops
+        names = sorted(v.name for v in op.operands)
+        if names == sorted(args) and len(ret.operands) == 1 and op.results and ret.operands[0].name == op.results[0].name:
+            return op.name, op.span
+    raise tr.error("only a reducer body of one binary op (add, multiply, maximum, minimum) is supported", node)
+
+
+def _is_identity(kind: str, v: float | int | bool) -> bool:
+    if kind == "sum":
+        return v == 0
+    if kind == "prod":
+        return v == 1
+    if kind == "max":
+        return v == float("-inf") or (isinstance(v, int) and not isinstance(v, bool) and v <= -(2**31))
+    if kind == "min":
+        return v == float("inf") or (isinstance(v, int) and not isinstance(v, bool) and v >= 2**31 - 1)
+    return False
+
+
+@handles("func.call", "call")
+def _h_call(tr: Translator, node: OpNode) -> list[Val]:
+    callee = tr.funcs.get(node.sym or "")
+    if callee is None:
+        raise tr.error(f"call of unknown function @{node.sym}", node)
+    if node.sym in tr.inlining:
+        raise tr.error(f"recursive call of @{node.sym}", node)
+    if len(callee.in_types) != len(node.operands):
+        raise tr.error(f"@{node.sym} takes {len(callee.in_types)} argument(s), the call gives {len(node.operands)}", node)
+    if len(callee.out_types) != len(node.results):
+        raise tr.error(f"@{node.sym} returns {len(callee.out_types)} value(s), the call takes {len(node.results)}", node)
+    args = [tr.operand(node, i) for i in range(len(node.operands))]
+    for i, (a, t) in enumerate(zip(args, callee.in_types)):
+        if isinstance(t, TensorT) and shape_of(a) != t.shape:
+            raise tr.error(f"argument {i} of @{node.sym} is {t}, the call passes {_fmt(shape_of(a))}", node)
+    tr.inlining.append(node.sym or "")
+    saved = tr.node
+    try:
+        outs = tr.translate_body(callee.regions[0][0], args)
+    finally:
+        tr.inlining.pop()
+        tr.node = saved
+    for i, (o, t) in enumerate(zip(outs, callee.out_types)):
+        if isinstance(t, TensorT) and shape_of(o) != t.shape:
+            raise tr.error(f"@{node.sym} returns {_fmt(shape_of(o))} as result {i}, its type says {t}", node)
+    return outs

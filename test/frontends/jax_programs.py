@@ -1,0 +1,150 @@
+"""The JAX programs the front-end tests import, lowered and executed by JAX itself.
+
+Run as a script (the tests do, in a subprocess, so that ``XLA_FLAGS`` takes effect before
+JAX starts and no test process keeps JAX loaded)::
+
+    python jax_programs.py OUTDIR [NAME ...]
+
+writes, for each program, ``NAME.mlir`` (``jax.jit(f).lower(*args).as_text()``),
+``NAME.in.npz`` (the inputs, keyed ``arg0``, ``arg1``, ...: distir-run's convention) and
+``NAME.out.npz`` (JAX's own results, keyed ``result0``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+DEVICES = 8
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def programs():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    rng = np.random.default_rng(0)
+
+    def R(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def mesh(n, names=("x",)):
+        shape = (n,) if isinstance(n, int) else n
+        return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=jax.devices()[: int(np.prod(shape))])
+
+    out = {}
+
+    def add(name, f, m, ins, outs, args):
+        S = lambda spec: NamedSharding(m, spec)  # noqa: E731
+        out[name] = (jax.jit(f, in_shardings=tuple(S(s) for s in ins), out_shardings=outs if outs is None else (tuple(S(s) for s in outs) if isinstance(outs, tuple) else S(outs))), args)
+
+    # Megatron's tensor-parallel MLP: column-sliced W1 and b1, row-sliced W2.
+    def tp_mlp(x, w1, b1, w2):
+        return jax.nn.relu(x @ w1 + b1) @ w2
+
+    for n in (1, 2, 4, 8):
+        add(f"tp_mlp_{n}", tp_mlp, mesh(n), (P(), P(None, "x"), P("x"), P("x", None)), P(), [R(8, 16), R(16, 32), R(32), R(32, 16)])
+
+    # The same block at Megatron's shapes scaled down, with GeLU (tanh): used by the tuner test.
+    def gelu_mlp(x, w1, w2):
+        return jax.nn.gelu(x @ w1) @ w2
+
+    add("gelu_mlp", gelu_mlp, mesh(4), (P(), P(None, "x"), P("x", None)), P(), [R(4, 8, 32), R(32, 128) * 0.2, R(128, 32) * 0.2])
+
+    # Self-attention, heads split over x (Megatron's attention block).
+    def attention(x, wq, wk, wv, wo):
+        b, s, d = x.shape
+        h = 4
+        q = (x @ wq).reshape(b, s, h, d // h)
+        k = (x @ wk).reshape(b, s, h, d // h)
+        v = (x @ wv).reshape(b, s, h, d // h)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(d // h)
+        p = jax.nn.softmax(scores, axis=-1)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, s, d) @ wo
+
+    w = [R(16, 16) * 0.3 for _ in range(4)]
+    add("attention", attention, mesh(4), (P(), P(None, "x"), P(None, "x"), P(None, "x"), P("x", None)), P(), [R(2, 8, 16), *w])
+
+    # Data-parallel Adam: the gradient of a batch-sliced loss, then the update; the
+    # optimizer state is sliced over x (ZeRO) in the second variant.
+    def dp_adam(w, m, v, x, y):
+        g = jax.grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        return w - 1e-3 * m / (jnp.sqrt(v) + 1e-8), m, v
+
+    adam_args = [R(16, 8), R(16, 8), np.abs(R(16, 8)), R(32, 16), R(32, 8)]
+    add("dp_adam", dp_adam, mesh(4), (P(), P(), P(), P("x", None), P("x", None)), (P(), P(), P()), adam_args)
+    add("zero_adam", dp_adam, mesh(4), (P(), P("x", None), P("x", None), P("x", None), P("x", None)), (P(), P("x", None), P("x", None)), adam_args)
+
+    # LayerNorm of a row-sliced batch.
+    def layernorm(x, g, b):
+        m = x.mean(-1, keepdims=True)
+        var = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(var + 1e-5) * g + b
+
+    add("layernorm", layernorm, mesh(4), (P("x", None), P(), P()), P("x", None), [R(8, 16), R(16), R(16)])
+
+    # Embedding lookup as one-hot @ table, the table sliced by rows (vocab-parallel).
+    def embedding(ids, table):
+        return jax.nn.one_hot(ids, table.shape[0]) @ table
+
+    add("embedding", embedding, mesh(4), (P(), P("x", None)), P(), [rng.integers(0, 32, 8).astype(np.int32), R(32, 16)])
+
+    # The rest of the subset: concatenate, slice, transpose, iota, compare/select, integer ops.
+    def misc(x, y, i):
+        a = jnp.concatenate([x, y], axis=1)[1:7:2, :]
+        j = (i * 3 + 1) % 7
+        return jnp.tanh(a).T, jnp.arange(8.0) * 2, jnp.where(x > 0, x, -y).sum(0), jnp.maximum(j, 2).astype(jnp.float32) - jnp.sign(x[:, :4])
+
+    add("misc", misc, mesh(4), (P("x", None), P("x", None), P()), (P(), P(), P(), P()), [R(8, 16), R(8, 16), rng.integers(-5, 5, (8, 4)).astype(np.int32)])
+    # A 2-D mesh: data parallel over "dp", Megatron's tensor parallelism over "tp".
+    m22 = mesh((2, 2), ("dp", "tp"))
+    add("tp_dp_mlp", tp_mlp, m22, (P("dp", None), P(None, "tp"), P("tp"), P("tp", None)), P("dp", None), [R(8, 16), R(16, 32), R(32), R(32, 16)])
+
+    # shard_map: a per-device body with JAX's explicit collectives.
+    def smap_body(a, b):
+        s = jax.lax.psum(a @ b, "x")
+        g = jax.lax.all_gather(s, "x", tiled=True)
+        r = jax.lax.psum_scatter(g * 2.0, "x", scatter_dimension=0, tiled=True)
+        t = jax.lax.all_to_all(r, "x", 0, 1, tiled=True)
+        return t + jax.lax.pmax(t, "x")
+
+    m4 = mesh(4)
+    sm = jax.shard_map(smap_body, mesh=m4, in_specs=(P(None, "x"), P("x", None)), out_specs=P(None, "x"))
+    out["shard_map"] = (jax.jit(sm), [jax.device_put(R(8, 16), NamedSharding(m4, P(None, "x"))), jax.device_put(R(16, 32), NamedSharding(m4, P("x", None)))])
+
+    # shard_map on the 2-D mesh: collectives over one axis (replica groups of "tp" or "dp").
+    def smap2_body(x, w):
+        y = jax.lax.psum(x @ w, "tp")
+        return jax.lax.all_gather(y, "dp", axis=0, tiled=True) - jax.lax.pmean(y, "dp").sum()
+
+    sm2 = jax.shard_map(smap2_body, mesh=m22, in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P(None, None), check_vma=False)
+    out["shard_map_2d"] = (jax.jit(sm2), [jax.device_put(R(8, 16), NamedSharding(m22, P("dp", "tp"))), jax.device_put(R(16, 4), NamedSharding(m22, P("tp", None)))])
+    return out
+
+
+def main(argv: list[str]) -> int:
+    import numpy as np
+
+    outdir = argv[0]
+    os.makedirs(outdir, exist_ok=True)
+    progs = programs()
+    names = argv[1:] or list(progs)
+    for name in names:
+        jf, args = progs[name]
+        with open(os.path.join(outdir, f"{name}.mlir"), "w") as f:
+            f.write(jf.lower(*args).as_text())
+        res = jf(*args)
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        np.savez(os.path.join(outdir, f"{name}.in.npz"), **{f"arg{i}": np.asarray(a) for i, a in enumerate(args)})
+        np.savez(os.path.join(outdir, f"{name}.out.npz"), **{f"result{i}": np.asarray(r) for i, r in enumerate(res)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,28 @@
+"""Helpers of the JAX-oracle tests: a program JAX lowered and ran, and the comparison
+with JAX's results (rtol 1e-5 for f32)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+RTOL = 1e-5
+
+
+def load(jax_dir: Path, name: str):
+    """(StableHLO text, inputs keyed arg0.., JAX's results) of one program."""
+    text = (jax_dir / f"{name}.mlir").read_text()
+    with np.load(jax_dir / f"{name}.in.npz") as f:
+        inputs = {k: f[k] for k in f.files}
+    with np.load(jax_dir / f"{name}.out.npz") as f:
+        outputs = [f[f"result{i}"] for i in range(len(f.files))]
+    return text, inputs, outputs
+
+
+def assert_matches(got, want, what: str) -> None:
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, f"{what}: result{i} has shape {g.shape}, JAX {w.shape}"
+        scale = float(np.max(np.abs(w))) if w.size else 0.0
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=RTOL * scale, err_msg=f"{what}: result{i}")

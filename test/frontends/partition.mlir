@@ -1,0 +1,153 @@
+// RUN: distir-opt %s -p partition | filecheck %s
+// RUN: distir-opt %s -p 'partition{remarks=true}' 2>&1 >/dev/null | filecheck %s --check-prefix=REMARK
+
+// Programs on global (unplaced) values between placed arguments and results, as the
+// front ends import them; `partition` places every value and inserts the collectives.
+
+dist.mesh @m shape = [4] axes = ["x"]
+
+// Megatron's MLP: the first GEMM's weight is column-sliced, so h is sliced on its last
+// dim and the element-wise op runs on slices; the second weight is row-sliced: partial
+// sums, one all-reduce for the replicated result.
+// CHECK-LABEL: func.func @megatron_mlp
+// CHECK:         %[[H:.*]] = dist.matmul %x, %w1 : {{.*}} -> !dist.tensor<8x32xf32, @m, [sliced<1>]>
+// CHECK-NEXT:    %[[A:.*]] = dist.map(%[[H]]) : {{.*}} -> !dist.tensor<8x32xf32, @m, [sliced<1>]>
+// CHECK:         %[[Y:.*]] = dist.matmul %[[A]], %w2 : {{.*}} -> !dist.tensor<8x16xf32, @m, [local]>
+// CHECK-NEXT:    %[[R:.*]] = coll.all_reduce sum %[[Y]] : {{.*}}[local]> -> {{.*}}[replicated]>
+// CHECK-NEXT:    func.return %[[R]]
+// REMARK:        remark: partition: inserted coll.all_reduce sum over x of %y (8x16xf32): [local] -> [replicated] for the function's result
+func.func @megatron_mlp(%x: !dist.tensor<8x16xf32, @m, [replicated]>, %w1: !dist.tensor<16x32xf32, @m, [sliced<1>]>, %w2: !dist.tensor<32x16xf32, @m, [sliced<0>]>) -> !dist.tensor<8x16xf32, @m, [replicated]> {
+  %xg = dist.drop %x : !dist.tensor<8x16xf32, @m, [replicated]> -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %w1g = dist.join %w1 : !dist.tensor<16x32xf32, @m, [sliced<1>]> -> !dist.tensor<16x32xf32, @m, [unplaced]>
+  %w2g = dist.join %w2 : !dist.tensor<32x16xf32, @m, [sliced<0>]> -> !dist.tensor<32x16xf32, @m, [unplaced]>
+  %h = dist.matmul %xg, %w1g : (!dist.tensor<8x16xf32, @m, [unplaced]>, !dist.tensor<16x32xf32, @m, [unplaced]>) -> !dist.tensor<8x32xf32, @m, [unplaced]>
+  %a = dist.map(%h) : (!dist.tensor<8x32xf32, @m, [unplaced]>) -> !dist.tensor<8x32xf32, @m, [unplaced]> {
+  ^bb0(%e: f32):
+    %z = arith.constant 0.0 : f32
+    %r = arith.maximumf %e, %z : f32
+    dist.yield %r : f32
+  }
+  %y = dist.matmul %a, %w2g : (!dist.tensor<8x32xf32, @m, [unplaced]>, !dist.tensor<32x16xf32, @m, [unplaced]>) -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %out = dist.repl %y : !dist.tensor<8x16xf32, @m, [unplaced]> -> !dist.tensor<8x16xf32, @m, [replicated]>
+  func.return %out : !dist.tensor<8x16xf32, @m, [replicated]>
+}
+
+// A result sliced on its rows (sequence parallelism): the partial sums are reduced and
+// scattered at once.
+// CHECK-LABEL: func.func @reduce_scatter_for_a_sliced_result
+// CHECK:         %[[Y:.*]] = dist.matmul %a, %w : {{.*}} -> !dist.tensor<8x16xf32, @m, [local]>
+// CHECK-NEXT:    %[[R:.*]] = coll.reduce_scatter sum %[[Y]] dim 0 : {{.*}}[local]> -> {{.*}}[sliced<0>]>
+// CHECK-NEXT:    func.return %[[R]]
+func.func @reduce_scatter_for_a_sliced_result(%a: !dist.tensor<8x32xf32, @m, [sliced<1>]>, %w: !dist.tensor<32x16xf32, @m, [sliced<0>]>) -> !dist.tensor<8x16xf32, @m, [sliced<0>]> {
+  %ag = dist.join %a : !dist.tensor<8x32xf32, @m, [sliced<1>]> -> !dist.tensor<8x32xf32, @m, [unplaced]>
+  %wg = dist.join %w : !dist.tensor<32x16xf32, @m, [sliced<0>]> -> !dist.tensor<32x16xf32, @m, [unplaced]>
+  %y = dist.matmul %ag, %wg : (!dist.tensor<8x32xf32, @m, [unplaced]>, !dist.tensor<32x16xf32, @m, [unplaced]>) -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %out = dist.slice %y dim 0 : !dist.tensor<8x16xf32, @m, [unplaced]> -> !dist.tensor<8x16xf32, @m, [sliced<0>]>
+  func.return %out : !dist.tensor<8x16xf32, @m, [sliced<0>]>
+}
+
+// A value sliced on rows wanted sliced on columns: one all-to-all.
+// CHECK-LABEL: func.func @all_to_all_for_a_change_of_dim
+// CHECK:         %[[E:.*]] = dist.map(%x) : {{.*}} -> !dist.tensor<8x16xf32, @m, [sliced<0>]>
+// CHECK:         %[[T:.*]] = coll.all_to_all %[[E]] dim 1 : {{.*}}[sliced<0>]> -> {{.*}}[sliced<1>]>
+// CHECK-NEXT:    func.return %[[T]]
+func.func @all_to_all_for_a_change_of_dim(%x: !dist.tensor<8x16xf32, @m, [sliced<0>]>) -> !dist.tensor<8x16xf32, @m, [sliced<1>]> {
+  %xg = dist.join %x : !dist.tensor<8x16xf32, @m, [sliced<0>]> -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %e = dist.map(%xg) : (!dist.tensor<8x16xf32, @m, [unplaced]>) -> !dist.tensor<8x16xf32, @m, [unplaced]> {
+  ^bb0(%v: f32):
+    %r = math.exp %v : f32
+    dist.yield %r : f32
+  }
+  %out = dist.slice %e dim 1 : !dist.tensor<8x16xf32, @m, [unplaced]> -> !dist.tensor<8x16xf32, @m, [sliced<1>]>
+  func.return %out : !dist.tensor<8x16xf32, @m, [sliced<1>]>
+}
+
+// Propagation runs backwards too: a sliced result slices the replicated argument first
+// (no communication) and the element-wise op runs on slices.
+// CHECK-LABEL: func.func @slice_early
+// CHECK:         %[[S:.*]] = dist.take_slice %x dim 0 : {{.*}}[replicated]> -> {{.*}}[sliced<0>]>
+// CHECK-NEXT:    %[[E:.*]] = dist.map(%[[S]]) : {{.*}}[sliced<0>]>) -> !dist.tensor<64xf32, @m, [sliced<0>]>
+// CHECK-NOT:     coll.
+// CHECK:         func.return %[[E]]
+func.func @slice_early(%x: !dist.tensor<64xf32, @m, [replicated]>) -> !dist.tensor<64xf32, @m, [sliced<0>]> {
+  %xg = dist.drop %x : !dist.tensor<64xf32, @m, [replicated]> -> !dist.tensor<64xf32, @m, [unplaced]>
+  %e = dist.map(%xg) : (!dist.tensor<64xf32, @m, [unplaced]>) -> !dist.tensor<64xf32, @m, [unplaced]> {
+  ^bb0(%v: f32):
+    %r = arith.mulf %v, %v : f32
+    dist.yield %r : f32
+  }
+  %out = dist.slice %e dim 0 : !dist.tensor<64xf32, @m, [unplaced]> -> !dist.tensor<64xf32, @m, [sliced<0>]>
+  func.return %out : !dist.tensor<64xf32, @m, [sliced<0>]>
+}
+
+// A user constraint (a value placed mid-program) is kept: the gather happens there, and
+// the rest runs replicated.
+// CHECK-LABEL: func.func @constraint_is_kept
+// CHECK:         %[[E:.*]] = dist.map(%x) : {{.*}} -> !dist.tensor<64xf32, @m, [sliced<0>]>
+// CHECK:         %[[G:.*]] = coll.all_gather %[[E]] : {{.*}}[sliced<0>]> -> {{.*}}[replicated]>
+// CHECK-NEXT:    %[[F:.*]] = dist.map(%[[G]]) : {{.*}} -> !dist.tensor<64xf32, @m, [replicated]>
+// CHECK:         func.return %[[F]]
+func.func @constraint_is_kept(%x: !dist.tensor<64xf32, @m, [sliced<0>]>) -> !dist.tensor<64xf32, @m, [replicated]> {
+  %xg = dist.join %x : !dist.tensor<64xf32, @m, [sliced<0>]> -> !dist.tensor<64xf32, @m, [unplaced]>
+  %e = dist.map(%xg) : (!dist.tensor<64xf32, @m, [unplaced]>) -> !dist.tensor<64xf32, @m, [unplaced]> {
+  ^bb0(%v: f32):
+    %r = arith.mulf %v, %v : f32
+    dist.yield %r : f32
+  }
+  %c = dist.repl %e : !dist.tensor<64xf32, @m, [unplaced]> -> !dist.tensor<64xf32, @m, [replicated]>
+  %cg = dist.drop %c : !dist.tensor<64xf32, @m, [replicated]> -> !dist.tensor<64xf32, @m, [unplaced]>
+  %f = dist.map(%cg) : (!dist.tensor<64xf32, @m, [unplaced]>) -> !dist.tensor<64xf32, @m, [unplaced]> {
+  ^bb0(%v: f32):
+    %r = arith.addf %v, %v : f32
+    dist.yield %r : f32
+  }
+  %out = dist.repl %f : !dist.tensor<64xf32, @m, [unplaced]> -> !dist.tensor<64xf32, @m, [replicated]>
+  func.return %out : !dist.tensor<64xf32, @m, [replicated]>
+}
+
+// A reduction over a sliced dim leaves partial maxima: an all-reduce of the same kind.
+// CHECK-LABEL: func.func @partial_max
+// CHECK:         %[[M:.*]] = dist.reduce_tensor max %x dims [1] : {{.*}} -> !dist.tensor<8xf32, @m, [local]>
+// CHECK-NEXT:    %[[R:.*]] = coll.all_reduce max %[[M]]
+func.func @partial_max(%x: !dist.tensor<8x16xf32, @m, [sliced<1>]>) -> !dist.tensor<8xf32, @m, [replicated]> {
+  %xg = dist.join %x : !dist.tensor<8x16xf32, @m, [sliced<1>]> -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %mx = dist.reduce_tensor max %xg dims [1] : !dist.tensor<8x16xf32, @m, [unplaced]> -> !dist.tensor<8xf32, @m, [unplaced]>
+  %out = dist.repl %mx : !dist.tensor<8xf32, @m, [unplaced]> -> !dist.tensor<8xf32, @m, [replicated]>
+  func.return %out : !dist.tensor<8xf32, @m, [replicated]>
+}
+
+// Partial sums pass through a transpose unreduced: the all-reduce comes right before
+// the element-wise op that needs whole values (where fuse-allreduce applies).
+// CHECK-LABEL: func.func @partial_sums_through_transpose
+// CHECK:         %[[Y:.*]] = dist.matmul %a, %w : {{.*}} -> !dist.tensor<8x16xf32, @m, [local]>
+// CHECK-NEXT:    %[[T:.*]] = dist.transpose %[[Y]] perm [1, 0] : {{.*}}[local]> -> !dist.tensor<16x8xf32, @m, [local]>
+// CHECK-NEXT:    %[[R:.*]] = coll.all_reduce sum %[[T]]
+// CHECK-NEXT:    dist.map(%[[R]])
+func.func @partial_sums_through_transpose(%a: !dist.tensor<8x32xf32, @m, [sliced<1>]>, %w: !dist.tensor<32x16xf32, @m, [sliced<0>]>) -> !dist.tensor<16x8xf32, @m, [replicated]> {
+  %ag = dist.join %a : !dist.tensor<8x32xf32, @m, [sliced<1>]> -> !dist.tensor<8x32xf32, @m, [unplaced]>
+  %wg = dist.join %w : !dist.tensor<32x16xf32, @m, [sliced<0>]> -> !dist.tensor<32x16xf32, @m, [unplaced]>
+  %y = dist.matmul %ag, %wg : (!dist.tensor<8x32xf32, @m, [unplaced]>, !dist.tensor<32x16xf32, @m, [unplaced]>) -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %t = dist.transpose %y perm [1, 0] : !dist.tensor<8x16xf32, @m, [unplaced]> -> !dist.tensor<16x8xf32, @m, [unplaced]>
+  %e = dist.map(%t) : (!dist.tensor<16x8xf32, @m, [unplaced]>) -> !dist.tensor<16x8xf32, @m, [unplaced]> {
+  ^bb0(%v: f32):
+    %r = math.tanh %v : f32
+    dist.yield %r : f32
+  }
+  %out = dist.repl %e : !dist.tensor<16x8xf32, @m, [unplaced]> -> !dist.tensor<16x8xf32, @m, [replicated]>
+  func.return %out : !dist.tensor<16x8xf32, @m, [replicated]>
+}
+
+// Unreduced arguments (partial sums) are reduced where a use needs them whole.
+// CHECK-LABEL: func.func @unreduced_argument
+// CHECK:         %[[R:.*]] = coll.all_reduce sum %g : {{.*}}[local]> -> {{.*}}[replicated]>
+// CHECK-NEXT:    dist.map(%[[R]])
+func.func @unreduced_argument(%g: !dist.tensor<64xf32, @m, [local]>) -> !dist.tensor<64xf32, @m, [replicated]> {
+  %gg = dist.reduce sum %g : !dist.tensor<64xf32, @m, [local]> -> !dist.tensor<64xf32, @m, [unplaced]>
+  %e = dist.map(%gg) : (!dist.tensor<64xf32, @m, [unplaced]>) -> !dist.tensor<64xf32, @m, [unplaced]> {
+  ^bb0(%v: f32):
+    %r = math.sqrt %v : f32
+    dist.yield %r : f32
+  }
+  %out = dist.repl %e : !dist.tensor<64xf32, @m, [unplaced]> -> !dist.tensor<64xf32, @m, [replicated]>
+  func.return %out : !dist.tensor<64xf32, @m, [replicated]>
+}

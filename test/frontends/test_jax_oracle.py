@@ -1,0 +1,96 @@
+"""JAX is the oracle: programs JAX lowers (StableHLO + Shardy on a mesh of host devices),
+imported and partitioned by distir, compute what JAX computes -- on the interpreter and
+the ``local`` runtime, as written and after CoCoNet's schedules (``test_run_mpi_jax.py``
+does ``mpi``).
+
+The programs (``jax_programs.py``) are lowered and run by JAX once per session, in a
+subprocess that sets ``XLA_FLAGS`` before JAX starts.
+"""
+
+from __future__ import annotations
+
+import pytest
+from oracle import assert_matches, load
+
+from distir.frontends.program import import_program
+from distir.frontends.sdy import sdy_import
+from distir.runtime import interpret
+from distir.runtime.local import run_local
+
+PROGRAMS = ["tp_mlp_4", "gelu_mlp", "attention", "dp_adam", "zero_adam", "layernorm", "embedding", "misc", "tp_dp_mlp", "shard_map", "shard_map_2d"]
+
+
+@pytest.mark.parametrize("backend", ["interpret", "local"])
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_imported_program_computes_what_jax_computes(jax_dir, name, backend):
+    text, inputs, want = load(jax_dir, name)
+    module = import_program(text, f"{name}.mlir").module
+    run = interpret if backend == "interpret" else run_local
+    assert_matches(run(module, "main", inputs, ranks=4), want, f"{name} on {backend}")
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4, 8])
+def test_tp_mlp_before_and_after_partition_on_every_mesh_size(jax_dir, ranks):
+    """The global program (every value unplaced, as imported) and the partitioned one
+    both compute JAX's result, on meshes of 1, 2, 4 and 8 devices."""
+    name = f"tp_mlp_{ranks}"
+    text, inputs, want = load(jax_dir, name)
+    before, _ = sdy_import(text, name)
+    assert_matches(interpret(before, "main", inputs, ranks=ranks), want, f"{name} before partition")
+    after = import_program(text, name).module
+    assert_matches(interpret(after, "main", inputs, ranks=ranks), want, f"{name} after partition")
+    assert_matches(run_local(after, "main", inputs, ranks=ranks), want, f"{name} after partition, local")
+
+
+def test_tp_mlp_partitions_like_megatron(jax_dir):
+    """Column-sliced first GEMM, row-sliced second GEMM, one all-reduce at the end."""
+    text, _, _ = load(jax_dir, "tp_mlp_4")
+    imported = import_program(text, "tp_mlp_4.mlir")
+    ops = [op.name for op in imported.module.walk() if op.name.startswith(("coll.", "dist."))]
+    assert ops.count("coll.all_reduce") == 1
+    assert not any(n in ops for n in ("coll.all_gather", "dist.take_slice", "coll.all_to_all", "coll.reduce_scatter"))
+    assert [r.text.split(" of ")[0] for r in imported.remarks] == ["coll.all_reduce sum over x"]
+
+
+def test_shard_map_body_keeps_jax_collectives(jax_dir):
+    """A shard_map body is per device: its collectives are the coll ops, in order, and
+    the partitioner adds none."""
+    text, _, _ = load(jax_dir, "shard_map")
+    imported = import_program(text, "shard_map.mlir")
+    colls = [op.name for op in imported.module.walk() if op.name.startswith("coll.")]
+    assert colls == ["coll.all_reduce", "coll.all_gather", "coll.reduce_scatter", "coll.all_to_all", "coll.all_reduce"]
+    assert imported.remarks == []
+
+
+@pytest.mark.parametrize("name", ["tp_mlp_4", "dp_adam", "zero_adam", "attention"])
+def test_every_schedule_of_an_imported_program_computes_what_jax_computes(jax_dir, name):
+    """CoCoNet's schedules (split, reorder, fuse, overlap: every one the tuner explores)
+    apply to imported programs; each computes JAX's result on the interpreter, and the
+    fused ones on the local runtime too."""
+    from distir.tuning.explore import explore
+
+    text, inputs, want = load(jax_dir, name)
+    module = import_program(text, f"{name}.mlir").module
+    ex = explore(module)
+    assert not ex.errors
+    names = [c.name for c in ex.candidates]
+    assert any("fuse(" in n for n in names), names
+    fused = [c for c in ex.candidates if "fuse(" in c.name]
+    for c in ex.candidates:
+        assert_matches(interpret(c.module, "main", inputs, ranks=4), want, f"{name}: {c.name} ({c.pipeline}) on interpret")
+    for c in fused[:2]:
+        assert_matches(run_local(c.module, "main", inputs, ranks=4), want, f"{name}: {c.name} ({c.pipeline}) on local")
+
+
+@pytest.mark.parametrize("script", ["tp_mlp.py", "shard_map_collectives.py"])
+def test_example_scripts_agree_with_jax(tmp_path, script):
+    """The scripts of examples/jax/ lower, import, run and report agreement (exit 0)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "jax" / script
+    proc = subprocess.run([sys.executable, str(path), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vs JAX: max relative difference" in proc.stdout
+    assert list(tmp_path.glob("*.mlir"))
