@@ -31,7 +31,11 @@ distir                           exported as
 ``dist.embedding_bag``           ``gather`` + ``reduce`` / ``linalg.generic`` with
                                  ``tensor.extract`` (a row-sliced table adds its own rows)
 ``dist.take_slice``              the device's block (``dynamic_slice`` / ``mesh.all_slice``)
-``dist.remesh``                  nothing (same buffers)
+``dist.remesh``, ``to_local``,   nothing (same buffers)
+``from_local``
+``dist.transpose``, ``reshape``,  the same on the device's block (a sliced dim is whole
+``extract_slice``, ``concat``     or the outermost of its group where these ops touch it)
+``dist.iota``                    the block's indices: local iota + the block's offset
 collectives                      the target's collective over the root axes (see below)
 fused collectives                unfused: FIRST collective, the region, FINISH collective
 ``coll.overlap``                 its chain (chunking is a schedule, not a meaning)
@@ -375,6 +379,21 @@ class Exporter:
     def embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
         raise NotImplementedError
 
+    def transpose(self, op: dist.TransposeOp) -> None:
+        raise NotImplementedError
+
+    def reshape(self, op: dist.ReshapeOp) -> None:
+        raise NotImplementedError
+
+    def iota(self, op: dist.IotaOp) -> None:
+        raise NotImplementedError
+
+    def extract_slice(self, op: dist.ExtractSliceOp) -> None:
+        raise NotImplementedError
+
+    def concat(self, op: dist.ConcatOp) -> None:
+        raise NotImplementedError
+
     # the device's block and the collectives, over root axes; each returns the result
     def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
         """Keep this device's block along ``dim`` of its buffer (no communication)."""
@@ -459,6 +478,8 @@ class Exporter:
         self.bind(op.outputs, self.emit_block(op.body.block))
 
     def emit_take_slice(self, op: dist.TakeSliceOp | dist.SliceOp) -> None:
+        if op.result in self.env:  # the target gave the device its block on entry
+            return
         t = op.input.type
         assert isinstance(t, TensorType)
         axes = self.root_axes(op, t, [op.option("axis")])
@@ -468,8 +489,8 @@ class Exporter:
         self.bind(op.results, [self.slice_block(self.value(op.input), src, dst, axes, op.option("dim"), op.result.name_hint)])
 
     def emit_same(self, op: Operation) -> None:
-        """An op that moves no data on any device (remesh; repl, drop, store of a value
-        every device holds)."""
+        """An op that moves no data on any device (remesh, to_local, from_local; repl,
+        drop, store of a value every device holds)."""
         self.bind(op.results, [self.value(op.operands[0])])
 
     def emit_primitive(self, op: dist.PrimitiveOp) -> None:
@@ -522,6 +543,13 @@ _HANDLERS: dict[type[Operation], Callable[[Exporter, Operation], None]] = {
     dist.CastOp: lambda e, op: e.cast(op),  # type: ignore[arg-type]
     dist.DropoutOp: lambda e, op: e.dropout(op),  # type: ignore[arg-type]
     dist.EmbeddingBagOp: lambda e, op: e.embedding_bag(op),  # type: ignore[arg-type]
+    dist.TransposeOp: lambda e, op: e.transpose(op),  # type: ignore[arg-type]
+    dist.ReshapeOp: lambda e, op: e.reshape(op),  # type: ignore[arg-type]
+    dist.IotaOp: lambda e, op: e.iota(op),  # type: ignore[arg-type]
+    dist.ExtractSliceOp: lambda e, op: e.extract_slice(op),  # type: ignore[arg-type]
+    dist.ConcatOp: lambda e, op: e.concat(op),  # type: ignore[arg-type]
+    dist.ToLocalOp: Exporter.emit_same,
+    dist.FromLocalOp: Exporter.emit_same,
     dist.TakeSliceOp: Exporter.emit_take_slice,  # type: ignore[dict-item]
     dist.SliceOp: Exporter.emit_take_slice,  # type: ignore[dict-item]
     dist.RemeshOp: Exporter.emit_same,

@@ -125,7 +125,7 @@ class MeshExporter(Exporter):
         t.line("}")
 
     # ------------------------------------------------------------------ small helpers
-    def const(self, value: float | int, elt: Attribute | str, shape: Sequence[int] | None = None, hint: str = "c") -> str:
+    def const(self, value: float | int, elt: Attribute | str, shape: Sequence[int] | None = None, hint: str = "cst") -> str:
         """A scalar constant, or a splat tensor constant of ``shape``."""
         lit = literal(value, elt)
         if shape is None:
@@ -442,6 +442,64 @@ class MeshExporter(Exporter):
             count = self.const(ishape[-1], cdt, out_shape)
             y = t.op(op.result.name_hint if cdt == elt else None, f"{'arith.divf' if float_ else 'arith.divsi'} {y}, {count} : {out_t}")
         self.bind(op.results, [self.cast_tensor(y, out_shape, cdt, elt, op.result.name_hint)])
+
+    # ------------------------------------------------------------------ layout ops
+    def transpose(self, op: dist.TransposeOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        out = self.empty(r.local_shape, r.element)
+        perm = ", ".join(map(str, op.option("perm")))
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"linalg.transpose ins({self.value(op.input)} : {ttype(x.local_shape, x.element)}) outs({out} : {ttype(r.local_shape, r.element)}) permutation = [{perm}]",
+        )])
+
+    def reshape(self, op: dist.ReshapeOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        dims = r.local_shape
+        shape = self.text.op("shape", f"arith.constant dense<[{', '.join(map(str, dims))}]> : tensor<{len(dims)}xi64>" if dims else "arith.constant dense<> : tensor<0xi64>")
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"tensor.reshape {self.value(op.input)}({shape}) : ({ttype(x.local_shape, x.element)}, tensor<{len(dims)}xi64>) -> {ttype(dims, r.element)}",
+        )])
+
+    def iota(self, op: dist.IotaOp) -> None:
+        r = self.placed(op.result)
+        dim, shape, elt = op.option("dim"), r.local_shape, str(r.element)
+        start = self.block_start(r, dim, shape[dim])
+        ty = ttype(shape, elt)
+        (y,), (_,) = self.generic(op.result.name_hint, [], [(self.empty(shape, elt), ty)], ["parallel"] * len(shape), [ty])
+        t = self.text
+        i = t.op(None, f"linalg.index {dim} : index")
+        if start is not None:
+            i = t.op(None, f"arith.addi {i}, {start} : index")
+        if is_float(elt):
+            i = t.op(None, f"arith.sitofp {t.op(None, f'arith.index_cast {i} : index to i64')} : i64 to {elt}")
+        else:
+            i = t.op(None, f"arith.index_cast {i} : index to {elt}")
+        self.close([i], [elt])
+        self.bind(op.results, [y])
+
+    def extract_slice(self, op: dist.ExtractSliceOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        sliced = layout.sliced_dims(x.placements)
+        offsets, strides = list(op.option("offsets")), list(op.option("strides"))
+        for d in sliced:  # taken whole: the device's block
+            offsets[d], strides[d] = 0, 1
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"tensor.extract_slice {self.value(op.input)}[{', '.join(map(str, offsets))}] [{', '.join(map(str, r.local_shape))}] "
+            f"[{', '.join(map(str, strides))}] : {ttype(x.local_shape, x.element)} to {ttype(r.local_shape, r.element)}",
+        )])
+
+    def concat(self, op: dist.ConcatOp) -> None:
+        ins = [self.placed(v) for v in op.inputs]
+        r = self.placed(op.result)
+        names = ", ".join(self.value(v) for v in op.inputs)
+        types = ", ".join(ttype(p.local_shape, p.element) for p in ins)
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"tensor.concat dim({op.option('dim')}) {names} : ({types}) -> {ttype(r.local_shape, r.element)}",
+        )])
 
     # ------------------------------------------------------------------ blocks and collectives
     def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:

@@ -64,7 +64,7 @@ from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Attribute, Operation
 
-from distir.dialects import dist, rng
+from distir.dialects import dist, layout, rng
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local
 from distir.frontends.export import Exporter, Placed, RootMesh, half, literal, reduction_identity, ttype
@@ -206,14 +206,25 @@ class SdyExporter(Exporter):
         manual = mesh.devices > 1
         if manual:
             body_args = [t.name(a.name_hint or f"arg{i}") for i, a in enumerate(block.args)]
+            # a take_slice of an argument: the device receives its block (in_shardings,
+            # as shard_map's in_specs), no dynamic_slice at a computed offset
+            blocks = self.argument_blocks(f)
+            operands = args + [args[block.args.index(op.input)] for op in blocks]
+            shardings = [self.sharding(p, mesh) for p in in_placed] + [self.sharding(self.placed(op.result), mesh) for op in blocks]
+            block_names = [t.name(op.result.name_hint or "block") for op in blocks]
+            region_args = [f"{b}: {local_type(ty, p)}" for b, ty, p in zip(body_args, in_types, in_placed)]
+            region_args += [f"{b}: {local_type(op.result.type, self.placed(op.result))}" for b, op in zip(block_names, blocks)]
             results = t.name("manual") if out_types else None
-            head = f"sdy.manual_computation({', '.join(args)}) in_shardings=[{', '.join(self.sharding(p, mesh) for p in in_placed)}] "
+            head = f"sdy.manual_computation({', '.join(operands)}) in_shardings=[{', '.join(shardings)}] "
             head += f"out_shardings=[{', '.join(self.sharding(p, mesh) for p in returned)}] "
             head += "manual_axes={" + ", ".join(f'"{n}"' for n in mesh.axis_names) + "} "
-            head += "(" + ", ".join(f"{b}: {local_type(ty, p)}" for b, ty, p in zip(body_args, in_types, in_placed)) + ") {"
+            head += "(" + ", ".join(region_args) + ") {"
             count = f":{len(out_types)}" if len(out_types) > 1 else ""
             t.line(f"{results}{count} = {head}" if results else head)
             t.depth += 1
+            for op, name in zip(blocks, block_names):
+                self.env[op.result] = name
+            in_types = in_types + [op.input.type for op in blocks]
         else:
             body_args = args
         self.bind(block.args, body_args)
@@ -236,8 +247,16 @@ class SdyExporter(Exporter):
         t.depth -= 1
         t.line("}")
 
+    def argument_blocks(self, f: func.FuncOp) -> list[dist.TakeSliceOp]:
+        """The ``take_slice``s of ``f``'s arguments that slice over devices."""
+        args = f.body.block.args
+        return [
+            op for op in f.walk()
+            if isinstance(op, dist.TakeSliceOp) and op.input in args and self.root_axes(op, op.input.type, [op.option("axis")])  # type: ignore[arg-type]
+        ]
+
     # ------------------------------------------------------------------ small helpers
-    def const(self, value: float | int, shape: Sequence[int], elt: Attribute | str, hint: str = "c") -> str:
+    def const(self, value: float | int, shape: Sequence[int], elt: Attribute | str, hint: str = "cst") -> str:
         return self.text.op(hint, f"stablehlo.constant dense<{literal(value, elt)}> : {ttype(shape, elt)}")
 
     def convert(self, x: str, shape: Sequence[int], src: Attribute | str, dst: Attribute | str, hint: str | None = None) -> str:
@@ -245,7 +264,7 @@ class SdyExporter(Exporter):
             return x
         return self.text.op(hint, f"stablehlo.convert {x} : ({ttype(shape, src)}) -> {ttype(shape, dst)}")
 
-    def reshape(self, x: str, src: Sequence[int], dst: Sequence[int], elt: Attribute, hint: str | None = None) -> str:
+    def reshape_to(self, x: str, src: Sequence[int], dst: Sequence[int], elt: Attribute, hint: str | None = None) -> str:
         if tuple(src) == tuple(dst):
             return x
         return self.text.op(hint, f"stablehlo.reshape {x} : ({ttype(src, elt)}) -> {ttype(dst, elt)}")
@@ -536,6 +555,52 @@ class SdyExporter(Exporter):
         red = self.reduce_over(g, gshape, cdt, kind, [len(ishape) - 1], None if cdt != str(r.element) else op.result.name_hint)
         self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
 
+    # ------------------------------------------------------------------ layout ops
+    def transpose(self, op: dist.TransposeOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        perm = ", ".join(map(str, op.option("perm")))
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"stablehlo.transpose {self.value(op.input)}, dims = [{perm}] : ({ttype(x.local_shape, x.element)}) -> {ttype(r.local_shape, r.element)}",
+        )])
+
+    def reshape(self, op: dist.ReshapeOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        self.bind(op.results, [self.reshape_to(self.value(op.input), x.local_shape, r.local_shape, x.element, op.result.name_hint)])
+
+    def iota(self, op: dist.IotaOp) -> None:
+        r = self.placed(op.result)
+        dim, shape, elt = op.option("dim"), r.local_shape, r.element
+        start = self.block_start(r, dim, shape[dim], str(elt))
+        y = self.text.op(None if start else op.result.name_hint, f"stablehlo.iota dim = {dim} : {ttype(shape, elt)}")
+        if start is not None:
+            y = self.binary("add", y, self.broadcast_to(start, (), shape, elt), shape, elt, op.result.name_hint)
+        self.bind(op.results, [y])
+
+    def extract_slice(self, op: dist.ExtractSliceOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        sliced = layout.sliced_dims(x.placements)
+        bounds = []
+        for d, (o, s, n) in enumerate(zip(op.option("offsets"), op.option("strides"), r.local_shape)):
+            if d in sliced:  # taken whole: the device's block
+                bounds.append(f"0:{n}")
+            else:
+                bounds.append(f"{o}:{o + (n - 1) * s + 1 if n else o}" + (f":{s}" if s != 1 else ""))
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"stablehlo.slice {self.value(op.input)} [{', '.join(bounds)}] : ({ttype(x.local_shape, x.element)}) -> {ttype(r.local_shape, r.element)}",
+        )])
+
+    def concat(self, op: dist.ConcatOp) -> None:
+        ins = [self.placed(v) for v in op.inputs]
+        r = self.placed(op.result)
+        names = ", ".join(self.value(v) for v in op.inputs)
+        types = ", ".join(ttype(p.local_shape, p.element) for p in ins)
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"stablehlo.concatenate {names}, dim = {op.option('dim')} : ({types}) -> {ttype(r.local_shape, r.element)}",
+        )])
+
     # ------------------------------------------------------------------ blocks and collectives
     def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
         extent = dst.local_shape[dim]
@@ -584,12 +649,12 @@ class SdyExporter(Exporter):
     def broadcast(self, x: str, src: Placed, axes: list[int], root: int, hint: str | None) -> str:
         s = src.local_shape
         n = src.mesh.group_size(axes)
-        one = self.reshape(x, s, (1, *s), src.element)
+        one = self.reshape_to(x, s, (1, *s), src.element)
         stacked_shape = (n, *s)
         g = self.all_gather(one, Placed((1, *s), src.element, src.mesh, ()), Placed(stacked_shape, src.element, src.mesh, ()), axes, 0, None)
         bounds = ", ".join([f"{root}:{root + 1}"] + [f"0:{d}" for d in s])
         picked = self.text.op(None, f"stablehlo.slice {g} [{bounds}] : ({ttype(stacked_shape, src.element)}) -> {ttype((1, *s), src.element)}")
-        return self.reshape(picked, (1, *s), s, src.element, hint)
+        return self.reshape_to(picked, (1, *s), s, src.element, hint)
 
     def all_to_all(self, x: str, src: Placed, dst: Placed, axes: list[int], split: int, concat: int, hint: str | None) -> str:
         groups = src.mesh.groups(axes)

@@ -223,7 +223,8 @@ func.func @bags(%t: !dist.tensor<16x4xf32, @world, [sliced<0>]>, %i: !dist.tenso
 // -----
 
 // Fused collectives are exported unfused; an overlap is its chain. The region of the
-// fused all-reduce uses a take_slice of an outer value and an inner scalar all_reduce.
+// fused all-reduce uses a take_slice of an argument (in StableHLO the device receives its
+// block, as shard_map's in_specs give it) and an inner scalar all_reduce.
 dist.mesh @world shape = [?]
 func.func @fused(%g: !dist.tensor<16xf32, @world, [local]>, %p: !dist.tensor<16xf32, @world, [replicated]>, %x: !dist.tensor<4x8xf32, @world, [sliced<1>]>, %w: !dist.tensor<8x4xf32, @world, [sliced<0>]>) -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<f32, @world, [replicated]>, !dist.tensor<4x4xf32, @world, [replicated]>) {
   %p1, %n = coll.fused_all_reduce sum %g dim 0 gather [true, false] : !dist.tensor<16xf32, @world, [local]> -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<f32, @world, [replicated]>) {
@@ -246,8 +247,9 @@ func.func @fused(%g: !dist.tensor<16xf32, @world, [local]>, %p: !dist.tensor<16x
   func.return %p1, %n, %y : !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<f32, @world, [replicated]>, !dist.tensor<4x4xf32, @world, [replicated]>
 }
 // SDY-LABEL: func.func @fused(
+// SDY:         sdy.manual_computation(%arg0, %arg1, %arg2, %arg3, %arg1) in_shardings=[{{.*}}, <@world, [{"x"}]>] {{.*}}, %[[PS:[a-z0-9_]+]]: tensor<4xf32>)
 // SDY:         %[[GS:.*]] = "stablehlo.reduce_scatter"
-// SDY:         %[[PS:.*]] = stablehlo.dynamic_slice
+// SDY-NOT:     stablehlo.dynamic_slice
 // SDY:         %[[U:.*]] = stablehlo.subtract %[[PS]], %[[GS]] : tensor<4xf32>
 // SDY:         %[[PART:.*]] = stablehlo.reduce(%[[U]] init:
 // SDY:         "stablehlo.all_reduce"(%[[PART]])
@@ -381,3 +383,58 @@ func.func @casts(%x: !dist.tensor<8xf32, @world, [sliced<0>]>, %i: !dist.tensor<
 // MESH:         %[[W:.*]] = arith.extf %{{.*}} : tensor<2xf16> to tensor<2xf32>
 // MESH-NEXT:    arith.truncf %[[W]] : tensor<2xf32> to tensor<2xbf16>
 // MESH:         arith.uitofp %{{.*}} : tensor<2xi1> to tensor<2xf32>
+
+// -----
+
+// The layout ops distir-import makes of StableHLO: each device transposes, reshapes,
+// slices and concatenates its own block; an iota counts from the block's first index.
+dist.mesh @world shape = [?]
+func.func @layout(%x: !dist.tensor<8x16xf32, @world, [sliced<0>]>, %y: !dist.tensor<8x4xf32, @world, [sliced<0>]>) -> (!dist.tensor<16x8xf32, @world, [sliced<1>]>, !dist.tensor<8x4x4xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>, !dist.tensor<8x8xf32, @world, [sliced<0>]>) {
+  %t = dist.transpose %x perm [1, 0] : !dist.tensor<8x16xf32, @world, [sliced<0>]> -> !dist.tensor<16x8xf32, @world, [sliced<1>]>
+  %r = dist.reshape %x : !dist.tensor<8x16xf32, @world, [sliced<0>]> -> !dist.tensor<8x4x4xf32, @world, [sliced<0>]>
+  %i = dist.iota dim 0 : () -> !dist.tensor<8x16xi32, @world, [sliced<0>]>
+  %s = dist.extract_slice %x offsets [0, 2] strides [1, 3] : !dist.tensor<8x16xf32, @world, [sliced<0>]> -> !dist.tensor<8x4xf32, @world, [sliced<0>]>
+  %cat = dist.concat %s, %y dim 1 : (!dist.tensor<8x4xf32, @world, [sliced<0>]>, !dist.tensor<8x4xf32, @world, [sliced<0>]>) -> !dist.tensor<8x8xf32, @world, [sliced<0>]>
+  func.return %t, %r, %i, %cat : !dist.tensor<16x8xf32, @world, [sliced<1>]>, !dist.tensor<8x4x4xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>, !dist.tensor<8x8xf32, @world, [sliced<0>]>
+}
+// SDY-LABEL: func.func @layout(
+// SDY:         stablehlo.transpose %[[X:[a-z0-9_]+]], dims = [1, 0] : (tensor<2x16xf32>) -> tensor<16x2xf32>
+// SDY:         stablehlo.reshape %[[X]] : (tensor<2x16xf32>) -> tensor<2x4x4xf32>
+// SDY:         %[[START:.*]] = stablehlo.multiply %{{.*}}, %{{.*}} : tensor<i32>
+// SDY:         %[[IOTA:.*]] = stablehlo.iota dim = 0 : tensor<2x16xi32>
+// SDY:         %[[OFF:.*]] = stablehlo.broadcast_in_dim %[[START]], dims = [] : (tensor<i32>) -> tensor<2x16xi32>
+// SDY:         %i = stablehlo.add %[[IOTA]], %[[OFF]] : tensor<2x16xi32>
+// SDY:         %[[S:.*]] = stablehlo.slice %[[X]] [0:2, 2:12:3] : (tensor<2x16xf32>) -> tensor<2x4xf32>
+// SDY:         stablehlo.concatenate %[[S]], %{{.*}}, dim = 1 : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+// MESH-LABEL: func.func @layout(
+// MESH:         linalg.transpose ins(%[[X:[a-z0-9_]+]] : tensor<2x16xf32>) outs(%{{.*}} : tensor<16x2xf32>) permutation = [1, 0]
+// MESH:         %[[SHAPE:.*]] = arith.constant dense<[2, 4, 4]> : tensor<3xi64>
+// MESH:         tensor.reshape %[[X]](%[[SHAPE]]) : (tensor<2x16xf32>, tensor<3xi64>) -> tensor<2x4x4xf32>
+// MESH:         %[[START:.*]] = arith.muli %{{.*}}, %{{.*}} : index
+// MESH:         linalg.generic
+// MESH:           %[[I:.*]] = linalg.index 0 : index
+// MESH-NEXT:      %[[G:.*]] = arith.addi %[[I]], %[[START]] : index
+// MESH-NEXT:      arith.index_cast %[[G]] : index to i32
+// MESH:         %[[S:.*]] = tensor.extract_slice %[[X]][0, 2] [2, 4] [1, 3] : tensor<2x16xf32> to tensor<2x4xf32>
+// MESH:         tensor.concat dim(1) %[[S]], %{{.*}} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+
+// -----
+
+// to_local and from_local see the same buffers with another meaning: nothing to export.
+dist.mesh @world shape = [4]
+func.func @views(%x: !dist.tensor<16xf32, @world, [sliced<0>]>) -> !dist.tensor<16xf32, @world, [sliced<0>]> {
+  %l = dist.to_local %x : !dist.tensor<16xf32, @world, [sliced<0>]> -> !dist.tensor<4xf32, @world, [local]>
+  %d = dist.map(%l) : (!dist.tensor<4xf32, @world, [local]>) -> !dist.tensor<4xf32, @world, [local]> {
+  ^bb0(%a: f32):
+    %s = arith.addf %a, %a : f32
+    dist.yield %s : f32
+  }
+  %g = dist.from_local %d : !dist.tensor<4xf32, @world, [local]> -> !dist.tensor<16xf32, @world, [sliced<0>]>
+  func.return %g : !dist.tensor<16xf32, @world, [sliced<0>]>
+}
+// SDY-LABEL: func.func @views(
+// SDY:         (%[[X:[a-z0-9_]+]]: tensor<4xf32>)
+// SDY-NEXT:      %[[D:.*]] = stablehlo.add %[[X]], %[[X]] : tensor<4xf32>
+// SDY-NEXT:      sdy.return %[[D]] : tensor<4xf32>
+// MESH-LABEL: func.func @views(
+// MESH:         linalg.generic {{.*}} ins(%[[X:[a-z0-9_]+]] : tensor<4xf32>)

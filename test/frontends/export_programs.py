@@ -1,7 +1,9 @@
 """The programs the exporter tests run: the examples and their schedules (at small
-sizes), the cases of ``export-cases.mlir``, each with the rank counts it verifies on, and
-random programs (``support/programs.py``, drawn deterministically) at the rank count
-they are written for."""
+sizes) and the cases of ``export-cases.mlir``, each with the rank counts it verifies on;
+the JAX, Shardy and MLIR shard programs of the front-end tests as ``distir-import``
+reads them (``imported/<file>``, at their meshes' rank counts); and random programs
+(``support/programs.py``, drawn deterministically) at the rank count they are written
+for."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import DiagnosticException
 
 from distir.dialects.context import make_context, parse_module
+from distir.frontends.program import import_program
 from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
 from distir.runtime import npz
 from distir.tuning.sizes import reduced
@@ -19,6 +22,7 @@ from distir.tuning.sizes import reduced
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 RANKS = (1, 2, 4, 8)
+IMPORTED_RANKS = (16,)  # a JAX sample's mesh may be larger
 
 
 def _texts() -> dict[str, str]:
@@ -32,6 +36,8 @@ def _texts() -> dict[str, str]:
     for chunk in (HERE / "export-cases.mlir").read_text().split("// -----"):
         name = next(f.sym_name.data for f in npz.functions(parse_module(chunk)))
         out[f"case/{name}"] = chunk
+    for path in sorted(HERE.glob("jax-*.mlir")) + sorted(HERE.glob("sdy-*.mlir")) + sorted(HERE.glob("shard-*.mlir")):
+        out[f"imported/{path.stem}"] = str(import_program(path.read_text(), str(path)).module)
     return out
 
 
@@ -85,7 +91,7 @@ def runs() -> list[tuple[str, str, int]]:
     out: list[tuple[str, str, int]] = [(name, func, ranks) for name, (_, func, ranks) in RANDOM.items()]
     for name, text in PROGRAMS.items():
         funcs = [f.sym_name.data for f in npz.functions(parsed(text))]
-        for ranks in RANKS:
+        for ranks in RANKS + (IMPORTED_RANKS if name.startswith("imported/") else ()):
             if fits(text, ranks):
                 out += [(name, f, ranks) for f in funcs]
     return out

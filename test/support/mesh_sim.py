@@ -157,9 +157,11 @@ class MeshSim:
             text = str(attr["value"])
             m = re.match(r"dense<([^>]*)>", text)
             value = (m.group(1) if m else text.split(" : ")[0]).strip()
-            v = {"true": 1, "false": 0}.get(value)
-            num = float(v) if v is not None else _number(value, outs[0][1])
             shape, dt = outs[0]
+            if value.startswith("["):  # a non-splat (tensor.reshape's shape operand)
+                return [np.array([_number(x, dt) for x in re.findall(r"-?[\w.+]+", value)], dtype=dt).reshape(shape)]
+            v = {"true": 1, "false": 0}.get(value)
+            num = float(v) if v is not None else _number(value, dt)
             return [np.full(shape, num, dtype=dt) if shape is not None else np.asarray(num).astype(dt)]
         if name in CASTS:
             return [np.asarray(xs[0]).astype(outs[0][1])]
@@ -181,8 +183,15 @@ class MeshSim:
         if name == "tensor.empty":
             shape, dt = outs[0]
             return [np.zeros(shape, dt)]
-        if name in ("tensor.expand_shape", "tensor.collapse_shape"):
+        if name in ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape"):
             return [np.asarray(xs[0]).reshape(outs[0][0])]
+        if name == "linalg.transpose":
+            return [np.transpose(np.asarray(xs[0]), _ints(attr["permutation"]))]
+        if name == "tensor.extract_slice":
+            offsets, sizes, strides = (_ints(attr[k]) for k in ("static_offsets", "static_sizes", "static_strides"))
+            return [np.asarray(xs[0])[tuple(slice(o, o + (n - 1) * s + 1 if n else o, s) for o, n, s in zip(offsets, sizes, strides))]]
+        if name == "tensor.concat":
+            return [np.concatenate([np.asarray(x) for x in xs], axis=_int_attr(attr["dim"]))]
         if name == "tensor.extract":
             return [np.asarray(xs[0])[tuple(np.asarray(i) for i in xs[1:])]]
         if name == "linalg.fill":

@@ -27,7 +27,7 @@ from distir.dialects.dist import TensorType
 from distir.dialects.placements import REPLICATED, At, Local
 from distir.runtime import npz
 
-DEVICES = 8
+DEVICES = 16
 
 
 def jax_with_devices(n: int = DEVICES):
