@@ -29,6 +29,9 @@ distir                     MLIR 19
                            ``tensor.extract`` of table rows (a row-sliced table adds the
                            rows it holds)
 ``dist.take_slice``        ``mesh.all_slice``
+``dist.transpose`` ...     ``linalg.transpose``, ``tensor.reshape``, ``tensor.extract_slice``,
+                           ``tensor.concat`` of the device's block; ``dist.iota``: a
+                           ``linalg.generic`` of ``linalg.index`` plus the block's offset
 ``coll.all_reduce``        ``mesh.all_reduce`` (avg: sum, then divide by the group size;
                            f16/bf16 accumulate in f32, as the interpreter)
 ``coll.reduce_scatter``    ``mesh.reduce_scatter``

@@ -34,7 +34,11 @@ distir                     StableHLO
                            shifts), ``select``
 ``dist.embedding_bag``     ``gather`` (table dim: batching dims), ``reduce`` over the bag;
                            a row-sliced table masks the rows other devices hold
-``dist.take_slice``        ``dynamic_slice`` at the device's block
+``dist.take_slice``        of an argument: the manual computation takes the argument once
+                           more, sliced (as shard_map's ``in_specs``); of a computed
+                           value: ``dynamic_slice`` at the device's block
+``dist.transpose`` ...     ``transpose``, ``reshape``, ``slice``, ``concatenate`` of the
+                           device's block; ``iota`` plus the block's offset
 ``coll.all_reduce``        ``all_reduce`` (avg: sum, ``divide`` by the group size)
 ``coll.reduce_scatter``    ``reduce_scatter``
 ``coll.all_gather``        ``all_gather``
