@@ -3,20 +3,13 @@ fused collectives, and ``coll.overlap``.
 
 A collective acts on the mesh axes named by ``axes`` (default ``[0]``): the ranks that
 differ only on those axes form one group (ordered row-major over ``axes`` in the order
-listed) and every other axis keeps its placement. Definitions, and the placement change
-on each axis of ``axes``:
-
-==========================  ============================  ===========================
-op                          definition                    operand -> result
-==========================  ============================  ===========================
-``coll.all_reduce {op}``    repl(reduce(x))               local -> replicated
-``coll.reduce_scatter``     slice(reduce(x))              local -> sliced<dim>
-``coll.all_gather``         repl(join(x))                 sliced<d> -> replicated
-``coll.reduce {op, root}``  store(reduce(x), root)        local -> at<root>
-``coll.broadcast``          repl(load(x))                 at<r> -> replicated
-``coll.all_to_all {dim}``   slice<dim>(join(x))           sliced<d> -> sliced<dim>
-``coll.send {to}``          store(load(x), to)            at<r> -> at<to>
-==========================  ============================  ===========================
+listed) and every other axis keeps its placement. Each collective lives in a module of
+its own under ``dialects/collectives/``: its op class is its descriptor (placement rule,
+definition in the functional primitives, interpreter semantics, lowering, name in the
+tuner; ``dialects/collectives/base.py``), and its docstring gives the definition, the
+placement change, an IR example and what each rank holds before and after. This
+module imports them, which registers them, and defines ``coll.overlap``; ``Coll`` lists
+every registered collective.
 
 Fused collectives (CoCoNet Table 2) run a region on the values the collective first
 produces and then finish the collective on the region's results; see
@@ -29,379 +22,35 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from xdsl.ir import Attribute, Dialect
-from xdsl.irdl import (
-    IRDLOperation,
-    irdl_op_definition,
-    operand_def,
-    region_def,
-    result_def,
-    traits_def,
-    var_operand_def,
-    var_result_def,
-)
+from xdsl.irdl import irdl_op_definition, region_def, traits_def, var_result_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import IsTerminator
 
 from distir.dialects import layout
-from distir.dialects.dist import (
-    DistCanonicalization,
-    DistOp,
-    RuleError,
-    TensorType,
-    _innermost,
-    check_axes,
-    check_dim,
-    check_tensor,
-    expect_type,
-    group_rank_digits,
-    need_placement,
-    need_tensor,
-)
+
+# The collectives, one module each; importing one registers it (``X as X``: re-exported,
+# so that ``coll.AllReduceOp`` names it).
+from distir.dialects.collectives.all_gather import AllGatherOp as AllGatherOp
+from distir.dialects.collectives.all_gather import FusedAllGatherOp as FusedAllGatherOp
+from distir.dialects.collectives.all_reduce import AllReduceOp as AllReduceOp
+from distir.dialects.collectives.all_reduce import FusedAllReduceOp as FusedAllReduceOp
+from distir.dialects.collectives.all_to_all import AllToAllOp as AllToAllOp
+from distir.dialects.collectives.all_to_all import FusedAllToAllOp as FusedAllToAllOp
+from distir.dialects.collectives.base import CollectiveOp as CollectiveOp
+from distir.dialects.collectives.base import FusedCollectiveOp as FusedCollectiveOp
+from distir.dialects.collectives.base import YieldOp as YieldOp
+from distir.dialects.collectives.base import collectives as collectives
+from distir.dialects.collectives.base import fused_collectives as fused_collectives
+from distir.dialects.collectives.broadcast import BroadcastOp as BroadcastOp
+from distir.dialects.collectives.broadcast import FusedBroadcastOp as FusedBroadcastOp
+from distir.dialects.collectives.permute import PermuteOp as PermuteOp
+from distir.dialects.collectives.reduce import FusedReduceOp as FusedReduceOp
+from distir.dialects.collectives.reduce import ReduceOp as ReduceOp
+from distir.dialects.collectives.reduce_scatter import FusedReduceScatterOp as FusedReduceScatterOp
+from distir.dialects.collectives.reduce_scatter import ReduceScatterOp as ReduceScatterOp
+from distir.dialects.collectives.send import SendOp as SendOp
+from distir.dialects.dist import DistCanonicalization, DistOp, RuleError, TensorType, expect_type
 from distir.dialects.format import Kw, print_type_list
-from distir.dialects.placements import REPLICATED, At, Local
-
-AXES = Kw("axes", "ints", (0,))
-DIM = Kw("dim", "int")
-
-
-class CollectiveOp(DistOp):
-    """A collective over the mesh axes ``axes``; subclasses give ``rule``."""
-
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(DistCanonicalization())
-
-    @property
-    def axes(self) -> tuple[int, ...]:
-        return self.option("axes")
-
-    # Each collective defines
-    #   @classmethod rule(cls, t, axes, sizes, options) -> list[Placement]
-
-    @classmethod
-    def infer(cls, in_types, sizes, options):
-        t = need_tensor(in_types[0], "operand")
-        axes = list(options.get("axes", (0,)))
-        check_axes(axes, t)
-        return [t.with_(placements=cls.rule(t, axes, sizes, options))]
-
-
-def _need_all(t: TensorType, axes: Sequence[int], kind: type) -> None:
-    for a in axes:
-        need_placement(t, a, kind)
-
-
-@irdl_op_definition
-class AllReduceOp(CollectiveOp):
-    """``all_reduce = repl(reduce(x))``: every rank of the group gets the element-wise
-    reduction of the group's local values.
-
-    ``%y = coll.all_reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>``
-
-    Before (4 ranks): ``a0 a1 a2 a3``; after: ``s s s s`` with ``s = a0+a1+a2+a3``.
-    """
-
-    name = "coll.all_reduce"
-    KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXES,)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _need_all(t, axes, Local)
-        return layout.replace_axes(t.get_placements(), axes, REPLICATED)
-
-
-@irdl_op_definition
-class ReduceScatterOp(CollectiveOp):
-    """``reduce_scatter = slice(reduce(x))``: rank i of the group gets block i (along
-    ``dim``) of the reduction; nested inside any axes already slicing ``dim``.
-
-    ``%y = coll.reduce_scatter sum %x dim 0 : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [sliced<0>]>``
-
-    Before: ``a0 a1 a2 a3``; after: rank i holds block i of ``a0+a1+a2+a3``.
-    """
-
-    name = "coll.reduce_scatter"
-    KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (DIM, AXES)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _need_all(t, axes, Local)
-        check_dim(options["dim"], t)
-        return layout.add_slicing(t.get_placements(), options["dim"], axes)
-
-
-@irdl_op_definition
-class AllGatherOp(CollectiveOp):
-    """``all_gather = repl(join(x))``: every rank gets the concatenation of the group's
-    blocks. The gathered axes must be the innermost slicing of their dim.
-
-    ``%y = coll.all_gather %x : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<64xf32, @world, [replicated]>``
-
-    Before: rank i holds block i; after: every rank holds all blocks.
-    """
-
-    name = "coll.all_gather"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXES,)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _innermost(t, axes)
-        return layout.replace_axes(t.get_placements(), axes, REPLICATED)
-
-
-@irdl_op_definition
-class ReduceOp(CollectiveOp):
-    """``reduce = store(reduce(x), root)``: group rank ``root`` gets the reduction.
-
-    ``%y = coll.reduce sum %x root 0 : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [at<0>]>``
-    """
-
-    name = "coll.reduce"
-    KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("root", "int"), AXES)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _need_all(t, axes, Local)
-        return _place_at(t, axes, sizes, options["root"], "root")
-
-
-def _place_at(t: TensorType, axes: Sequence[int], sizes, rank: int, what: str) -> list:
-    if rank < 0:
-        raise RuleError(f"{what} must be non-negative, got {rank}")
-    digits = group_rank_digits(rank, sizes or [None] * len(t.get_placements()), axes, what)
-    if digits is None:
-        raise RuleError(f"{what} over several axes needs their sizes to be static")
-    out = layout.replace_axes(t.get_placements(), axes, REPLICATED)
-    for a, d in zip(axes, digits):
-        out[a] = At(d)
-    return out
-
-
-@irdl_op_definition
-class BroadcastOp(CollectiveOp):
-    """``broadcast = repl(load(x))``: the value held by one rank of the group (the root
-    is in the operand's ``at<r>`` placement) reaches every rank of the group.
-
-    ``%y = coll.broadcast %x : !dist.tensor<64xf32, @world, [at<0>]> -> !dist.tensor<64xf32, @world, [replicated]>``
-    """
-
-    name = "coll.broadcast"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXES,)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _need_all(t, axes, At)
-        return layout.replace_axes(t.get_placements(), axes, REPLICATED)
-
-    def root(self) -> int:
-        """The group rank holding the operand."""
-        t = self.input.type
-        assert isinstance(t, TensorType)
-        sizes = self.mesh_sizes() or ()
-        r = 0
-        for a in self.axes:
-            r = r * (sizes[a] or 1) + t.get_placements()[a].rank.data  # type: ignore[union-attr]
-        return r
-
-
-@irdl_op_definition
-class AllToAllOp(CollectiveOp):
-    """``all_to_all = slice<dim>(join(x))``: re-slice a value sliced on one dim along
-    another; rank i sends block j of its slice to rank j.
-
-    ``%y = coll.all_to_all %x dim 1 : !dist.tensor<64x8xf32, @world, [sliced<0>]> -> !dist.tensor<64x8xf32, @world, [sliced<1>]>``
-    """
-
-    name = "coll.all_to_all"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (DIM, AXES)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _innermost(t, axes)
-        check_dim(options["dim"], t)
-        joined = layout.replace_axes(t.get_placements(), axes, REPLICATED)
-        return layout.add_slicing(joined, options["dim"], axes)
-
-
-@irdl_op_definition
-class SendOp(CollectiveOp):
-    """``send = store(load(x), to)``: point-to-point, the value held by one group rank
-    moves to group rank ``to`` (pipeline stages).
-
-    ``%y = coll.send %x to 1 : !dist.tensor<64xf32, @world, [at<0>]> -> !dist.tensor<64xf32, @world, [at<1>]>``
-    """
-
-    name = "coll.send"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("to", "int"), AXES)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _need_all(t, axes, At)
-        return _place_at(t, axes, sizes, options["to"], "target rank")
-
-
-@irdl_op_definition
-class YieldOp(IRDLOperation):
-    """Terminator of the regions of fused collectives and ``coll.overlap``."""
-
-    name = "coll.yield"
-    values = var_operand_def()
-    traits = traits_def(IsTerminator())
-    assembly_format = "attr-dict ($values^ `:` type($values))?"
-
-
-# ======================================================================================
-# Fused collectives
-# ======================================================================================
-
-
-class FusedCollectiveOp(DistOp):
-    """A collective with a computation fused at the point where its output is first
-    produced (CoCoNet Table 2). Each operand goes through the ``FIRST`` collective (or
-    none), the region runs on those values (block argument i = operand i after
-    ``FIRST``) and may use ``dist`` ops, outer values and inner collectives; result i is
-    yielded value i after the ``FINISH`` collective when ``gather[i]`` is true, else the
-    yielded value itself.
-    """
-
-    INFER: ClassVar[bool] = False
-    FIRST: ClassVar[type[CollectiveOp] | None] = None
-    FINISH: ClassVar[type[CollectiveOp] | None] = None
-
-    inputs = var_operand_def(TensorType)
-    outputs = var_result_def()
-    body = region_def("single_block")
-    traits = traits_def(DistCanonicalization())
-
-    def gather_flags(self) -> tuple[bool, ...]:
-        if self.FINISH is None:
-            return (False,) * len(self.outputs)
-        flags = self.option("gather")
-        return tuple(flags) if flags is not None else (True,) * len(self.outputs)
-
-    def first_options(self) -> dict[str, Any]:
-        opts = self.options()
-        assert self.FIRST is not None
-        return {k: v for k, v in opts.items() if k in {kw.keyword for kw in self.FIRST.KEYWORDS} | {self.FIRST.KIND}}
-
-    def block_arg_types(self) -> list[Attribute]:
-        sizes = self.mesh_sizes()
-        if self.FIRST is None:
-            return list(self.operand_types)
-        options = self.first_options()
-        return [self.FIRST.infer([t], sizes, options)[0] for t in self.operand_types]
-
-    def finish_type(self, t: Attribute, sizes: tuple[int | None, ...] | None = None) -> Attribute:
-        """The type of a yielded value of type ``t`` once gathered (``sizes``: the mesh's,
-        when the caller has them)."""
-        assert self.FINISH is not None
-        return self.FINISH.infer([t], sizes if sizes is not None else self.mesh_sizes(), {"axes": self.option("axes")})[0]
-
-    def verify_rule(self) -> None:
-        if not self.inputs:
-            raise RuleError("needs at least one operand")
-        block = self.body.block
-        want = self.block_arg_types()
-        if len(block.args) != len(want):
-            raise RuleError(f"region must have {len(want)} argument(s), one per operand, got {len(block.args)}")
-        for i, (arg, t) in enumerate(zip(block.args, want)):
-            expect_type(self, f"region argument {i}", arg.type, t)
-            check_tensor(self, arg.type, f"region argument {i}")  # its slices, on a sized mesh
-        term = block.last_op
-        if not isinstance(term, YieldOp):
-            raise RuleError("region must end with coll.yield")
-        if len(term.values) != len(self.outputs):
-            raise RuleError(f"region yields {len(term.values)} value(s) for {len(self.outputs)} result(s)")
-        flags = self.gather_flags()
-        if len(flags) != len(self.outputs):
-            raise RuleError(f"gather has {len(flags)} flag(s) for {len(self.outputs)} result(s)")
-        sizes = self.mesh_sizes()
-        for i, (v, r, g) in enumerate(zip(term.values, self.result_types, flags)):
-            expect_type(self, f"result {i}", r, self.finish_type(v.type, sizes) if g else v.type)
-
-
-GATHER = Kw("gather", "bools", None)
-
-
-@irdl_op_definition
-class FusedAllReduceOp(FusedCollectiveOp):
-    """``fused_all_reduce = repl(map(g, reduce(x)))``, executed as a ReduceScatter along
-    ``dim``, the region ``g`` on this rank's reduced slice, and an AllGather of the results
-    flagged in ``gather`` (the others stay sliced, ZeRO-style). The region may use outer
-    values (``take_slice`` of replicated ones, sliced state directly) and inner
-    collectives (an all_reduce of scalar norms for LAMB).
-
-    ::
-
-        %p1, %m1 = coll.fused_all_reduce sum %g dim 0 gather [true, false] : !dist.tensor<64xf32, @world, [local]> -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
-        ^bb0(%gs: !dist.tensor<64xf32, @world, [sliced<0>]>):
-          ...
-          coll.yield %ps, %ms : !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
-        }
-    """
-
-    name = "coll.fused_all_reduce"
-    KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (DIM, AXES, GATHER)
-    FIRST: ClassVar[type[CollectiveOp] | None] = ReduceScatterOp
-    FINISH: ClassVar[type[CollectiveOp] | None] = AllGatherOp
-
-
-@irdl_op_definition
-class FusedReduceScatterOp(FusedCollectiveOp):
-    """``fused_reduce_scatter = slice(map(g, reduce(x)))``: a ReduceScatter whose slices go
-    straight into the region; the results stay sliced."""
-
-    name = "coll.fused_reduce_scatter"
-    KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (DIM, AXES)
-    FIRST: ClassVar[type[CollectiveOp] | None] = ReduceScatterOp
-
-
-@irdl_op_definition
-class FusedAllGatherOp(FusedCollectiveOp):
-    """``fused_all_gather = repl(join(map(g, x)))``: the region runs on this rank's slice,
-    then the results flagged in ``gather`` are all-gathered."""
-
-    name = "coll.fused_all_gather"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXES, GATHER)
-    FINISH: ClassVar[type[CollectiveOp] | None] = AllGatherOp
-
-
-@irdl_op_definition
-class FusedReduceOp(FusedCollectiveOp):
-    """``fused_reduce = store(map(g, reduce(x)), root)``: the region runs on the root's
-    reduced value."""
-
-    name = "coll.fused_reduce"
-    KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("root", "int"), AXES)
-    FIRST: ClassVar[type[CollectiveOp] | None] = ReduceOp
-
-
-@irdl_op_definition
-class FusedBroadcastOp(FusedCollectiveOp):
-    """``fused_broadcast = repl(map(g, load(x)))``: the region runs on the root's value and
-    the results flagged in ``gather`` are broadcast."""
-
-    name = "coll.fused_broadcast"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (AXES, GATHER)
-    FINISH: ClassVar[type[CollectiveOp] | None] = BroadcastOp
-
-
-@irdl_op_definition
-class FusedAllToAllOp(FusedCollectiveOp):
-    """``fused_all_to_all = map(g, slice<dim>(join(x)))``: the region runs on the re-sliced
-    blocks each rank receives."""
-
-    name = "coll.fused_all_to_all"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (DIM, AXES)
-    FIRST: ClassVar[type[CollectiveOp] | None] = AllToAllOp
-
 
 # ======================================================================================
 # Overlap
@@ -538,24 +187,4 @@ class OverlapOp(DistOp):
         printer.print_region(self.body, print_entry_block_args=False, print_block_terminators=True)
 
 
-Coll = Dialect(
-    "coll",
-    [
-        AllReduceOp,
-        ReduceScatterOp,
-        AllGatherOp,
-        ReduceOp,
-        BroadcastOp,
-        AllToAllOp,
-        SendOp,
-        FusedAllReduceOp,
-        FusedReduceScatterOp,
-        FusedAllGatherOp,
-        FusedReduceOp,
-        FusedBroadcastOp,
-        FusedAllToAllOp,
-        OverlapOp,
-        YieldOp,
-    ],
-    [],
-)
+Coll = Dialect("coll", [*collectives(), *fused_collectives(), OverlapOp, YieldOp], [])

@@ -105,11 +105,8 @@ def _axes_str(axes: Sequence[int]) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Placement transitions used by the collectives (DTensor's transition table, for us):
-#   local      -> replicated : all_reduce       local -> sliced<d> : reduce_scatter
-#   sliced<d>  -> replicated : all_gather       local -> at<r>     : reduce
-#   at<r>      -> replicated : broadcast        at<r> -> at<t>     : send
-#   sliced<d>  -> sliced<e>  : all_to_all
+# Placement transitions used by the collectives' rules (each collective's module under
+# dialects/collectives/ states its row of DTensor's transition table: ``TRANSITION``)
 # --------------------------------------------------------------------------------------
 
 

@@ -10,14 +10,13 @@ collective over several axes, or over the factor axes of a view mesh, gets its o
 ``dist.remesh``, ``dist.to_local``, ``dist.from_local`` and ``dist.take_slice`` move no
 data (the same buffer; a block view); ``dist.reshape`` is an ``rt.view`` of the block.
 
-Collectives, on the buffers of one group (N ranks)::
-
-    coll.all_reduce          nccl.all_reduce
-    coll.reduce_scatter d    nccl.reduce_scatter (blocks along d packed first unless contiguous)
-    coll.all_gather          nccl.all_gather (unpacked after unless d-blocks are contiguous)
-    coll.reduce / broadcast  nccl.reduce / nccl.broadcast (root = group rank)
-    coll.all_to_all          nccl.group_start; N-1 send/recv pairs; nccl.group_end (+ a copy to self)
-    coll.send                nccl.send on the holder, nccl.recv on the target, each in a group
+Collectives: each one's descriptor (``dialects/collectives/``) emits its calls on the
+buffers of one group through this lowering (``lower``, written against the ``Lowering``
+interface of ``dialects/collectives/base.py``), e.g. ``coll.all_reduce`` becomes
+``nccl.all_reduce`` and ``coll.all_to_all`` ``nccl.group_start``, N-1 send/recv pairs
+and ``nccl.group_end`` (+ a copy to self). A result NCCL cannot write in place (a
+strided buffer) is received into a contiguous one and copied, unless the descriptor
+writes strided buffers itself (``LOWERS_INTO_VIEWS``).
 
 Fused collectives become ``rt.fused { FIRST collective; region on this rank's values;
 FINISH collective of the gathered results }``; a gathered result is computed straight
@@ -55,6 +54,7 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, nccl, rt
+from distir.dialects.collectives.base import Call, count, element, is_contiguous_block, shape
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import REPLICATED, At, Placement
 from distir.lowering.common import (
@@ -76,10 +76,6 @@ ARENAS = "rt.arenas"
 arguments the runtime lays out side by side in it (``lower-buckets``' packs)."""
 
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
-
-
-def is_contiguous_block(shape: Sequence[int], dim: int) -> bool:
-    return all(s == 1 for s in shape[:dim])
 
 
 class FuncLowering:
@@ -123,24 +119,9 @@ class FuncLowering:
             dist.StoreOp: self._primitive,
             dist.LoadOp: self._primitive,
         }
-        for cls in (
-            coll.AllReduceOp,
-            coll.ReduceScatterOp,
-            coll.AllGatherOp,
-            coll.ReduceOp,
-            coll.BroadcastOp,
-            coll.AllToAllOp,
-            coll.SendOp,
-        ):
+        for cls in coll.collectives():
             self.handlers[cls] = self._collective_op
-        for cls in (
-            coll.FusedAllReduceOp,
-            coll.FusedReduceScatterOp,
-            coll.FusedAllGatherOp,
-            coll.FusedReduceOp,
-            coll.FusedBroadcastOp,
-            coll.FusedAllToAllOp,
-        ):
+        for cls in coll.fused_collectives():
             self.handlers[cls] = self._fused
 
     # ------------------------------------------------------------------ utilities
@@ -204,6 +185,16 @@ class FuncLowering:
 
     def copy(self, src: SSAValue, dst: SSAValue) -> None:
         self.emit(rt.CopyOp.make([src, dst, self.stream], []))
+
+    def is_contiguous(self, buf: SSAValue) -> bool:
+        return self.contig.get(buf, True)
+
+    def kernel(self, name: str, make: Callable[[], Operation]) -> str:
+        """The kernel ``@name`` that ``make`` builds, added to the module once."""
+        if name not in self.extra_kernels:
+            self.module.body.block.add_op(make())
+            self.extra_kernels.add(name)
+        return name
 
     def contiguous(self, buf: SSAValue) -> SSAValue:
         """``buf`` itself when contiguous, else a contiguous copy of it."""
@@ -726,7 +717,7 @@ class FuncLowering:
         """Emit the calls of collective ``cls`` from ``x``'s buffer into ``recv``; returns
         the result buffer (``recv``, or the operand's buffer when nothing moves). NCCL
         writes contiguous buffers: a strided ``recv`` gets the result through a copy."""
-        if self.contig.get(recv, True) or cls in (coll.AllGatherOp, coll.AllToAllOp):
+        if self.contig.get(recv, True) or cls.LOWERS_INTO_VIEWS:
             return self._collective(cls, x, rtype, options, recv, op)
         tmp = self.alloc(recv.type)
         got = self._collective(cls, x, rtype, options, tmp, op)
@@ -739,95 +730,26 @@ class FuncLowering:
         self, cls: type[coll.CollectiveOp], x: SSAValue, rtype: Attribute, options: dict[str, Any], recv: SSAValue, op: Operation
     ) -> SSAValue:
         xt: TensorType = x.type  # type: ignore[assignment]
-        rt_: TensorType = rtype  # type: ignore[assignment]
         axes = list(options.get("axes") or (0,))
         sizes = self.sizes(xt, op)
-        n = group_size(sizes, axes)
-        send = self.input(x)
-        comm = self.comm(xt.mesh_name, axes)
-        kind = options.get("op")
-
-        def call(ncls, bufs, **kw):
-            return self.emit(ncls.make([*bufs, comm, self.stream], [], **kw))
-
-        if cls is coll.AllReduceOp:
-            s = self.contiguous(send)
-            self.guarded(xt, lambda: call(nccl.AllReduceOp, [s, recv], op=kind, count=_count(recv)), axes)
-            return recv
-        if cls is coll.ReduceScatterOp:
-            d = options["dim"]
-
-            def body():
-                s = send if self.contig.get(send, True) and is_contiguous_block(_shape(send), d) else self.pack(send, d, n)
-                call(nccl.ReduceScatterOp, [s, recv], op=kind, count=_count(recv))
-
-            self.guarded(xt, body, axes)
-            return recv
-        if cls is coll.AllGatherOp:
-            d = layout.innermost_slicing(xt.get_placements(), axes)
-            assert d is not None
-
-            def body():
-                s = self.contiguous(send)
-                if self.contig.get(recv, True) and is_contiguous_block(_shape(recv), d):
-                    call(nccl.AllGatherOp, [s, recv], count=_count(s))
-                else:
-                    tmp = self.alloc(MemRefType(_elt(recv), [n, *_shape(send)]))
-                    call(nccl.AllGatherOp, [s, tmp], count=_count(s))
-                    self.unpack(tmp, recv, d, n)
-
-            self.guarded(xt, body, axes)
-            return recv
-        if cls is coll.ReduceOp:
-            s = self.contiguous(send)
-            self.guarded(xt, lambda: call(nccl.ReduceOp, [s, recv], op=kind, count=_count(recv), root=options["root"]), axes)
-            return recv
-        if cls is coll.BroadcastOp:
-            root = _group_rank_of(xt, axes, sizes)
-            s = self.contiguous(send)
-            self.guarded(xt, lambda: call(nccl.BroadcastOp, [s, recv], count=_count(recv), root=root), axes)
-            return recv
-        if cls is coll.AllToAllOp:
-            if layout.innermost_slicing(xt.get_placements(), axes) == options["dim"]:
-                return send
-            self.guarded(xt, lambda: self.all_to_all(xt, options, send, recv, comm, n, axes), axes)
-            return recv
-        if cls is coll.SendOp:
-            src, dst = _group_rank_of(xt, axes, sizes), options["to"]
-            if src == dst:
-                return send
-            s = self.contiguous(send)
-
-            def sender():
-                self.emit(nccl.GroupStartOp.make([], []))
-                self.emit(nccl.SendOp.make([s, self.const(dst), comm, self.stream], [], count=_count(s)))
-                self.emit(nccl.GroupEndOp.make([], []))
-
-            def receiver():
-                self.emit(nccl.GroupStartOp.make([], []))
-                self.emit(nccl.RecvOp.make([recv, self.const(src), comm, self.stream], [], count=_count(recv)))
-                self.emit(nccl.GroupEndOp.make([], []))
-
-            self.guarded(xt, sender)
-            self.guarded(rt_, receiver)
-            return recv
-        self.fail(f"no lowering for {cls.name}", op)
+        call = Call(op, xt, rtype, options, axes, sizes, group_size(sizes, axes), self.input(x), recv, self.comm(xt.mesh_name, axes))  # type: ignore[arg-type]
+        return cls.lower(self, call)
 
     def gather_block(self, send: SSAValue, recv: SSAValue, dim: int, n: int, comm: SSAValue) -> None:
         """All-gather this rank's block ``send`` along ``dim`` into ``recv``."""
         s = self.contiguous(send)
-        if self.contig.get(recv, True) and is_contiguous_block(_shape(recv), dim):
-            self.emit(nccl.AllGatherOp.make([s, recv, comm, self.stream], [], count=_count(s)))
+        if self.contig.get(recv, True) and is_contiguous_block(shape(recv), dim):
+            self.emit(nccl.AllGatherOp.make([s, recv, comm, self.stream], [], count=count(s)))
             return
-        tmp = self.alloc(MemRefType(_elt(recv), [n, *_shape(send)]))
-        self.emit(nccl.AllGatherOp.make([s, tmp, comm, self.stream], [], count=_count(s)))
+        tmp = self.alloc(MemRefType(element(recv), [n, *shape(send)]))
+        self.emit(nccl.AllGatherOp.make([s, tmp, comm, self.stream], [], count=count(s)))
         self.unpack(tmp, recv, dim, n)
 
     def pack(self, buf: SSAValue, dim: int, n: int) -> SSAValue:
         """A contiguous copy of ``buf`` whose block j is block j of ``buf`` along ``dim``."""
-        shape = list(_shape(buf))
-        shape[dim] //= n
-        tmp = self.alloc(MemRefType(_elt(buf), [n, *shape]))
+        dims = list(shape(buf))
+        dims[dim] //= n
+        tmp = self.alloc(MemRefType(element(buf), [n, *dims]))
         for j in range(n):
             self.copy(self.block(buf, self.const(j), dim, n), self.block(tmp, self.const(j), 0, n))
         return tmp
@@ -835,35 +757,6 @@ class FuncLowering:
     def unpack(self, tmp: SSAValue, buf: SSAValue, dim: int, n: int) -> None:
         for j in range(n):
             self.copy(self.block(tmp, self.const(j), 0, n), self.block(buf, self.const(j), dim, n))
-
-    def all_to_all(self, xt: TensorType, options, send: SSAValue, recv: SSAValue, comm: SSAValue, n: int, axes) -> None:
-        """Rank i sends block j (along the new sliced dim) of its buffer to rank j and
-        puts what rank j sends at block j along the joined dim."""
-        e = options["dim"]
-        d = layout.innermost_slicing(xt.get_placements(), axes)
-        assert d is not None
-        mesh = xt.mesh_name
-        pieces_out, pieces_in = [], []
-        for k in range(n):
-            to, frm = self.group_rank(mesh, axes, k), self.group_rank(mesh, axes, -k)
-            out_piece = self.block(send, to, e, n)
-            in_piece = self.block(recv, frm, d, n)
-            if k == 0:
-                self.copy(out_piece, in_piece)
-                continue
-            pieces_out.append((self.contiguous(out_piece), to))
-            tgt = in_piece if self.contig[in_piece] else self.alloc(in_piece.type)
-            pieces_in.append((tgt, in_piece, frm))
-        if n == 1:
-            return
-        self.emit(nccl.GroupStartOp.make([], []))
-        for (s, to), (tgt, _, frm) in zip(pieces_out, pieces_in):
-            self.emit(nccl.SendOp.make([s, to, comm, self.stream], [], count=_count(s)))
-            self.emit(nccl.RecvOp.make([tgt, frm, comm, self.stream], [], count=_count(tgt)))
-        self.emit(nccl.GroupEndOp.make([], []))
-        for tgt, in_piece, _ in pieces_in:
-            if tgt is not in_piece:
-                self.copy(tgt, in_piece)
 
     # ------------------------------------------------------------------ fused collectives
     def _fused(self, op: coll.FusedCollectiveOp) -> None:
@@ -897,7 +790,7 @@ class FuncLowering:
             yt: TensorType = y.type  # type: ignore[assignment]
             if op.FINISH is coll.AllGatherOp:
                 d = layout.innermost_slicing(yt.get_placements(), axes)
-                if d is not None and is_contiguous_block(_shape(recv), d) and y not in self.dest and isinstance(y.owner, rt.CallOp):
+                if d is not None and is_contiguous_block(shape(recv), d) and y not in self.dest and isinstance(y.owner, rt.CallOp):
                     view = self.block(recv, self.group_rank(yt.mesh_name, axes), d, group_size(self.sizes(yt), axes))
                     self.dest[y] = view
             elif op.FINISH is coll.BroadcastOp and y not in self.dest and isinstance(y.owner, rt.CallOp):
@@ -939,31 +832,6 @@ def _passed_through(op: coll.FusedCollectiveOp, result: SSAValue) -> SSAValue | 
 def _same_space(call: rt.CallOp, operand: SSAValue) -> bool:
     """Whether a kernel call reads ``operand`` at the index it writes (same shape)."""
     return bool(call.outputs) and operand.type.get_shape() == call.outputs[0].type.get_shape()  # type: ignore[attr-defined]
-
-
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
-
-
-def _elt(v: SSAValue) -> Attribute:
-    return v.type.element_type  # type: ignore[attr-defined]
-
-
-def _count(v: SSAValue) -> int:
-    n = 1
-    for s in _shape(v):
-        n *= s
-    return n
-
-
-def _group_rank_of(t: TensorType, axes: Sequence[int], sizes: Sequence[int]) -> int:
-    """Group rank (row-major over ``axes``) of the rank holding a value placed at<r> on them."""
-    r = 0
-    for a in axes:
-        p = t.get_placements()[a]
-        assert isinstance(p, At)
-        r = r * sizes[a] + p.rank.data
-    return r
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, rt
-from distir.dialects.dist import TensorType
+from distir.dialects.dist import RuleError, TensorType
 from distir.lowering.common import local_shape, meshes, static_sizes
 
 PASS = "lower-overlap"
@@ -144,14 +144,13 @@ class Plan:
         """The operand dim of a collective whose result is cut along ``c``."""
         if c is None:
             return None
-        axes = list(options.get("axes") or (0,))
-        if cls is coll.AllToAllOp and (options.get("dim") == c or layout.innermost_slicing(t.get_placements(), axes) == c):
-            raise NotChunkable(f"the all-to-all moves dim {c}")
-        if cls is coll.ReduceScatterOp and options.get("dim") == c:
+        try:
+            d, logical = cls.chunk(t, options, c)
+        except RuleError as e:
+            raise NotChunkable(str(e)) from None
+        if logical:
             self.logical = True
-        if cls is coll.AllGatherOp and layout.innermost_slicing(t.get_placements(), axes) == c:
-            self.logical = True
-        return c
+        return d
 
     def need(self, v: SSAValue, d: int | None, user: Operation, index: int) -> None:
         if v in self.internal:

@@ -14,7 +14,7 @@ map(+, all_reduce(x), all_reduce(y))            reduce is linear: reduce(x) + re
 all_gather(take_slice(x)) -> x                  repl(join(slice(drop x))) = x
 take_slice(all_gather(y)) -> y                  slice(drop(repl(join y))) = y
 a collective giving its operand's type -> x     send to the holder itself, all_to_all to
-                                                the dim already sliced
+  (when it ``moves_nothing``)                   the dim already sliced
 two collectives over a group of size 1 -> one   on one rank every collective is a copy:
   (or none)                                     the pair becomes the collective of the
                                                 overall placement change, or vanishes
@@ -47,7 +47,7 @@ from xdsl.rewriter import InsertPoint
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import At, Local, Replicated, Sliced
+from distir.dialects.placements import At, Sliced
 from distir.passes.support import mesh_sizes, same_type, try_build
 
 
@@ -127,7 +127,7 @@ class EraseIdentityCollective(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: coll.CollectiveOp, rewriter: PatternRewriter, /):
-        if same_type(op.input.type, op.result.type):
+        if same_type(op.input.type, op.result.type) and op.moves_nothing():
             _replace(rewriter, op, None, op.input)
 
 
@@ -140,15 +140,7 @@ def _transition(src: TensorType, dst: TensorType, axes: list[int]):
     if len(kinds) != 1:
         return None
     ((p, q),) = kinds
-    return {
-        (Local, Replicated): coll.AllReduceOp,
-        (Local, Sliced): coll.ReduceScatterOp,
-        (Sliced, Replicated): coll.AllGatherOp,
-        (Local, At): coll.ReduceOp,
-        (At, Replicated): coll.BroadcastOp,
-        (Sliced, Sliced): coll.AllToAllOp,
-        (At, At): coll.SendOp,
-    }.get((p, q))
+    return next((c for c in coll.collectives() if c.TRANSITION == (p, q)), None)
 
 
 class FoldUnitGroupPair(RewritePattern):
@@ -157,7 +149,7 @@ class FoldUnitGroupPair(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: coll.CollectiveOp, rewriter: PatternRewriter, /):
         first = _single_use_producer(op.input, coll.CollectiveOp)
-        if first is None or sorted(first.axes) != sorted(op.axes):
+        if first is None or sorted(first.axes) != sorted(op.axes) or not (first.moves_nothing() and op.moves_nothing()):
             return
         sizes = _sizes(op, op.input)
         if sizes is None or layout.group_size(sizes, list(op.axes)) != 1:
@@ -178,8 +170,8 @@ class FoldUnitGroupPair(RewritePattern):
         q = dst.get_placements()[op.axes[0]]
         if isinstance(q, Sliced):
             opts["dim"] = q.dim.data
-        if isinstance(q, At):
-            opts["root" if cls is coll.ReduceOp else "to"] = 0
+        if isinstance(q, At) and cls.RANK_OPTION is not None:
+            opts[cls.RANK_OPTION] = 0
         new = try_build(lambda: cls.of(x, sizes=sizes, **opts))
         if new is None or not same_type(new.results[0].type, dst):
             return

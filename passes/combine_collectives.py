@@ -55,14 +55,8 @@ from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make
 DEFAULT_BUCKET_BYTES = 32 * 1024 * 1024
 """Operand bytes of one combined collective (the logical size of its operands)."""
 
-COMBINED: dict[type[coll.CollectiveOp], type[coll.FusedCollectiveOp]] = {
-    coll.AllReduceOp: coll.FusedAllReduceOp,
-    coll.ReduceScatterOp: coll.FusedReduceScatterOp,
-    coll.AllGatherOp: coll.FusedAllGatherOp,
-    coll.ReduceOp: coll.FusedReduceOp,
-    coll.BroadcastOp: coll.FusedBroadcastOp,
-    coll.AllToAllOp: coll.FusedAllToAllOp,
-}
+COMBINED: dict[type[coll.CollectiveOp], type[coll.FusedCollectiveOp]] = {f.PLAIN: f for f in coll.fused_collectives()}
+"""Each collective and its fused form, which carries several operands."""
 
 
 def _bytes(t: Attribute) -> int:

@@ -2,17 +2,14 @@
 is defined by (CoCoNet's functional primitives; DESIGN §3).
 
 Each collective over ``axes`` is a first phase (one primitive per axis) followed by a
-second phase (one primitive per axis, in the order listed); this table is the whole
-definition, and ``form-collectives`` reads it backwards::
-
-    collective          first phase              second phase
-    all_reduce {op}     reduce {op}              repl
-    reduce_scatter      reduce {op}              slice {dim}
-    all_gather          join (innermost first)   repl
-    reduce {root}       reduce {op}              store {rank: digit of root}
-    broadcast           load                     repl
-    all_to_all {dim}    join (innermost first)   slice {dim}
-    send {to}           load                     store {rank: digit of to}
+second phase (one primitive per axis, in the order listed): its descriptor's ``PHASES``
+(``dialects/collectives/``; ``all_reduce {op}`` is ``reduce {op}`` then ``repl``,
+``reduce_scatter`` ``reduce {op}`` then ``slice {dim}``, ``send {to}`` ``load`` then
+``store {rank: digit of to}``, ...). A join phase joins the innermost axis first; a store
+phase stores at the digits of the group rank named by the descriptor's
+``RANK_OPTION``. ``form-collectives`` reads the same definitions backwards. A
+collective that is no composition of the primitives (no ``PHASES``; its docstring says
+why) stays as it is, so expanding and forming again gives the program back.
 
 An average over several axes of an integer tensor stays a collective: averaging axis by
 axis truncates each partial average, which the average over the whole group does not.
@@ -52,15 +49,7 @@ from distir.dialects.dist import TensorType, group_rank_digits
 from distir.passes.support import inexact_average, mesh_sizes, set_name
 
 # collective -> (first phase, second phase); the primitive words name dist ops.
-EXPANSION: dict[type[coll.CollectiveOp], tuple[str, str]] = {
-    coll.AllReduceOp: ("reduce", "repl"),
-    coll.ReduceScatterOp: ("reduce", "slice"),
-    coll.AllGatherOp: ("join", "repl"),
-    coll.ReduceOp: ("reduce", "store"),
-    coll.BroadcastOp: ("load", "repl"),
-    coll.AllToAllOp: ("join", "slice"),
-    coll.SendOp: ("load", "store"),
-}
+EXPANSION: dict[type[coll.CollectiveOp], tuple[str, str]] = {c: c.PHASES for c in coll.collectives() if c.PHASES is not None}
 
 PRIMITIVES: dict[str, type[dist.PrimitiveOp]] = {
     "reduce": dist.ReduceOp,
@@ -104,8 +93,8 @@ def expand_collective(
     if second == "store":
         t = x.type
         assert isinstance(t, TensorType)
-        rank = options["root"] if cls is coll.ReduceOp else options["to"]
-        digits = _digits(rank, sizes, axes, "root" if cls is coll.ReduceOp else "to")
+        assert cls.RANK_OPTION is not None
+        digits = _digits(options[cls.RANK_OPTION], sizes, axes, cls.RANK_OPTION)
     for i, a in enumerate(axes):
         if second == "slice":
             add(dist.SliceOp.of(cur, sizes=sizes, dim=options["dim"], axis=a), second)

@@ -1,31 +1,24 @@
 """``form-collectives``: chains of ``dist`` functional primitives become the collectives
-they compose; the reverse of ``expand-collectives``, whose table it reads backwards::
+they compose; the reverse of ``expand-collectives``: a first-phase run followed by a
+second-phase run is the collective whose descriptor's ``PHASES`` they are
+(``dialects/collectives/``), e.g.::
 
     reduce{op}* ; repl*          -> coll.all_reduce {op}
-    reduce{op}* ; slice{dim}*    -> coll.reduce_scatter {op, dim}
-    join*       ; repl*          -> coll.all_gather
-    reduce{op}* ; store{rank}*   -> coll.reduce {op, root}
-    load*       ; repl*          -> coll.broadcast
     join*       ; slice{dim}*    -> coll.all_to_all {dim}
-    load*       ; store{rank}*   -> coll.send {to}
+    load*       ; store{rank}*   -> coll.send {to}     (to: the group rank of the digits)
     drop        ; slice{dim}     -> dist.take_slice {dim}
 
 The first phase and the second phase act on the same set of mesh axes (one primitive
 per axis); the collective's ``axes`` follow the order of the second phase. Every
 intermediate value must have a single use; integer averages over several axes are not
 formed (see ``expand-collectives``). When maps sit between the two phases, the
-chain is a fused collective (CoCoNet Table 2): the maps commute with the second phase
-(``slice(map(f, u, o)) = map(f, slice(u), slice(o))``), so they run in the fused op's
-region on the values the first collective produces, their other operands placed to
-match by the same primitive::
-
-    reduce ; map* ; slice   -> coll.fused_reduce_scatter
-    reduce ; map* ; repl    -> coll.fused_all_reduce (sliced along the first dim the
-                               group size divides; dim 0 when the size is unknown)
-    reduce ; map* ; store   -> coll.fused_reduce
-    load   ; map* ; repl    -> coll.fused_broadcast
-    join   ; map* ; repl    -> coll.fused_all_gather
-    join   ; map* ; slice   -> coll.fused_all_to_all
+chain is the fused form of that collective (CoCoNet Table 2; the fused op whose
+``PLAIN`` it is): the maps commute with the second phase (``slice(map(f, u, o)) =
+map(f, slice(u), slice(o))``), so they run in the fused op's region on the values the
+first collective produces, their other operands placed to match by the same
+primitive, e.g. ``reduce ; map* ; slice -> coll.fused_reduce_scatter``; a
+``coll.fused_all_reduce`` is sliced along the first dim the group size divides (dim 0
+when the size is unknown).
 
 Example::
 
@@ -69,23 +62,10 @@ from distir.passes.support import (
 FIRST_WORDS = {dist.ReduceOp: "reduce", dist.JoinOp: "join", dist.LoadOp: "load"}
 SECOND_WORDS = {dist.ReplOp: "repl", dist.SliceOp: "slice", dist.StoreOp: "store"}
 
-PLAIN: dict[tuple[str, str], type[coll.CollectiveOp]] = {
-    ("reduce", "repl"): coll.AllReduceOp,
-    ("reduce", "slice"): coll.ReduceScatterOp,
-    ("join", "repl"): coll.AllGatherOp,
-    ("reduce", "store"): coll.ReduceOp,
-    ("load", "repl"): coll.BroadcastOp,
-    ("join", "slice"): coll.AllToAllOp,
-    ("load", "store"): coll.SendOp,
-}
+PLAIN: dict[tuple[str, str], type[coll.CollectiveOp]] = {c.PHASES: c for c in coll.collectives() if c.PHASES is not None}
 
 FUSED: dict[tuple[str, str], type[coll.FusedCollectiveOp]] = {
-    ("reduce", "slice"): coll.FusedReduceScatterOp,
-    ("reduce", "repl"): coll.FusedAllReduceOp,
-    ("reduce", "store"): coll.FusedReduceOp,
-    ("load", "repl"): coll.FusedBroadcastOp,
-    ("join", "repl"): coll.FusedAllGatherOp,
-    ("join", "slice"): coll.FusedAllToAllOp,
+    f.PLAIN.PHASES: f for f in coll.fused_collectives() if f.PLAIN.PHASES is not None
 }
 
 
@@ -143,6 +123,7 @@ def _group_rank(digits: list[int], sizes, axes: list[int]) -> int | None:
 
 
 def _options(first: str, second: str, p1: list[Operation], p2: list[Operation], sizes) -> dict | None:
+    rank_option = PLAIN[(first, second)].RANK_OPTION
     axes = [_axis(o) for o in p2]
     opts: dict = {"axes": axes}
     if first == "reduce":
@@ -153,7 +134,8 @@ def _options(first: str, second: str, p1: list[Operation], p2: list[Operation], 
         rank = _group_rank([o.option("rank") for o in p2], sizes, axes)  # type: ignore[attr-defined]
         if rank is None:
             return None
-        opts["root" if first == "reduce" else "to"] = rank
+        assert rank_option is not None
+        opts[rank_option] = rank
     return opts
 
 

@@ -62,14 +62,13 @@ from distir.passes.support import (
     returns_split,
 )
 
+# The fused collectives with a first collective and no finishing one, by that first
+# collective, and those with only a finishing one, by that.
 FIRST_FUSED: dict[type, type[coll.FusedCollectiveOp]] = {
-    coll.ReduceScatterOp: coll.FusedReduceScatterOp,
-    coll.ReduceOp: coll.FusedReduceOp,
-    coll.AllToAllOp: coll.FusedAllToAllOp,
+    f.FIRST: f for f in coll.fused_collectives() if f.FIRST is not None and f.FINISH is None
 }
 FINISH_FUSED: dict[type, type[coll.FusedCollectiveOp]] = {
-    coll.AllGatherOp: coll.FusedAllGatherOp,
-    coll.BroadcastOp: coll.FusedBroadcastOp,
+    f.FINISH: f for f in coll.fused_collectives() if f.FINISH is not None and f.FIRST is None
 }
 
 

@@ -6,14 +6,13 @@ an ``at<1>`` value is held by rank 1 only, a ``local`` value is one full-shape b
 rank. Each op kind has one handler (``HANDLERS``, keyed by op class) that computes the
 result buffers from the operand buffers:
 
-* functional primitives and collectives implement their definitions over the rank
-  groups of their axes (``all_reduce = repl(reduce(x))``, ``reduce_scatter =
-  slice(reduce(x))``, ``all_gather = repl(join(x))``, ``reduce = store(reduce(x), root)``,
-  ``broadcast = repl(load(x))``, ``all_to_all = slice<dim>(join(x))``, ``send =
-  store(load(x), to)``); over several ``axes`` a group is ordered row-major over the axes
-  as listed, new slicings nest inside existing ones, and with ``at<r>`` on another axis
-  only the ranks holding the value take part. ``avg`` is the sum divided by the group
-  size. Reductions run in group order, in f32 for f16/bf16, rounded once.
+* functional primitives implement their definitions over the ranks of their axis;
+  a collective runs its descriptor's ``exchange`` (``dialects/collectives/``: what each
+  member of a group gets from the members' buffers) on every group of ranks of its
+  axes: over several ``axes`` a group is ordered row-major over the axes as listed, new
+  slicings nest inside existing ones, and with ``at<r>`` on another axis only the ranks
+  holding the value take part. ``avg`` is the sum divided by the group size.
+  Reductions run in group order, in f32 for f16/bf16, rounded once.
 * local ops run on each rank's buffers: ``dist.map`` evaluates its body over whole arrays
   (``runtime/arith.py``), ``dist.matmul`` multiplies the local blocks (both sliced on the
   contracted dim -> local partial sums), ``dist.reduce_tensor`` reduces the local block
@@ -59,8 +58,9 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from distir.dialects import coll, dist, layout, rng
+from distir.dialects.collectives.base import Group, concat
 from distir.dialects.diagnostics import InputRejected
-from distir.dialects.dist import TensorType
+from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import At, Replicated, Sliced
 from distir.runtime import npz
 from distir.runtime.arith import SCALAR_OPS, UnsupportedOp, eval_body, eval_op
@@ -225,15 +225,25 @@ class Interpreter:
         return [self.value(t, o) for t, o in zip(types, outs)]
 
     def over_groups(self, x: DistValue, axes: Sequence[int], fn: Callable[[list[np.ndarray]], list[np.ndarray | None]]) -> dict[int, np.ndarray]:
+        """A primitive: for each group of ranks differing only on ``axes`` whose members
+        all hold ``x``, ``fn(member buffers)`` gives each member's result buffer (None:
+        the member holds nothing)."""
+        return self.exchange(x, axes, fn, every_member=True)  # type: ignore[arg-type]
+
+    def exchange(
+        self, x: DistValue, axes: Sequence[int], fn: Callable[[list[np.ndarray | None]], list[np.ndarray | None]], every_member: bool = False
+    ) -> dict[int, np.ndarray]:
         """A collective: for each group of ranks differing only on ``axes`` (ordered
-        row-major over ``axes`` as listed) whose members hold ``x``, ``fn(member buffers)``
-        gives each member's result buffer (None: the member holds nothing)."""
+        row-major over ``axes`` as listed) of which some member holds ``x`` (every
+        member, with ``every_member``), ``fn(member buffers, None where a member holds
+        none)`` gives each member's result buffer (None: the member holds nothing)."""
         out: dict[int, np.ndarray] = {}
         cache: dict[tuple[int, ...], list[np.ndarray | None]] = {}
         for group in x.grid.groups(list(axes)):
-            if not all(r in x.buffers for r in group):
+            bufs = [x.buffers.get(r) for r in group]
+            held = [b is not None for b in bufs]
+            if not (all(held) if every_member else any(held)):
                 continue
-            bufs = [x.buffers[r] for r in group]
             k = tuple(id(b) for b in bufs)
             if k not in cache:
                 cache[k] = [None if y is None else frozen(np.asarray(y)) for y in fn(bufs)]
@@ -246,16 +256,6 @@ class Interpreter:
 # ======================================================================================
 # Functional primitives (one mesh axis each)
 # ======================================================================================
-
-
-def _group_index(x: DistValue, axes: Sequence[int]) -> int:
-    """The group rank (row-major over ``axes``) of the at<> digits of ``x`` on ``axes``."""
-    idx = 0
-    for a in axes:
-        p = x.placements[a]
-        assert isinstance(p, At)
-        idx = idx * x.grid.sizes[a] + p.rank.data
-    return idx
 
 
 def _group_size(x: DistValue, axes: Sequence[int]) -> int:
@@ -276,10 +276,6 @@ def _joined_dim(x: DistValue, axes: Sequence[int]) -> int:
 
 def _reduce(kind: str, dtype: np.dtype) -> Callable[[list[np.ndarray]], np.ndarray]:
     return lambda bufs: reduce_arrays(bufs, kind, dtype)
-
-
-def _concat(bufs: list[np.ndarray], dim: int) -> np.ndarray:
-    return bufs[0] if len(bufs) == 1 else np.concatenate(bufs, axis=dim)
 
 
 @handles(dist.ReduceOp)
@@ -310,7 +306,7 @@ def _dist_join(it: Interpreter, op: dist.JoinOp, args: list[Value]) -> list[Valu
     assert isinstance(x, DistValue)
     axis = op.option("axis")
     dim = _joined_dim(x, [axis])
-    bufs = it.over_groups(x, [axis], lambda b: [_concat(b, dim)] * len(b))
+    bufs = it.over_groups(x, [axis], lambda b: [concat(b, dim)] * len(b))
     return [it.value(op.result.type, bufs)]
 
 
@@ -352,134 +348,53 @@ def _dist_load(it: Interpreter, op: dist.LoadOp, args: list[Value]) -> list[Valu
 
 
 # ======================================================================================
-# Collectives (several axes; also used by the fused collectives)
+# Collectives (several axes; also used by the fused collectives): each one's semantics
+# on a group is its descriptor's ``exchange`` (``dialects/collectives/``)
 # ======================================================================================
 
-Collective = Callable[[Interpreter, Operation, DistValue, TensorType, dict[str, Any]], DistValue]
+
+def run_collective(it: Interpreter, cls: type[coll.CollectiveOp], op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
+    """Collective ``cls`` with options ``opts`` on ``x``: its ``exchange`` on every group of
+    ranks differing only on ``opts["axes"]`` whose members hold ``x``."""
+    axes = list(opts["axes"])
+    dtype = x.dtype
+    group = Group(
+        size=_group_size(x, axes),
+        operand=x.type,
+        axes=tuple(axes),
+        sizes=x.grid.sizes,
+        reduce=lambda bufs, kind: reduce_arrays(bufs, kind, dtype),
+    )
+    try:
+        return it.value(t, it.exchange(x, axes, lambda bufs: cls.exchange(bufs, opts, group)))
+    except RuleError as e:
+        raise _fail(op, str(e)) from None
 
 
-def all_reduce(it: Interpreter, op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
-    """repl(reduce(x)): every member gets the group's reduction."""
-    red = _reduce(opts["op"], x.dtype)
-    return it.value(t, it.over_groups(x, opts["axes"], lambda b: [red(b)] * len(b)))
-
-
-def reduce_scatter(it: Interpreter, op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
-    """slice(reduce(x)): member i gets block i (along dim, inside its block) of the reduction."""
-    red = _reduce(opts["op"], x.dtype)
-    dim = opts["dim"]
-
-    def fn(bufs: list[np.ndarray]) -> list[np.ndarray | None]:
-        total = red(bufs)
-        return [sub_block(total, dim, i, len(bufs)) for i in range(len(bufs))]
-
-    return it.value(t, it.over_groups(x, opts["axes"], fn))
-
-
-def all_gather(it: Interpreter, op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
-    """repl(join(x)): every member gets the concatenation of the members' blocks."""
-    dim = _joined_dim(x, opts["axes"])
-    return it.value(t, it.over_groups(x, opts["axes"], lambda b: [_concat(b, dim)] * len(b)))
-
-
-def reduce_to_root(it: Interpreter, op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
-    """store(reduce(x), root): group rank ``root`` gets the reduction."""
-    root = opts["root"]
-    _check_rank(op, x, opts["axes"], root, "root")
-    red = _reduce(opts["op"], x.dtype)
-
-    def fn(bufs: list[np.ndarray]) -> list[np.ndarray | None]:
-        out: list[np.ndarray | None] = [None] * len(bufs)
-        out[root] = red(bufs)
-        return out
-
-    return it.value(t, it.over_groups(x, opts["axes"], fn))
-
-
-def _holder_groups(x: DistValue, axes: Sequence[int], fn: Callable[[np.ndarray, int], list[np.ndarray | None]]) -> dict[int, np.ndarray]:
-    """For each group, ``fn(the buffer of the member holding x, group size)``."""
-    src = _group_index(x, axes)
-    out: dict[int, np.ndarray] = {}
-    for group in x.grid.groups(list(axes)):
-        if group[src] in x.buffers:
-            for r, y in zip(group, fn(x.buffers[group[src]], len(group))):
-                if y is not None:
-                    out[r] = y
-    return out
-
-
-def broadcast(it: Interpreter, op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
-    """repl(load(x)): the root's value reaches every member."""
-    return it.value(t, _holder_groups(x, opts["axes"], lambda b, n: [b] * n))
-
-
-def all_to_all(it: Interpreter, op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
-    """slice<dim>(join(x)): member i gets block i along dim of the joined blocks."""
-    d, dim = _joined_dim(x, opts["axes"]), opts["dim"]
-
-    def fn(bufs: list[np.ndarray]) -> list[np.ndarray | None]:
-        joined = _concat(bufs, d)
-        return [sub_block(joined, dim, i, len(bufs)) for i in range(len(bufs))]
-
-    return it.value(t, it.over_groups(x, opts["axes"], fn))
-
-
-def send(it: Interpreter, op: Operation, x: DistValue, t: TensorType, opts: dict[str, Any]) -> DistValue:
-    """store(load(x), to): the holder's value moves to group rank ``to``."""
-    to = opts["to"]
-    _check_rank(op, x, opts["axes"], to, "to")
-
-    def fn(b: np.ndarray, n: int) -> list[np.ndarray | None]:
-        out: list[np.ndarray | None] = [None] * n
-        out[to] = b
-        return out
-
-    return it.value(t, _holder_groups(x, opts["axes"], fn))
-
-
-COLLECTIVES: dict[type[Operation], Collective] = {
-    coll.AllReduceOp: all_reduce,
-    coll.ReduceScatterOp: reduce_scatter,
-    coll.AllGatherOp: all_gather,
-    coll.ReduceOp: reduce_to_root,
-    coll.BroadcastOp: broadcast,
-    coll.AllToAllOp: all_to_all,
-    coll.SendOp: send,
-}
-
-
-@handles(*COLLECTIVES)
+@handles(*coll.collectives())
 def _collective(it: Interpreter, op: coll.CollectiveOp, args: list[Value]) -> list[Value]:
     (x,) = args
     assert isinstance(x, DistValue)
     opts = op.options()
     opts["axes"] = list(opts["axes"])
-    return [COLLECTIVES[type(op)](it, op, x, op.result.type, opts)]
+    return [run_collective(it, type(op), op, x, op.result.type, opts)]
 
 
-@handles(
-    coll.FusedAllReduceOp,
-    coll.FusedReduceScatterOp,
-    coll.FusedAllGatherOp,
-    coll.FusedReduceOp,
-    coll.FusedBroadcastOp,
-    coll.FusedAllToAllOp,
-)
+@handles(*coll.fused_collectives())
 def _fused(it: Interpreter, op: coll.FusedCollectiveOp, args: list[Value]) -> list[Value]:
     # Each operand goes through FIRST, the region runs on the results, and the results
     # flagged in `gather` go through FINISH.
     block = op.body.block
     if op.FIRST is not None:
-        first = COLLECTIVES[op.FIRST]
         opts = op.first_options()
         opts["axes"] = list(op.option("axes"))
-        args = [first(it, op, x, a.type, opts) for x, a in zip(args, block.args)]  # type: ignore[arg-type]
+        args = [run_collective(it, op.FIRST, op, x, a.type, opts) for x, a in zip(args, block.args)]  # type: ignore[arg-type]
     ys = it.run_block(block, args)
     out: list[Value] = []
     for y, t, flag in zip(ys, op.result_types, op.gather_flags()):
         if flag:
             assert op.FINISH is not None and isinstance(y, DistValue)
-            y = COLLECTIVES[op.FINISH](it, op, y, t, {"axes": list(op.option("axes"))})  # type: ignore[arg-type]
+            y = run_collective(it, op.FINISH, op, y, t, {"axes": list(op.option("axes"))})  # type: ignore[arg-type]
         out.append(y)
     return out
 

@@ -261,11 +261,13 @@ _FORWARDING = (
     dist.LoadOp,
     dist.TakeSliceOp,
     dist.RemeshOp,
-    coll.AllGatherOp,
-    coll.BroadcastOp,
-    coll.AllToAllOp,
-    coll.SendOp,
 )
+
+
+def _forwards(op) -> bool:
+    """Whether ``op`` only moves its operand's elements (a primitive, a view, or a
+    collective without a reduction)."""
+    return isinstance(op, _FORWARDING) or (isinstance(op, coll.CollectiveOp) and op.KIND is None)
 
 
 def _source_argument(v: SSAValue, func: FuncOp) -> int | None:
@@ -273,7 +275,7 @@ def _source_argument(v: SSAValue, func: FuncOp) -> int | None:
         if isinstance(v, BlockArgument):
             return v.index if v.block is func.body.block else None
         op = v.owner
-        if not isinstance(op, _FORWARDING):
+        if not _forwards(op):
             return None
         v = op.operands[0]
 

@@ -43,7 +43,7 @@ def floor_of(module: str) -> int | None:
 def test_no_import_points_up():
     upward = []
     for folder, level in FLOORS.items():
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
             for line, module in distir_imports(path):
                 target = floor_of(module)

@@ -474,7 +474,7 @@ class _Walker:
             self.group = []
             self.pending += self.runtime.dispatch_s
         elif isinstance(op, (nccl.SendOp, nccl.RecvOp)):
-            self.group.append(op)  # type: ignore[attr-defined]
+            self.group.append((op, classes))  # type: ignore[attr-defined]
             self.pending += self.runtime.dispatch_s
         elif isinstance(op, nccl.GroupEndOp):
             self.p2p(self.group, classes)  # type: ignore[attr-defined]
@@ -709,13 +709,16 @@ class _Walker:
 
         return cost
 
-    def p2p(self, calls: list[nccl.NcclOp], classes: tuple[int, ...]) -> None:
-        sends = [c for c in calls if isinstance(c, nccl.SendOp)]
+    def p2p(self, group: list[tuple[nccl.NcclOp, tuple[int, ...]]], classes: tuple[int, ...]) -> None:
+        """A group of point-to-point calls; each call is issued by the rank classes given
+        with it (a call under ``scf.if`` inside the group by fewer than the group's)."""
+        calls = [c for c, _ in group]
+        sends = [(c, issuing) for c, issuing in group if isinstance(c, nccl.SendOp)]
         recvs = [c for c in calls if isinstance(c, nccl.RecvOp)]
-        taking = np.flatnonzero(np.isin(self.class_of, classes))
         pairs: list[tuple[int, int]] = []
         nbytes = ZERO
-        for c in sends:
+        for c, issuing in sends:
+            taking = np.flatnonzero(np.isin(self.class_of, issuing))
             buf, peer, comm, stream = c.args
             nbytes = self._bytes(buf)
             mesh, axes = self.env[comm]
@@ -733,6 +736,8 @@ class _Walker:
             self._shape(c.args[0])
         stream = self.env[calls[0].args[-1]] if calls else 0
         launch = self.runtime.launch_s
+        # the ranks that issue no call in the group do not wait for it
+        classes = tuple(sorted({k for _, issuing in group for k in issuing})) or classes
         if sends and recvs:
             cost = self._send_cost(pairs, nbytes)
             self.emit(Step("collective", classes, stream, cost, host=launch))

@@ -449,27 +449,17 @@ OPTIMIZERS = {"adam": "Adam", "lamb": "LAMB", "sgd": "SGD"}
 """Functions whose computation CoCoNet names after the optimizer (``AR-Adam``)."""
 
 _TOKENS: dict[type[Operation], str] = {
-    coll.AllReduceOp: "AR",
-    coll.ReduceScatterOp: "RS",
-    coll.AllGatherOp: "AG",
-    coll.ReduceOp: "Reduce",
-    coll.BroadcastOp: "Bcast",
-    coll.AllToAllOp: "A2A",
-    coll.SendOp: "P2P",
+    **{c: c.TOKEN for c in coll.collectives()},
     dist.MatmulOp: "MM",
     dist.EmbeddingBagOp: "Emb",
 }
 _COMPUTE = (dist.MapOp, dist.DropoutOp, dist.CastOp, dist.ReduceTensorOp)
 _FUSED: dict[type[Operation], tuple[tuple[str, ...], tuple[str, ...]]] = {
     # (tokens before the region, tokens after) inside fuse(...), then tokens after fuse(...)
-    coll.FusedAllReduceOp: (("RS",), ("AG",)),
-    coll.FusedReduceScatterOp: (("RS",), ()),
-    coll.FusedReduceOp: (("Reduce",), ()),
-    coll.FusedAllToAllOp: (("A2A",), ()),
-    coll.FusedAllGatherOp: ((), ()),
-    coll.FusedBroadcastOp: ((), ()),
+    f: ((f.FIRST.TOKEN,), (f.FINISH.TOKEN,) if f.FINISH else ()) if f.FIRST else ((), ())
+    for f in coll.fused_collectives()
 }
-_FINISH_OUTSIDE = {coll.FusedAllGatherOp: "AG", coll.FusedBroadcastOp: "Bcast"}
+_FINISH_OUTSIDE = {f: f.FINISH.TOKEN for f in coll.fused_collectives() if f.FINISH and not f.FIRST}
 
 
 def _tokens(ops: Sequence[Operation], label: str) -> list[str]:

@@ -4,13 +4,13 @@ hierarchical example); distir-run drives it under mpiexec and from a single proc
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.lowered import all_cases, schedules, small_example
+from support.runs import run_mpi_batch
 
 from distir.dialects.context import parse_module
 from distir.dialects.diagnostics import InputRejected
@@ -43,21 +43,7 @@ def mpi_report(tmp_path_factory):
     ]
     jobs += [{"id": f"paths-{k}", "text": t, "func": None, "ranks": 2, "seed": 2, "shared_memory": shared} for k, (t, shared) in PATH_JOBS.items()]
     jobs += [{"id": f"step-{k}", "text": t, "func": None, "ranks": 2, "seed": 2} for k, t in STEP_JOBS.items()]
-    (d / "jobs.json").write_text(json.dumps(jobs))
-    report: dict[str, dict] = {}
-    for n in sorted({c[3] for c in CASES}):
-        out = d / f"report{n}.json"
-        proc = subprocess.run(
-            [mpiexec_path(), "-n", str(n), sys.executable, str(HERE / "mpi_batch.py"), str(d / "jobs.json"), str(out)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if out.exists():
-            report.update(json.loads(out.read_text()))
-        else:
-            report[f"mpiexec -n {n}"] = {"ok": False, "message": proc.stderr[-2000:]}
-    return report
+    return run_mpi_batch(jobs, d)
 
 
 PATH_JOBS = {

@@ -8,30 +8,9 @@ from __future__ import annotations
 
 import pytest
 from support.lowered import schedules
+from support.runs import record
 
 from distir.dialects.context import parse_module
-from distir.runtime.equivalence import compare_outputs
-from distir.runtime.executor import LoweredProgram
-from distir.runtime.interpreter import interpret
-from distir.runtime.local import LocalRunner
-from distir.runtime.recording import RecordingComm
-
-
-def record(text: str, ranks: int, func: str | None = None) -> list[list[str]]:
-    module = parse_module(text)
-    program = LoweredProgram.build(module, func, ranks)
-    logs: list[list] = [[] for _ in range(ranks)]
-    runner = LocalRunner(program, comm_wrapper=lambda c: RecordingComm(c, logs[c.rank]))
-    inputs = program.prepare_inputs({}, 0)
-    try:
-        runner.bind(inputs)
-        got = runner.outputs(runner.step())
-    finally:
-        runner.close()
-    c = compare_outputs(interpret(module, func, inputs, ranks, 0), got, "interpret", "recorded")
-    assert c.ok, c.message
-    return [[str(call) for call in log] for log in logs]
-
 
 WORLD = "dist.mesh @world shape = [?]\n"
 

@@ -31,7 +31,7 @@ repeat a kind to draw it more often):
 
 * functional primitives: ``reduce slice join repl drop store load``
 * collectives (over one or several axes, in any order): ``all_reduce reduce_scatter
-  all_gather reduce broadcast all_to_all send``; when no value fits, a new argument
+  all_gather reduce broadcast all_to_all send permute``; when no value fits, a new argument
   placed to fit is added
 * local ops: ``map`` (arith/math bodies, broadcast and scalar operands, one or two
   results), ``matmul``, ``reduce_tensor``, ``cast``, ``take_slice``, ``dropout``,
@@ -90,7 +90,7 @@ from distir.dialects.placements import (
 )
 
 PRIMITIVES = ("reduce", "slice", "join", "repl", "drop", "store", "load")
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "all_to_all", "send")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "all_to_all", "send", "permute")
 LOCAL_OPS = ("map", "matmul", "reduce_tensor", "cast", "take_slice", "dropout", "embedding_bag", "remesh")
 COMPOUND = ("fused_all_reduce", "overlap")
 KINDS = tuple(f"prim.{k}" for k in PRIMITIVES) + tuple(f"coll.{k}" for k in COLLECTIVES) + LOCAL_OPS + COMPOUND
@@ -332,6 +332,17 @@ class _Gen:
         axes = self.subset(self.axes_where(x.type, At))
         n = math.prod(self.sizes_of(x.type)[a] for a in axes)
         return self.of(coll.SendOp, x, to=self.draw(st.integers(0, n - 1)), axes=axes) is not None
+
+    def coll_permute(self) -> bool:
+        # an offset (any sign, past n too) or pairs: a random partial permutation
+        x = self.source(lambda t: bool(self.axes_where(t, Local)), "local")
+        axes = self.subset(self.axes_where(x.type, Local))
+        n = math.prod(self.sizes_of(x.type)[a] for a in axes)
+        if self.draw(st.booleans()):
+            return self.of(coll.PermuteOp, x, offset=self.draw(st.integers(-n - 1, n + 1)), axes=axes) is not None
+        sources, targets = self.draw(st.permutations(range(n))), self.draw(st.permutations(range(n)))
+        pairs = list(zip(sources, targets))[: self.draw(st.integers(0, n))]
+        return self.of(coll.PermuteOp, x, pairs=pairs, axes=axes) is not None
 
     # ------------------------------------------------------------ local ops
     def _body(self, elts: Sequence[Attribute], out_elt: Attribute, results: int) -> Region:

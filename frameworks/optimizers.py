@@ -1,0 +1,436 @@
+"""Data-parallel optimizer steps over a flat arena, as distir programs: what a framework
+bridge (``pytorch.py``, a JAX one) hands to the per-rank step API (``runtime/step.py``).
+
+A parameter group is laid out in one flat 1-D **arena** per role: parameters ``p`` and
+gradients ``g`` whole on every rank (the model's tensors are views of them), optimizer
+state (``m``, ``v``) sliced: rank r keeps block r of ``Layout.padded`` elements (ZeRO-1).
+One step of the group is one distir program over the arena, written as the traditional
+schedule (CoCoNet's AR-Opt: an AllReduce that averages the gradients as DDP does, then
+the update as ``dist.map``s on the whole arena) and run with a pipeline, by default
+CoCoNet's fused schedule ``fuse(RS-Opt-AG)`` (``FUSED``): a fused all-reduce whose
+kernel reduces this rank's block of the gradients from its peers, updates the block of
+the parameters and state, and writes the new parameters into every peer's arena.
+
+The update's arithmetic follows ``torch.optim`` operation by operation (scalars computed
+in double precision on the host, as torch computes them, then rounded to the arena's
+type), so that the same data gives the same parameters:
+
+=========  ===================================================================
+``adam``   g' = g + l2·p;  m = m + w1·(g' − m)  (lerp);  v = v·β2 + (w2·g')·g'
+           (addcmul);  p = p·decay + (−step_size·m) / (√v / √bc2 + eps)
+           AdamW: l2 = 0, decay = 1 − lr·wd; Adam: l2 = wd, decay = 1
+``sgd``    g' = g + l2·p;  m = m·μ + damp·g';  d = m (or g' + μ·m, Nesterov);
+           p = p + (−lr)·d;  damp = 1 on the first step (torch clones g'), 1 − dampening after
+``lamb``   m, v as Adam (no bias correction on the host side: bc1, bc2 as scalars);
+           u = m̂ / (√v̂ + eps) + wd·p;  p = p − lr·(‖p‖/‖u‖)·u with the norms per
+           parameter tensor (``segments``), 1 where a norm is 0
+=========  ===================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+KINDS = ("adam", "sgd", "lamb")
+STATE = {"adam": ("m", "v"), "sgd": ("m",), "lamb": ("m", "v")}
+SCALARS = {
+    "adam": ("w1", "beta2", "w2", "l2", "decay", "bc2s", "eps", "nstep"),
+    "sgd": ("mu", "damp", "l2", "nlr"),
+    "lamb": ("w1", "beta2", "w2", "bc1", "bc2", "eps", "wd"),
+}
+
+
+def fused_pipeline(kind: str, layout: Layout | None = None) -> str:
+    """CoCoNet's fuse(RS-Opt-AG) with the state sliced (ZeRO-1), as a ``-p`` string (LAMB:
+    per tensor of ``layout``)."""
+    if kind == "lamb":
+        assert layout is not None
+        state = ",".join(f"{s}_t{i}" for i in range(len(layout.sizes)) for s in STATE[kind])
+        return f"fuse-maps,split-allreduce,reorder-allgather,slice-state{{targets={state}}},fuse-allreduce"
+    state = ",".join(STATE[kind])
+    return (
+        "fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag},"
+        f"slice-state{{targets={state}}},fuse-allreduce{{targets=avg_rs}}"
+    )
+
+
+SCHEDULES = {"fused": fused_pipeline, "ar": lambda kind, layout=None: "fuse-maps"}
+"""Named schedules: ``fused`` (fuse(RS-Opt-AG), ZeRO-1) and ``ar`` (AR-Opt, every rank
+updates the whole arena: state not sliced)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each tensor of a group lies in its arenas. Tensor i holds elements
+    ``offsets[i] .. offsets[i] + sizes[i]`` of the parameter and gradient arenas (of
+    ``padded`` elements; the padding stays 0).
+
+    Sliced state: with ``per_tensor=False`` rank r keeps block r of the whole arena
+    (``padded / ranks`` elements); with ``per_tensor=True`` (LAMB, whose trust ratio needs
+    each tensor's norms) every tensor's span is padded to a multiple of ``ranks`` and
+    sliced on its own, and rank r keeps block r of each span, side by side."""
+
+    sizes: tuple[int, ...]
+    ranks: int
+    per_tensor: bool = False
+
+    ALIGN = 16
+
+    @property
+    def spans(self) -> tuple[int, ...]:
+        """Elements each tensor takes in the arena (with its padding when per tensor)."""
+        if not self.per_tensor:
+            return self.sizes
+        unit = self.ranks * self.ALIGN
+        return tuple(max(unit, -(-n // unit) * unit) for n in self.sizes)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in np.cumsum((0, *self.spans))[:-1])
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def padded(self) -> int:
+        if self.per_tensor:
+            return sum(self.spans)
+        unit = self.ranks * self.ALIGN
+        return max(unit, -(-self.total // unit) * unit)
+
+    def local_span(self, i: int, rank: int) -> tuple[int, int, int, int]:
+        """Tensor i's part of rank's slice of the state: (start, stop) in the rank's
+        state arena and the same elements as (start, stop) in the tensor (empty when
+        start == stop)."""
+        if self.per_tensor:
+            share = self.spans[i] // self.ranks
+            base = self.offsets[i] // self.ranks
+            a, b = rank * share, min((rank + 1) * share, self.sizes[i])
+            if a >= b:
+                return 0, 0, 0, 0
+            return base, base + b - a, a, b
+        n = self.padded // self.ranks
+        lo, hi = rank * n, (rank + 1) * n
+        a, b = self.offsets[i], self.offsets[i] + self.sizes[i]
+        s, e = max(a, lo), min(b, hi)
+        if s >= e:
+            return 0, 0, 0, 0
+        return s - lo, e - lo, s - a, e - a
+
+
+def program(kind: str, layout: Layout, dtype: str = "f32", nesterov: bool = False) -> str:
+    """The AR-Opt text of one step of a group (module doc): ``@step(%g, %p, state...,
+    scalars...)`` over the arena, every state written in place."""
+    if kind == "lamb":
+        return _lamb_program(layout, dtype)
+    n = layout.padded
+    T = f"!dist.tensor<{n}x{dtype}, @world, [replicated]>"
+    L = f"!dist.tensor<{n}x{dtype}, @world, [local]>"
+    state = STATE[kind]
+    scalars = SCALARS[kind]
+    args = [f"%g: {L}", f"%p: {T}", *(f"%{s}: {T}" for s in state), *(f"%{s}: {dtype}" for s in scalars)]
+    results = ", ".join(f"{T} {{dist.inplace = {i + 1} : i64}}" for i in range(1 + len(state)))
+    f = dtype
+
+    def block(name, operands, lines):
+        ins = ", ".join(f"%{o}" for o in operands)
+        types = ", ".join(T if o in ("avg", "p", "m", "v", "m1", "v1") else f for o in operands)
+        bb = ", ".join(f"%{o}_: {f}" for o in operands)
+        body = "\n".join(f"    {x}" for x in lines)
+        return f"  %{name} = dist.map({ins}) : ({types}) -> {T} {{\n  ^bb0({bb}):\n{body}\n  }}"
+
+    g2 = [f"%lp = arith.mulf %l2_, %p_ : {f}", f"%g2 = arith.addf %avg_, %lp : {f}"]
+    if kind == "adam":
+        maps = [
+            block("m1", ("m", "avg", "p", "w1", "l2"), g2 + [f"%d = arith.subf %g2, %m_ : {f}", f"%s = arith.mulf %w1_, %d : {f}", f"%r = arith.addf %m_, %s : {f}", f"dist.yield %r : {f}"]),
+            block("v1", ("v", "avg", "p", "beta2", "w2", "l2"), g2 + [f"%a = arith.mulf %v_, %beta2_ : {f}", f"%b = arith.mulf %w2_, %g2 : {f}", f"%c = arith.mulf %b, %g2 : {f}", f"%r = arith.addf %a, %c : {f}", f"dist.yield %r : {f}"]),
+            block(
+                "p1",
+                ("p", "m1", "v1", "decay", "bc2s", "eps", "nstep"),
+                [
+                    f"%pd = arith.mulf %p_, %decay_ : {f}",
+                    f"%s = math.sqrt %v1_ : {f}",
+                    f"%q = arith.divf %s, %bc2s_ : {f}",
+                    f"%den = arith.addf %q, %eps_ : {f}",
+                    f"%num = arith.mulf %nstep_, %m1_ : {f}",
+                    f"%u = arith.divf %num, %den : {f}",
+                    f"%r = arith.addf %pd, %u : {f}",
+                    f"dist.yield %r : {f}",
+                ],
+            ),
+        ]
+        returned = ("p1", "m1", "v1")
+    elif kind == "sgd":
+        d = [f"%n = arith.mulf %mu_, %m1_ : {f}", f"%dd = arith.addf %g2, %n : {f}"] if nesterov else []
+        dv = "%dd" if nesterov else "%m1_"
+        maps = [
+            block("m1", ("m", "avg", "p", "mu", "damp", "l2"), g2 + [f"%a = arith.mulf %m_, %mu_ : {f}", f"%b = arith.mulf %damp_, %g2 : {f}", f"%r = arith.addf %a, %b : {f}", f"dist.yield %r : {f}"]),
+            block("p1", ("p", "m1", "avg", "mu", "l2", "nlr"), g2 + d + [f"%u = arith.mulf %nlr_, {dv} : {f}", f"%r = arith.addf %p_, %u : {f}", f"dist.yield %r : {f}"]),
+        ]
+        returned = ("p1", "m1")
+    else:
+        raise ValueError(f"unknown optimizer '{kind}' (known: {', '.join(KINDS)})")
+    ret_types = ", ".join([T] * len(returned))
+    return (
+        "dist.mesh @world shape = [?]\n\n"
+        f"func.func @{kind}_step({', '.join(args)})\n    -> ({results}) {{\n"
+        f"  %avg = coll.all_reduce avg %g : {L} -> {T}\n" + "\n".join(maps) + "\n"
+        f"  func.return {', '.join('%' + r for r in returned)} : {ret_types}\n}}\n"
+    )
+
+
+def _lamb_program(layout: Layout, dtype: str) -> str:
+    """AR-LAMB over every tensor of the group (its padded span of the arenas): one
+    all-reduce, the moments and the update direction, the two norms and the update per
+    tensor; arguments ``g_i, p_i, m_i, v_i`` per tensor, then the scalars."""
+    f = dtype
+    args: list[str] = []
+    body: list[str] = []
+    results: list[str] = []
+    returned: list[str] = []
+    scalars = SCALARS["lamb"]
+    roles = ("g", "p", "m", "v")
+    for i, n in enumerate(layout.spans):
+        T = f"!dist.tensor<{n}x{f}, @world, [replicated]>"
+        L = f"!dist.tensor<{n}x{f}, @world, [local]>"
+        S = f"!dist.tensor<{f}, @world, [replicated]>"
+        base = len(args)
+        args += [f"%g_t{i}: {L}", f"%p_t{i}: {T}", f"%m_t{i}: {T}", f"%v_t{i}: {T}"]
+        sc = ", ".join(f"%{s}" for s in scalars)
+        sct = ", ".join([f] * len(scalars))
+        body += [
+            f"%avg_t{i} = coll.all_reduce avg %g_t{i} : {L} -> {T}",
+            f"%m1_t{i}, %v1_t{i}, %u_t{i} = dist.map(%m_t{i}, %v_t{i}, %avg_t{i}, %p_t{i}, {sc}) : ({T}, {T}, {T}, {T}, {sct}) -> ({T}, {T}, {T}) {{",
+            f"^bb0(%m_: {f}, %v_: {f}, %g_: {f}, %p_: {f}, %w1_: {f}, %b2_: {f}, %w2_: {f}, %bc1_: {f}, %bc2_: {f}, %eps_: {f}, %wd_: {f}):",
+            f"  %d = arith.subf %g_, %m_ : {f}",
+            f"  %s = arith.mulf %w1_, %d : {f}",
+            f"  %mn = arith.addf %m_, %s : {f}",
+            f"  %a = arith.mulf %v_, %b2_ : {f}",
+            f"  %b = arith.mulf %w2_, %g_ : {f}",
+            f"  %c = arith.mulf %b, %g_ : {f}",
+            f"  %vn = arith.addf %a, %c : {f}",
+            f"  %mh = arith.divf %mn, %bc1_ : {f}",
+            f"  %vh = arith.divf %vn, %bc2_ : {f}",
+            f"  %r = math.sqrt %vh : {f}",
+            f"  %den = arith.addf %r, %eps_ : {f}",
+            f"  %q = arith.divf %mh, %den : {f}",
+            f"  %wp = arith.mulf %wd_, %p_ : {f}",
+            f"  %u_ = arith.addf %q, %wp : {f}",
+            f"  dist.yield %mn, %vn, %u_ : {f}, {f}, {f}",
+            "}",
+            f"%pp_t{i}, %uu_t{i} = dist.map(%p_t{i}, %u_t{i}) : ({T}, {T}) -> ({T}, {T}) {{",
+            f"^bb0(%p_: {f}, %u_: {f}):",
+            f"  %a = arith.mulf %p_, %p_ : {f}",
+            f"  %b = arith.mulf %u_, %u_ : {f}",
+            f"  dist.yield %a, %b : {f}, {f}",
+            "}",
+            f"%pn_t{i} = dist.reduce_tensor sum %pp_t{i} dims [0] : {T} -> {S}",
+            f"%un_t{i} = dist.reduce_tensor sum %uu_t{i} dims [0] : {T} -> {S}",
+            f"%p1_t{i} = dist.map(%p_t{i}, %u_t{i}, %pn_t{i}, %un_t{i}, %lr) : ({T}, {T}, {S}, {S}, {f}) -> {T} {{",
+            f"^bb0(%p_: {f}, %u_: {f}, %pn_: {f}, %un_: {f}, %lr_: {f}):",
+            f"  %zero = arith.constant 0.0 : {f}",
+            f"  %one = arith.constant 1.0 : {f}",
+            f"  %a = math.sqrt %pn_ : {f}",
+            f"  %b = math.sqrt %un_ : {f}",
+            f"  %ratio = arith.divf %a, %b : {f}",
+            f"  %pz = arith.cmpf ogt, %pn_, %zero : {f}",
+            f"  %uz = arith.cmpf ogt, %un_, %zero : {f}",
+            "  %both = arith.andi %pz, %uz : i1",
+            f"  %trust = arith.select %both, %ratio, %one : {f}",
+            f"  %k = arith.mulf %lr_, %trust : {f}",
+            f"  %s = arith.mulf %k, %u_ : {f}",
+            f"  %r = arith.subf %p_, %s : {f}",
+            f"  dist.yield %r : {f}",
+            "}",
+        ]
+        for k, role in enumerate(("p1", "m1", "v1")):
+            results.append(f"{T} {{dist.inplace = {base + 1 + k} : i64}}")
+            returned.append(f"%{role}_t{i}")
+    del roles
+    args += [f"%{s}: {f}" for s in scalars] + [f"%lr: {f}"]
+    ret_types = ", ".join(r.split(" {")[0] for r in results)
+    return (
+        "dist.mesh @world shape = [?]\n\n"
+        f"func.func @lamb_step({', '.join(args)})\n    -> ({', '.join(results)}) {{\n"
+        + "\n".join(f"  {line}" for line in body)
+        + f"\n  func.return {', '.join(returned)} : {ret_types}\n}}\n"
+    )
+
+
+def scalars(kind: str, group: Mapping, step: int, first: bool = False) -> list[float]:
+    """The scalar arguments of one step of ``kind`` for a group's hyperparameters (torch's
+    names: lr, betas, eps, weight_decay, momentum, dampening) at step ``step`` (from 1),
+    computed as torch computes them (module doc). ``group["decoupled"]`` marks AdamW."""
+    lr = float(group["lr"])
+    wd = float(group.get("weight_decay", 0.0))
+    if kind == "adam":
+        beta1, beta2 = (float(b) for b in group["betas"])
+        bc1 = 1 - beta1**step
+        bc2 = 1 - beta2**step
+        decoupled = bool(group.get("decoupled", False))
+        return [1 - beta1, beta2, 1 - beta2, 0.0 if decoupled else wd, 1 - lr * wd if decoupled else 1.0, bc2**0.5, float(group["eps"]), -(lr / bc1)]
+    if kind == "sgd":
+        mu = float(group.get("momentum", 0.0))
+        damp = 1.0 if (first or mu == 0) else 1 - float(group.get("dampening", 0.0))
+        return [mu, damp, wd, -lr]
+    if kind == "lamb":
+        beta1, beta2 = (float(b) for b in group["betas"])
+        return [1 - beta1, beta2, 1 - beta2, 1 - beta1**step, 1 - beta2**step, float(group["eps"]), wd, lr]
+    raise ValueError(f"unknown optimizer '{kind}'")
+
+
+def resolve_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str) -> str:
+    """The ``-p`` pipeline of a schedule name (``SCHEDULES``), a pipeline string as given,
+    or for ``auto`` (``auto:TOPOLOGY``) the tuner's pick for this arena (``auto_schedule``)."""
+    if schedule is None or schedule in SCHEDULES:
+        return SCHEDULES[schedule or "fused"](kind, layout)
+    if schedule == "auto" or schedule.startswith("auto:"):
+        return auto_schedule(kind, layout, dtype, schedule.partition(":")[2] or None)
+    return schedule
+
+
+def auto_schedule(kind: str, layout: Layout, dtype: str, topology: str | None = None) -> str:
+    """The pipeline the autotuner's cost model predicts fastest for this arena, slicing only
+    the optimizer state, on ``topology`` (a built-in name or TOML file); by default the
+    ``local`` topology when ``distir-tune --calibrate`` has measured this machine, else
+    the fused schedule. LAMB (one fused collective per tensor) keeps its fused schedule."""
+    if kind == "lamb":
+        return fused_pipeline(kind, layout)
+    from distir.dialects.context import parse_module
+    from distir.dialects.diagnostics import InputRejected
+    from distir.tuning.topology import get_topology
+    from distir.tuning.tuner import tune
+
+    try:
+        model = get_topology(topology or "local")
+    except InputRejected:
+        if topology:
+            raise
+        return fused_pipeline(kind, layout)
+    module = parse_module(program(kind, layout, dtype))
+    result = tune(module, ranks=layout.ranks, model=model, as_slice=STATE[kind], jobs=1)
+    best = result.best.get(result.dim)
+    return result.by_name(best).pipeline if best else fused_pipeline(kind, layout)
+
+
+_PROGRAMS: dict[tuple[str, int, str], Any] = {}
+
+
+def compiled(text: str, ranks: int, pipeline: str):
+    """``step.compile`` of a generated program, once per (text, ranks, pipeline)."""
+    from distir.runtime import step
+
+    key = (text, ranks, pipeline)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        program = _PROGRAMS[key] = step.compile(text, ranks=ranks, pipeline=pipeline)
+    return program
+
+
+def agreed_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str, comm: Any) -> str:
+    """``resolve_schedule`` alike on every rank: ``auto`` is decided on rank 0 and
+    broadcast (collective)."""
+    from distir.runtime.streams import SyncStream
+
+    if not (schedule or "").startswith("auto") or comm.size == 1:
+        return resolve_schedule(kind, schedule, layout, dtype)
+    buf = np.zeros(4096, np.uint8)
+    if comm.rank == 0:
+        text = resolve_schedule(kind, schedule, layout, dtype).encode()
+        buf[: len(text)] = np.frombuffer(text, np.uint8)
+    comm.broadcast(buf, buf, buf.size, 0, SyncStream(0))
+    return bytes(buf).rstrip(b"\0").decode()
+
+
+class ArenaGroup:
+    """One parameter group as arenas and a step (module doc), on numpy arrays: ``g``,
+    ``p`` (whole) and ``state`` (this rank's slices when ``sliced``), allocated where the
+    communicator's peers see them (``Step.empty_together``). A framework bridge makes its
+    tensors views of them."""
+
+    def __init__(self, kind: str, sizes: Sequence[int], dtype: str, comm: Any, schedule: str | None = None, nesterov: bool = False):
+        from distir.runtime import step
+
+        self.kind = kind
+        self.rank = comm.rank
+        self.layout = Layout(tuple(sizes), comm.size, per_tensor=kind == "lamb")
+        self.pipeline = agreed_schedule(kind, schedule, self.layout, dtype, comm)
+        self.step = step.Step(compiled(program(kind, self.layout, dtype, nesterov=nesterov), comm.size, self.pipeline), comm)
+        roles = ("g", "p", *STATE[kind])
+        names = [a.name for a in self.step.arguments if a.shape is not None]
+        views: dict[str, np.ndarray] = {}
+        arenas: dict[str, np.ndarray] = {}
+        for role in roles:
+            mine = [n for n in names if n == role or n.startswith(role + "_t")]
+            arenas[role], parts = self.step.empty_together(mine)
+            views.update(zip(mine, parts))
+        self.buffers = [views[n] for n in names]
+        self.g, self.p = arenas["g"], arenas["p"]
+        self.state = [arenas[s] for s in STATE[kind]]
+        self.sliced = bool(self.state) and self.state[0].size != self.p.size
+
+    def span(self, i: int) -> tuple[int, int]:
+        """(offset, size) of tensor i in the parameter and gradient arenas."""
+        return self.layout.offsets[i], self.layout.sizes[i]
+
+    def state_slice(self, k: int, i: int) -> np.ndarray:
+        """This rank's part of state ``k`` of tensor ``i`` (1-D, a view; empty when none)."""
+        if not self.sliced:
+            off, n = self.span(i)
+            return self.state[k][off : off + n]
+        a, b, _, _ = self.layout.local_span(i, self.rank)
+        return self.state[k][a:b]
+
+    def gather_state(self, k: int) -> np.ndarray:
+        """State ``k`` of every rank, side by side (collective when it is sliced)."""
+        if not self.sliced:
+            return self.state[k]
+        from distir.runtime.streams import SyncStream
+
+        full = np.zeros(self.layout.padded, self.state[k].dtype)
+        self.step.comm.all_gather(self.state[k], full, self.state[k].size, SyncStream(0))
+        return full
+
+    def tensor_of(self, full: np.ndarray, i: int) -> np.ndarray:
+        """Tensor i's elements of a gathered state (``gather_state``)."""
+        lay = self.layout
+        if not self.sliced or not lay.per_tensor:
+            return full[lay.offsets[i] : lay.offsets[i] + lay.sizes[i]]
+        n = lay.ranks
+        blocks = full.reshape(n, -1)  # rank r's slice of every tensor, side by side
+        base, share = lay.offsets[i] // n, lay.spans[i] // n
+        return blocks[:, base : base + share].reshape(-1)[: lay.sizes[i]]
+
+    def load_state(self, k: int, i: int, values: np.ndarray | None) -> None:
+        """Set this rank's part of state ``k`` of tensor ``i`` from the tensor's whole
+        state (flat; None: zeros)."""
+        mine = self.state_slice(k, i)
+        if values is None:
+            mine[...] = 0
+            return
+        _, _, a, b = self.layout.local_span(i, self.rank) if self.sliced else (0, 0, 0, self.layout.sizes[i])
+        mine[...] = values[a:b]
+
+    def run(self, scalars: Sequence[float], keep: Sequence[int] = ()) -> None:
+        """One step of the group; the tensors in ``keep`` (skipped: no gradient, or
+        another step count) keep their parameters and state."""
+        saved = []
+        for i in keep:
+            off, n = self.span(i)
+            saved.append((i, self.p[off : off + n].copy(), [self.state_slice(k, i).copy() for k in range(len(self.state))]))
+        self.step.run(*self.buffers, *scalars)
+        for i, p, st in saved:
+            off, n = self.span(i)
+            self.p[off : off + n] = p
+            for k, s in enumerate(st):
+                self.state_slice(k, i)[...] = s
+
+
+def state_bytes(arrays: Sequence[np.ndarray]) -> int:
+    """Bytes held by this rank's optimizer state arrays."""
+    return int(sum(a.nbytes for a in arrays))

@@ -1,0 +1,480 @@
+"""distir inside PyTorch (DESIGN §6): distributed optimizers with the ``torch.optim``
+contract, and distir programs as ``torch.library`` custom ops.
+
+**Optimizers** ``Adam``, ``AdamW``, ``SGD`` (and ``LAMB``) take torch's arguments plus
+``schedule=`` and ``comm=``, and replace DDP's gradient all-reduce plus the update with
+one distir step per parameter group (``frameworks/optimizers.py``)::
+
+    model = GPT(...)                                   # no DDP wrapper
+    opt = distir.frameworks.pytorch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    for x, y in batches:                               # this rank's shard of the data
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()                                     # average the gradients + AdamW
+
+At construction every parameter's data moves into its group's parameter arena and its
+``.grad`` becomes a view of the gradient arena (``p.data`` and ``p.grad`` stay tensors of
+the parameter's shape: the model sees no difference); backward accumulates into the
+arena in place, and ``step()`` runs the fused collective on the arenas themselves: no
+per-step packing copy. The arenas live where the communicator shares memory (the MPI-3
+window under ``mpiexec``, shared-memory segments under ``torchrun``), so the fused
+all-reduce is zero-copy. Optimizer state is sliced (ZeRO-1): ``optimizer.state[p]``
+holds this rank's slice of ``exp_avg``/``exp_avg_sq``/``momentum_buffer`` as 1-D tensors;
+``state_dict()`` (collective) returns the full state in torch's format, which
+``torch.optim.AdamW.load_state_dict`` takes, and ``load_state_dict`` takes torch's.
+
+``zero_grad()`` sets ``.grad`` to None as torch does; the next backward's gradient then
+moves into the arena (one copy, in a post-accumulate-grad hook, instead of a zeroed arena
+plus an accumulation), and later backwards accumulate into it in place. A parameter whose
+``.grad`` is None at ``step()`` is skipped, as torch skips it (every rank must agree on
+which: the ranks run the same steps). A ``.grad`` replaced by another tensor of the right
+shape and type is copied into the arena.
+
+``comm=``: a ``torch.distributed`` ProcessGroup, a runtime communicator (``runtime/step.py``:
+``local_comms``, ``mpi_comm``), or None: the default process group when one is
+initialized, else MPI's ``COMM_WORLD`` when started by ``mpiexec``, else one rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from distir.dialects.diagnostics import InputRejected
+from distir.frameworks import optimizers as core
+from distir.runtime import step as steps
+
+_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+
+
+# ======================================================================================
+# Communicators
+# ======================================================================================
+
+
+def default_comm(comm: Any = None) -> Any:
+    """The runtime communicator for ``comm`` (module doc)."""
+    import torch.distributed as dist
+
+    if comm is None:
+        if dist.is_available() and dist.is_initialized():
+            return _torch_comm(None)
+        if any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "HYDRA_CONTROL_FD")):
+            return steps.mpi_comm()
+        return steps.local_comms(1)[0]
+    if comm == "mpi":
+        return steps.mpi_comm()
+    if dist.is_available() and isinstance(comm, dist.ProcessGroup):
+        return _torch_comm(comm)
+    return comm
+
+
+def _torch_comm(group):
+    from distir.frameworks.torch_comm import TorchComm
+
+    return TorchComm(group)
+
+
+# ======================================================================================
+# Optimizers
+# ======================================================================================
+
+
+class _Group:
+    """One parameter group: its arenas and step (``optimizers.ArenaGroup``, numpy) and the
+    torch views the model sees (``p.data``, ``p.grad``, ``optimizer.state[p]``)."""
+
+    def __init__(self, kind: str, params: list[torch.Tensor], comm: Any, schedule: str | None, nesterov: bool):
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) > 1:
+            names = ", ".join(sorted(str(d) for d in dtypes))
+            raise InputRejected(f"a parameter group mixes dtypes ({names}): put each dtype in a group of its own")
+        dtype = next(iter(dtypes))
+        if dtype not in _DTYPES:
+            raise InputRejected(f"parameters of dtype {dtype} are not supported (float32, float64)")
+        self.params = params
+        self.arena = core.ArenaGroup(kind, [p.numel() for p in params], _DTYPES[dtype], comm, schedule, nesterov)
+        self.g_t = torch.from_numpy(self.arena.g)
+        pt = torch.from_numpy(self.arena.p)
+        self.grad_views: list[torch.Tensor] = []
+        for i, p in enumerate(params):
+            off, n = self.arena.span(i)
+            with torch.no_grad():
+                view = pt[off : off + n].view(p.shape)
+                view.copy_(p.detach())
+                p.data = view
+            gview = self.grad_view(i)
+            if p.grad is not None:
+                gview.copy_(p.grad)
+                p.grad = gview
+            self.grad_views.append(gview)
+        self.grad_ptrs = [v.data_ptr() for v in self.grad_views]
+
+    @property
+    def pipeline(self) -> str:
+        return self.arena.pipeline
+
+    def grad_view(self, i: int) -> torch.Tensor:
+        """A new view of tensor i's part of the gradient arena."""
+        off, n = self.arena.span(i)
+        return self.g_t[off : off + n].view(self.params[i].shape)
+
+    def state_view(self, k: int, i: int) -> torch.Tensor:
+        """This rank's slice of state ``k`` of tensor ``i`` (1-D; empty when none)."""
+        return torch.from_numpy(self.arena.state_slice(k, i))
+
+
+class _DistirOptimizer(torch.optim.Optimizer):
+    """The ``torch.optim.Optimizer`` contract over distir steps (module doc)."""
+
+    kind = ""
+    state_names: tuple[str, ...] = ()
+    exports_step = True
+    """Whether ``state_dict`` has a ``step`` per parameter (torch's SGD has none)."""
+
+    def __init__(self, params: Iterable, defaults: dict, schedule: str | None = None, comm: Any = None, nesterov: bool = False):
+        self._wrapped = False
+        super().__init__(params, defaults)
+        self.comm = default_comm(comm)
+        self.schedule = schedule
+        self._groups: list[_Group] = []
+        self._where: dict[int, tuple[_Group, int]] = {}
+        self._hooks = []
+        self._check_same_groups()
+        for group in self.param_groups:
+            self._groups.append(_Group(self.kind, list(group["params"]), self.comm, schedule, nesterov))
+        for gi, (group, g) in enumerate(zip(self.param_groups, self._groups)):
+            for i, p in enumerate(g.params):
+                self._where[id(p)] = (g, i)
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._arrived))
+                st = self.state[p]
+                st["step"] = torch.tensor(0.0)
+                for k, name in enumerate(self.state_names):
+                    st[name] = g.state_view(k, i)
+        self._wrapped = True
+
+    # ------------------------------------------------------------------ wrap-time checks
+    def _check_same_groups(self) -> None:
+        """Collective: every rank must wrap groups of the same shapes (the arenas are
+        laid out alike); else every rank raises."""
+        desc = repr([[(tuple(p.shape), str(p.dtype)) for p in g["params"]] for g in self.param_groups]).encode()
+        digest = np.frombuffer(hashlib.sha256(desc).digest()[:8], np.int64).copy()
+        every = np.zeros(self.comm.size, np.int64)
+        self.comm.all_gather(digest, every, 1, steps.SyncStream(0))
+        if len(set(every.tolist())) > 1:
+            odd = [r for r, d in enumerate(every.tolist()) if d != every[0]]
+            raise InputRejected(
+                f"the parameter groups differ across ranks (ranks {odd} differ from rank 0 in their tensors' shapes or dtypes): "
+                "every rank must wrap the same model"
+            )
+
+    def add_param_group(self, param_group: dict) -> None:
+        if getattr(self, "_wrapped", False):
+            raise InputRejected(
+                f"{type(self).__name__}: parameters cannot be added after wrapping (the arenas are laid out at construction): "
+                "create the optimizer with every parameter group"
+            )
+        super().add_param_group(param_group)
+
+    def _arrived(self, p: torch.Tensor) -> None:
+        """After backward set ``p.grad``: a fresh gradient (``.grad`` was None, autograd
+        gave it its own tensor) moves into the arena, one copy instead of a zeroed arena
+        plus an accumulation; a gradient already in the arena was accumulated in place."""
+        g, i = self._where[id(p)]
+        grad = p.grad
+        if grad is None or grad.data_ptr() == g.grad_ptrs[i] and grad.dtype == p.dtype:
+            return
+        if _bad_grad(grad, p) is None:
+            view = g.grad_views[i]
+            if view.data_ptr() != g.grad_ptrs[i]:
+                view = g.grad_view(i)
+            view.copy_(grad)
+            p.grad = g.grad_views[i] = view
+        # else: step() reports it, on every rank
+    # ------------------------------------------------------------------ step
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        problem, plans = self._plan()
+        digest = int.from_bytes(hashlib.sha256(repr(plans).encode()).digest()[:7], "little")
+        self._groups[0].arena.step.agree(problem, digest, "which parameters have gradients (or their step counts)")
+        for group, g, (cohorts, skipped) in zip(self.param_groups, self._groups, plans):
+            self._run_group(group, g, cohorts, skipped)
+        return loss
+
+    def _plan(self):
+        """Per group: the parameters to update grouped by their step count (one run of the
+        step each), the skipped ones; or what is wrong with the gradients."""
+        plans = []
+        problem = None
+        for group, g in zip(self.param_groups, self._groups):
+            if [id(p) for p in group["params"]] != [id(p) for p in g.params]:
+                problem = f"{type(self).__name__}: the parameters of a group changed after wrapping: create a new optimizer"
+                plans.append(({}, []))
+                continue
+            cohorts: dict[float, list[int]] = {}
+            skipped: list[int] = []
+            for i, p in enumerate(g.params):
+                grad = p.grad
+                if grad is None:
+                    skipped.append(i)
+                    continue
+                if grad.data_ptr() != g.grad_ptrs[i] or grad.dtype != p.dtype:
+                    why = _bad_grad(grad, p)
+                    if why:
+                        problem = f"parameter {i} of group {len(plans)} (shape {list(p.shape)}): {why}"
+                        continue
+                    view = g.grad_view(i)
+                    view.copy_(grad)
+                    p.grad = g.grad_views[i] = view
+                cohorts.setdefault(float(self.state[p]["step"]), []).append(i)
+            plans.append((cohorts, skipped))
+        return problem, plans
+
+    def _run_group(self, group: dict, g: _Group, cohorts: dict[float, list[int]], skipped: list[int]) -> None:
+        if not cohorts:
+            return
+        hyper = self._hyper(group)
+        for count, members in cohorts.items():
+            keep = skipped + [i for c, ms in cohorts.items() if c != count for i in ms]
+            g.arena.run(core.scalars(self.kind, hyper, int(count) + 1, first=count == 0), keep)
+            for i in members:
+                self.state[g.params[i]]["step"] += 1
+
+    def _hyper(self, group: dict) -> dict:
+        return group
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's ``zero_grad``: ``.grad`` becomes None (the next backward's gradients
+        move into the arena, ``_arrived``), or with ``set_to_none=False`` the gradients
+        that exist are zeroed in place (the arena; None ones stay None)."""
+        for g in self._groups:
+            if not set_to_none:
+                g.arena.g.fill(0)
+            for i, p in enumerate(g.params):
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                elif p.grad.data_ptr() != g.grad_ptrs[i]:
+                    p.grad = g.grad_views[i] = g.grad_view(i)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """The full state in ``torch.optim``'s format (collective: every rank calls it)."""
+        fulls = [[g.arena.gather_state(k) for k in range(len(g.arena.state))] for g in self._groups]
+        sd = super().state_dict()
+        index = 0
+        for g, full in zip(self._groups, fulls):
+            for i, p in enumerate(g.params):
+                entry = {"step": self.state[p]["step"].clone()} if self.exports_step else {}
+                for k, name in enumerate(self.state_names):
+                    entry[name] = torch.from_numpy(g.arena.tensor_of(full[k], i).copy()).view(p.shape)
+                sd["state"][index] = entry
+                index += 1
+        return sd
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a state dict of this optimizer or of ``torch.optim``'s (full state)."""
+        super().load_state_dict(state_dict)
+        for g in self._groups:
+            for i, p in enumerate(g.params):
+                st = self.state[p]
+                # torch's SGD keeps no step count: a momentum buffer means "not the first step"
+                step = st.get("step", torch.tensor(1.0 if st.get(self.state_names[0]) is not None else 0.0))
+                new = {"step": torch.as_tensor(step, dtype=torch.float32).clone()}
+                for k, name in enumerate(self.state_names):
+                    full = st.get(name)
+                    g.arena.load_state(k, i, None if full is None else full.detach().reshape(-1).numpy())
+                    new[name] = g.state_view(k, i)
+                self.state[p] = new
+
+    @property
+    def pipelines(self) -> list[str]:
+        """The ``-p`` pipeline each group's step was compiled with."""
+        return [g.pipeline for g in self._groups]
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state this rank holds."""
+        return core.state_bytes([s for g in self._groups for s in g.arena.state])
+
+
+def _bad_grad(grad: torch.Tensor, p: torch.Tensor) -> str | None:
+    if grad.dtype != p.dtype:
+        return f"its gradient is {grad.dtype}, the parameter {p.dtype}"
+    if tuple(grad.shape) != tuple(p.shape):
+        return f"its gradient has shape {list(grad.shape)}"
+    if not grad.is_contiguous():
+        return "its gradient is not contiguous"
+    if grad.is_sparse:
+        return "sparse gradients are not supported"
+    return None
+
+
+def _torch_defaults(cls, kwargs: dict) -> dict:
+    """torch's own defaults and argument checks for ``cls`` (a torch.optim class)."""
+    return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
+
+
+class AdamW(_DistirOptimizer):
+    """``torch.optim.AdamW`` as one distir step per group (module doc)."""
+
+    kind = "adam"
+    state_names = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *, maximize=False,
+                 schedule: str | None = None, comm: Any = None, **torch_kwargs):
+        if amsgrad or maximize:
+            raise InputRejected(f"{type(self).__name__}: amsgrad and maximize are not supported")
+        defaults = _torch_defaults(self._torch_class(), dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **torch_kwargs))
+        super().__init__(params, defaults, schedule=schedule, comm=comm)
+
+    @staticmethod
+    def _torch_class():
+        return torch.optim.AdamW
+
+    def _hyper(self, group: dict) -> dict:
+        return {**group, "decoupled": True}
+
+
+class Adam(AdamW):
+    """``torch.optim.Adam`` (L2 weight decay added to the gradient)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, **kwargs):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, **kwargs)
+
+    @staticmethod
+    def _torch_class():
+        return torch.optim.Adam
+
+    def _hyper(self, group: dict) -> dict:
+        return {**group, "decoupled": bool(group.get("decoupled_weight_decay", False))}
+
+
+class SGD(_DistirOptimizer):
+    """``torch.optim.SGD`` with momentum (module doc)."""
+
+    kind = "sgd"
+    state_names = ("momentum_buffer",)
+    exports_step = False
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, maximize=False,
+                 schedule: str | None = None, comm: Any = None, **torch_kwargs):
+        if maximize:
+            raise InputRejected("SGD: maximize is not supported")
+        defaults = _torch_defaults(torch.optim.SGD, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, **torch_kwargs))
+        super().__init__(params, defaults, schedule=schedule, comm=comm, nesterov=nesterov)
+
+
+class LAMB(_DistirOptimizer):
+    """LAMB (You et al., CoCoNet's fuse(RS-LAMB-AG)): Adam's bias-corrected moments, the
+    update u = m̂ / (√v̂ + eps) + wd·p scaled per parameter tensor by the trust ratio
+    ‖p‖ / ‖u‖ (1 where a norm is 0); torch has no LAMB, the state is named as Adam's."""
+
+    kind = "lamb"
+    state_names = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *, schedule: str | None = None, comm: Any = None):
+        if not lr >= 0 or not eps >= 0 or not weight_decay >= 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"LAMB: invalid hyperparameters lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), schedule=schedule, comm=comm)
+
+
+# ======================================================================================
+# Programs as custom ops
+# ======================================================================================
+
+_LIBRARY: Any = None
+_OPS: dict[tuple, Any] = {}
+_STEPS: dict[int, steps.Step] = {}
+_OPS_LOCK = threading.Lock()
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64, np.dtype(np.float16): torch.float16,
+                 np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64, np.dtype(np.bool_): torch.bool}
+
+
+class Compiled:
+    """A distir program as this rank's callable over torch tensors: ``fn(*args)`` calls
+    the ``torch.library`` custom op ``op`` (one node under ``torch.compile``) and returns
+    the program's results in order (an in-place result is its argument tensor, updated).
+    Arguments are this rank's buffers (``step.arguments`` gives their shapes)."""
+
+    def __init__(self, program: Any, func: str | None = None, pipeline: str | None = None, comm: Any = None):
+        comm = default_comm(comm)
+        lowered = steps.compile(program, func, ranks=comm.size, pipeline=pipeline)
+        self.step = steps.Step(lowered, comm)
+        with _OPS_LOCK:
+            self.handle = len(_STEPS)
+            _STEPS[self.handle] = self.step
+        self.op = _custom_op(self.step)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.step.arguments):
+            names = ", ".join(a.name for a in self.step.arguments)
+            raise InputRejected(f"the program takes {len(self.step.arguments)} arguments ({names}), got {len(args)}")
+        new = self.op(self.handle, *args)
+        new = [new] if isinstance(new, torch.Tensor) else list(new or ())
+        out = []
+        for r in self.step.results:
+            out.append(args[r.inplace] if r.inplace is not None else new.pop(0))
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def compile(program: Any, func: str | None = None, pipeline: str | None = None, comm: Any = None) -> Compiled:
+    """``program`` (a module or its text) with ``pipeline`` applied, as a torch custom op
+    on this rank's communicator (``comm``: as the optimizers take it)."""
+    return Compiled(program, func, pipeline, comm)
+
+
+def _custom_op(step: steps.Step):
+    """The ``distir::`` op of ``step``'s signature (defined once per signature; the
+    first argument names the rank's step)."""
+    with _OPS_LOCK:
+        return _define_op(step)
+
+
+def _define_op(step: steps.Step):
+    global _LIBRARY
+    key = (tuple((a.name, a.shape, a.dtype.str, a.inplace) for a in step.arguments), tuple((r.shape, r.dtype.str, r.inplace) for r in step.results))
+    op = _OPS.get(key)
+    if op is not None:
+        return op
+    if _LIBRARY is None:
+        _LIBRARY = torch.library.Library("distir", "FRAGMENT")
+    name = f"step{len(_OPS)}_{step.program.func.sym_name.data}"
+    params = ["int handle"]
+    for k, a in enumerate(step.arguments):
+        if a.shape is None:
+            params.append(f"{'int' if a.dtype.kind in 'iub' else 'float'} {a.name}")
+        elif a.inplace is not None:
+            params.append(f"Tensor(a{k}!) {a.name}")
+        else:
+            params.append(f"Tensor {a.name}")
+    fresh = [r for r in step.results if r.inplace is None]
+    ret = "()" if not fresh else "Tensor" if len(fresh) == 1 else "(" + ", ".join(["Tensor"] * len(fresh)) + ")"
+    _LIBRARY.define(f"{name}({', '.join(params)}) -> {ret}")
+
+    def impl(handle: int, *args):
+        s = _STEPS[handle]
+        bufs = [a.detach().contiguous().numpy() if isinstance(a, torch.Tensor) and s.arguments[i].inplace is None
+                else a.detach().numpy() if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        results = s(*bufs)
+        outs = [torch.from_numpy(np.array(v, copy=True)) for v, r in zip(results, s.results) if r.inplace is None]
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+    def fake(handle: int, *args):
+        like = next(a for a in args if isinstance(a, torch.Tensor))
+        outs = [like.new_empty(r.shape or (), dtype=_TORCH_DTYPES[r.dtype]) for r in fresh]
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+    _LIBRARY.impl(name, impl, "CPU")
+    torch.library.register_fake(f"distir::{name}", fake, lib=_LIBRARY)
+    op = _OPS[key] = getattr(torch.ops.distir, name).default
+    return op

@@ -1,0 +1,148 @@
+"""Bad use of distir's optimizers and ops gives a clear error on every rank and no hang:
+parameters added after wrapping, a non-contiguous or wrong-dtype gradient (on one rank
+only), mixed dtypes in a group, a rank count that differs from the communicator's, a
+param group whose shapes differ across ranks; in threads and in real 2-rank jobs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from support.threads import on_threads
+
+from distir.dialects.diagnostics import InputRejected
+from distir.frameworks import pytorch as dp
+from distir.runtime import step as steps
+from distir.runtime.mpi import mpiexec_path
+
+ROOT = Path(__file__).resolve().parents[2]
+MISUSE = ROOT / "test" / "support" / "torch_misuse.py"
+
+
+def net(width: int = 8, dtype=torch.float32):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(width, 8), torch.nn.Linear(8, 1)).to(dtype)
+
+
+def on_every_rank(fn, ranks: int = 2) -> list[str]:
+    """Run ``fn(rank, comm)`` on rank threads; every rank must raise InputRejected."""
+    comms = steps.local_comms(ranks)
+    outs = on_threads(ranks, lambda r: fn(r, comms[r]), timeout=120)
+    for r, e in enumerate(outs):
+        assert isinstance(e, InputRejected), f"rank {r}: {e!r}"
+    return [str(e) for e in outs]
+
+
+def test_parameters_added_after_wrapping():
+    def rank(r, comm):
+        m = net()
+        opt = dp.AdamW(m[0].parameters(), comm=comm)
+        opt.add_param_group({"params": list(m[1].parameters())})
+
+    for msg in on_every_rank(rank):
+        assert "cannot be added after wrapping" in msg
+
+
+def test_parameters_appended_to_a_group_after_wrapping():
+    def rank(r, comm):
+        m = net()
+        opt = dp.AdamW(m[0].parameters(), comm=comm)
+        opt.param_groups[0]["params"].append(m[1].weight)
+        m(torch.randn(4, 8)).sum().backward()
+        opt.step()
+
+    for msg in on_every_rank(rank):
+        assert "changed after wrapping" in msg
+
+
+@pytest.mark.parametrize("bad_rank", [0, 1])
+def test_non_contiguous_gradient_on_one_rank(bad_rank):
+    def rank(r, comm):
+        m = net()
+        opt = dp.AdamW(m.parameters(), comm=comm)
+        m(torch.randn(4, 8)).sum().backward()
+        if r == bad_rank:
+            w = m[0].weight
+            w.grad = torch.zeros(8, 8).t()
+        opt.step()
+
+    for msg in on_every_rank(rank):
+        assert f"rank {bad_rank}: parameter 0 of group 0 (shape [8, 8]): its gradient is not contiguous" in msg
+
+
+def test_wrong_dtype_gradient_on_one_rank():
+    def rank(r, comm):
+        m = net()
+        opt = dp.SGD(m.parameters(), lr=0.1, momentum=0.9, comm=comm)
+        m(torch.randn(4, 8)).sum().backward()
+        if r == 1:
+            m[0].bias.grad.data = m[0].bias.grad.data.double()
+        opt.step()
+
+    for msg in on_every_rank(rank):
+        assert "rank 1: parameter 1 of group 0 (shape [8]): its gradient is torch.float64, the parameter torch.float32" in msg
+
+
+def test_mixed_dtypes_in_a_group():
+    def rank(r, comm):
+        m = net()
+        m[1].to(torch.float64)
+        dp.AdamW(m.parameters(), comm=comm)
+
+    for msg in on_every_rank(rank):
+        assert "mixes dtypes (torch.float32, torch.float64)" in msg
+
+
+def test_group_shapes_differ_across_ranks():
+    def rank(r, comm):
+        dp.AdamW(net(8 if r == 0 else 9).parameters(), comm=comm)
+
+    for msg in on_every_rank(rank):
+        assert "the parameter groups differ across ranks (ranks [1] differ from rank 0" in msg
+
+
+def test_rank_count_differs_from_the_communicator():
+    text = (ROOT / "examples" / "transformer_decode.mlir").read_text().replace("shape = [?]", "shape = [2]")
+
+    def rank(r, comm):
+        dp.compile(text, comm=comm)
+
+    for msg in on_every_rank(rank, ranks=4):
+        assert "2" in msg and "4" in msg
+
+
+LAUNCHED = [("torchrun", "noncontiguous"), ("torchrun", "shapes"), ("mpiexec", "dtype"), ("mpiexec", "shapes")]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("launcher, case", LAUNCHED, ids=[f"{a}-{b}" for a, b in LAUNCHED])
+def test_misuse_in_a_launched_job(launcher, case):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if launcher == "torchrun":
+        cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", str(MISUSE), case]
+    else:
+        cmd = [mpiexec_path(), "-n", "2", sys.executable, str(MISUSE), case]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        assert f"rank {r} rejected: " in proc.stdout, proc.stdout
+
+
+def test_gradient_missing_on_one_rank_only():
+    """A parameter without a gradient on some ranks only (torch would skip it there and
+    update it elsewhere): the ranks would run different steps, so every rank raises."""
+
+    def rank(r, comm):
+        m = net()
+        opt = dp.AdamW(m.parameters(), comm=comm)
+        m(torch.randn(4, 8)).sum().backward()
+        if r == 1:
+            m[1].bias.grad = None
+        opt.step()
+
+    for msg in on_every_rank(rank):
+        assert "ranks [1] differ from rank 0 in which parameters have gradients" in msg

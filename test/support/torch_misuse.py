@@ -1,0 +1,53 @@
+"""Misuse of distir's optimizers on some ranks only, as one rank of a launched job:
+
+    torchrun --nproc-per-node 2 test/support/torch_misuse.py CASE
+    mpiexec -n 2 python test/support/torch_misuse.py CASE
+
+Each rank prints ``rank R rejected: MESSAGE`` when the optimizer raised InputRejected
+(every rank must: one rank's mistake never leaves the others waiting)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from distir.dialects.diagnostics import InputRejected
+
+
+def scenario(case: str, rank: int, comm) -> None:
+    from distir.frameworks import pytorch as dp
+
+    torch.manual_seed(0)
+    width = 8 if case != "shapes" or rank == 0 else 9
+    net = torch.nn.Sequential(torch.nn.Linear(width, 8), torch.nn.Linear(8, 1))
+    opt = dp.AdamW(net.parameters(), lr=1e-3, comm=comm)
+    net(torch.randn(4, width)).sum().backward()
+    if case == "noncontiguous" and rank == 1:
+        net[0].weight.grad = torch.zeros(8, 8).t()
+    if case == "dtype" and rank == 0:
+        net[0].bias.grad.data = net[0].bias.grad.data.double()
+    opt.step()
+
+
+def main(case: str) -> int:
+    if "RANK" in os.environ:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank, comm = dist.get_rank(), None
+    else:
+        from mpi4py import MPI
+
+        rank, comm = MPI.COMM_WORLD.Get_rank(), "mpi"
+    try:
+        scenario(case, rank, comm)
+        print(f"rank {rank} ran", flush=True)
+    except InputRejected as e:
+        print(f"rank {rank} rejected: {e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
