@@ -36,7 +36,10 @@ distir                           exported as
 ``dist.transpose``, ``reshape``,  the same on the device's block (a sliced dim is whole
 ``extract_slice``, ``concat``     or the outermost of its group where these ops touch it)
 ``dist.iota``                    the block's indices: local iota + the block's offset
-collectives                      the target's collective over the root axes (see below)
+collectives                      the target's collective over the root axes (see below);
+                                 ``coll.permute``: StableHLO's ``collective_permute``,
+                                 MLIR's ``mesh.shift`` (a ring step on one axis) or
+                                 ``mesh.send``/``mesh.recv``
 fused collectives                unfused: FIRST collective, the region, FINISH collective
 ``coll.overlap``                 its chain (chunking is a schedule, not a meaning)
 functional primitives            ``unplaced`` values are held in full by every device:
@@ -70,6 +73,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from distir.dialects import coll, dist, layout
+from distir.dialects.collectives.permute import targets as permute_targets
 from distir.dialects.dist import MeshOp, TensorType
 from distir.dialects.placements import REPLICATED, At, Placement, Unplaced
 from distir.dialects.verifier import Spans, located
@@ -420,6 +424,11 @@ class Exporter:
     def send(self, x: str, src: Placed, axes: list[int], source: int, to: int, hint: str | None) -> str:
         raise NotImplementedError
 
+    def permute(self, x: str, src: Placed, axes: list[int], pairs: list[tuple[int, int]], offset: int | None, hint: str | None) -> str:
+        """Group rank s's value to group rank t for each (s, t) of ``pairs``; a rank no
+        pair targets gets zeros (``offset``: the pairs are a ring step by it)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ shared handlers
     def _collective(self, op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, result_type: Attribute, options: dict, hint: str | None) -> str:
         """``cls`` (a plain collective, or a fused one's FIRST/FINISH) on ``x``."""
@@ -428,6 +437,11 @@ class Exporter:
         src, dst = self.placed_type(op, t), self.placed_type(op, result_type)
         axes = self.root_axes(op, t, options.get("axes", (0,)))
         name = self.value(x)
+        if cls is coll.PermuteOp:
+            pairs = permute_targets(options, src.mesh.group_size(axes))
+            if sorted(pairs) == [(i, i) for i in range(src.mesh.group_size(axes))]:
+                return name  # every rank keeps its value
+            return self.permute(name, src, axes, pairs, options.get("offset"), hint)
         if not axes:  # groups of one device: a reduction, gather or move of one value is that value
             return name
         if cls is coll.AllReduceOp:
@@ -561,7 +575,7 @@ _HANDLERS: dict[type[Operation], Callable[[Exporter, Operation], None]] = {
     dist.LoadOp: Exporter.emit_primitive,  # type: ignore[dict-item]
     **{cls: Exporter.emit_collective for cls in (  # type: ignore[misc]
         coll.AllReduceOp, coll.ReduceScatterOp, coll.AllGatherOp, coll.ReduceOp,
-        coll.BroadcastOp, coll.AllToAllOp, coll.SendOp,
+        coll.BroadcastOp, coll.AllToAllOp, coll.SendOp, coll.PermuteOp,
     )},
     **{cls: Exporter.emit_fused for cls in (  # type: ignore[misc]
         coll.FusedAllReduceOp, coll.FusedReduceScatterOp, coll.FusedAllGatherOp,

@@ -42,6 +42,10 @@ distir                     MLIR 19
 ``coll.send``              ``scf.if`` on ``mesh.process_multi_index``: the source runs
                            ``mesh.send``, the target ``mesh.recv`` (0-d values travel
                            as 1-element tensors)
+``coll.permute``           ``offset`` over one axis: ``mesh.shift ... rotate`` (read as
+                           device i's value going to device i + offset, as ``np.roll``);
+                           otherwise ``mesh.send``/``mesh.recv`` per pair under ``scf.if``,
+                           zeros where no pair arrives
 =========================  ==============================================================
 
 Map bodies and scalar code keep their ``arith``/``math`` ops as they are (every op
@@ -562,6 +566,44 @@ class MeshExporter(Exporter):
             out = eq if out is None else t.op(None, f"arith.andi {out}, {eq} : i1")
         assert out is not None
         return out
+
+    def permute(self, x: str, src: Placed, axes: list[int], pairs: list[tuple[int, int]], offset: int | None, hint: str | None) -> str:
+        m, t = src.mesh, self.text
+        ty = ttype(src.local_shape, src.element)
+        if offset is not None and len(axes) == 1 and src.local_shape:
+            # a ring step along one axis: device i's value to device i + offset
+            return t.op(hint, f"mesh.shift {x} on @{m.name} {self.axes(axes)} shift_axis = {axes[0]} offset = {offset} rotate : {ty} -> {ty}")
+        shape, elt = src.local_shape, src.element
+        scalar = not shape
+        if scalar:  # mesh.send/recv take tensors of rank >= 1
+            x = t.op(None, f"tensor.expand_shape {x} [] output_shape [1] : {ttype((), elt)} into {ttype((1,), elt)}")
+            shape = (1,)
+            ty = ttype(shape, elt)
+        for s, d in pairs:  # the sources send ...
+            if s != d:
+                t.line(f"scf.if {self.is_group_rank(m, axes, s)} {{")
+                t.depth += 1
+                t.op("sent", f"mesh.send {x} on @{m.name} {self.axes(axes)} destination = [{', '.join(map(str, m.digits(d, axes)))}] : ({ty}) -> {ty}")
+                t.depth -= 1
+                t.line("}")
+        y = self.filled(0.0 if is_float(elt) else 0, shape, elt)  # ... a rank no pair targets keeps zeros
+        for i, (s, d) in enumerate(pairs):  # ... and each target takes its source's value
+            is_target = self.is_group_rank(m, axes, d)
+            last = i == len(pairs) - 1 and not scalar
+            y_next = t.op(hint if last else None, f"scf.if {is_target} -> ({ty}) {{")
+            t.depth += 1
+            got = x if s == d else t.op("received", f"mesh.recv {x} on @{m.name} {self.axes(axes)} source = [{', '.join(map(str, m.digits(s, axes)))}] : ({ty}) -> {ty}")
+            t.line(f"scf.yield {got} : {ty}")
+            t.depth -= 1
+            t.line("} else {")
+            t.depth += 1
+            t.line(f"scf.yield {y} : {ty}")
+            t.depth -= 1
+            t.line("}")
+            y = y_next
+        if scalar:
+            y = t.op(hint, f"tensor.collapse_shape {y} [] : {ty} into {ttype((), elt)}")
+        return y
 
     def send(self, x: str, src: Placed, axes: list[int], source: int, to: int, hint: str | None) -> str:
         t = self.text

@@ -46,6 +46,7 @@ distir                     StableHLO
 ``coll.broadcast``         ``all_gather`` along a new dim, ``slice`` of the root's block
 ``coll.all_to_all``        ``all_to_all`` (split = new sliced dim, concat = old one)
 ``coll.send``              ``collective_permute`` with one pair per group
+``coll.permute``           ``collective_permute`` with the pairs of every group
 =========================  ==============================================================
 
 ELEMENTWISE (arith/math ops of map bodies, and of scalar code outside maps): add, sub,
@@ -669,6 +670,14 @@ class SdyExporter(Exporter):
         return self.text.op(
             hint, f'"stablehlo.all_to_all"({x}) <{{{attrs}}}> : ({ttype(src.local_shape, src.element)}) -> {ttype(dst.local_shape, dst.element)}'
         )
+
+    def permute(self, x: str, src: Placed, axes: list[int], pairs: list[tuple[int, int]], offset: int | None, hint: str | None) -> str:
+        if not pairs:  # nobody receives: every rank's result is zeros
+            return self.const(0, src.local_shape, src.element, hint or "zeros")
+        devices = [[g[s], g[t]] for g in src.mesh.groups(axes) for s, t in pairs]
+        t = ttype(src.local_shape, src.element)
+        attrs = f"{self.channel_attrs()}, source_target_pairs = {dense(devices)}"
+        return self.text.op(hint, f'"stablehlo.collective_permute"({x}) <{{{attrs}}}> : ({t}) -> {t}')
 
     def send(self, x: str, src: Placed, axes: list[int], source: int, to: int, hint: str | None) -> str:
         pairs = [[g[source], g[to]] for g in src.mesh.groups(axes)]

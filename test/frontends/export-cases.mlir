@@ -438,3 +438,30 @@ func.func @views(%x: !dist.tensor<16xf32, @world, [sliced<0>]>) -> !dist.tensor<
 // SDY-NEXT:      sdy.return %[[D]] : tensor<4xf32>
 // MESH-LABEL: func.func @views(
 // MESH:         linalg.generic {{.*}} ins(%[[X:[a-z0-9_]+]] : tensor<4xf32>)
+
+// -----
+
+// coll.permute: a ring step (StableHLO's collective_permute; MLIR's mesh.shift on one
+// axis), explicit pairs (ranks nobody sends to get zeros), a ring over two axes.
+dist.mesh @grid shape = [2, ?] axes = ["a", "b"]
+func.func @permutes(%x: !dist.tensor<4x2xf32, @grid, [replicated, local]>, %y: !dist.tensor<4xf32, @grid, [local, local]>) -> (!dist.tensor<4x2xf32, @grid, [replicated, local]>, !dist.tensor<4x2xf32, @grid, [replicated, local]>, !dist.tensor<4xf32, @grid, [local, local]>) {
+  %ring = coll.permute %x offset 1 axes [1] : !dist.tensor<4x2xf32, @grid, [replicated, local]> -> !dist.tensor<4x2xf32, @grid, [replicated, local]>
+  %pair = coll.permute %x pairs [[0, 1]] axes [1] : !dist.tensor<4x2xf32, @grid, [replicated, local]> -> !dist.tensor<4x2xf32, @grid, [replicated, local]>
+  %both = coll.permute %y offset -1 axes [0, 1] : !dist.tensor<4xf32, @grid, [local, local]> -> !dist.tensor<4xf32, @grid, [local, local]>
+  func.return %ring, %pair, %both : !dist.tensor<4x2xf32, @grid, [replicated, local]>, !dist.tensor<4x2xf32, @grid, [replicated, local]>, !dist.tensor<4xf32, @grid, [local, local]>
+}
+// SDY-LABEL: func.func @permutes(
+// SDY:         %ring = "stablehlo.collective_permute"(%{{.*}}) <{{.*}}source_target_pairs = dense<{{\[\[}}0, 1], [1, 0], [2, 3], [3, 2]]> : tensor<4x2xi64>}>
+// SDY:         %pair = "stablehlo.collective_permute"(%{{.*}}) <{{.*}}source_target_pairs = dense<{{\[\[}}0, 1], [2, 3]]> : tensor<2x2xi64>}>
+// SDY:         %both = "stablehlo.collective_permute"(%{{.*}}) <{{.*}}source_target_pairs = dense<{{\[\[}}0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
+// MESH-LABEL: func.func @permutes(
+// MESH:         %ring = mesh.shift %{{.*}} on @grid mesh_axes = [1] shift_axis = 1 offset = 1 rotate : tensor<4x2xf32> -> tensor<4x2xf32>
+// MESH:         scf.if %{{.*}} {
+// MESH-NEXT:      mesh.send %{{.*}} on @grid mesh_axes = [1] destination = [1]
+// MESH:         %[[ZEROS:.*]] = linalg.fill
+// MESH:         %pair = scf.if %{{.*}} -> (tensor<4x2xf32>) {
+// MESH-NEXT:      %[[R:.*]] = mesh.recv %{{.*}} on @grid mesh_axes = [1] source = [0]
+// MESH-NEXT:      scf.yield %[[R]] : tensor<4x2xf32>
+// MESH-NEXT:    } else {
+// MESH-NEXT:      scf.yield %[[ZEROS]] : tensor<4x2xf32>
+// MESH:         mesh.send %{{.*}} on @grid mesh_axes = [0, 1] destination = [1, 1]

@@ -305,6 +305,10 @@ class MeshSim:
             elif name == "mesh.broadcast":
                 root = self.peer(group[0], axes, _ints(attr["root"]))
                 ys = [np.asarray(xs[root])] * len(group)
+            elif name == "mesh.shift":  # device i's value goes to device i + offset
+                axis, offset = _int_attr(attr["shift_axis"]), _int_attr(attr["offset"])
+                n = self.sizes[axis]
+                ys = [np.asarray(xs[self.peer(m, [axis], [(self.coords(m)[axis] - offset) % n])]) for m in group]
             elif name == "mesh.all_to_all":
                 split, concat = _int_attr(attr["split_axis"]), _int_attr(attr["concat_axis"])
                 pieces = [np.split(v, len(group), axis=split) for v in vals]
