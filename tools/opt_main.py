@@ -91,6 +91,11 @@ class DistirOptMain(xDSLOptMain):
             metavar="all",
             help="list distir's passes with their options and exit ('all': xDSL's passes too)",
         )
+        arg_parser.add_argument(
+            "--emit",
+            choices=["sdy", "mesh"],
+            help="print the result as StableHLO + sdy or as MLIR 19's mesh dialect (frontends/export.py) instead of distir IR",
+        )
         arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         format_help = arg_parser.format_help
 
@@ -143,6 +148,13 @@ class DistirOptMain(xDSLOptMain):
                 print("\n\n\n")
 
         run_passes(prog, passes, self.ctx, self._spans, not self.args.disable_verify, self._line_offset, after_each)
+
+    def output_resulting_program(self, prog) -> str:
+        if self.args.emit:
+            from distir.frontends.export import export_module
+
+            return export_module(prog, self.args.emit, self._spans, self._line_offset)
+        return super().output_resulting_program(prog)
 
     def get_input_stream(self):
         if self.args.input_file == "-":
