@@ -16,8 +16,9 @@ Every tool is ``main(argv) = run_tool(name, body)``, and its parser comes from
   unknown one (``--rank`` -> ``did you mean --ranks?``);
 * an input file is read by ``read_input``: a missing, empty or binary file is a
   one-line diagnostic that echoes none of its bytes;
-* standard output and the files given with ``-o``/``--json``/... are written through
-  ``open_output``: a closed pipe (``| head``) ends the tool quietly with exit 0, a full
+* standard output and the files given with ``-o``/``--json``/... are checked before a
+  long run with ``check_output`` and written through ``open_output`` (or
+  ``write_output``): a closed pipe (``| head``) ends the tool quietly with exit 0, a full
   device or a closed standard output (``>&-``) is a diagnostic naming the output.
 """
 
@@ -42,6 +43,7 @@ __all__ = [
     "InputRejected",
     "ResultsDiffer",
     "argparse_error",
+    "check_output",
     "check_text",
     "describe",
     "distir_version",
@@ -223,6 +225,21 @@ def open_output(tool: str, path: str | None) -> IO[str]:
     except OSError as e:
         raise InputRejected(f"{tool}: cannot write {path}: {e.strerror or e}") from None
     return _Output(f, path, tool)  # type: ignore[return-value]
+
+
+def check_output(tool: str, path: str, what: str) -> None:
+    """Reject an output file ``path`` (given with the option ``what``) that could not be
+    written, before a long run rather than after it; ``-`` is standard output."""
+    if path == "-":
+        return
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target) or "."
+    if os.path.isdir(target):
+        raise InputRejected(f"{tool}: {what} {path}: is a directory")
+    if not os.path.isdir(folder):
+        raise InputRejected(f"{tool}: {what} {path}: no such directory {folder}")
+    if not os.access(target if os.path.exists(target) else folder, os.W_OK):
+        raise InputRejected(f"{tool}: {what} {path}: not writable")
 
 
 def write_output(tool: str, path: str | None, text: str) -> None:

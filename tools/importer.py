@@ -14,36 +14,30 @@ Exit codes: 0 success, 1 the input was rejected (a located diagnostic), 3 intern
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
-from xdsl.utils.exceptions import ParseError, VerifyException
-
-from distir.dialects.frontend import decode_source
-from distir.tools.diagnostics import InputRejected, argparse_error, distir_version, run_tool
+from distir.tools.diagnostics import InputRejected, make_parser, read_input, run_tool, write_output
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="distir-import", description="Import StableHLO + Shardy (JAX) or MLIR shard programs as partitioned dist/coll IR.")
+def build_parser():
+    p = make_parser("distir-import", "Import StableHLO + Shardy (JAX) or MLIR shard programs as partitioned dist/coll IR.")
     p.add_argument("file", metavar="FILE", help="the program (- for standard input)")
     p.add_argument("--from", dest="source", default="auto", choices=("sdy", "shard", "auto"), help="the source dialect (default: detected)")
     p.add_argument("-o", "--output", metavar="OUT", help="write the module to OUT (default: standard output)")
     p.add_argument("--remarks", action="store_true", help="print one line per inserted collective (standard error)")
-    p.add_argument("--version", action="version", version=f"distir-import {distir_version()}")
-    p.error = argparse_error("distir-import", p)  # type: ignore[method-assign]
     return p
 
 
 def _import(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    from xdsl.utils.exceptions import ParseError, VerifyException
+
+    from distir.dialects.frontend import decode_source
     from distir.frontends.program import import_program
 
-    args = build_parser().parse_args(argv)
     name = "<stdin>" if args.file == "-" else args.file
-    try:
-        data = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()
-    except OSError as e:
-        raise InputRejected(f"distir-import: cannot read {args.file}: {e.strerror or e}") from None
+    data = read_input(args.file, "distir-import")
     try:
         imported = import_program(decode_source(data, name), name, args.source)
     except (ParseError, VerifyException) as e:
@@ -51,15 +45,7 @@ def _import(argv: Sequence[str] | None) -> int:
     if args.remarks:
         for line in imported.remark_lines():
             print(line, file=sys.stderr)
-    text = str(imported.module) + "\n"
-    if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as e:
-            raise InputRejected(f"distir-import: cannot write {args.output}: {e.strerror or e}") from None
-    else:
-        sys.stdout.write(text)
+    write_output("distir-import", args.output, str(imported.module) + "\n")
     return 0
 
 

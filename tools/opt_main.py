@@ -22,7 +22,7 @@ def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
     and fields), then the names of ``with_xdsl`` (xDSL's own passes)."""
     import textwrap
 
-    from tabulate import tabulate
+    from distir.tools.tables import plain_table
 
     from distir.passes.pipeline import pass_options, pass_summary
     from distir.passes.registry import ALL_PASSES
@@ -34,8 +34,7 @@ def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
         opts = pass_options(cls)
         if opts:
             rows.append(["", "options: " + ", ".join(f"{o}={d}" for o, d in opts)])
-    table = tabulate(rows, tablefmt="plain", disable_numparse=True)
-    lines = ["distir passes (-p 'name{option=value ...},...'):"] + [f"  {line}".rstrip() for line in table.splitlines()]
+    lines = ["distir passes (-p 'name{option=value ...},...'):"] + [f"  {line}".rstrip() for line in plain_table(rows)]
     if with_xdsl:
         lines.append("")
         lines.append("xDSL's passes (canonicalize applies distir's canonicalization patterns too):")

@@ -73,7 +73,21 @@ def _ints(flag: str, text: str) -> tuple[int, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_tool("distir-synth", lambda: _main(argv))
+    return run_tool("distir-synth", lambda: _named(argv))
+
+
+def _named(argv: Sequence[str] | None) -> int:
+    """``_main``, with the tool's name before a diagnostic that names no file (the
+    synthesis library's messages), as every tool's."""
+    import re
+
+    try:
+        return _main(argv)
+    except InputRejected as e:
+        msg = str(e)
+        if msg.startswith("distir-synth:") or re.match(r"\S+?:(\d+:)?(\d+:)? error: ", msg):
+            raise
+        raise InputRejected(f"distir-synth: error: {msg}") from None
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -152,11 +166,10 @@ def _seconds(t: float | None) -> str:
 
 def report(result: SynthesisResult) -> str:
     """The text ``distir-synth`` prints: a table of matrices, then each best program."""
-    from tabulate import tabulate
-
     from distir.synthesis.driver import ELEMENT_BYTES
     from distir.synthesis.lower import lower_program, module_of
     from distir.synthesis.matrices import format_matrix
+    from distir.tools.tables import plain_table
 
     topo = result.topology
     nbytes = (result.elements or 0) * ELEMENT_BYTES
@@ -190,8 +203,7 @@ def report(result: SynthesisResult) -> str:
                 m.short_name(b) if b is not None else "-",
             )
         )
-    table = tabulate(rows, header, tablefmt="plain", disable_numparse=True, stralign="left")
-    lines.extend(line.rstrip() for line in table.splitlines())
+    lines.extend(plain_table(rows, header))
     for i, m in enumerate(result.matrices):
         b = m.best
         if b is None:

@@ -46,7 +46,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from distir.tools.diagnostics import InputRejected, make_parser, run_tool
+from distir.tools.diagnostics import InputRejected, check_output, make_parser, run_tool, write_output
 
 EXIT_BUG = 2
 
@@ -427,18 +427,6 @@ OVERFLOW_S = 1e15
 topology numbers overflowing, not a prediction."""
 
 
-def _writable(path: str, what: str) -> None:
-    """Reject an output path before the run rather than after it."""
-    target = os.path.abspath(path)
-    folder = os.path.dirname(target) or "."
-    if os.path.isdir(target):
-        raise InputRejected(f"distir-tune: {what} {path}: is a directory")
-    if not os.path.isdir(folder):
-        raise InputRejected(f"distir-tune: {what} {path}: no such directory {folder}")
-    if not os.access(target if os.path.exists(target) else folder, os.W_OK):
-        raise InputRejected(f"distir-tune: {what} {path}: not writable")
-
-
 def _plot_format(path: str) -> None:
     """Reject a ``--plot`` file whose extension matplotlib cannot write, before the run."""
     ext = os.path.splitext(path)[1].lstrip(".").lower()
@@ -502,7 +490,7 @@ def _options(args, module):
         raise InputRejected(f"distir-tune: --time-budget must be a positive number of seconds, got {args.time_budget}")
     for path, what in ((args.json, "--json"), (args.plot, "--plot"), (args.output, "-o")):
         if path:
-            _writable(path, what)
+            check_output("distir-tune", path, what)
     if args.plot:
         _plot_format(args.plot)
     if topo is not None and sizes:
@@ -571,12 +559,7 @@ def _tune(args) -> int:
     for bug in result.bugs:
         print(f"distir-tune: error: {bug}", file=sys.stderr)
     if args.json:
-        data = result_json(result)
-        try:
-            with open(args.json, "w") as f:
-                json.dump(data, f, indent=1, allow_nan=False)
-        except OSError as e:
-            raise InputRejected(f"distir-tune: cannot write {args.json}: {e.strerror or e}") from None
+        write_output("distir-tune", args.json, json.dumps(result_json(result), indent=1, allow_nan=False))
     if args.plot:
         plot(result, args.plot, f"{args.file}: {ranks} ranks, {result.how}")
     if args.output:
@@ -586,11 +569,7 @@ def _tune(args) -> int:
             raise InputRejected(f"distir-tune: no schedule runs at size {size}: nothing to write to {args.output}")
         name = result.best[size]
         header = f"// distir-tune: best schedule at size {size} on {ranks} ranks ({result.how}): {name}\n//   distir-opt -p '{result.by_name(name).pipeline}'\n"
-        try:
-            with open(args.output, "w") as f:
-                f.write(header + str(best) + "\n")
-        except OSError as e:
-            raise InputRejected(f"distir-tune: cannot write {args.output}: {e.strerror or e}") from None
+        write_output("distir-tune", args.output, header + str(best) + "\n")
     if result.cut_short == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_BUG if result.bugs else 0

@@ -18,7 +18,7 @@ def test_a_hierarchy_of_many_devices_is_refused_before_any_simulation(monkeypatc
     monkeypatch.setattr(driver, "program_time", lambda *a, **k: calls.append(a) or 0.0)
     assert synth(["--hierarchy", "2,65536", "--axes", "2,65536", "--reduce-axes", "0"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("timing the 6 programs of 2 matrices would simulate 12 collectives on 131,072 devices each")
+    assert err.startswith("distir-synth: error: timing the 6 programs of 2 matrices would simulate 12 collectives on 131,072 devices each")
     assert f"more than the limit of {driver.MAX_SIMULATION_WORK:,} collectives x devices" in err
     assert calls == []
 
@@ -31,7 +31,7 @@ def test_p2s_largest_case_is_far_below_the_simulation_limit():
 
 def test_absurd_device_counts_are_refused_before_factoring(capsys):
     assert synth(["--hierarchy", "2,1000000000", "--axes", "2,1000000000", "--reduce-axes", "0"]) == 1
-    assert capsys.readouterr().err == "the hierarchy 2,1000000000 has 2,000,000,000 devices, more than the 16,777,216 distir-synth takes\n"
+    assert capsys.readouterr().err == "distir-synth: error: the hierarchy 2,1000000000 has 2,000,000,000 devices, more than the 16,777,216 distir-synth takes\n"
 
 
 def test_divisors_by_trial_division_up_to_the_square_root():

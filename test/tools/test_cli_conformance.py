@@ -30,6 +30,13 @@ func.func @f(%x: !dist.tensor<8xf32, @world, [local]>) -> !dist.tensor<8xf32, @w
 }
 """
 
+SHARD_PROGRAM = """shard.grid @g(shape = 2)
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %s = shard.all_reduce %x on @g grid_axes = [0] reduction = sum : tensor<8xf32> -> tensor<8xf32>
+  func.return %s : tensor<8xf32>
+}
+"""
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -38,12 +45,19 @@ class Tool:
     suffix: str
     good: str  # the text of an input the tool accepts
 
+    @property
+    def module(self) -> str:
+        """The tool's module under ``distir.tools`` (``import`` is a keyword)."""
+        name = self.name.removeprefix("distir-")
+        return {"import": "importer"}.get(name, name)
+
 
 TOOLS = [
     Tool("distir-opt", "{file}", ".mlir", PROGRAM),
     Tool("distir-run", "{file} --ranks 2 --backend interpret", ".mlir", PROGRAM),
     Tool("distir-tune", "{file} --ranks 2 --model dgx2", ".mlir", PROGRAM),
     Tool("distir-synth", "--hierarchy 2,4 --axes 2,4 --reduce-axes 0 --topology {file}", ".toml", TOPOLOGY),
+    Tool("distir-import", "{file}", ".mlir", SHARD_PROGRAM),
 ]
 IDS = [t.name for t in TOOLS]
 
@@ -155,7 +169,7 @@ def test_closed_pipe_is_a_normal_end(tool, tmp_path):
 def test_help_and_version_import_no_compiler(tool):
     # --help and --version answer at once: the tool's module and argparse only (opt's
     # --help lists the passes, which needs them).
-    module = tool.name.removeprefix("distir-")
+    module = tool.module
     probe = (
         "import io, sys, contextlib\n"
         f"from distir.tools.{module} import main\n"
