@@ -12,11 +12,14 @@ sizes p, s and the rest, and reads the middle digit: (c[y] // (|y| / (p s))) % s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from xdsl.utils.exceptions import ParseError
 
+from distir.dialects.diagnostics import InputRejected
 from distir.frontends.program import import_program
 from distir.runtime import run_function
 from distir.runtime.local import run_local
@@ -195,11 +198,6 @@ BAD_PERMUTES = {
 
 @pytest.mark.parametrize("case", sorted(BAD_PERMUTES))
 def test_unsupported_permutes_are_located_diagnostics(case):
-    import re
-
-    from distir.dialects.diagnostics import InputRejected
-    from xdsl.utils.exceptions import ParseError
-
     text, pattern = BAD_PERMUTES[case]
     with pytest.raises((ParseError, InputRejected)) as e:
         import_program(text, "bad.mlir")
