@@ -67,7 +67,8 @@ from xdsl.utils.exceptions import ParseError
 from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
-from distir.dialects.dist import TensorType
+from distir.dialects.collectives.permute import check_pairs
+from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
 from distir.frontends import stablehlo
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
@@ -1010,23 +1011,6 @@ def permute_options(moves: dict[int, int], n: int) -> dict[str, Any]:
     return {"pairs": sorted(moves.items())}
 
 
-def check_device_pairs(pairs: Sequence[tuple[int, int]], n: int, error) -> None:
-    """Pairs name devices 0..n-1, each at most once as a source and once as a target;
-    ``error(msg)`` makes the diagnostic."""
-    sources: set[int] = set()
-    targets: set[int] = set()
-    for s, t in pairs:
-        where = f"pair [{s}, {t}]"
-        if not (0 <= s < n and 0 <= t < n):
-            raise error(f"{where} names a device outside the mesh's {n} (0..{n - 1})")
-        if s in sources:
-            raise error(f"{where}: device {s} is the source of an earlier pair too")
-        if t in targets:
-            raise error(f"{where}: device {t} is the target of an earlier pair too")
-        sources.add(s)
-        targets.add(t)
-
-
 # ======================================================================================
 # sdy.manual_computation: the body per device
 # ======================================================================================
@@ -1237,7 +1221,10 @@ def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
         raise tr.error("'stablehlo.collective_permute' without a channel_handle of positive handle permutes replicas, not the mesh's devices: not supported", node)
     sizes = tuple(tr.outer.mm.sizes())
     pairs = _source_target_pairs(tr, node)
-    check_device_pairs(pairs, math.prod(sizes), lambda msg: tr.error(f"source_target_pairs of 'stablehlo.collective_permute': {msg}", node))
+    try:
+        check_pairs(pairs, math.prod(sizes))  # the devices as the ranks of one group
+    except RuleError as e:
+        raise tr.error(f"source_target_pairs of 'stablehlo.collective_permute': {e}", node) from None
     res = node.out_types[0] if node.out_types else None
     if isinstance(res, TensorT) and tuple(res.shape) != shape_of(x):
         raise tr.error(f"'stablehlo.collective_permute' gives each device its operand's shape {stablehlo._fmt(shape_of(x))}, its type says {res}", node)
