@@ -34,10 +34,16 @@ argument / result ``sdy.sharding``        the argument's / result's placements; 
 ``sdy.all_to_all [{"x"}: 0->1] %x ..``    ``coll.all_to_all dim 1`` over x
 ``sdy.reduce_scatter [..] %x ..``         ``coll.reduce_scatter sum`` from partial sums
 ``sdy.all_reduce {"x"} %x ..``            ``coll.all_reduce sum`` over x from partial sums
-``sdy.collective_permute %x ..``          a reshard to the new sharding (``partition``)
+``sdy.collective_permute %x ..``          ``coll.permute`` of the devices' blocks from the
+                                          operand's sharding to out_sharding (each device
+                                          gets the block it holds after; a reshard by
+                                          ``partition`` when the operand's sharding is not
+                                          written down)
 ``sdy.manual_computation(..)              the body per device (see ``ManualTranslator``): its
   in_shardings=[..] out_shardings=[..]    values ``local`` on the manual axes, StableHLO's
   manual_axes={..} (args) {..}``          collectives in generic form become ``coll`` ops
+                                          (``collective_permute``: ``coll.permute``, see
+                                          ``plan_permute``)
 ========================================  ==========================================
 
 Shardy's collectives keep the logical (global) value and change only how it is laid
@@ -49,6 +55,7 @@ sums of a ``dot_general`` over a sliced contracted dim.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,10 +67,11 @@ from xdsl.utils.exceptions import ParseError
 from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
-from distir.dialects.dist import TensorType
+from distir.dialects.collectives.permute import check_pairs
+from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
 from distir.frontends import stablehlo
-from distir.frontends.mlir_text import Module, OpNode, Reader, TensorT, read_module
+from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.stablehlo import Translator, Val, shape_of
 
 # ======================================================================================
@@ -672,6 +680,8 @@ class SdyImport:
             s = attrs.get("sdy.sharding")
             placements = self.placements(mm, s, tt.shape) if isinstance(s, Sharding) else [REPLICATED] * mm.naxes
             ty = TensorType(tt.shape, tr.elt(tt.elt, node), mm.name, placements)
+            if isinstance(s, Sharding):
+                tr.shardings[v.name] = s
             arg = block.insert_arg(ty, len(block.args))
             arg.name_hint = v.name if stablehlo._valid_hint(v.name) else f"arg{i}"
             arg_types.append(ty)
@@ -722,6 +732,7 @@ class SdyTranslator(Translator):
         super().__init__(ast, mm.name, mm.naxes, imp.spans, SDY_HANDLERS)
         self.imp = imp
         self.mm = mm
+        self.shardings: dict[str, Sharding] = {}  # the sharding Shardy records for a value, by name
 
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         shardings = node.attrs.get("sdy.sharding")
@@ -730,6 +741,12 @@ class SdyTranslator(Translator):
                 raise self.error(f"'{node.name}' has {len(values)} result(s) but {len(shardings)} sharding(s)", node)
             values = [constrain(self, self.materialize(v), s, "the op's sdy.sharding") for v, s in zip(values, shardings)]
         super().bind(node, values)
+        if isinstance(shardings, list):
+            self.shardings.update((r.name, s) for r, s in zip(node.results, shardings) if isinstance(s, Sharding))
+        if isinstance(node.attrs.get("sharding"), Sharding) and len(node.results) == 1:
+            self.shardings[node.results[0].name] = node.attrs["sharding"]
+        if node.name == "sdy.manual_computation":
+            self.shardings.update(zip((r.name for r in node.results), node.attrs["out_shardings"]))
 
 
 def constrain(tr: SdyTranslator, x: SSAValue, s: Sharding, what: str) -> SSAValue:
@@ -891,8 +908,107 @@ def _h_all_reduce(tr: SdyTranslator, node: OpNode) -> list[Val]:
 
 @_sdy("sdy.collective_permute")
 def _h_collective_permute(tr: SdyTranslator, node: OpNode) -> list[Val]:
+    """Each device gets the block of the logical value that ``out_sharding`` gives it,
+    from a device that holds it under the operand's sharding (itself where it can): one
+    ``coll.permute`` of the devices' blocks (``dist.to_local``, ``coll.permute``,
+    ``dist.from_local``). Shardy requires every dim to keep its number of blocks, so each
+    device sends one block and receives one. The operand's sharding is the one Shardy
+    records for it (its argument's, its op's ``sdy.sharding`` or out_sharding); without
+    one, or with unreduced axes, the op is a reshard that ``partition`` plans."""
     x = tr.materialize(tr.operand(node, 0))
-    return [constrain(tr, x, node.attrs["sharding"], "the out_sharding of 'sdy.collective_permute'")]
+    out: Sharding = node.attrs["sharding"]
+    src = tr.shardings.get(node.operands[0].name)
+    if src is None or src.unreduced or out.unreduced:
+        return [constrain(tr, x, out, "the out_sharding of 'sdy.collective_permute'")]
+    sizes = tr.mm.sizes()
+    shape = shape_of(x)
+    in_pl, out_pl = tr.imp.placements(tr.mm, src, shape), tr.imp.placements(tr.mm, out, shape)
+    for d in range(len(shape)):
+        before, after = layout.block_index(in_pl, sizes, [0] * len(sizes), d)[1], layout.block_index(out_pl, sizes, [0] * len(sizes), d)[1]
+        if before != after:
+            raise tr.error(f"'sdy.collective_permute' splits dim {d} in {before} block(s) before and {after} after: a collective permute keeps each dim's number of blocks", node)
+    y = from_global(tr, x, in_pl, "the operand of 'sdy.collective_permute'")
+    local_t = y.type.with_(shape=layout.local_shape(shape, in_pl, sizes), placements=[LOCAL] * tr.mm.naxes)  # type: ignore[attr-defined]
+    v = tr.emit(dist.ToLocalOp.make([y], [local_t])).results[0]
+    axes, options = plan_permute(block_moves(in_pl, out_pl, sizes, len(shape)), sizes)
+    if options.get("offset") != 0:
+        v = tr.emit_checked(lambda: coll.PermuteOp.of(v, sizes=sizes, axes=axes, **options)).results[0]
+    z = tr.emit(dist.FromLocalOp.make([v], [y.type.with_(placements=out_pl)])).results[0]  # type: ignore[attr-defined]
+    return [to_global(tr, z)]
+
+
+def block_moves(before: Sequence[Placement], after: Sequence[Placement], sizes: Sequence[int], rank: int) -> list[tuple[int, int]]:
+    """(source, target) devices that give every device the block it holds under ``after``
+    from a device holding it under ``before`` (the device itself where it already holds
+    it), for a tensor of ``rank`` dims; both split every dim in the same number of
+    blocks, so each block has as many holders before as after."""
+    n = math.prod(sizes)
+
+    def key(placements: Sequence[Placement], device: int) -> tuple[int, ...]:
+        coords = layout.at_digits(device, sizes)
+        return tuple(layout.block_index(placements, sizes, coords, d)[0] for d in range(rank))
+
+    have = [key(before, r) for r in range(n)]
+    need = [key(after, r) for r in range(n)]
+    pairs = {t: t for t in range(n) if have[t] == need[t]}
+    spare: dict[tuple[int, ...], list[int]] = {}
+    for r in range(n):
+        if r not in pairs:
+            spare.setdefault(have[r], []).append(r)
+    for t in range(n):
+        if t not in pairs:
+            pairs[t] = spare[need[t]].pop(0)
+    return sorted((s, t) for t, s in pairs.items())
+
+
+# ======================================================================================
+# Permutations of the devices' values (coll.permute)
+# ======================================================================================
+
+
+def plan_permute(pairs: Sequence[tuple[int, int]], sizes: Sequence[int]) -> tuple[list[int], dict[str, Any]]:
+    """The ``coll.permute`` (its ``axes``, and ``offset`` or ``pairs``) that moves device
+    s's value to device t for each (s, t) of ``pairs``, device ids of the whole mesh
+    (row-major over its axes of ``sizes``, as StableHLO's ``source_target_pairs`` of a
+    mesh with the default device order); a device no pair targets gets zeros. The pairs
+    name each device at most once as a source and once as a target.
+
+    When every pair moves along one mesh axis a, the same way in every group of devices
+    that differ only on a (the common ring step: ``jax.lax.ppermute`` over one mesh axis),
+    it is a permute over ``axes [a]`` of a's coordinates; otherwise one over every axis,
+    whose group ranks are the device ids. Either is an ``offset k`` when it is a whole
+    rotation (i -> i + k mod n; ``offset 0`` moves nothing) and ``pairs`` otherwise::
+
+        mesh [2, 4], pairs [[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]
+            -> axes [1], offset 1
+        mesh [2, 2], pairs [[0, 3], [3, 0]]  -> axes [0, 1], pairs [[0, 3], [3, 0]]
+    """
+    for a, size in enumerate(sizes):
+        moves = _along_axis(pairs, sizes, a)
+        if moves is not None:
+            return [a], permute_options(moves, size)
+    return list(range(len(sizes))), permute_options(dict(pairs), math.prod(sizes))
+
+
+def _along_axis(pairs: Sequence[tuple[int, int]], sizes: Sequence[int], a: int) -> dict[int, int] | None:
+    """The moves i -> j of coordinates on axis ``a`` when ``pairs`` are those moves in
+    every group along ``a`` (the other coordinates kept), else None."""
+    moves: dict[int, int] = {}
+    for s, t in pairs:
+        cs, ct = layout.at_digits(s, sizes), layout.at_digits(t, sizes)
+        if any(x != y for b, (x, y) in enumerate(zip(cs, ct)) if b != a) or moves.setdefault(cs[a], ct[a]) != ct[a]:
+            return None
+    return moves if len(pairs) == len(moves) * (math.prod(sizes) // sizes[a]) else None
+
+
+def permute_options(moves: dict[int, int], n: int) -> dict[str, Any]:
+    """``offset k`` (k in (-n/2, n/2]) when ``moves`` rotate all n ranks by k, else the
+    ``pairs``, by source."""
+    if n and len(moves) == n:
+        k = moves.get(0, 0) % n
+        if all(moves[i] == (i + k) % n for i in range(n)):
+            return {"offset": k - n if k > n // 2 else k}
+    return {"pairs": sorted(moves.items())}
 
 
 # ======================================================================================
@@ -1094,4 +1210,37 @@ def _m_all_to_all(tr: ManualTranslator, node: OpNode) -> list[Val]:
 
 @_manual("stablehlo.collective_permute")
 def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
-    raise tr.error("'stablehlo.collective_permute' needs coll.permute, which distir does not have yet", node)
+    """StableHLO's spec: within each process group, ``result@t`` is ``operand@s`` for the
+    pair (s, t) of ``source_target_pairs`` naming t, and zeros where no pair does. With a
+    ``channel_handle`` of positive handle (as JAX writes) the groups are across
+    partitions, so s and t are device ids of the mesh: a ``coll.permute`` planned by
+    ``plan_permute`` (over the one axis the pairs move along, or every axis)."""
+    x = tr.collective_input(node)
+    handle = re.search(r"handle\s*=\s*(-?\d+)", str(getattr(node.attrs.get("channel_handle"), "text", "")))
+    if handle is None or int(handle.group(1)) <= 0:
+        raise tr.error("'stablehlo.collective_permute' without a channel_handle of positive handle permutes replicas, not the mesh's devices: not supported", node)
+    sizes = tuple(tr.outer.mm.sizes())
+    pairs = _source_target_pairs(tr, node)
+    try:
+        check_pairs(pairs, math.prod(sizes))  # the devices as the ranks of one group
+    except RuleError as e:
+        raise tr.error(f"source_target_pairs of 'stablehlo.collective_permute': {e}", node) from None
+    res = node.out_types[0] if node.out_types else None
+    if isinstance(res, TensorT) and tuple(res.shape) != shape_of(x):
+        raise tr.error(f"'stablehlo.collective_permute' gives each device its operand's shape {stablehlo._fmt(shape_of(x))}, its type says {res}", node)
+    axes, options = plan_permute(pairs, sizes)
+    if options.get("offset") == 0:
+        return [x]
+    return [tr.emit_checked(lambda: coll.PermuteOp.of(x, sizes=sizes, axes=axes, **options)).results[0]]
+
+
+def _source_target_pairs(tr: ManualTranslator, node: OpNode) -> list[tuple[int, int]]:
+    """``source_target_pairs = dense<[[s, t], ...]> : tensor<Nx2xi64>`` (a splat or an
+    empty literal too)."""
+    d = node.attrs.get("source_target_pairs")
+    if isinstance(d, Dense) and isinstance(d.type, TensorT) and len(d.type.shape) == 2 and d.type.shape[1] == 2:
+        rows = d.value if isinstance(d.value, list) else [[d.value, d.value]] * d.type.shape[0] if d.value is not None else []
+        ok = len(rows) == d.type.shape[0] and all(isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in r) for r in rows)
+        if ok:
+            return [(r[0], r[1]) for r in rows]
+    raise tr.error("'stablehlo.collective_permute' needs source_target_pairs = dense<[[source, target], ...]> : tensor<Nx2xi64>", node)

@@ -41,7 +41,12 @@ concat_axis = c``                          ``coll.all_to_all dim s``, ``dist.to_
                                            non-root devices is undefined, so every
                                            device gets it)
 ``shard.scatter .. root = [r]``            broadcast from r, then ``dist.take_slice``
-``shard.shift``, ``send``, ``recv``        rejected: they need ``coll.permute``
+``shard.shift .. shift_axis = a offset =   ``coll.permute offset k axes [a]`` (rotate),
+k [rotate]``                               ``pairs`` of the devices that have a source
+                                           (zeros elsewhere: undefined in MLIR)
+``shard.send .. destination = [d]`` then   ``coll.permute pairs [[s, d]]`` over the
+``shard.recv .. source = [s]``             grid axes: a recv takes the earliest send
+                                           before it
 =========================================  =========================================
 
 The computation may use the StableHLO subset of ``stablehlo.py`` and ``arith``/``math``
@@ -65,7 +70,7 @@ from xdsl.utils.lexer import Span
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Placement, Sliced
-from distir.frontends import stablehlo
+from distir.frontends import sdy, stablehlo
 from distir.frontends.mlir_text import Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.sdy import from_global, to_global
 from distir.frontends.stablehlo import Translator, Val, shape_of
@@ -401,6 +406,9 @@ class ShardImport:
             tr.node = node
             args.append(arg if per_device else to_global(tr, arg))
         outs = tr.translate_body(body, args)
+        if tr.sends:
+            send = tr.sends[0][0]
+            raise self.error(f"'{send.name}' has no 'recv' after it to take what it sends", send.span.start, send.span.end)
         tr.node = node
         results = []
         for i, o in enumerate(outs):
@@ -448,6 +456,7 @@ class ShardTranslator(Translator):
         self.per_device = per_device
         self.grid = layout.base_grid(g.name, g.shape)
         self.result_sharding: dict[int, ShardSharding] = {}
+        self.sends: list[tuple[OpNode, SSAValue, list[int], int]] = []  # sends no recv has taken yet
 
     def fresh_type(self, shape: Sequence[int], elt) -> TensorType:
         if self.per_device:
@@ -458,7 +467,7 @@ class ShardTranslator(Translator):
         return tuple(self.g.shape)
 
     def axes(self, node: OpNode) -> list[int]:
-        axes = list(node.attrs.get("axes", list(range(self.naxes))))
+        axes = list(node.attrs.get("axes", []))
         if node.attrs.get("grid") != self.g.name:
             raise self.error(f"'{node.name}' is on grid @{node.attrs.get('grid')}, the function on @{self.g.name}", node)
         if len(set(axes)) != len(axes) or any(not 0 <= a < self.naxes for a in axes):
@@ -481,10 +490,35 @@ def _handles(*names: str):
     def deco(fn):
         for n in names:
             for p in ("shard", "mesh"):
-                SHARD_HANDLERS[f"{p}.{n}"] = fn
+                SHARD_HANDLERS[f"{p}.{n}"] = _alone_without_axes(fn) if n in GROUPED else fn
         return fn
 
     return deco
+
+
+GROUPED = ("all_reduce", "all_gather", "all_slice", "all_to_all", "reduce_scatter", "broadcast", "gather", "scatter", "reduce")
+
+
+def _alone_without_axes(fn):
+    """A collective whose ``grid_axes`` are empty (or left out: ``ShardOps.td``'s default
+    is ``[]``) groups each device alone, so it gives each device its own tensor (MLIR's
+    canonicalizer erases it); the element type may change (the reductions' accumulator)."""
+
+    def handler(tr: ShardTranslator, node: OpNode) -> list[Val]:
+        if node.attrs.get("axes"):
+            return fn(tr, node)
+        x = _per_device_only(tr, node)
+        tr.axes(node)
+        res = node.out_types[0] if node.out_types else None
+        xt = x.type
+        assert isinstance(xt, TensorType)
+        if isinstance(res, TensorT) and tuple(res.shape) != xt.get_shape():
+            raise tr.error(f"'{node.name}' over no grid axes keeps each device's {xt.format_shape()} tensor, its type says {res}", node)
+        if isinstance(res, TensorT) and tr.elt(res.elt, node) != xt.element_type:
+            x = tr.emit(dist.CastOp.make([x], [xt.with_(element_type=tr.elt(res.elt, node))])).results[0]
+        return [x]
+
+    return handler
 
 
 @_handles("sharding")
@@ -621,9 +655,92 @@ def _slice_over(tr: ShardTranslator, y: SSAValue, dim: int, axes: list[int]) -> 
     return y
 
 
-@_handles("shift", "send", "recv")
-def _h_permute(tr: ShardTranslator, node: OpNode) -> list[Val]:
-    raise tr.error(f"'{node.name}' needs coll.permute, which distir does not have yet", node)
+@_handles("shift")
+def _h_shift(tr: ShardTranslator, node: OpNode) -> list[Val]:
+    """``ShardOps.td``: within each group of ``grid_axes``, the devices' tensors shift
+    along grid axis ``shift_axis`` (one of the group's axes) by ``offset``: device i's
+    tensor goes to device i + offset on that axis, the other coordinates kept (the doc's
+    example, offset 2 of 4, reads the same either way; this is the direction of a shift
+    of an array, ``np.roll``). With ``rotate`` the offset wraps around the axis
+    (``coll.permute offset``); without it a device with no source gets zeros, where the
+    doc leaves its result undefined (``coll.permute pairs``)."""
+    x = _per_device_only(tr, node)
+    axes = tr.axes(node)
+    axis, offset = node.attrs.get("shift_axis"), node.attrs.get("offset")
+    if not isinstance(axis, int) or not isinstance(offset, int):
+        raise tr.error(f"'{node.name}' needs shift_axis = A and offset = K", node)
+    if axis not in axes:
+        raise tr.error(f"shift_axis {axis} is not one of the grid_axes {axes} of '{node.name}'", node)
+    _same_type(tr, x, node)
+    n = tr.g.shape[axis]
+    if node.attrs.get("rotate"):
+        options = sdy.permute_options({i: (i + offset) % n for i in range(n)}, n)
+    else:
+        options = sdy.permute_options({i: i + offset for i in range(n) if 0 <= i + offset < n}, n)
+    if options.get("offset") == 0:
+        return [x]
+    return [tr.emit_checked(lambda: coll.PermuteOp.of(x, sizes=tr.sizes(), axes=[axis], **options)).results[0]]
+
+
+@_handles("send")
+def _h_send(tr: ShardTranslator, node: OpNode) -> list[Val]:
+    """A send is half of a transfer: the first later ``recv`` on the same grid axes takes
+    it (see ``_h_recv``). The sending devices keep their tensor: the result is the
+    operand (``ShardOps.td`` says nothing of it)."""
+    x = _per_device_only(tr, node)
+    axes = tr.axes(node)
+    _same_type(tr, x, node)
+    tr.sends.append((node, x, axes, _in_group(tr, node, axes, "destination")))
+    return [x]
+
+
+@_handles("recv")
+def _h_recv(tr: ShardTranslator, node: OpNode) -> list[Val]:
+    """In an SPMD program with static devices, ``send %x destination = [d]`` and ``recv
+    source = [s]`` (each run by every device of each group of ``grid_axes``) match in one
+    transfer only: device s's send to d with d's receive from s. So a recv takes the
+    earliest unmatched send before it: device d gets device s's operand of that send,
+    within each group (``coll.permute pairs [[s, d]]``, the devices as their in-group
+    multi-index, outer axis first); every other device's receive has no matching send
+    and gets zeros (undefined in MLIR). The recv's operand is ignored, as documented."""
+    _per_device_only(tr, node)
+    axes = tr.axes(node)
+    source = _in_group(tr, node, axes, "source")
+    if not tr.sends:
+        raise tr.error(f"'{node.name}' has no 'send' before it to receive from", node)
+    send, x, send_axes, dest = tr.sends.pop(0)
+    where = f"the '{send.name}' at line {send.span.get_location().line}"
+    if send_axes != axes:
+        raise tr.error(f"'{node.name}' on grid_axes {axes} matches {where}, on grid_axes {send_axes}", node)
+    res = node.out_types[0] if node.out_types else None
+    xt = x.type
+    assert isinstance(xt, TensorType)
+    if isinstance(res, TensorT) and (tuple(res.shape) != xt.get_shape() or tr.elt(res.elt, node) != xt.element_type):
+        raise tr.error(f"'{node.name}' gives {res}, {where} sends {xt.format_shape()}x{xt.element_type}", node)
+    if not axes:  # each device its own group: it receives what it sent
+        return [x]
+    return [tr.emit_checked(lambda: coll.PermuteOp.of(x, sizes=tr.sizes(), axes=axes, pairs=[(source, dest)])).results[0]]
+
+
+def _in_group(tr: ShardTranslator, node: OpNode, axes: list[int], key: str) -> int:
+    """The group rank (row-major over ``axes``) of the device whose in-group multi-index
+    is the op's ``key`` attribute."""
+    index = node.attrs.get(key)
+    sizes = [tr.g.shape[a] for a in axes]
+    if not isinstance(index, list) or len(index) != len(axes) or any(not 0 <= i < n for i, n in zip(index, sizes)):
+        raise tr.error(f"{key} {index} is not a device of the group over grid axes {axes} (sizes {sizes})", node)
+    rank = 0
+    for i, n in zip(index, sizes):
+        rank = rank * n + i
+    return rank
+
+
+def _same_type(tr: ShardTranslator, x: SSAValue, node: OpNode) -> None:
+    res = node.out_types[0] if node.out_types else None
+    xt = x.type
+    assert isinstance(xt, TensorType)
+    if isinstance(res, TensorT) and tuple(res.shape) != xt.get_shape():
+        raise tr.error(f"'{node.name}' keeps its operand's shape {xt.format_shape()}, its type says {res}", node)
 
 
 def _arith(tr: ShardTranslator, node: OpNode) -> list[Val]:

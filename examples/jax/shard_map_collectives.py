@@ -3,18 +3,18 @@
     python shard_map_collectives.py [OUTDIR]
 
 The body runs per device: ``psum`` (all-reduce), ``all_gather``, ``psum_scatter``
-(reduce-scatter), ``all_to_all`` and ``pmax``. JAX lowers it to an
+(reduce-scatter), ``all_to_all``, ``pmax`` and ``ppermute`` (one step around the ring of
+devices). JAX lowers it to an
 ``sdy.manual_computation`` whose body holds StableHLO's collectives with their replica
 groups; distir imports the body per device (every value ``local``) and each collective
 as the ``coll`` op between views of the devices' values (``dist.from_local`` /
-``dist.to_local``). ``OUTDIR/shard_map.mlir`` is JAX's text; run it with::
+``dist.to_local``); the ring step is ``coll.permute offset 1``. ``OUTDIR/shard_map.mlir`` is JAX's text; run it with::
 
     distir-import OUTDIR/shard_map.mlir
     distir-run OUTDIR/shard_map.mlir --ranks 4 --func main --inputs OUTDIR/shard_map.in.npz
 
 Note: arguments of a shard_map must carry their sharding before ``lower``
-(``jax.device_put(x, NamedSharding(...))``). ``jax.lax.ppermute`` (StableHLO's
-collective_permute) is not imported yet: it needs ``coll.permute``.
+(``jax.device_put(x, NamedSharding(...))``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def body(a, b):
     g = jax.lax.all_gather(s, "x", tiled=True)
     r = jax.lax.psum_scatter(g * 2.0, "x", scatter_dimension=0, tiled=True)
     t = jax.lax.all_to_all(r, "x", 0, 1, tiled=True)
-    return t + jax.lax.pmax(t, "x")
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    return t + jax.lax.pmax(t, "x") - 0.5 * jax.lax.ppermute(t, "x", ring)
 
 
 def main(outdir: Path) -> int:

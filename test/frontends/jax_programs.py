@@ -125,6 +125,45 @@ def programs():
 
     sm2 = jax.shard_map(smap2_body, mesh=m22, in_specs=(P("dp", "tp"), P("tp", None)), out_specs=P(None, None), check_vma=False)
     out["shard_map_2d"] = (jax.jit(sm2), [jax.device_put(R(8, 16), NamedSharding(m22, P("dp", "tp"))), jax.device_put(R(16, 4), NamedSharding(m22, P("tp", None)))])
+
+    # jax.lax.ppermute (StableHLO's collective_permute) in shard_map bodies on 4 devices:
+    # a ring step, the reverse ring, a partial permutation (device 2 gets zeros).
+    def smap(body, m, in_specs, out_specs, *shapes):
+        args = [jax.device_put(R(*shape), NamedSharding(m, spec)) for shape, spec in zip(shapes, in_specs)]
+        return jax.jit(jax.shard_map(body, mesh=m, in_specs=in_specs, out_specs=out_specs, check_vma=False)), args
+
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    for name, perm in [("ring", ring), ("reverse", [(i, (i - 1) % 4) for i in range(4)]), ("partial", [(0, 2), (1, 3), (3, 0)])]:
+        out[f"ppermute_{name}"] = smap(lambda a, perm=perm: jax.lax.ppermute(a, "x", perm) * 2.0 + a, m4, (P("x", None),), P("x", None), (8, 4))
+
+    # On the 2x2 mesh: along tp (a swap in each dp row), along dp from row 0 only (row 0
+    # gets zeros), and over both axes at once (device ids mixed: 0 <-> 3, 1 -> 2).
+    def ppermute_2d(a):
+        return jax.lax.ppermute(a, "tp", [(0, 1), (1, 0)]) + 3.0 * jax.lax.ppermute(a, "dp", [(0, 1)]) - jax.lax.ppermute(a, ("dp", "tp"), [(0, 3), (3, 0), (1, 2)])
+
+    out["ppermute_2d"] = smap(ppermute_2d, m22, (P("dp", "tp"),), P("dp", "tp"), (4, 6))
+
+    # Ring algorithms written with ppermute, the loop unrolled in Python (a fori_loop
+    # would lower to stablehlo.while, outside the subset): an all-reduce that forwards
+    # the buffer it received around the ring and adds it, and a matmul of every device's
+    # row block with the local weights, one block per ring step.
+    def ring_allreduce(a):
+        acc = buf = a
+        for _ in range(3):
+            buf = jax.lax.ppermute(buf, "x", ring)
+            acc = acc + buf
+        return acc
+
+    out["ring_allreduce"] = smap(ring_allreduce, m4, (P("x", None),), P("x", None), (8, 16))
+
+    def ring_matmul(x, w):
+        acc, buf = x @ w, x
+        for _ in range(3):
+            buf = jax.lax.ppermute(buf, "x", ring)
+            acc = acc + buf @ w
+        return jnp.tanh(acc)
+
+    out["ring_matmul"] = smap(ring_matmul, m4, (P("x", None), P(None, "x")), P(None, "x"), (8, 16), (16, 8))
     return out
 
 

@@ -1,11 +1,17 @@
-"""Helpers of the JAX-oracle tests: a program JAX lowered and ran, and the comparison
-with JAX's results (rtol 1e-5 for f32)."""
+"""Helpers of the front-end tests: a program JAX lowered and ran, the comparison with
+JAX's results (rtol 1e-5 for f32), and the check of a located diagnostic."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
+from xdsl.utils.exceptions import ParseError
+
+from distir.dialects.diagnostics import InputRejected
+from distir.frontends.program import import_program
 
 RTOL = 1e-5
 
@@ -26,3 +32,11 @@ def assert_matches(got, want, what: str) -> None:
         assert g.shape == w.shape, f"{what}: result{i} has shape {g.shape}, JAX {w.shape}"
         scale = float(np.max(np.abs(w))) if w.size else 0.0
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=RTOL * scale, err_msg=f"{what}: result{i}")
+
+
+def assert_rejected(text: str, pattern: str) -> None:
+    """Importing ``text`` (as bad.mlir) is a diagnostic located at ``pattern``
+    (``line:col.*message``, a regular expression)."""
+    with pytest.raises((ParseError, InputRejected)) as e:
+        import_program(text, "bad.mlir")
+    assert re.search(r"(?s)bad\.mlir:" + pattern, str(e.value)), str(e.value)

@@ -52,15 +52,38 @@ func.func @all_reduce_over_y(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.shardin
   return %0 : tensor<4x8xf32>
 }
 
-// A permutation of the devices of a sharding (y outer instead of x): resharded by the
-// partitioner (gather the inner axis, slice again).
+// A permutation of the devices' blocks (y outer instead of x): device (x, y) held block
+// 2x+y and holds 2y+x after, so devices 1 and 2 swap theirs and 0 and 3 keep them.
 // CHECK-LABEL: func.func @permute_axis_order
-// CHECK-SAME:    -> !dist.tensor<8xf32, @m, [sliced<0, 1>, sliced<0, 0>]>
-// CHECK:         coll.all_gather
-// CHECK:         func.return
+// CHECK-SAME:    (%arg0: !dist.tensor<8xf32, @m, [sliced<0, 0>, sliced<0, 1>]>) -> !dist.tensor<8xf32, @m, [sliced<0, 1>, sliced<0, 0>]>
+// CHECK:         %[[L:.*]] = dist.to_local %arg0 : {{.*}} -> !dist.tensor<2xf32, @m, [local, local]>
+// CHECK-NEXT:    %[[P:.*]] = coll.permute %[[L]] pairs {{\[}}[0, 0], [1, 2], [2, 1], [3, 3]] axes [0, 1] :
+// CHECK-NEXT:    %[[R:.*]] = dist.from_local %[[P]] : {{.*}} -> !dist.tensor<8xf32, @m, [sliced<0, 1>, sliced<0, 0>]>
+// CHECK-NEXT:    func.return %[[R]]
 func.func @permute_axis_order(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x", "y"}]>}) -> (tensor<8xf32> {sdy.sharding = #sdy.sharding<@m, [{"y", "x"}]>}) {
   %0 = sdy.collective_permute %arg0 out_sharding=<@m, [{"y", "x"}]> : tensor<8xf32>
   return %0 : tensor<8xf32>
+}
+
+// Rows sliced by y instead of x: device (x, y) needs block y, which device (y, x) holds.
+// CHECK-LABEL: func.func @permute_replace_axis
+// CHECK:         %[[L:.*]] = dist.to_local %arg0 : {{.*}}[sliced<0>, replicated]> -> !dist.tensor<2x8xf32, @m, [local, local]>
+// CHECK-NEXT:    %[[P:.*]] = coll.permute %[[L]] pairs {{\[}}[0, 0], [1, 2], [2, 1], [3, 3]] axes [0, 1] :
+// CHECK-NEXT:    dist.from_local %[[P]] : {{.*}} -> !dist.tensor<4x8xf32, @m, [replicated, sliced<0>]>
+func.func @permute_replace_axis(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) -> (tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"y"}, {}]>}) {
+  %0 = sdy.collective_permute %arg0 out_sharding=<@m, [{"y"}, {}]> : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// The operand's sharding is not written down (an op without sdy.sharding): the op is a
+// reshard to its out_sharding that the partitioner plans.
+// CHECK-LABEL: func.func @permute_of_an_unsharded_value
+// CHECK-NOT:     coll.permute
+// CHECK:         func.return
+func.func @permute_of_an_unsharded_value(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) -> (tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"y"}, {}]>}) {
+  %0 = stablehlo.negate %arg0 : tensor<4x8xf32>
+  %1 = sdy.collective_permute %0 out_sharding=<@m, [{"y"}, {}]> : tensor<4x8xf32>
+  return %1 : tensor<4x8xf32>
 }
 
 // A constraint is kept: the row-sliced input is gathered there, then sliced by columns.
@@ -79,6 +102,7 @@ func.func @constraint_then_add(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.shard
 // CHECK:         coll.all_to_all
 // CHECK:         coll.all_gather
 // CHECK:         dist.take_slice
+// CHECK:         coll.permute
 // CHECK:         coll.all_reduce sum %arg1 axes [1]
 func.func @chain(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{}, {}], unreduced={"x", "y"}>}, %arg1: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}], unreduced={"y"}>}) -> (tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {"y"}]>}, tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) {
   %0 = sdy.reduce_scatter [{"y"}, {"x"}] %arg0 out_sharding=<@m, [{"y"}, {"x"}]> : tensor<4x8xf32>

@@ -46,12 +46,16 @@ SDY_TOKENS = COMMON + [
     'sdy.mesh @mesh = <["x"=3]>', 'sdy.mesh @m2 = <["x"=0]>', 'device_ids=[3, 2, 1, 0]', "sdy.all_gather", "sdy.reshard",
     "out_sharding=<@mesh, [{}]>", "manual_axes={}", '"stablehlo.all_reduce"', "replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>",
     "dims = [0, 0]", "dims = [7]", "contracting_dims = [5] x [0]", "across dimensions = [9]", "applies stablehlo.divide",
+    "dense<[[0, 1], [0, 2]]> : tensor<2x2xi64>", "dense<[[0, 9]]> : tensor<1x2xi64>", "dense<[[1, 1]]> : tensor<1x2xi64>", "dense<> : tensor<0x2xi64>",
+    "handle = 0", "handle = -1", "sdy.collective_permute", '"stablehlo.collective_permute"',
 ]
 SHARD_TOKENS = COMMON + [
     "[[0]]", "[[0], [0]]", "[[5]]", "[[], [1]]", "[[0, 1]]", "partial = sum[0]", "partial = max[1]", "<@g, [[0]]>", "<@nope, [[0]]>",
     "shard.grid @g(shape = 3)", "shard.grid @g(shape = 0)", "annotate_for_users", "shard.shard", "shard.all_gather",
     "grid_axes = [0, 0]", "grid_axes = [7]", "gather_axis = 9", "root = [5]", "reduction = <bogus>", "halo_sizes = [1, 1]",
     "mesh_axes = [1]", "split_axis = 0 concat_axis = 7", "arith.addf", "math.exp", "arith.cmpf olt,",
+    "shift_axis = 1", "shift_axis = 9", "offset = -7", "offset = 0", "rotate", "destination = [5]", "source = [0, 0]", "source = []",
+    "shard.send", "shard.recv", "shard.shift", "grid_axes = []",
 ]
 
 

@@ -18,10 +18,11 @@ from distir.runtime import interpret
 from distir.runtime.local import run_local
 
 PROGRAMS = ["tp_mlp_4", "gelu_mlp", "attention", "dp_adam", "zero_adam", "layernorm", "embedding", "misc", "tp_dp_mlp", "shard_map", "shard_map_2d"]
+PPERMUTE = ["ppermute_ring", "ppermute_reverse", "ppermute_partial", "ppermute_2d", "ring_allreduce", "ring_matmul"]
 
 
 @pytest.mark.parametrize("backend", ["interpret", "local"])
-@pytest.mark.parametrize("name", PROGRAMS)
+@pytest.mark.parametrize("name", PROGRAMS + PPERMUTE)
 def test_imported_program_computes_what_jax_computes(jax_dir, name, backend):
     text, inputs, want = load(jax_dir, name)
     module = import_program(text, f"{name}.mlir").module
@@ -61,6 +62,29 @@ def test_shard_map_body_keeps_jax_collectives(jax_dir):
     assert colls == ["coll.all_reduce", "coll.all_gather", "coll.reduce_scatter", "coll.all_to_all", "coll.all_reduce"]
     assert imported.remarks == []
 
+
+
+def test_ppermute_is_one_coll_permute_per_collective_permute(jax_dir):
+    """jax.lax.ppermute lowers to StableHLO's collective_permute with device ids; each one
+    imports as one coll.permute (a ring step as an offset, over the one mesh axis it moves
+    along), and the partitioner adds nothing."""
+    expect = {
+        "ppermute_ring": [{"offset": 1}],
+        "ppermute_reverse": [{"offset": -1}],
+        "ppermute_partial": [{"pairs": ((0, 2), (1, 3), (3, 0))}],
+        "ppermute_2d": [{"offset": 1, "axes": (1,)}, {"pairs": ((0, 1),), "axes": (0,)}, {"pairs": ((0, 3), (1, 2), (3, 0)), "axes": (0, 1)}],
+        "ring_matmul": [{"offset": 1}] * 3,
+    }
+    for name, want in expect.items():
+        text, _, _ = load(jax_dir, name)
+        imported = import_program(text, f"{name}.mlir")
+        colls = [op for op in imported.module.walk() if op.name.startswith("coll.")]
+        assert [op.name for op in colls] == ["coll.permute"] * len(want), name
+        for op, w in zip(colls, want):
+            got = {k: v for k, v in op.options().items() if v is not None}
+            assert {k: got.get(k) for k in ("offset", "pairs")} == {"offset": w.get("offset"), "pairs": w.get("pairs")}, f"{name}: {op}"
+            assert tuple(op.axes) == w.get("axes", (0,)), f"{name}: {op}"
+        assert imported.remarks == [], name
 
 @pytest.mark.parametrize("name", ["tp_mlp_4", "dp_adam", "zero_adam", "attention"])
 def test_every_schedule_of_an_imported_program_computes_what_jax_computes(jax_dir, name):

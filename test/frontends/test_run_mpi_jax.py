@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from oracle import assert_matches, load
-from test_shard import per_device_model
+from test_shard import per_device_model, permute_model
 
 from distir.frontends.program import import_program
 from distir.passes.pipeline import apply_pipeline
@@ -35,7 +35,7 @@ def mpirun(path: Path, func: str, inputs: dict[str, np.ndarray], tmp_path: Path)
         return [f[f"result{i}"] for i in range(len(f.files))]
 
 
-@pytest.mark.parametrize("name", ["tp_mlp_4", "attention", "shard_map"])
+@pytest.mark.parametrize("name", ["tp_mlp_4", "attention", "shard_map", "ppermute_partial", "ppermute_2d", "ring_matmul"])
 def test_jax_program_on_mpi(jax_dir, tmp_path, name):
     text, inputs, want = load(jax_dir, name)
     path = tmp_path / f"{name}.mlir"
@@ -71,3 +71,14 @@ def test_shard_collectives_per_device_on_mpi(tmp_path):
     for i in range(2):
         for j in range(2):
             np.testing.assert_allclose(got[i, j], want[2 * i + j], rtol=1e-6)
+
+
+def test_shard_shift_send_recv_per_device_on_mpi(tmp_path):
+    """shard.shift, send and recv (coll.permute) under mpiexec, device by device."""
+    x = np.random.default_rng(7).standard_normal((4, 4)).astype(np.float32)
+    got = mpirun(HERE / "shard-permute.mlir", "send_recv", {"x": x.reshape(2, 2, 4)}, tmp_path)[0].reshape(4, 4)
+    for d, want in enumerate(permute_model("send_recv", x)[0]):
+        np.testing.assert_allclose(got[d], want, rtol=1e-6, err_msg=f"device {d}")
+    got = mpirun(HERE / "shard-permute.mlir", "shift_grid", {"x": x.reshape(2, 2, 4)[..., :3]}, tmp_path)[0].reshape(4, 3)
+    for d, want in enumerate(permute_model("shift_grid", x[:, :3])[0]):
+        np.testing.assert_allclose(got[d], want, rtol=1e-6, err_msg=f"device {d}")

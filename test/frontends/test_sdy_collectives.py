@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracle import assert_rejected
 
 from distir.frontends.program import import_program
 from distir.runtime import run_function
@@ -105,6 +106,15 @@ def test_all_reduce_sums_over_one_axis_only(module):
 def test_collective_permute_changes_which_device_holds_which_block(module):
     v = np.arange(8, dtype=np.float32)
     check(module, "permute_axis_order", {"arg0": v}, v, [[Y, X]])
+    check(module, "permute_replace_axis", {"arg0": T}, T, [[Y], []])
+    check(module, "permute_of_an_unsharded_value", {"arg0": T}, -T, [[Y], []])
+
+
+def test_collective_permute_moves_one_block_per_device(module):
+    """Imported as one coll.permute (each device sends the block it has and receives the
+    one it needs), not as a gather and a slice."""
+    f = next(op for op in module.walk() if getattr(op, "sym_name", None) is not None and op.sym_name.data == "permute_replace_axis")
+    assert [op.name for op in f.walk() if op.name.startswith("coll.")] == ["coll.permute"]
 
 
 def test_sub_axis_slices_by_the_inner_half_of_an_axis(sub_axes):
@@ -128,3 +138,62 @@ def test_every_collective_in_one_function(module):
     got = run_local(module, "chain", inputs, ranks=4)
     np.testing.assert_array_equal(got[0], total)
     np.testing.assert_array_equal(got[1], partial_y.sum(0))
+
+
+def test_collective_permute_as_shardys_executable_test_expects(module):
+    """Shardy's executable test of sdy.collective_permute with self loops: [{"x", "y"}]
+    to [{"y", "x"}] on a 2x2 mesh leaves blocks 0 and 3 in place and swaps blocks 1 and
+    2 between devices 1 and 2."""
+    v = np.arange(8, dtype=np.float32)
+    bufs = per_device(module, "permute_axis_order", {"arg0": v})[1]
+    for device, block in enumerate([0, 2, 1, 3]):
+        np.testing.assert_array_equal(bufs[device], v[2 * block : 2 * block + 2], err_msg=f"device {device}")
+
+
+RING = """sdy.mesh @mesh_4 = <["x"=4]>
+func.func @ring(%arg0: tensor<16x8xi32> {{sdy.sharding = #sdy.sharding<@mesh_4, [{{"x"}}, {{}}]>}}) -> (tensor<16x8xi32> {{sdy.sharding = #sdy.sharding<@mesh_4, [{{"x"}}, {{}}]>}}) {{
+  %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh_4, [{{"x"}}, {{}}]>] out_shardings=[<@mesh_4, [{{"x"}}, {{}}]>] manual_axes={{"x"}} (%arg1: tensor<4x8xi32>) {{
+    %1 = "stablehlo.collective_permute"(%arg1) {{source_target_pairs = dense<{pairs}> : tensor<{n}x2xi64>{handle}}} : (tensor<4x8xi32>) -> tensor<4x8xi32>
+    sdy.return %1 : tensor<4x8xi32>
+  }} : (tensor<16x8xi32>) -> (tensor<16x8xi32>)
+  return %0 : tensor<16x8xi32>
+}}
+"""
+
+
+def ring(pairs: str = "[[0, 1], [1, 2], [2, 3], [3, 0]]", handle: str = ", channel_handle = #stablehlo.channel_handle<handle = 1, type = 0>") -> str:
+    return RING.format(pairs=pairs, n=pairs.count("[") - 1, handle=handle)
+
+
+def test_stablehlo_collective_permute_moves_each_devices_block_around_the_ring():
+    """Shardy's executable test of StableHLO's collective_permute in a manual computation
+    (channel_handle of type 0, i32 blocks of 1, 10, 100, 1000): device d gets device
+    d - 1's block."""
+    m = import_program(ring(), "ring.mlir").module
+    blocks = np.repeat(np.array([1, 10, 100, 1000], dtype=np.int32), 4 * 8).reshape(16, 8)
+    ex = run_function(m, "ring", {"arg0": blocks}, ranks=4)
+    for d, want in enumerate([1000, 1, 10, 100]):
+        np.testing.assert_array_equal(ex.results[0].buffers[d], np.full((4, 8), want, np.int32), err_msg=f"device {d}")
+    np.testing.assert_array_equal(run_local(m, "ring", {"arg0": blocks}, ranks=4)[0], np.roll(blocks, 4, axis=0))
+
+
+BAD_PERMUTES = {
+    "no channel handle": (ring(handle=""), r"4:\d+.*without a channel_handle of positive handle permutes replicas"),
+    "target twice": (ring(pairs="[[0, 1], [2, 1]]"), r"4:\d+.*pair \[2, 1\]: rank 1 is the target of an earlier pair too"),
+    "source twice": (ring(pairs="[[0, 1], [0, 2]]"), r"4:\d+.*pair \[0, 2\]: rank 0 is the source of an earlier pair too"),
+    "device outside the mesh": (ring(pairs="[[0, 4]]"), r"4:\d+.*pair \[0, 4\] is out of range for a group of 4 ranks"),
+    "pairs not Nx2": (ring().replace("tensor<4x2xi64>", "tensor<8xi64>").replace("[[0, 1], [1, 2], [2, 3], [3, 0]]", "[0, 1, 1, 2, 2, 3, 3, 0]"), r"4:\d+.*needs source_target_pairs = dense<\[\[source, target\]"),
+    "blocks per dim change": (
+        'sdy.mesh @m = <["x"=2, "y"=2]>\nfunc.func @f(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) -> tensor<4x8xf32> {\n'
+        '  %0 = sdy.collective_permute %arg0 out_sharding=<@m, [{"x", "y"}, {}]> : tensor<4x8xf32>\n  return %0 : tensor<4x8xf32>\n}\n',
+        r"3:\d+.*splits dim 0 in 2 block\(s\) before and 4 after",
+    ),
+    # Shardy's executable test without self loops permutes between meshes of different
+    # device orders; distir numbers devices row-major and rejects such a mesh.
+    "mesh with device_ids": ('sdy.mesh @mesh_b = <["x"=4], device_ids=[1, 2, 3, 0]>\n', r"1:\d+.*device_ids other than 0, 1, \.\.\. are not supported"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PERMUTES))
+def test_unsupported_permutes_are_located_diagnostics(case):
+    assert_rejected(*BAD_PERMUTES[case])
