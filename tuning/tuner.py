@@ -260,7 +260,7 @@ class _Evaluator:
         if model is not None and ranks > model.ranks:
             raise InputRejected(f"--ranks {ranks} is more than the {model.ranks} devices of {model.describe()} (give --nodes)")
         self.ex = ex
-        self.checker = Checker.of(ex, ranks)
+        self._checker: Checker | None = None
         self.ranks, self.d, self.sizes, self.model = ranks, d, list(sizes), model
         self.exhaustive, self.jobs, self.report, self.limits = exhaustive, jobs, report, limits
         self.done: set[int] = set()
@@ -284,7 +284,9 @@ class _Evaluator:
             c = self.ex.candidates[i]
             key = i if self.exhaustive else c.check_key()
             if key not in self.checks:
-                self.checks[key] = self.checker(c)
+                if self._checker is None:  # built when first needed: a search cut short may need none
+                    self._checker = Checker.of(self.ex, self.ranks)
+                self.checks[key] = self._checker(c)
             self.results[i] = (self.checks[key], {s: None for s in self.sizes})
 
     def evaluate(self, idxs: list[int]) -> None:
