@@ -12,7 +12,8 @@ A program whose export uses a StableHLO op the importer does not read yet is an
 expected failure, checked to fail for exactly that reason (``IMPORTER_GAPS``): the
 device's coordinates (``partition_id``, for a take_slice of a computed value or dropout
 and embedding bags on sliced values), ``gather`` (embedding bags) and
-``collective_permute`` (``coll.send``, until distir has ``coll.permute``).
+``collective_permute`` (``coll.send`` and ``coll.permute``: the importer does not map it
+to ``coll.permute`` yet).
 """
 
 import subprocess
@@ -73,7 +74,7 @@ def test_reimported_export_computes_the_same_on_local(name, func, ranks):
 
 
 def test_most_programs_round_trip():
-    """The expected failures stay the exception: three in five runs re-import (86 of 134
+    """The expected failures stay the exception: three in five runs re-import (86 of 135
     when this was written; the gaps are ``IMPORTER_GAPS``, nothing else)."""
     imported = 0
     for name, _, ranks in RUNS:
