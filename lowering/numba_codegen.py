@@ -769,9 +769,12 @@ _COMPILED: dict[tuple, Any] = {}
 
 
 def cache_dir() -> Path:
-    """Where generated kernel modules (and Numba's cache of them) live."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "distir" / "kernels"
+    """Where generated kernel modules (and Numba's cache of them) live: ``kernels`` in the
+    user's cache directory (``platformdirs``: ``~/.cache/distir/kernels`` on Linux, as
+    the calibration's)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("distir")) / "kernels"
 
 
 def _load_module(source: str, tag: str):

@@ -70,7 +70,7 @@ class LoweredProgram:
         from distir.lowering.pipeline import lower
 
         f0 = npz.select_function(module, func_name)
-        npz.resolve_grids(module, ranks)
+        npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
         try:
             lowered = lower(module, ranks)
         except LoweringError as e:
