@@ -1,8 +1,9 @@
-"""``distir-tune``: CoCoNet's autotuner (DESIGN §5).
+"""``distir-tune``: CoCoNet's autotuner (DESIGN §5; user guide: docs/tune.md).
 
     distir-tune FILE --ranks N [--sizes 2^10..2^30|a,b,...] [--dim D]
                 [--backend local|mpi | --model TOPOLOGY [--nodes N]]
                 [--json F] [--plot F.png] [-o BEST.mlir] [--func NAME] [--as-slice NAMES]
+                [--top K | --all] [--max-schedules N] [--time-budget S]
     distir-tune --calibrate [--ranks N]
 
 Explores the schedules of FILE's function (``tuning/explore.py``), checks each against
@@ -10,17 +11,26 @@ the program with the reference interpreter, then times each on a backend
 (``--backend``, default ``local``) or predicts it on a topology (``--model``: ``dgx2``,
 ``p2-a100``, ``p2-v100``, ``local`` after ``--calibrate``, or a TOML file), at every size
 of ``--sizes`` (the program's own size by default): the dimension ``--dim`` (default:
-the largest of the program) is replaced by each size everywhere it occurs. Prints, per
-size, every schedule's time, its speedup over the program as written, ``*`` on the best
-and the ``distir-opt -p`` pipeline that produces it; ``--json`` writes the DESIGN §5
-format, ``--plot`` the speedups vs size (matplotlib), ``-o`` the best schedule (one
-size). ``--nodes`` defaults to the nodes ``--ranks`` needs. ``--calibrate`` fits the
-``local`` topology (and ``local-mpi``) on this machine for ``--ranks`` ranks (default
-2) and stores it; with FILE it then tunes.
+the largest of the program) is replaced by each size everywhere it occurs. The search
+skips what cannot change the answer (``tuning/search.py``; ``--all`` evaluates and lists
+every schedule); a program of many independent parts (a model's optimizer step) is
+tuned class by class of its parts (``tuning/units.py``).
+
+Prints, per size, the program as written, the best schedule and the ``--top`` K
+schedules (default 10), one row per family (overlaps that differ only in their chunk
+order and are predicted alike are one row: ``[4 chunks, natural|ring|remote_first]``),
+each with its time, speedup over the program as written and the ``distir-opt -p``
+pipeline that produces it; then one ``best`` line per size. ``--json`` writes the
+DESIGN §5 format, ``--plot`` the speedups vs size (matplotlib), ``-o`` the best schedule
+(one size). ``--max-schedules`` and ``--time-budget`` bound the search (the best found
+so far, said to be cut short); a first Ctrl-C does the same and exits 130. Off a
+terminal a progress line goes to stderr every few seconds. ``--nodes`` defaults to the
+nodes ``--ranks`` needs. ``--calibrate`` fits the ``local`` topology (and ``local-mpi``)
+on this machine for ``--ranks`` ranks (default 2) and stores it; with FILE it then tunes.
 
 Exit codes: 0 success; 1 input rejected (parse, verify, bad option or file); 2 a
 schedule computes something other than the program (a distir bug, reported on stderr;
-that schedule is never picked); 3 internal error.
+that schedule is never picked); 3 internal error; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -29,8 +39,12 @@ import argparse
 import json
 import math
 import os
+import re
+import signal
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from distir.tools.diagnostics import InputRejected, run_tool
 from distir.tuning.sizes import format_size, parse_sizes
@@ -55,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--func", metavar="NAME", help="function to tune (default: the only one)")
     p.add_argument("--as-slice", metavar="NAMES", help="in-place arguments the schedules may keep sliced (CoCoNet's asSlice); default: all but the first in-place result's; 'none' for none")
     p.add_argument("--rounds", type=int, default=5, metavar="R", help="timing rounds per schedule with --backend (default 5; best of them)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--top", type=int, default=10, metavar="K", help="schedules shown per size besides the best and the program as written (default 10)")
+    shown.add_argument("--all", action="store_true", help="evaluate every schedule the exploration finds and list every one")
+    p.add_argument("--max-schedules", type=int, metavar="N", help="stop after evaluating N schedules (the best found so far)")
+    p.add_argument("--time-budget", type=float, metavar="S", help="stop searching after S seconds (the best found so far)")
 
     def error(message: str):
         raise InputRejected(f"distir-tune: {message}")
@@ -69,17 +88,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Progress:
-    """A progress bar on a terminal (tqdm), nothing otherwise."""
+    """A progress bar on a terminal (tqdm); off a terminal one line on stderr every
+    ``EVERY`` seconds (a pipe or a log file still shows that the search is alive)."""
 
-    LABELS = {"explore": "exploring", "check": "checking", "predict": "predicting", "time": "timing"}
+    LABELS = {"explore": "exploring", "check": "checking", "predict": "predicting", "time": "timing", "classes": "tuning classes of parts", "calibrate": "calibrating"}
+    EVERY = 5.0
 
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
         self.bar = None
-        self.phase = None
+        self.phase: str | None = None
+        self.start = time.monotonic()
+        self.last = self.start
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         if not self.tty:
+            now = time.monotonic()
+            if now - self.last >= self.EVERY:
+                self.last = now
+                count = f"{done} of {total}" if total else f"{done}"
+                print(f"distir-tune: {self.LABELS.get(phase, phase)}: {count} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
             return
         from tqdm import tqdm
 
@@ -88,6 +116,8 @@ class _Progress:
             self.phase = phase
             self.bar = tqdm(total=total or None, desc=self.LABELS.get(phase, phase), unit="schedule", leave=False, file=sys.stderr)
         assert self.bar is not None
+        if total and self.bar.total != total:
+            self.bar.total = total
         self.bar.n = done
         self.bar.refresh()
 
@@ -95,6 +125,35 @@ class _Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+class _Interrupt:
+    """The first Ctrl-C asks the search to stop with the best found so far; a second one
+    stops at once (``KeyboardInterrupt``, exit 130)."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.previous = None
+
+    def __enter__(self) -> _Interrupt:
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread (an embedding program): leave Ctrl-C alone
+            self.previous = None
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        print("\ndistir-tune: interrupted: stopping with the best schedule found so far (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def __call__(self) -> bool:
+        return self.asked
 
 
 # --------------------------------------------------------------------------------------
@@ -119,31 +178,142 @@ def _label(s) -> str:
     return s.name + (" (WRONG: a distir bug)" if s.check.startswith("differs") else " (not checked)")
 
 
-def render_table(result) -> str:
-    """Per size: every schedule by time, its speedup over the program as written, the
-    best marked ``*``, and its pipeline."""
-    lines = []
-    header = ["", "schedule", "time", "speedup", "pipeline"]
+_ORDER = re.compile(r"^(?P<head>.*) \[(?P<chunks>\d+) (?P<order>natural|ring|remote_first)(?P<tiles> tiles)?(?P<rest>(, [^\]]*)?)\](?P<tail>.*)$")
+
+
+@dataclass
+class Row:
+    """One row of the table: schedules predicted alike that differ only in their
+    overlap's chunk order, shown as one (``[4 chunks, natural|ring]``)."""
+
+    name: str
+    time: float | None
+    members: list
+
+    @property
+    def first(self):
+        return self.members[0]
+
+
+def fold(schedules: Sequence, size: int) -> list[Row]:
+    """The schedules as rows (``Row``), in the order given."""
+    rows: list[Row] = []
+    index: dict[tuple, Row] = {}
+    for s in schedules:
+        t = s.times.get(size)
+        m = _ORDER.match(s.name)
+        if m is None or s.check != "ok":
+            rows.append(Row(_label(s), t, [s]))
+            continue
+        key = (m["head"], m["chunks"], m["tiles"], m["rest"], m["tail"], t)
+        row = index.get(key)
+        if row is None:
+            row = index[key] = Row("", t, [])
+            rows.append(row)
+        row.members.append(s)
+    for row in index.values():
+        m = _ORDER.match(row.first.name)
+        assert m is not None
+        found = {_ORDER.match(x.name)["order"] for x in row.members}  # type: ignore[index]
+        orders = "|".join(o for o in ("natural", "ring", "remote_first") if o in found)
+        what = "tiles" if m["tiles"] else "chunks"
+        row.name = f"{m['head']} [{m['chunks']} {what}, {orders}{m['rest']}]{m['tail']}" if len(row.members) > 1 else row.first.name
+    return rows
+
+
+def _sort_key(size: int):
+    return lambda s: (s.times.get(size) is None, s.times.get(size) or 0.0, s.name)
+
+
+def size_rows(result, size: int, top: int | None) -> tuple[list[Row], int]:
+    """The rows of one size (``top`` families after the best, plus the program as
+    written; every schedule when ``top`` is None) and how many do not run at that size."""
+    ordered = sorted(result.schedules, key=_sort_key(size))
+    if top is None:
+        return [Row(_label(s), s.times.get(size), [s]) for s in ordered], 0
+    # cut short, a schedule not predicted at any size is still the best found so far
+    unpredicted = (lambda s: all(t is None for t in s.times.values())) if result.cut_short else (lambda s: False)
+    running = [s for s in ordered if s.times.get(size) is not None or s.check.startswith("differs") or unpredicted(s)]
+    rows = fold(running, size)
+    shown = rows[: top + 1]
+    baseline = next((r for r in rows if any(m.original for m in r.members)), None)
+    if baseline is not None and baseline not in shown:
+        shown.append(baseline)
+    shown += [r for r in rows if r not in shown and r.first.check.startswith("differs")]
+    return shown, len(ordered) - len(running)
+
+
+def render_table(result, top: int | None = 10, width: int | None = None) -> str:
+    """Per size: the best (``*``), the ``top`` fastest families and the program as
+    written, by time, with the speedup over the program as written and the pipeline;
+    the schedules that do not run at the size counted in one line; then one ``best``
+    line per size. ``top=None`` lists every schedule. Plain text (rich's layout, no
+    escape codes)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    out = io.StringIO()
+    console = Console(file=out, width=width or 100_000, color_system=None, force_terminal=False, soft_wrap=False, highlight=False, emoji=False, markup=False)
     for size in result.sizes:
-        rows = sorted(result.schedules, key=lambda s: (s.times.get(size) is None, s.times.get(size) or 0.0))
-        table = []
-        for s in rows:
+        rows, missing = size_rows(result, size, top)
+        table = Table(box=None, pad_edge=False, padding=(0, 1))
+        table.add_column("")
+        table.add_column("schedule", no_wrap=width is None)
+        table.add_column("time", justify="right", no_wrap=True)
+        table.add_column("speedup", justify="right", no_wrap=True)
+        table.add_column("pipeline", no_wrap=width is None, overflow="fold")
+        for row in rows:
+            s = row.first
             sp = result.speedup(s, size)
-            mark = "*" if result.best.get(size) == s.name else ""
-            table.append([mark, _label(s), format_time(s.times.get(size)), f"{sp:.2f}x" if sp else "-", s.pipeline or "(as written)"])
-        widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-        lines.append(f"size {format_size(size)} ({size}):")
-        for r in [header, *table]:
-            cells = [c.rjust(w) if i in (2, 3) else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
-            lines.append("  " + "  ".join(cells).rstrip())
-        lines.append("")
-    best = ", ".join(f"{format_size(s)}: {n or 'none'}" for s, n in result.best.items())
-    lines.append(f"best: {best}")
+            mark = "*" if any(result.best.get(size) == m.name for m in row.members) else ""
+            shown_time = "not predicted" if row.time is None and all(t is None for t in s.times.values()) else format_time(row.time)
+            table.add_row(mark, row.name, shown_time, f"{sp:.2f}x" if sp else "-", s.pipeline or "(as written)")
+        shown = sum(len(r.members) for r in rows)
+        console.print(f"size {format_size(size)} ({size}): {len(result.schedules)} schedules evaluated, {shown} shown")
+        console.print(table)
+        if missing:
+            console.print(f"  {missing} schedule(s) do not run at this size (a dim the ranks or chunks do not divide)")
+        console.print("")
+    for size in result.sizes:
+        name = result.best.get(size)
+        if name is None:
+            console.print(f"best: {format_size(size)}: none (no schedule runs at this size)")
+            continue
+        s = result.by_name(name)
+        sp = result.speedup(s, size)
+        t = s.times.get(size)
+        console.print(f"best: {format_size(size)}: {name}  {format_time(t) if t is not None else '(not predicted)'}" + (f"  {sp:.2f}x over the program as written" if sp else ""))
+    text = out.getvalue()
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def render_parts(result) -> str:
+    """A program of many parts: each class of parts and the schedule the best whole
+    program gives it, per size."""
+    if not result.parts:
+        return ""
+    lines = [f"parts ({len(result.parts)} classes, each tuned on its first part):"]
+    width = max(len(label) for label, _, _ in result.parts)
+    for k, (label, _, r) in enumerate(result.parts):
+        picks = []
+        for size in result.sizes:
+            name = result.best.get(size)
+            chosen = result.by_name(name).parts if name else ()
+            pick = chosen[k] if k < len(chosen) else "(as written)"
+            picks.append(pick if len(result.sizes) == 1 else f"{format_size(size)}: {pick}")
+        lines.append(f"  {label.ljust(width)}  {'; '.join(dict.fromkeys(picks))}")
     return "\n".join(lines)
 
 
 def result_json(result) -> dict:
-    """The DESIGN §5 ``--json`` format."""
+    """The DESIGN §5 ``--json`` format (strict JSON: a prediction that overflows is an
+    error, never ``Infinity``)."""
+    for s in result.schedules:
+        for size, t in s.times.items():
+            if t is not None and not math.isfinite(t):
+                raise InputRejected(f"the prediction of {s.name} at size {size} overflows ({t}): check the topology's numbers")
     return {
         "sizes": list(result.sizes),
         "schedules": [
@@ -153,38 +323,61 @@ def result_json(result) -> dict:
     }
 
 
-def plot(result, path: str, title: str) -> None:
-    """Speedup over the program as written vs size, one line per schedule that is best
-    at some size plus the fastest others (CoCoNet's Figures 10-12)."""
-    try:
-        import matplotlib
+PLOTTED = 6
+"""Families drawn besides the program as written and the best ones."""
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputRejected("distir-tune: --plot needs matplotlib (pip install matplotlib)") from None
-    chosen = [s for s in result.schedules if s.name in set(result.best.values())]
-    others = sorted(
-        (s for s in result.schedules if s not in chosen and s is not result.baseline and s.check == "ok"),
-        key=lambda s: -max((result.speedup(s, z) or 0) for z in result.sizes),
-    )
-    lines = [result.baseline] + [s for s in chosen if s is not result.baseline] + others[: max(0, 8 - len(chosen))]
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    for s in lines:
+
+def plot(result, path: str, title: str) -> None:
+    """Speedup over the program as written vs size (CoCoNet's Figures 10-12): the
+    program as written, the families best at some size and the next fastest families
+    (one line per family of schedules predicted alike), the best at each size marked,
+    the legend outside the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [s for s in result.schedules if s.check == "ok"]
+    families: dict[str, list] = {}
+    for size in result.sizes:
+        for row in fold(sorted(ok, key=_sort_key(size)), size):
+            families.setdefault(row.name, row.members)
+    best_names = set(result.best.values())
+    ranked = sorted(families.items(), key=lambda kv: -max((result.speedup(kv[1][0], z) or 0) for z in result.sizes))
+    chosen = [(n, m) for n, m in ranked if any(x.name in best_names for x in m)]
+    others = [(n, m) for n, m in ranked if (n, m) not in chosen and not any(x.original for x in m)]
+    baseline = [(n, m) for n, m in ranked if any(x.original for x in m)][:1]
+    lines = baseline + [c for c in chosen if c not in baseline] + others[: max(0, PLOTTED - len(chosen))]
+    # schedules predicted alike at every size are one line, named after all of them
+    curves: dict[tuple, list[str]] = {}
+    first: dict[tuple, object] = {}
+    for name, members in lines:
+        s = members[0]
+        key = tuple(round(result.speedup(s, z) or 0.0, 9) for z in result.sizes)
+        curves.setdefault(key, []).append(name)
+        first.setdefault(key, s)
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    for key, names in curves.items():
+        s = first[key]
         xs = [z for z in result.sizes if result.speedup(s, z)]
-        ax.plot(xs, [result.speedup(s, z) for z in xs], marker="o", markersize=3, label=s.name)
+        ax.plot(xs, [result.speedup(s, z) for z in xs], marker="o", markersize=3, label=" = ".join(names))
+    for size in result.sizes:
+        name = result.best.get(size)
+        sp = result.speedup(result.by_name(name), size) if name else None
+        if sp:
+            ax.plot([size], [sp], marker="*", markersize=11, color="black", linestyle="none", label="best at each size" if size == result.sizes[0] else None)
     if len(result.sizes) > 1:
         ax.set_xscale("log", base=2)
     ax.set_xlabel(f"size (dim {result.dim} replaced)")
     ax.set_ylabel("speedup over the program as written")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise InputRejected(f"distir-tune: cannot write {path}: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:
+        raise InputRejected(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
     finally:
         plt.close(fig)
 
@@ -217,22 +410,61 @@ def _calibrate(ranks: int) -> None:
     print(f"stored in {path}")
 
 
-def _tune(args) -> int:
-    from distir.runtime import npz
-    from distir.tools.run import read_module
-    from distir.tuning.topology import get_topology
-    from distir.tuning.tuner import tune
+MODEL_MAX_RANKS = 1 << 16
+"""The most ranks ``--model`` predicts for: the cost model simulates the groups of every
+collective over all ranks, and beyond this the prediction takes minutes and gigabytes."""
 
-    module = read_module(args.file)
-    ranks = args.ranks or npz.static_ranks(module)
+EXIT_INTERRUPTED = 130
+
+OVERFLOW_S = 1e15
+"""A predicted step longer than this (30 million years) is the arithmetic of absurd
+topology numbers overflowing, not a prediction."""
+
+
+def _writable(path: str, what: str) -> None:
+    """Reject an output path before the run rather than after it."""
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target) or "."
+    if os.path.isdir(target):
+        raise InputRejected(f"distir-tune: {what} {path}: is a directory")
+    if not os.path.isdir(folder):
+        raise InputRejected(f"distir-tune: {what} {path}: no such directory {folder}")
+    if not os.access(target if os.path.exists(target) else folder, os.W_OK):
+        raise InputRejected(f"distir-tune: {what} {path}: not writable")
+
+
+def _plot_format(path: str) -> None:
+    """Reject a ``--plot`` file whose extension matplotlib cannot write, before the run."""
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    if ext not in known:
+        raise InputRejected(f"distir-tune: --plot {path}: matplotlib cannot write '.{ext}' files (it writes {', '.join('.' + k for k in sorted(known))})")
+
+
+def _options(args, module):
+    """The checked options: (ranks, sizes, topology, backend, as_slice)."""
+    from distir.runtime import npz
+    from distir.runtime.local import MAX_RANKS
+    from distir.tuning.topology import get_topology
+
+    ranks = args.ranks if args.ranks is not None else npz.static_ranks(module)
     if ranks is None:
         raise InputRejected("distir-tune: give --ranks N: the program's meshes do not fix the rank count")
+    if ranks < 1:
+        raise InputRejected(f"distir-tune: --ranks must be at least 1, got {ranks}")
     npz.resolve_grids(module, ranks)
-    sizes = parse_sizes(args.sizes) if args.sizes else None
+    sizes = parse_sizes(args.sizes) if args.sizes is not None else None
     if args.output and sizes is not None and len(sizes) != 1:
         raise InputRejected(f"distir-tune: -o writes the best schedule for one size; --sizes gives {len(sizes)} (give one, e.g. --sizes {format_size(sizes[-1])})")
     topo = None
     if args.model is not None:
+        if ranks > MODEL_MAX_RANKS:
+            raise InputRejected(
+                f"distir-tune: --ranks {ranks}: the cost model predicts for at most {MODEL_MAX_RANKS} ranks "
+                "(it simulates every collective's groups over all ranks)"
+            )
         topo = get_topology(args.model, args.nodes)
         if args.nodes is None and len(topo.levels) > 1 and ranks > topo.ranks:
             per = topo.ranks // topo.levels[0].cardinality
@@ -246,30 +478,97 @@ def _tune(args) -> int:
     backend = None if topo is not None else (args.backend or "local")
     if backend not in (None, "local", "mpi"):
         raise InputRejected(f"distir-tune: --backend {backend}: the tuner times on local or mpi (use --model TOPOLOGY to predict)")
+    if backend == "local" and ranks > MAX_RANKS:
+        raise InputRejected(
+            f"distir-tune: --ranks {ranks}: the local backend runs at most {MAX_RANKS} ranks (threads of one process): "
+            f"time on --backend mpi or predict with --model TOPOLOGY"
+        )
     as_slice = None
     if args.as_slice is not None:
         as_slice = [] if args.as_slice.strip() == "none" else [n.strip().lstrip("%") for n in args.as_slice.split(",") if n.strip()]
     if args.rounds < 1:
         raise InputRejected(f"distir-tune: --rounds must be at least 1, got {args.rounds}")
+    if args.top < 0:
+        raise InputRejected(f"distir-tune: --top must be at least 0, got {args.top}")
+    if args.max_schedules is not None and args.max_schedules < 1:
+        raise InputRejected(f"distir-tune: --max-schedules must be at least 1, got {args.max_schedules}")
+    if args.time_budget is not None and not (args.time_budget > 0 and math.isfinite(args.time_budget)):
+        raise InputRejected(f"distir-tune: --time-budget must be a positive number of seconds, got {args.time_budget}")
+    for path, what in ((args.json, "--json"), (args.plot, "--plot"), (args.output, "-o")):
+        if path:
+            _writable(path, what)
+    if args.plot:
+        _plot_format(args.plot)
+    if topo is not None and sizes:
+        _warn_memory(module, ranks, sizes, args)
+    return ranks, sizes, topo, backend, as_slice
 
+
+DEVICE_MEMORY = 80 << 30
+"""More memory than any device of the built-in topologies has (an 80 GB GPU)."""
+
+
+def _warn_memory(module, ranks: int, sizes: Sequence[int], args) -> None:
+    """The cost model ignores memory capacity: say so for sizes no device holds."""
+    from distir.tuning.explore import only_function
+    from distir.tuning.sizes import choose_dim, rank_bytes
+
+    program = only_function(module, args.func)
+    d = choose_dim(program, args.dim)
+    big = [(z, rank_bytes(program, ranks, d, z)) for z in sizes]
+    big = [(z, b) for z, b in big if b > DEVICE_MEMORY]
+    if big:
+        z, b = big[0]
+        print(
+            f"distir-tune: warning: --sizes {format_size(z)}{' and larger' if len(big) > 1 else ''}: one rank's arguments take "
+            f"{b / (1 << 30):.0f} GiB, more than any device holds ({DEVICE_MEMORY >> 30} GiB); the model ignores memory capacity "
+            "and predicts them anyway",
+            file=sys.stderr,
+        )
+
+
+def _tune(args) -> int:
+    from distir.tools.run import read_module
+    from distir.tuning.tuner import Limits, tune
+
+    module = read_module(args.file)
+    ranks, sizes, topo, backend, as_slice = _options(args, module)
     bar = _Progress()
-    try:
-        result = tune(module, ranks, sizes, dim=args.dim, model=topo, backend=backend, func_name=args.func, as_slice=as_slice, progress=bar, rounds=args.rounds)
-    finally:
-        bar.close()
+    with _Interrupt() as interrupted:
+        limits = Limits.of(args.max_schedules, args.time_budget, interrupted)
+        try:
+            result = tune(
+                module, ranks, sizes, dim=args.dim, model=topo, backend=backend, func_name=args.func, as_slice=as_slice,
+                progress=bar, rounds=args.rounds, exhaustive=args.all, limits=limits,
+            )
+        finally:
+            bar.close()
+    overflow = [(s.name, z, t) for s in result.schedules for z, t in s.times.items() if t is not None and not (math.isfinite(t) and t < OVERFLOW_S)]
+    if overflow:
+        name, size, t = overflow[0]
+        raise InputRejected(
+            f"distir-tune: the prediction of {name} at size {format_size(size)} overflows ({t:.3g} s): the numbers of "
+            f"{topo.describe() if topo is not None else backend} give no meaningful time"
+        )
     where = topo.describe() if topo is not None else f"the {backend} backend of this machine"
     phases = ", ".join(f"{k} {v:.2f} s" for k, v in result.seconds.items())
     print(f"distir-tune: {args.file}: {len(result.schedules)} schedules on {ranks} ranks, "
           f"{'predicted for' if topo is not None else 'timed on'} {where} ({phases})\n")
-    print(render_table(result))
+    parts = render_parts(result)
+    if parts:
+        print(parts + "\n")
+    print(render_table(result, None if args.all else args.top))
+    if result.cut_short:
+        print(f"\ndistir-tune: the search was cut short ({result.cut_short}): these are the best schedules found so far")
     for note in result.notes:
         print(f"distir-tune: note: {note}", file=sys.stderr)
     for bug in result.bugs:
         print(f"distir-tune: error: {bug}", file=sys.stderr)
     if args.json:
+        data = result_json(result)
         try:
             with open(args.json, "w") as f:
-                json.dump(result_json(result), f, indent=1)
+                json.dump(data, f, indent=1, allow_nan=False)
         except OSError as e:
             raise InputRejected(f"distir-tune: cannot write {args.json}: {e.strerror or e}") from None
     if args.plot:
@@ -286,13 +585,15 @@ def _tune(args) -> int:
                 f.write(header + str(best) + "\n")
         except OSError as e:
             raise InputRejected(f"distir-tune: cannot write {args.output}: {e.strerror or e}") from None
+    if result.cut_short == "interrupted":
+        return EXIT_INTERRUPTED
     return EXIT_BUG if result.bugs else 0
 
 
 def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.calibrate:
-        ranks = args.ranks or 2
+        ranks = 2 if args.ranks is None else args.ranks
         if ranks < 1:
             raise InputRejected(f"distir-tune: --ranks must be at least 1, got {ranks}")
         _calibrate(ranks)

@@ -30,6 +30,7 @@ the fit for N ranks. A machine that was not calibrated gets a diagnostic that sa
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -286,14 +287,40 @@ def _op_count(text: str, ranks: int) -> int:
     return sum(1 for _ in f.walk()) - 1
 
 
+def problems(fit_: dict) -> list[str]:
+    """What makes a fit impossible (the machine changed under the measurement, a
+    program's time drowned in noise): an alpha of 0 for every collective (the fit clamps
+    negative intercepts to 0: every collective would then cost its bytes only), or a
+    rate that is not a positive finite number."""
+    out = []
+    alphas = {k: a for k, (a, _) in fit_["collectives"].items()}
+    if alphas and all(a <= 0 for a in alphas.values()):
+        out.append("alpha came out as 0 for every collective (their smallest sizes ran no slower than their bytes explain)")
+    rates = {
+        "memory bandwidth": fit_["memory_bandwidth_GBps"],
+        "memory bandwidth of one rank alone": fit_["memory_bandwidth_alone_GBps"],
+        **{f"element-wise {k} rate": v for k, v in fit_["peak_tflops"].items()},
+        **{f"matmul {k} rate": v for k, v in fit_["matmul_tflops"].items()},
+        **{f"beta of {k}": b for k, (_, b) in fit_["collectives"].items()},
+    }
+    out += [f"the {what} is {v}" for what, v in rates.items() if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
+    return out
+
+
 def calibrate(ranks: int = 2, backends: tuple[str, ...] = ("local", "mpi"), progress: Callable[[str], None] | None = None) -> Path:
     """Measure ``backends`` on ``ranks`` ranks and store the fit (merged with earlier fits
-    for other rank counts); returns the file."""
+    for other rank counts); returns the file. A fit with ``problems`` is not stored
+    (nothing is): the previous calibration stays, and the diagnostic says why."""
     path = cache_path()
     data = _load(path) or {"version": VERSION, "backends": {}}
     data["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
-    for backend in backends:
-        data["backends"].setdefault(backend, {})[str(ranks)] = measure(backend, ranks, progress)
+    fits = {backend: measure(backend, ranks, progress) for backend in backends}
+    wrong = [f"{backend}: {why}" for backend, f in fits.items() for why in problems(f)]
+    if wrong:
+        kept = "kept the previous calibration" if path.exists() else "nothing was stored"
+        raise InputRejected(f"the calibration on {ranks} ranks cannot be right ({'; '.join(wrong)}): {kept}; run it again on a quieter machine")
+    for backend, f in fits.items():
+        data["backends"].setdefault(backend, {})[str(ranks)] = f
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))

@@ -56,6 +56,7 @@ from xdsl.utils.exceptions import DiagnosticException, PassFailedException, Veri
 from distir.dialects import coll, dist
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
+from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Sliced
 from distir.passes.pipeline import pipeline_spec
 from distir.passes.support import printed_names
@@ -296,6 +297,8 @@ class Candidate:
     original: bool = False
     check: str = "unchecked"
     """``ok``, ``unchecked``, ``differs: ...`` (a distir bug) or ``not run: ...``."""
+    parent: Candidate | None = field(default=None, repr=False, compare=False)
+    """The schedule whose program the last pass transformed."""
 
     @property
     def pipeline(self) -> str:
@@ -309,6 +312,19 @@ class Candidate:
     def usable(self) -> bool:
         return self.check == "ok"
 
+    @property
+    def overlap(self) -> ModulePass | None:
+        """The ``overlap`` step that made this schedule (the last step: overlaps are
+        final), or None."""
+        last = self.passes[-1] if self.passes else None
+        return last if last is not None and last.name == "overlap" else None
+
+    def check_key(self) -> str:
+        """What the interpreter check sees: the structure without the overlaps' chunks,
+        order and granularity (an overlap means exactly its chain: schedules that differ
+        only in those pass or fail the check together)."""
+        return _OVERLAP_OPTIONS.sub("coll.overlap", structure_key(self.module))
+
 
 @dataclass
 class Exploration:
@@ -318,9 +334,12 @@ class Exploration:
     truncated: bool = False
     errors: list[str] = field(default_factory=list)
     """Passes that failed other than by refusing (distir bugs)."""
+    unfit: int = 0
+    """Programs reached that fit no size (``explore``'s ``fits``): not schedules."""
 
 
 _SSA = re.compile(r"%[A-Za-z0-9_$.\-]+")
+_OVERLAP_OPTIONS = re.compile(r"coll\.overlap chunks \d+( order \w+)?( granularity \w+)?")
 
 
 def structure_key(module: ModuleOp) -> str:
@@ -342,10 +361,17 @@ def explore(
     max_depth: int = 8,
     max_schedules: int = 400,
     progress: Callable[[int], None] | None = None,
+    fits: Callable[[ModuleOp], bool] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Exploration:
     """Every schedule of ``module`` (one function) reachable by ``transformations``, breadth
     first (module doc); ``as_slice`` names the state ``slice-state`` may keep sliced
-    (default ``state_names``). ``progress`` is called with the number found so far."""
+    (default ``state_names``). ``progress`` is called with the number found so far.
+    ``fits`` (the tuner's sizes and ranks, ``sizes.fitting``): a program it rejects
+    cannot run at any size, so it is no schedule and is not transformed further (the
+    transformations keep every dim they slice sliced); the program as written is
+    always kept. ``stop()`` (a time budget) ends the exploration early, as
+    ``max_schedules`` does (``truncated``)."""
     from distir.dialects.context import make_context
 
     ctx = make_context()
@@ -353,44 +379,82 @@ def explore(
     found = [original]
     seen = {structure_key(original.module): original}
     errors: list[str] = []
+    unfit = 0
     start = _apply(FIRST.passes(original.module, {})[0], original, ctx, errors)
-    frontier = [original]
+    frontier = [original] if fits is None or fits(original.module) else []
     if start is not None:
         key = structure_key(start.module)
         if key not in seen:
             seen[key] = start
-            found.append(start)
-            frontier = [start]
+            if fits is None or fits(start.module):
+                found.append(start)
+                frontier = [start]
+            else:
+                unfit += 1
+                frontier = []
     truncated = False
     for _ in range(max_depth):
         nxt: list[Candidate] = []
         for cand in frontier:
+            if stop is not None and stop():
+                truncated = True
+                break
             values = _values(cand.module, as_slice)
+            wrapped: dict[tuple, Candidate | None] = {}
             for t in transformations:
                 for p in t.passes(cand.module, values):
-                    new = _apply(p, cand, ctx, errors)
+                    variant = _overlap_variant(p, cand, wrapped)
+                    new = variant if variant is not None else _apply(p, cand, ctx, errors)
+                    if p.name == "overlap" and variant is None:
+                        wrapped.setdefault((p.granularity, tuple(p.targets)), new)  # type: ignore[attr-defined]
                     if new is None:
                         continue
                     key = structure_key(new.module)
-                    if key not in seen and not _verifies(new, errors):
+                    if key not in seen and variant is None and not _verifies(new, errors):
                         continue
                     if key not in seen:
                         if len(found) >= max_schedules:
                             truncated = True
                             break
                         seen[key] = new
-                        found.append(new)
-                        if not t.final:
-                            nxt.append(new)
-                        if progress is not None:
-                            progress(len(found))
+                        if fits is not None and not fits(new.module):
+                            unfit += 1
+                        else:
+                            found.append(new)
+                            if not t.final:
+                                nxt.append(new)
+                            if progress is not None:
+                                progress(len(found))
                     if t.first_only:
                         break
         frontier = nxt
         if not frontier or truncated:
             break
     name_all(found, _function(module))
-    return Exploration(found, truncated, errors)
+    return Exploration(found, truncated, errors, unfit)
+
+
+def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candidate | None]) -> Candidate | None:
+    """``overlap`` at another chunk count or order than an application already made on
+    the same program and chain: the pass wraps the same chain whatever those are, so the
+    result is that application with the options of its new ``coll.overlap`` changed
+    (not applied or verified again). None when there is no such application, or when
+    the program already held overlaps."""
+    if p.name != "overlap" or p.granularity != "chunk":  # type: ignore[attr-defined]
+        return None
+    base = wrapped.get(("chunk", tuple(p.targets)))  # type: ignore[attr-defined]
+    if base is None or any(isinstance(o, coll.OverlapOp) for o in cand.module.walk()):
+        return None
+    module = base.module.clone()
+    for o in module.walk():
+        if isinstance(o, coll.OverlapOp):
+            for name, value in (("chunks", p.chunks), ("order", p.order)):  # type: ignore[attr-defined]
+                kw = coll.OverlapOp.keyword(name)
+                if kw.default is not REQUIRED and value == kw.default:
+                    o.properties.pop(kw.prop, None)
+                else:
+                    o.properties[kw.prop] = kw.to_attr(value)
+    return Candidate(module, (*cand.passes, p), parent=cand)
 
 
 def _verifies(cand: Candidate, errors: list[str]) -> bool:
@@ -412,7 +476,7 @@ def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str]) -> Candidate 
     except Exception as e:  # noqa: BLE001 - a pass that crashes is a distir bug, reported, not fatal
         errors.append(f"{pipeline_spec((*cand.passes, p))}: {type(e).__name__}: {e}")
         return None
-    return Candidate(m, (*cand.passes, p))
+    return Candidate(m, (*cand.passes, p), parent=cand)
 
 
 def _function(module: ModuleOp) -> func.FuncOp:
@@ -530,7 +594,7 @@ def _details(cand: Candidate, original: func.FuncOp) -> dict[str, str]:
     ]
     if ols:
         out["overlap"] = "; ".join(ols)
-    dims = [str(o.option("dim")) for o in f.walk() if isinstance(o, (coll.ReduceScatterOp, coll.FusedAllReduceOp))]
+    dims = [str(o.option("dim")) for o in f.walk() if isinstance(o, (coll.ReduceScatterOp, coll.FusedAllReduceOp, coll.FusedReduceScatterOp))]
     if dims:
         out["dim"] = "dim " + ",".join(dims)
     return out

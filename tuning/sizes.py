@@ -17,7 +17,9 @@ powers ``2^k`` too).
 Substitution works on the IR (a clone of the module), so a re-instantiated program is
 checked by the verifier like any other: a size that the program's slicing cannot divide
 is rejected at lowering time, and the tuner reports that schedule as not applicable at
-that size.
+that size. ``fitting`` says the same without substituting anything (one walk over the
+types): the sizes at which every sliced dimension divides by the ranks slicing it, so
+that the tuner drops a schedule that fits no size before checking or lowering it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp
@@ -42,25 +44,35 @@ MAX_SIZES = 64
 # The sizes option
 # --------------------------------------------------------------------------------------
 
-_POW = re.compile(r"^\s*(\d+)\s*\^\s*(\d+)\s*$")
+_POW = re.compile(r"^\s*([0-9]+)\s*\^\s*([0-9]+)\s*$", re.ASCII)
+_INT = re.compile(r"^[0-9][0-9_]*$", re.ASCII)
+MAX_SIZE = 1 << 62
+"""The largest size (a dimension of a tensor type is a 64-bit integer)."""
 
 
 def _number(text: str, what: str) -> int:
-    m = _POW.match(text)
+    t = text.strip()
+    m = _POW.match(t)
     if m:
-        base, exp = int(m.group(1)), int(m.group(2))
-        if exp > 62 or base > 1 << 20:
-            raise InputRejected(f"{what}: {text.strip()} is too large")
-        return base**exp
-    t = text.strip().replace("_", "")
-    if not t.isdigit():
-        raise InputRejected(f"{what}: expected a positive integer or a power like 2^20, got '{text.strip()}'")
-    return int(t)
+        if len(m.group(1)) > 7 or len(m.group(2)) > 3:
+            raise InputRejected(f"{what}: {t} is too large (at most 2^62)")
+        value = int(m.group(1)) ** int(m.group(2))
+    elif _INT.match(t):
+        digits = t.replace("_", "")
+        if len(digits) > 19:
+            raise InputRejected(f"{what}: {t[:20]}... is too large (at most 2^62)")
+        value = int(digits)
+    else:
+        shown = t if len(t) <= 40 else t[:40] + "..."
+        raise InputRejected(f"{what}: expected a positive integer or a power like 2^20 (ASCII digits), got '{shown}'")
+    if value > MAX_SIZE:
+        raise InputRejected(f"{what}: {t} is too large (at most 2^62)")
+    return value
 
 
 def parse_sizes(spec: str) -> list[int]:
     """The sizes of a ``--sizes`` option (module docstring), in increasing order."""
-    what = f"--sizes '{spec}'"
+    what = f"--sizes '{spec if len(spec) <= 40 else spec[:40] + '...'}'"
     spec = spec.strip()
     if not spec:
         raise InputRejected(f"{what}: empty")
@@ -182,6 +194,58 @@ def substitute(module: ModuleOp, mapping: Mapping[int, int]) -> ModuleOp:
 def at_size(module: ModuleOp, dim: int, size: int) -> ModuleOp:
     """The program with dimension ``dim`` replaced by ``size`` everywhere."""
     return substitute(module, {dim: size})
+
+
+def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> list[bool]:
+    """Whether the program, with ``dim`` replaced by each size, can run on ``ranks``
+    ranks as far as its types say: every sliced dimension divisible by the ranks that
+    slice it, every ``at<r>`` inside its axis (``runtime.npz.check_sizes``' rules, for all
+    sizes at once). A program whose meshes do not fit ``ranks`` fits no size."""
+    from distir.dialects import layout
+    from distir.dialects.placements import At
+    from distir.runtime import npz
+
+    try:
+        grids = npz.resolve_grids(module, ranks)
+    except InputRejected:
+        return [False] * len(sizes)
+    rules: set[tuple[int, int]] = set()
+    for t in _tensor_types(module):
+        grid = grids.get(t.mesh_name)
+        if grid is None:
+            continue
+        placements = t.get_placements()
+        if len(placements) != len(grid.sizes):
+            return [False] * len(sizes)
+        shape = t.get_shape()
+        for a, p in enumerate(placements):
+            if isinstance(p, At) and p.rank.data >= grid.sizes[a]:
+                return [False] * len(sizes)
+        for d in layout.sliced_dims(placements):
+            if d < len(shape):
+                n = layout.group_size(grid.sizes, layout.slicing_axes(placements, d))
+                if n is not None and n > 1:
+                    rules.add((shape[d], n))
+    return [all((size if extent == dim else extent) % n == 0 for extent, n in rules) for size in sizes]
+
+
+def rank_bytes(module: ModuleOp, ranks: int, dim: int, size: int) -> int:
+    """Bytes of one rank's share of the function arguments with ``dim`` replaced by
+    ``size`` (the largest over ranks: a value ``at<r>`` counts whole)."""
+    from distir.dialects import layout
+    from distir.runtime import npz
+    from distir.runtime.values import numpy_dtype
+
+    grids = npz.resolve_grids(module, ranks)
+    total = 0
+    for op in module.walk():
+        if isinstance(op, func.FuncOp):
+            for t in op.function_type.inputs.data:
+                if isinstance(t, TensorType) and t.mesh_name in grids:
+                    shape = [size if x == dim else x for x in t.get_shape()]
+                    local = layout.local_shape(shape, t.get_placements(), grids[t.mesh_name].sizes)
+                    total += math.prod(local) * numpy_dtype(t.element_type).itemsize
+    return total
 
 
 def reduced(module: ModuleOp, divisor: int) -> ModuleOp:

@@ -9,9 +9,11 @@ predict them on a topology at every size (what ``distir-tune`` runs).
     result.best[1 << 30]                      # 'fuse(RS-Adam-AG) [asSlice(m,v)]'
 
 Planning and executing are separate: ``explore.py`` finds and names the schedules and
-checks each with the interpreter; ``cost_model.py`` predicts (``model``), or
-``timing.py`` measures (``backend``), one time per schedule and size; this module only
-chains them and picks, per size, the fastest schedule that passed its check.
+checks each with the interpreter; ``search.py`` decides which of them are worth
+evaluating; ``cost_model.py`` predicts (``model``), or ``timing.py`` measures
+(``backend``), one time per schedule and size; this module only chains them and picks,
+per size, the fastest schedule that passed its check. ``exhaustive=True`` evaluates
+every schedule ``explore`` finds (``distir-tune --all``).
 
 Predictions lower each schedule once, at the reference size of ``cost_model``, and
 evaluate every size from that lowering. Timing re-instantiates each schedule at every
@@ -27,21 +29,27 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects.diagnostics import InputRejected
+from distir.dialects.dist import TensorType
+from distir.passes.support import printed_names
+from distir.tuning import search, units
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
-from distir.tuning.sizes import at_size, choose_dim, program_dims
+from distir.tuning.sizes import at_size, choose_dim, fitting, format_size, program_dims
 from distir.tuning.topology import Topology
 
 
 @dataclass
-class Schedule:
-    """One schedule's result: its name, the ``-p`` pipeline that produces it, its time per
-    size (None: not applicable at that size), whether the times are measured, and its
-    interpreter check (``ok``, or why not)."""
+class Tuned:
+    """What the tuner found about one schedule (the program ``tuning.schedule.Schedule``
+    builds with ``pipeline``): its name, the ``-p`` pipeline that produces it, its time
+    per size (None: not applicable at that size), whether the times are measured, and
+    its interpreter check (``ok``, or why not). One entry of ``distir-tune --json``'s
+    ``schedules``."""
 
     name: str
     pipeline: str
@@ -50,13 +58,15 @@ class Schedule:
     check: str
     module: ModuleOp
     original: bool = False
+    parts: tuple[str, ...] = ()
+    """For a program of many units (``units.py``): the schedule of each class."""
 
 
 @dataclass
 class TuneResult:
     sizes: list[int]
     dim: int
-    schedules: list[Schedule]
+    schedules: list[Tuned]
     best: dict[int, str | None]
     ranks: int
     how: str
@@ -66,18 +76,27 @@ class TuneResult:
     bugs: list[str] = field(default_factory=list)
     """Schedules that disagree with the original (distir bugs) and passes that crashed."""
     notes: list[str] = field(default_factory=list)
+    evaluated: int = 0
+    """Schedules lowered and predicted (or timed): what the search saved is the rest."""
+    checked: int = 0
+    """Interpreter checks run."""
+    parts: list[tuple[str, int, TuneResult]] = field(default_factory=list)
+    """A program of many independent units (``units.py``): per class of units, its
+    label, how many units it has and the tuning of its first unit."""
+    cut_short: str | None = None
+    """Why the search stopped before it was done (``Limits``), or None."""
 
     @property
-    def baseline(self) -> Schedule:
+    def baseline(self) -> Tuned:
         return next(s for s in self.schedules if s.original)
 
-    def speedup(self, s: Schedule, size: int) -> float | None:
+    def speedup(self, s: Tuned, size: int) -> float | None:
         base, t = self.baseline.times.get(size), s.times.get(size)
         if base is None or t is None or not t > 0:
             return None
         return base / t
 
-    def by_name(self, name: str) -> Schedule:
+    def by_name(self, name: str) -> Tuned:
         return next(s for s in self.schedules if s.name == name)
 
     def best_module(self, size: int) -> ModuleOp | None:
@@ -85,11 +104,46 @@ class TuneResult:
         name = self.best.get(size)
         if name is None:
             return None
-        return at_size(self.by_name(name).module, self.dim, size)
+        s = self.by_name(name)
+        module = s.module
+        if module is None:  # a pipeline the search was cut short before building
+            from distir.passes.pipeline import apply_pipeline
+
+            module = apply_pipeline(next(x for x in self.schedules if x.original).module.clone(), s.pipeline)
+        return at_size(module, self.dim, size)
 
 
 Progress = Callable[[str, int, int], None]
 """``progress(phase, done, total)``."""
+
+
+@dataclass
+class Limits:
+    """When the search stops early, keeping the best schedule found so far:
+    ``max_schedules`` evaluated (lowered and predicted, or timed), the monotonic clock
+    past ``deadline``, or ``interrupted()`` (the first Ctrl-C of ``distir-tune``)."""
+
+    max_schedules: int | None = None
+    deadline: float | None = None
+    interrupted: Callable[[], bool] = lambda: False
+    evaluated: int = 0
+    reason: str | None = None
+    """Why the search stopped early (None: it did not)."""
+
+    @classmethod
+    def of(cls, max_schedules: int | None = None, time_budget: float | None = None, interrupted: Callable[[], bool] | None = None) -> Limits:
+        deadline = None if time_budget is None else time.monotonic() + time_budget
+        return cls(max_schedules, deadline, interrupted or (lambda: False))
+
+    def stop(self) -> bool:
+        if self.reason is None:
+            if self.interrupted():
+                self.reason = "interrupted"
+            elif self.deadline is not None and time.monotonic() >= self.deadline:
+                self.reason = "the time budget ran out"
+            elif self.max_schedules is not None and self.evaluated >= self.max_schedules:
+                self.reason = f"{self.max_schedules} schedules evaluated"
+        return self.reason is not None
 
 
 def tune(
@@ -104,10 +158,19 @@ def tune(
     progress: Progress | None = None,
     rounds: int = 5,
     jobs: int | None = None,
+    exhaustive: bool = False,
+    limits: Limits | None = None,
 ) -> TuneResult:
-    """Explore, check and time (``backend``) or predict (``model``) every schedule of
+    """Explore, check and time (``backend``) or predict (``model``) the schedules of
     ``module``'s function at every size (the program's own size when ``sizes`` is None);
-    ``jobs`` processes check and predict many schedules (default: one per core)."""
+    ``jobs`` processes check and predict many schedules (default: one per core).
+
+    By default the search skips what cannot change the answer (``search.py``): programs
+    that fit no size on ``ranks`` ranks, a second evaluation of schedules the cost model
+    cannot tell apart, the checks of schedules the interpreter cannot tell apart, and
+    overlaps whose bound is no better than the best found. ``exhaustive`` checks and
+    evaluates every schedule ``explore`` finds, each on its own. ``limits`` stops the
+    search early (``TuneResult.cut_short`` says why) with the best found so far."""
     if (model is None) == (backend is None):
         raise InputRejected("give either a backend to time on or a topology to predict for")
     if ranks < 1:
@@ -117,51 +180,81 @@ def tune(
     sizes = sorted(set(sizes)) if sizes else [d]
     seconds: dict[str, float] = {}
     report = progress or (lambda phase, done, total: None)
+    limits = limits or Limits()
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+    parts = units.classes(module, f)
+    if sum(len(c.units) for c in parts) >= units.MANY_UNITS:
+        return _tune_units(module, f, parts, ranks, sizes, d, model, backend, as_slice, report, rounds, jobs, exhaustive, limits)
 
     t0 = time.perf_counter()
-    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0))
+    fits = None if exhaustive else (lambda m: any(fitting(m, ranks, d, sizes)))
+    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0), fits=fits, stop=limits.stop)
     seconds["explore"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    evaluate = _Evaluation(ex, ranks, d, sizes, model)
-    results = _each(evaluate, len(ex.candidates), jobs, lambda i: report("predict" if model else "check", i, len(ex.candidates)))
-    for c, (status, _) in zip(ex.candidates, results):
-        c.check = status
-    seconds["check and predict" if model else "check"] = time.perf_counter() - t0
-    bad = [c for c in ex.candidates if c.check.startswith("differs")]
+    ev = _Evaluator(ex, ranks, d, sizes, model, exhaustive, jobs, report, limits)
+    if model is not None:
+        if exhaustive:
+            ev.evaluate(list(range(len(ex.candidates))))
+        else:
+            plan = search.plan(ex.candidates, ranks)
+            search.search(plan, ev.times_of, ev.evaluate, len(sizes), limits.stop)
+            search.share_times(plan, ev.results, ev.done)
+        seconds["check and predict"] = time.perf_counter() - t0
+        how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
+    else:
+        ev.check(list(range(len(ex.candidates))))
+        seconds["check"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        shares = {} if exhaustive else search.plan(ex.candidates, ranks).shares
+        ev.time(range(len(ex.candidates)), backend, rounds, shares)  # type: ignore[arg-type]
+        how = f"backend {backend}"
+        seconds["time"] = time.perf_counter() - t0
+    if model is not None and 0 not in ev.done:
+        # cut short before anything was evaluated: the program as written still is
+        ev.limits, stopped = Limits(), ev.limits
+        ev.evaluate([0])
+        ev.limits = stopped
+    evaluated = [i for i in range(len(ex.candidates)) if i in ev.results and (ev.results[i][0] != "ok" or i in ev.done)]
+    for i in evaluated:
+        ex.candidates[i].check = ev.results[i][0]
+    bad = [ex.candidates[i] for i in evaluated if ex.candidates[i].check.startswith("differs")]
     bugs = [f"distir bug: schedule {c.name} ({c.pipeline}) does not compute what the program does: {c.check}" for c in bad]
     bugs += [f"distir bug: a pass crashed during the exploration: {e}" for e in ex.errors]
     notes = []
-    if ex.truncated:
+    if ex.truncated and limits.reason is None:
         notes.append(f"the exploration stopped after {len(ex.candidates)} schedules")
-    unchecked = [c for c in ex.candidates if c.check.startswith("not run")]
+    if ex.unfit:
+        notes.append(f"{ex.unfit} schedule(s) fit none of these sizes on {ranks} ranks (a dim the ranks do not divide): not evaluated")
+    skipped = len(ex.candidates) - len(evaluated)
+    if skipped and limits.reason is None:
+        notes.append(f"{skipped} of {len(ex.candidates)} schedules were not evaluated: their bound is no better than the best found (--all evaluates every one)")
+    unchecked = [ex.candidates[i] for i in evaluated if ex.candidates[i].check.startswith("not run")]
     if unchecked:
         notes.append(
             f"{len(unchecked)} schedule(s) could not run on the reduced shapes of the check (e.g. {unchecked[0].name}: "
             f"{unchecked[0].check.removeprefix('not run: ')}); they are not picked"
         )
-    if model is not None:
-        times = [t for _, t in results]
-        how = f"model {model.name}" + (f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else "")
-    else:
-        t0 = time.perf_counter()
-        times = _measure(ex, backend, ranks, d, sizes, report, rounds)  # type: ignore[arg-type]
-        how = f"backend {backend}"
-        seconds["time"] = time.perf_counter() - t0
     schedules = [
-        Schedule(c.name, c.pipeline, times[i], model is None, c.check, c.module, c.original) for i, c in enumerate(ex.candidates)
+        Tuned(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original)
+        for i, c in ((i, ex.candidates[i]) for i in evaluated)
     ]
     best: dict[int, str | None] = {}
     for s in sizes:
         ok = [(sc.times[s], sc.name) for sc in schedules if sc.check == "ok" and sc.times.get(s) is not None]
         best[s] = min(ok)[1] if ok else None
-    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes)
+    if limits.reason is not None:
+        notes.insert(0, f"the search was cut short ({limits.reason}): the best of the {len(evaluated)} schedules evaluated so far")
+    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, ev.evaluated, len(ev.checks), cut_short=limits.reason)
 
 
-class _Evaluation:
-    """What each schedule needs on its own: its interpreter check and, with a model, its
-    prediction at every size (lowered once at the reference size)."""
+class _Evaluator:
+    """Each schedule's interpreter check (once per ``Candidate.check_key`` unless
+    ``exhaustive``) and, with a model, its prediction at every size (lowered once at
+    the reference size): ``results[i] = (check, {size: seconds or None})``."""
 
-    def __init__(self, ex: Exploration, ranks: int, d: int, sizes: Sequence[int], model: Topology | None):
+    def __init__(
+        self, ex: Exploration, ranks: int, d: int, sizes: Sequence[int], model: Topology | None, exhaustive: bool, jobs: int | None, report: Progress, limits: Limits
+    ):
         from distir.tuning.cost_model import Scaling, reference_size
 
         if model is not None and ranks > model.ranks:
@@ -169,27 +262,383 @@ class _Evaluation:
         self.ex = ex
         self.checker = Checker.of(ex, ranks)
         self.ranks, self.d, self.sizes, self.model = ranks, d, list(sizes), model
-        d_ref, q = reference_size(list(program_dims(ex.candidates[0].module)), ranks, d)
-        self.scaling = Scaling(d_ref, q)
+        self.exhaustive, self.jobs, self.report, self.limits = exhaustive, jobs, report, limits
+        self.done: set[int] = set()
+        """Schedules whose prediction (or timing) is in ``results``."""
+        if len(self.sizes) == 1:
+            # one size: lowered at that size (the combining of collectives into buckets,
+            # for one, depends on the size, and so does a square dim's element count)
+            self.scaling = Scaling(self.sizes[0], EXACT_Q)
+        else:
+            d_ref, q = reference_size(list(program_dims(ex.candidates[0].module)), ranks, d)
+            self.scaling = Scaling(d_ref, q)
+        self.checks: dict[object, str] = {}
+        self.results: dict[int, tuple[str, dict[int, float | None]]] = {}
+        self.evaluated = 0
 
-    def __call__(self, i: int) -> tuple[str, dict[int, float | None]]:
+    def check(self, idxs: Sequence[int]) -> None:
+        """The checks of ``idxs`` (recorded with no times yet)."""
+        for i in idxs:
+            if i in self.results:
+                continue
+            c = self.ex.candidates[i]
+            key = i if self.exhaustive else c.check_key()
+            if key not in self.checks:
+                self.checks[key] = self.checker(c)
+            self.results[i] = (self.checks[key], {s: None for s in self.sizes})
+
+    def evaluate(self, idxs: list[int]) -> None:
+        """Check and predict ``idxs`` (until ``limits`` stop the search); predictions run
+        in ``jobs`` processes when many."""
+        if self.limits.stop():
+            return
+        self.check(idxs)
+        ok = [i for i in idxs if self.results[i][0] == "ok"]
+        done0 = len(self.done)
+
+        def tick(n: int) -> None:
+            self.limits.evaluated += 1
+            self.report("predict", done0 + n, len(self.ex.candidates))
+
+        times = _each(self.predict, ok, self.jobs, tick, self.limits.stop)
+        for i, t in zip(ok, times):
+            if t is not None:
+                self.results[i] = ("ok", t)
+                self.done.add(i)
+                self.evaluated += 1
+
+    def time(self, idxs: Sequence[int], backend: str, rounds: int, shares: dict[int, int]) -> None:
+        """Time the schedules ``idxs`` that passed their check at every size they fit (one
+        of each group that lowers to the same program: ``shares``) on ``backend``; the
+        limits are checked between sizes (``max_schedules`` caps the schedules timed)."""
+        from distir.tuning.timing import time_programs
+
+        cands = self.ex.candidates
+        usable = [i for i in idxs if self.results[i][0] == "ok" and i not in shares]
+        if self.limits.max_schedules is not None:
+            usable = usable[: max(1, self.limits.max_schedules)]
+        total = len(usable) * len(self.sizes)
+        done = 0
+        fit = {i: fitting(cands[i].module, self.ranks, self.d, self.sizes) for i in usable}
+
+        def tick(_name: str) -> None:
+            nonlocal done
+            done += 1
+            self.report("time", min(done, total), total)
+
+        for k, s in enumerate(self.sizes):
+            if self.limits.stop():
+                break
+            # a size the schedule's slicing does not divide is not applicable: not built
+            programs = [(cands[i].name, at_size(cands[i].module, self.d, s)) for i in usable if fit[i][k]]
+            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick)
+            self.evaluated += len(programs)
+            for i in usable:
+                self.results[i][1][s] = times.get(cands[i].name) if fit[i][k] else None
+                self.done.add(i)
+        for i, j in shares.items():
+            if self.results[i][0] == "ok" and self.results[j][0] == "ok" and j in self.done:
+                self.results[i] = (self.results[i][0], dict(self.results[j][1]))
+                self.done.add(i)
+
+    def times_of(self, i: int) -> np.ndarray | None:
+        """Seconds per size (NaN: not at that size), None unless checked ok and
+        evaluated."""
+        if i not in self.done:
+            return None
+        status, times = self.results[i]
+        if status != "ok":
+            return None
+        return np.array([np.nan if times[s] is None else times[s] for s in self.sizes], dtype=float)
+
+    def predict(self, i: int) -> dict[int, float | None]:
         from distir.lowering.pipeline import lower
         from distir.tuning.cost_model import predict, prepare
 
         c = self.ex.candidates[i]
-        status = self.checker(c)
         times: dict[int, float | None] = {s: None for s in self.sizes}
-        if status != "ok" or self.model is None:
-            return status, times
+        assert self.model is not None
         try:
-            lowered = lower(at_size(c.module, self.d, self.scaling.d_ref), self.ranks)
+            module = c.module if self.scaling.d_ref == self.d else at_size(c.module, self.d, self.scaling.d_ref)
+            lowered = lower(module, self.ranks, verify=False)
             prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
         except (InputRejected, PassFailedException, VerifyException):
-            return status, times  # not applicable on this rank count (a dim the ranks do not divide)
+            return times  # not applicable on this rank count (a dim the ranks do not divide)
         for s, t in zip(self.sizes, predict(prepared, self.sizes)):
             times[s] = None if math.isnan(t) else float(t)
-        return status, times
+        return times
 
+
+@dataclass
+class _Choice:
+    """A class's schedule: its name, pipeline and program (the class's first unit)."""
+
+    name: str
+    pipeline: str
+    module: ModuleOp
+    times: dict[int, float | None]
+
+
+def _tune_units(
+    module: ModuleOp,
+    f: func.FuncOp,
+    parts: list[units.UnitClass],
+    ranks: int,
+    sizes: list[int],
+    d: int,
+    model: Topology | None,
+    backend: str | None,
+    as_slice: Sequence[str] | None,
+    report: Progress,
+    rounds: int,
+    jobs: int | None,
+    exhaustive: bool,
+    limits: Limits,
+) -> TuneResult:
+    """A program of independent units, tuned class by class (``units.py``): the classes
+    (the heaviest first), then the whole program under each size's class schedules
+    composed into one pipeline, against the program as written, then with larger
+    buckets. Cut short (``limits``), a class not tuned keeps its first schedule
+    (``fuse-maps``) and a whole program not predicted gets the sum of its parts'
+    predictions."""
+    from distir.dialects.context import make_context
+
+    seconds: dict[str, float] = {}
+    ctx = make_context()
+    t0 = time.perf_counter()
+    results: list[TuneResult | None] = [None] * len(parts)
+    programs = [cls.first.program(module, f) for cls in parts]
+    for done, k in enumerate(sorted(range(len(parts)), key=lambda k: -_weight(parts[k], programs[k]))):
+        report("classes", done, len(parts))
+        if limits.stop():
+            break
+        prog = programs[k]
+        own = d in program_dims(prog)
+        names = {a.name_hint for a in _function_of(prog).body.block.args}
+        mine = None if as_slice is None else [n for n in as_slice if n in names]
+        results[k] = tune(
+            prog, ranks, sizes if own else None, dim=d if own else None, model=model, backend=backend, as_slice=mine, rounds=rounds, jobs=jobs, exhaustive=exhaustive, limits=limits
+        )
+    report("classes", len(parts), len(parts))
+    labels = [_label(prog, len(cls.units)) for prog, cls in zip(programs, parts)]
+    seconds["classes"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    whole = printed_names(module)
+    renames = [units.names(module, f, cls, whole) for cls in parts]
+    firsts = [_first_choice(r, prog, ctx) for r, prog in zip(results, programs)]
+    small = [units.combinable(prog) for prog in programs]
+    combos: list[tuple[str, tuple[_Choice, ...]]] = []
+    for s in sizes:
+        best = tuple(_best_choice(r, s) or first for r, first in zip(results, firsts))
+        combinable = tuple(fst if sm else b for b, fst, sm in zip(best, firsts, small))
+        at = f" at {format_size(s)}" if len(sizes) > 1 else ""
+        for what, combo in ((f"each part's best{at}", best), (f"each part's best{at}, small parts combinable", combinable)):
+            if not any(_same_combo(combo, c) for _, c in combos):
+                names = {c.name for c in combo}
+                combos.append((f"{names.pop()} (every part)" if len(names) == 1 else what, combo))
+    bugs: list[str] = []
+    # the program as written first: every speedup is over it
+    cands: list[Candidate] = [Candidate(module.clone(), (), "(as written)", original=True, check="ok")]
+    estimates: list[dict[int, float | None]] = [
+        _by_parts(sizes, [((r.baseline.times if r is not None else {}), len(cls.units)) for r, cls in zip(results, parts)])
+    ]
+    chosen: list[tuple[str, ...]] = [()]
+    build = not limits.stop()
+    for name, combo in combos:
+        cand = _compose(module, name, combo, renames, ctx, bugs, build)
+        if cand is not None:
+            cands.append(cand)
+            chosen.append(tuple(c.name for c in combo))
+            estimates.append(_by_parts(sizes, [(c.times, len(cls.units)) for c, cls in zip(combo, parts)]))
+    seconds["compose"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    ex = Exploration(cands)
+    ev = _Evaluator(ex, ranks, d, sizes, model, True, jobs, report, limits)
+    for i in range(len(cands)):
+        ev.results[i] = ("ok", {s: None for s in sizes})
+    for i in range(len(cands)):
+        _evaluate_whole(ev, i, model, backend, rounds, limits)
+    # the collectives of each size's winner combined into larger buckets, while that helps
+    for i in sorted({_best_index(ev, s) for s in sizes} - {None}):  # type: ignore[type-var]
+        before = ev.times_of(i)
+        for bucket in units.BUCKETS:
+            if limits.stop():
+                break
+            from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+            from distir.passes.combine_collectives import CombineCollectivesPass
+
+            more = (FixMeshSizesPass(ranks=ranks), CombineCollectivesPass(bucket_bytes=bucket))
+            combined = cands[i].module.clone()
+            for p in more:
+                p.apply(ctx, combined)
+            cands.append(Candidate(combined, (*cands[i].passes, *more), f"{cands[i].name} + buckets of {_bytes(bucket)}", check="ok"))
+            estimates.append({s: None for s in sizes})
+            chosen.append(chosen[i])
+            j = len(cands) - 1
+            ev.results[j] = ("ok", {s: None for s in sizes})
+            _evaluate_whole(ev, j, model, backend, rounds, limits)
+            now = ev.times_of(j)
+            if now is None or before is None or not np.any(now < before):
+                break
+            before = now
+    seconds["predict" if model is not None else "time"] = time.perf_counter() - t0
+    how = f"backend {backend}" if model is None else f"model {model.name}" + (
+        f" ({model.levels[0].cardinality} {model.levels[0].name}s)" if len(model.levels) > 1 else ""
+    )
+    notes = [f"{sum(len(c.units) for c in parts)} independent parts in {len(parts)} classes, each class tuned on its first part"]
+    schedules = []
+    by_parts = False
+    for i, c in enumerate(cands):
+        times = ev.results[i][1]
+        if i not in ev.done and any(v is not None for v in estimates[i].values()):
+            times, by_parts = estimates[i], True
+        elif i not in ev.done and "buckets" in c.name:
+            continue
+        schedules.append(Tuned(c.name, c.pipeline, times, model is None, c.check, c.module, c.original, chosen[i]))
+    if by_parts:
+        notes.append("the whole program was not predicted under some schedules: their times are the sum of their parts'")
+    untuned = [label for label, r in zip(labels, results) if r is None]
+    if untuned:
+        notes.append(f"not tuned (they keep fuse-maps): {', '.join(untuned)}")
+    best: dict[int, str | None] = {}
+    for s in sizes:
+        ok = [(sc.times[s], sc.name) for sc in schedules if sc.times.get(s) is not None]
+        best[s] = min(ok)[1] if ok else next((sc.name for sc in schedules if not sc.original), None)
+    if limits.reason is not None:
+        notes.insert(0, f"the search was cut short ({limits.reason}): the best schedule found so far")
+    tuned = [(label, len(cls.units), r) for label, cls, r in zip(labels, parts, results) if r is not None]
+    for label, _, r in tuned:
+        bugs += [f"{label}: {b}" for b in r.bugs]
+    checked = sum(r.checked for _, _, r in tuned)
+    evaluated = ev.evaluated + sum(r.evaluated for _, _, r in tuned)
+    return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, evaluated, checked, tuned, limits.reason)
+
+
+def _function_of(module: ModuleOp) -> func.FuncOp:
+    return next(o for o in module.ops if isinstance(o, func.FuncOp))
+
+
+def _weight(cls: units.UnitClass, prog: ModuleOp) -> int:
+    """Elements a class's units hold in all: the classes that weigh most are tuned first."""
+    fn = _function_of(prog)
+    return len(cls.units) * sum(math.prod(a.type.get_shape()) for a in fn.body.block.args if isinstance(a.type, TensorType))
+
+
+def _first_choice(r: TuneResult | None, prog: ModuleOp, ctx) -> _Choice:
+    """The schedule every search starts from (``fuse-maps``), else the program as written."""
+    if r is not None:
+        for s in r.schedules:
+            if s.pipeline == "fuse-maps" and s.check == "ok":
+                return _Choice(s.name, s.pipeline, s.module, s.times)
+        return _Choice(r.baseline.name, "", r.baseline.module, r.baseline.times)
+    from distir.passes.fuse_maps import FuseMapsPass
+    from distir.tuning.explore import structural_name
+
+    m = prog.clone()
+    FuseMapsPass().apply(ctx, m)
+    return _Choice(structural_name(m), "fuse-maps", m, {})
+
+
+def _best_choice(r: TuneResult | None, size: int) -> _Choice | None:
+    """A class's fastest schedule at ``size`` among those that compose: every explored
+    schedule starts with ``fuse-maps`` on the whole program, so a class cannot keep its
+    maps as written while another fuses them (in the model the two take the same time)."""
+    if r is None:
+        return None
+    at = size if size in r.sizes else r.sizes[0]
+    ok = [(s.times[at], s.name) for s in r.schedules if s.check == "ok" and not s.original and s.times.get(at) is not None]
+    if not ok:
+        return None
+    s = r.by_name(min(ok)[1])
+    return _Choice(s.name, s.pipeline, s.module, s.times)
+
+
+def _same_combo(a: Sequence[_Choice], b: Sequence[_Choice]) -> bool:
+    return all(x.pipeline == y.pipeline for x, y in zip(a, b))
+
+
+def _by_parts(sizes: Sequence[int], parts: Sequence[tuple[dict[int, float | None], int]]) -> dict[int, float | None]:
+    """The sum of the parts' times (each class's time times its units) at each size; a
+    class tuned at its own size only counts that time at every size."""
+    out: dict[int, float | None] = {}
+    for s in sizes:
+        total = 0.0
+        for times, count in parts:
+            t = times.get(s) if s in times else (next(iter(times.values())) if len(times) == 1 else None)
+            if t is None:
+                total = math.nan
+                break
+            total += count * t
+        out[s] = None if math.isnan(total) else total
+    return out
+
+
+def _compose(module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx, bugs: list[str], build: bool = True) -> Candidate | None:
+    """The whole program under one class schedule per class (``units.compose``),
+    checked to do on every unit what its class's schedule does; with ``build`` False
+    (the search was cut short) only the pipeline (``Tuned.module`` is built when
+    asked for)."""
+    from distir.passes.pipeline import parse_pipeline
+
+    try:
+        passes = units.compose([(parse_pipeline(c.pipeline), rn) for c, rn in zip(combo, renames)])
+    except ValueError as e:
+        bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
+        return None
+    if not build:
+        return Candidate(None, passes, name, check="ok")  # type: ignore[arg-type]
+    out = module.clone()
+    try:
+        for p in passes:
+            p.apply(ctx, out)
+        out.verify()
+    except (PassFailedException, VerifyException, InputRejected) as e:
+        bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
+        return None
+    if not units.realized(out, [c.module for c in combo]):
+        bugs.append(f"distir bug: the composed pipeline of {name} does not do on every unit what its class's schedule does")
+        return None
+    return Candidate(out, passes, name, check="ok")
+
+
+def _evaluate_whole(ev: _Evaluator, i: int, model: Topology | None, backend: str | None, rounds: int, limits: Limits) -> None:
+    """Predict (or time) the whole-program candidate ``i`` unless ``limits`` stopped."""
+    if limits.stop():
+        return
+    if model is not None:
+        ev.results[i] = ("ok", ev.predict(i))
+        ev.evaluated += 1
+        ev.done.add(i)
+    else:
+        ev.time([i], backend, rounds, {})
+    limits.evaluated += 1
+
+
+def _best_index(ev, size: int) -> int | None:
+    ok = [(ev.results[i][1].get(size), i) for i in ev.done if ev.results[i][1].get(size) is not None]
+    return min(ok)[1] if ok else None
+
+
+def _label(prog: ModuleOp, count: int) -> str:
+    """``128 x 4096x4096``: how many units a class has and the shape of its first
+    tensor argument."""
+    fn = next(o for o in prog.ops if isinstance(o, func.FuncOp))
+    shape = next((a.type for a in fn.body.block.args if isinstance(a.type, TensorType)), None)
+    dims = "x".join(str(x) for x in shape.get_shape()) if shape is not None else "scalar"
+    return f"{count} x {dims}"
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+EXACT_Q = (1 << 61) - 1
+"""A prime no dimension is a multiple of: a lowering at the size itself (``Scaling``)."""
 
 PARALLEL_FROM = 24
 """Schedules from which the checks and predictions run in parallel processes."""
@@ -202,49 +651,42 @@ def _run_job(i: int):
     return i, _JOB(i)
 
 
-def _each(fn: Callable[[int], object], count: int, jobs: int | None, progress: Callable[[int], None]) -> list:
-    """``[fn(i) for i in range(count)]``, in ``jobs`` forked processes (default: one per
-    core) when there are many; results in order."""
+def _each(fn: Callable[[int], object], items: Sequence[int], jobs: int | None, progress: Callable[[int], None], stop: Callable[[], bool] = lambda: False) -> list:
+    """``[fn(i) for i in items]``, in ``jobs`` forked processes (default: one per core)
+    when there are many; results in order, None for the items not run once ``stop()``
+    (checked between items) said to stop."""
     global _JOB
     jobs = jobs or os.cpu_count() or 1
-    out: list = [None] * count
-    if jobs < 2 or count < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
-        for i in range(count):
-            out[i] = fn(i)
-            progress(i + 1)
+    out: list = [None] * len(items)
+    if jobs < 2 or len(items) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
+        for k, i in enumerate(items):
+            if stop():
+                break
+            out[k] = fn(i)
+            progress(k + 1)
         return out
     _JOB = fn
+    position = {i: k for k, i in enumerate(items)}
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, count)) as pool:
-            for done, (i, r) in enumerate(pool.imap_unordered(_run_job, range(count)), 1):
-                out[i] = r
+        # the workers leave Ctrl-C to this process, which stops them (``stop``)
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(items)), initializer=_ignore_interrupts) as pool:
+            for done, (i, r) in enumerate(pool.imap_unordered(_run_job, items), 1):
+                out[position[i]] = r
                 progress(done)
+                if stop():
+                    pool.terminate()
+                    break
     finally:
         _JOB = None
     return out
 
 
+def _ignore_interrupts() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _name(c: Candidate) -> str:
     f = next(o for o in c.module.ops if isinstance(o, func.FuncOp))
     return f.sym_name.data
-
-
-def _measure(ex: Exploration, backend: str, ranks: int, d: int, sizes: Sequence[int], report: Progress, rounds: int) -> list[dict[int, float | None]]:
-    from distir.tuning.timing import time_programs
-
-    usable = [(i, c) for i, c in enumerate(ex.candidates) if c.check == "ok"]
-    out: list[dict[int, float | None]] = [{s: None for s in sizes} for _ in ex.candidates]
-    total = len(usable) * len(sizes)
-    done = 0
-    for s in sizes:
-        programs = [(c.name, at_size(c.module, d, s)) for _, c in usable]
-
-        def tick(_name: str) -> None:
-            nonlocal done
-            done += 1
-            report("time", min(done, total), total)
-
-        times = time_programs(programs, ranks, backend, rounds=rounds, progress=tick)
-        for i, c in usable:
-            out[i][s] = times.get(c.name)
-    return out

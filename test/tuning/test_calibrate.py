@@ -186,3 +186,23 @@ def test_rounds_stop_at_max_rounds():
     calls.update(a=0, b=0)
     _round_robin({"a": step("a"), "b": step("b")}, (3, 0.0, 20), "best")
     assert calls == {"a": 3, "b": 3}
+
+
+def test_a_fit_that_cannot_be_right_keeps_the_previous_calibration(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    good = fit(synthetic(), 2, "local")
+    assert calibrate.problems(good) == []
+    monkeypatch.setattr(calibrate, "measure", lambda backend, ranks, progress=None: good)
+    path = calibrate.calibrate(2, ("local",))
+    before = path.read_text()
+    # every collective's alpha fitted to 0: stored nowhere, the previous file stays
+    zero = json.loads(json.dumps(good))
+    for kind in zero["collectives"]:
+        zero["collectives"][kind][0] = 0.0
+    monkeypatch.setattr(calibrate, "measure", lambda backend, ranks, progress=None: zero)
+    with pytest.raises(InputRejected, match="alpha came out as 0 for every collective.*kept the previous calibration"):
+        calibrate.calibrate(2, ("local",))
+    assert path.read_text() == before
+    nan = json.loads(json.dumps(good))
+    nan["memory_bandwidth_GBps"] = float("nan")
+    assert calibrate.problems(nan) == ["the memory bandwidth is nan"]

@@ -106,3 +106,155 @@ def test_local_topology_needs_calibration(tmp_path):
     p = subprocess.run([str(TUNE), str(EXAMPLES / "sgd.mlir"), "--ranks", "2", "--model", "local"], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 1
     assert "is not calibrated on this machine: run 'distir-tune --calibrate" in p.stderr
+
+
+# --------------------------------------------------------------------------------------
+# Issue 20 (hardening) and issue 23 (scale): each reproduces what went wrong
+# --------------------------------------------------------------------------------------
+
+
+def test_local_backend_size_the_ranks_do_not_divide_is_not_applicable(tmp_path):
+    # 3 elements do not split over 2 ranks: the splits are not applicable at 3, the
+    # program as written still runs there, and the other size is timed as usual
+    out = tmp_path / "r.json"
+    p = run("-", "--ranks", "2", "--sizes", "3,2^8", "--rounds", "1", "--json", str(out), stdin=ALL_REDUCE)
+    assert p.returncode == 0, p.stderr
+    assert "internal error" not in p.stderr and "Traceback" not in p.stderr
+    data = json.loads(out.read_text())
+    assert data["best"]["256"] is not None and data["best"]["3"] is not None
+    assert any(s["times"]["3"] is None for s in data["schedules"])
+    assert "do not run at this size" in p.stdout
+
+
+@pytest.mark.parametrize("ranks", ["65", "100000"])
+def test_local_backend_more_ranks_than_it_runs_is_rejected(ranks, capsys):
+    assert main([str(EXAMPLES / "sgd.mlir"), "--ranks", ranks]) == 1
+    err = capsys.readouterr().err
+    assert "the local backend runs at most 64 ranks" in err and "internal error" not in err
+
+
+def test_model_size_the_ranks_do_not_divide_is_not_applicable(tmp_path):
+    out = tmp_path / "r.json"
+    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16", "--sizes", "3,2^16", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["best"]["3"] is not None and data["best"]["65536"] is not None
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--json", "{missing}/r.json"], "--json {missing}/r.json: no such directory"),
+        (["--plot", "{missing}/p.png"], "--plot {missing}/p.png: no such directory"),
+        (["--plot", "{tmp}/p.xyz"], "matplotlib cannot write '.xyz' files"),
+        (["-o", "{tmp}"], "is a directory"),
+    ],
+)
+def test_output_paths_are_checked_before_the_run(args, message, tmp_path, capsys):
+    fill = {"missing": str(tmp_path / "missing"), "tmp": str(tmp_path)}
+    args = [a.format(**fill) for a in args]
+    code = main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16", *args])
+    out = capsys.readouterr()
+    assert code == 1 and message.format(**fill) in out.err
+    assert "schedules on" not in out.out  # rejected before any tuning
+
+
+def test_absurd_topology_numbers_are_an_error_and_the_json_stays_strict(tmp_path, capsys):
+    topo = tmp_path / "t.toml"
+    topo.write_text(
+        'name = "slow"\n[[levels]]\nname = "gpu"\ncardinality = 4\nbandwidth_GBps = 100.0\nlatency_us = 1.0\n'
+        "[device]\nmemory_bandwidth_GBps = 1e-300\npeak_tflops = { f32 = 10.0, f16 = 20.0, bf16 = 20.0 }\n"
+    )
+    out = tmp_path / "r.json"
+    code = main([str(EXAMPLES / "sgd.mlir"), "--model", str(topo), "--ranks", "4", "--sizes", "2^10,2^30", "--json", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and "overflows" in err and "slow" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "sizes,message",
+    [
+        ("2^¹⁰", "ASCII digits"),
+        ("1" * 500, "too large"),
+        ("", "empty"),
+        ("2^10..2^99", "too large"),
+    ],
+)
+def test_bad_sizes_are_diagnostics(sizes, message, capsys):
+    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16", "--sizes", sizes]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "internal error" not in err and len(err) < 400
+
+
+def test_sizes_no_device_holds_are_predicted_with_a_warning(capsys):
+    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16", "--sizes", "2^40"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --sizes 2^40" in err and "ignores memory capacity" in err
+
+
+def test_too_many_ranks_for_the_model_are_refused(capsys):
+    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16777216"]) == 1
+    assert "at most 65536 ranks" in capsys.readouterr().err
+
+
+def test_calibrate_with_zero_ranks_is_rejected(capsys):
+    assert main(["--calibrate", "--ranks", "0"]) == 1
+    assert "--ranks must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_default_table_is_short_and_all_lists_everything(tmp_path):
+    from distir.dialects.context import parse_module
+    from distir.tuning.explore import explore
+
+    args = [str(EXAMPLES / "megatron_mlp.mlir"), "--model", "dgx2", "--nodes", "1", "--ranks", "4", "--sizes", "2^10,2^16"]
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    blocks = p.stdout.split("\nsize ")[1:]
+    assert len(blocks) == 2 and all(len(b.splitlines()) <= 80 for b in blocks)
+    # one row per family: the orders that are predicted alike are one row
+    assert "natural|ring|remote_first" in p.stdout
+    best = [line for line in p.stdout.splitlines() if line.startswith("best: ")]
+    assert len(best) == 2 and all(len(line) < 200 for line in best)
+    out = tmp_path / "all.json"
+    p = run(*args, "--all", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    found = explore(parse_module((EXAMPLES / "megatron_mlp.mlir").read_text()))
+    assert len(json.loads(out.read_text())["schedules"]) == len(found.candidates)
+    assert sum(1 for line in p.stdout.splitlines() if line.startswith("   ") or line.startswith("*  ")) >= 2 * len(found.candidates)
+
+
+def test_bounds_cut_the_search_short_with_the_best_so_far(tmp_path):
+    from distir.examples.optimizer_step import llama_parameters, optimizer_step
+
+    llama = tmp_path / "llama.mlir"
+    llama.write_text(optimizer_step("adam", llama_parameters("llama-7b", hidden=64, vocab=256, layers=1), mixed=True))
+    for bound in (["--time-budget", "0.01"], ["--max-schedules", "3"]):
+        out = tmp_path / "r.json"
+        p = run(str(llama), "--model", "dgx2", "--ranks", "16", "--json", str(out), *bound)
+        assert p.returncode == 0, p.stderr
+        assert "the search was cut short" in p.stdout
+        data = json.loads(out.read_text())
+        assert all(data["best"].values())
+    p = run(str(EXAMPLES / "megatron_mlp.mlir"), "--model", "dgx2", "--ranks", "16", "--max-schedules", "5", "--json", str(out))
+    assert p.returncode == 0 and "5 schedules evaluated" in p.stdout
+    assert len(json.loads(out.read_text())["schedules"]) <= 5
+
+
+def test_ctrl_c_prints_the_best_so_far_and_exits_130():
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [str(TUNE), str(EXAMPLES / "megatron_attention.mlir"), "--model", "dgx2", "--ranks", "16", "--all"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    # off a terminal the tool says what it is doing every few seconds: wait for that
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert line.startswith("distir-tune: ") and "(" in line, line
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert "the search was cut short (interrupted)" in out and "best: " in out

@@ -1,0 +1,105 @@
+"""The tuner's search (``tuning/search.py``) decides what the exhaustive search decides:
+on every example at a small and a large size, the schedule it picks is the one
+``tune(..., exhaustive=True)`` picks, or one predicted within 1% of it, with fewer
+evaluations; schedules it folds into one evaluation have the same prediction as when
+evaluated on their own; the interpreter check runs once per check class."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distir.dialects.context import parse_module
+from distir.tuning import search
+from distir.tuning.topology import get_topology
+from distir.tuning.tuner import tune
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# example -> (ranks, DGX-2 nodes, the two sizes, the dim they replace)
+CASES = {
+    "adam.mlir": (256, 16, (1 << 12, 1 << 26), None),
+    "lamb.mlir": (256, 16, (1 << 12, 1 << 26), None),
+    "sgd.mlir": (64, 4, (1 << 12, 1 << 26), None),
+    "megatron_mlp.mlir": (4, 1, (1 << 10, 1 << 16), None),
+    "megatron_attention.mlir": (4, 1, (8, 64), 8),
+    "pipeline_layer.mlir": (8, 1, (2048, 1 << 16), 2048),
+    "transformer_decode.mlir": (4, 1, None, None),
+    "dlrm_embedding.mlir": (8, 1, None, None),
+    "moe.mlir": (8, 1, None, None),
+}
+
+
+@lru_cache(maxsize=None)
+def both(example: str):
+    ranks, nodes, sizes, dim = CASES[example]
+    module = parse_module((EXAMPLES / example).read_text())
+    topo = get_topology("dgx2", nodes)
+    pruned = tune(module, ranks, sizes, dim=dim, model=topo)
+    exhaustive = tune(module, ranks, sizes, dim=dim, model=topo, exhaustive=True)
+    return pruned, exhaustive
+
+
+@pytest.mark.parametrize("example", sorted(CASES))
+def test_the_search_picks_what_the_exhaustive_search_picks(example):
+    pruned, exhaustive = both(example)
+    by_pipeline = {s.pipeline: s for s in exhaustive.schedules}
+    for size in exhaustive.sizes:
+        want = exhaustive.by_name(exhaustive.best[size])
+        got = pruned.by_name(pruned.best[size])
+        t_want, t_got = want.times[size], got.times[size]
+        assert t_got <= t_want * 1.01, f"{example} at {size}: picked {got.name} ({t_got}), the exhaustive search {want.name} ({t_want})"
+        # the pick is predicted as the exhaustive search predicts it
+        assert by_pipeline[got.pipeline].times[size] == pytest.approx(t_got, rel=1e-9)
+
+
+@pytest.mark.parametrize("example", sorted(CASES))
+def test_every_prediction_agrees_with_its_own_evaluation(example):
+    # folded schedules (orders that lower alike) get their sibling's prediction: the
+    # same as their own evaluation in the exhaustive search
+    pruned, exhaustive = both(example)
+    by_pipeline = {s.pipeline: s for s in exhaustive.schedules}
+    for s in pruned.schedules:
+        other = by_pipeline[s.pipeline]
+        for size in pruned.sizes:
+            a, b = s.times[size], other.times[size]
+            assert (a is None) == (b is None) and (a is None or a == pytest.approx(b, rel=1e-9)), (s.name, size, a, b)
+
+
+def test_the_search_evaluates_fewer_schedules():
+    pruned, exhaustive = both("megatron_mlp.mlir")
+    assert exhaustive.evaluated == sum(1 for s in exhaustive.schedules if s.check == "ok")
+    assert pruned.evaluated < exhaustive.evaluated / 2
+    assert pruned.checked < pruned.evaluated
+    assert any("not evaluated" in n for n in pruned.notes)
+
+
+def test_schedules_that_fit_no_size_are_dropped():
+    # split along the batch dim (4 rows) on 256 ranks fits no size: neither that program
+    # nor anything derived from it is checked or evaluated
+    module = parse_module((EXAMPLES / "megatron_mlp.mlir").read_text())
+    r = tune(module, 256, [1 << 20], model=get_topology("dgx2", 16))
+    assert any("fit none of these sizes" in n for n in r.notes)
+    assert all("dim 0" not in s.name for s in r.schedules)
+
+
+def test_bounds_of_an_ideal_pipeline():
+    # T(c) = P + Q/c + K c with P = 1, Q = 4, K = 0.01 at one size, flat at another
+    def t(c):
+        return np.array([1 + 4 / c + 0.01 * c, 2.0])
+
+    bound = search.first_bound(t(1), t(2))
+    assert np.all(bound <= np.array([min(t(c)[0] for c in (4, 8, 16)), 2.0]))
+    fitted = search.fitted_bound([(1, t(1)), (2, t(2)), (4, t(4))], [8, 16])
+    assert fitted[0] == pytest.approx(1 + 4 / 16 + 0.01 * 8)
+    assert fitted[0] <= min(t(8)[0], t(16)[0])
+    assert search.stopped_falling(t(8), t(16)) is False and search.stopped_falling(t(16), t(32)) is True
+    # where two chunks did not help, more do not either: the bound is T(2)
+    slower = search.first_bound(np.array([1.0]), np.array([1.2]))
+    assert slower[0] == pytest.approx(1.2)
+    assert search.pruned(slower, np.array([1.1])) and not search.pruned(slower, np.array([1.3]))
+    # a chain of 3 stages pipelined is still a third of the program
+    assert search.parent_bound(np.array([3.0]), 3)[0] == pytest.approx(1.0)

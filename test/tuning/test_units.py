@@ -1,0 +1,117 @@
+"""Programs with many tensors (``tuning/units.py``): a model's optimizer step is tuned
+class by class of its independent parts, and the answer is one pipeline that
+``distir-opt`` applies to the whole program, computing what the program computes."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+from xdsl.dialects import func
+
+from distir.dialects.context import parse_module
+from distir.examples.optimizer_step import llama_parameters, optimizer_step
+from distir.passes.pipeline import apply_pipeline
+from distir.runtime import equivalent
+from distir.tuning import units
+from distir.tuning.explore import structure_key
+from distir.tuning.topology import get_topology
+from distir.tuning.tuner import tune
+
+
+@lru_cache(maxsize=None)
+def llama_text(layers: int = 2) -> str:
+    return optimizer_step("adam", llama_parameters("llama-7b", hidden=64, vocab=256, layers=layers), mixed=True)
+
+
+def function(module):
+    return next(o for o in module.ops if isinstance(o, func.FuncOp))
+
+
+def test_units_and_classes_of_a_llama_step():
+    m = parse_module(llama_text())
+    f = function(m)
+    parts = units.units(f)
+    assert len(parts) == 2 + 9 * 2 + 1  # embedding, 9 per layer, final norm, head
+    assert all(len(u.results) == 3 and len(u.ops) == 5 for u in parts)  # p, m, v; all_reduce, cast, 3 maps
+    classes = units.classes(m, f)
+    # embedding + head, attention projections, gate + up, down, norms
+    assert sorted(len(c.units) for c in classes) == [2, 2, 4, 5, 8]
+    # a unit's program is a program of its own: the optimizer's state is kept sliced by default
+    prog = classes[0].first.program(m, f)
+    prog.verify()
+    args = [a.name_hint for a in function(prog).body.block.args]
+    assert args[:4] == ["g_embed_tokens", "p_embed_tokens", "m_embed_tokens", "v_embed_tokens"]
+
+
+@lru_cache(maxsize=None)
+def tuned():
+    return tune(parse_module(llama_text()), 16, model=get_topology("dgx2", 1))
+
+
+def test_the_answer_is_one_pipeline_for_the_whole_program():
+    r = tuned()
+    assert len(r.parts) == 5 and sum(n for _, n, _ in r.parts) == 21
+    composed = [s for s in r.schedules if not s.original]
+    assert composed
+    for s in composed:
+        # distir-opt applies the pipeline to the program as written and gets the schedule
+        again = apply_pipeline(parse_module(llama_text()), s.pipeline)
+        assert structure_key(again) == structure_key(s.module), s.name
+    # fewer evaluations than parts: each class is tuned once
+    assert r.evaluated < sum(len(rr.schedules) for _, _, rr in r.parts) + len(r.schedules) + 1
+
+
+def test_a_composed_schedule_computes_what_the_program_computes():
+    r = tuned()
+    original = parse_module(llama_text())
+    for s in r.schedules:
+        if s.original or "buckets" in s.name:
+            continue
+        for ranks in (1, 2, 4):
+            assert equivalent(original, s.module, ranks, trials=1, seed=0), (s.name, ranks)
+
+
+def test_buckets_are_candidates_and_small_tensors_stay_combinable():
+    r = tuned()
+    assert any("+ buckets of" in s.name and "fix-mesh-sizes{ranks=16},combine-collectives{bucket-bytes=" in s.pipeline for s in r.schedules)
+    # every tensor here is small: one collective per bucket beats a better schedule per
+    # tensor, so the combinable schedule (every part at fuse-maps) is a candidate
+    assert any(s.name.startswith("AR-C (every part)") for s in r.schedules)
+    best = r.by_name(r.best[r.sizes[0]])
+    assert best.times[r.sizes[0]] <= r.baseline.times[r.sizes[0]]
+
+
+def test_compose_merges_one_kind_of_pass_and_keeps_untargeted_ones():
+    from distir.passes.fuse_maps import FuseMapsPass
+    from distir.passes.split_allreduce import SplitAllReducePass
+
+    a = (FuseMapsPass(), SplitAllReducePass(targets=("x",)))
+    b = (FuseMapsPass(), SplitAllReducePass(targets=("y",)))
+    out = units.compose([(a, [{"x": "x1"}, {"x": "x2"}]), (b, [{"y": "y1"}])])
+    assert [p.name for p in out] == ["fuse-maps", "split-allreduce"]
+    assert out[1].targets == ("x1", "x2", "y1")
+    c = (FuseMapsPass(), SplitAllReducePass(dim=1, targets=("y",)))
+    out = units.compose([(a, [{"x": "x1"}]), (c, [{"y": "y1"}])])
+    assert [getattr(p, "dim", None) for p in out] == [None, 0, 1]
+
+
+def test_many_tensors_of_one_shape_are_one_class():
+    from distir.examples.optimizer_step import uniform_parameters
+
+    m = parse_module(optimizer_step("sgd", uniform_parameters(12, 256)))
+    assert [len(c.units) for c in units.classes(m, function(m))] == [12]
+
+
+def test_targets_made_by_earlier_passes_are_renamed_and_never_dropped():
+    from distir.passes.fuse_allreduce import FuseAllReducePass
+
+    p = units.retarget(FuseAllReducePass(targets=("avg_rs",)), [{"avg": "avg_q"}, {"avg": "avg_k"}])
+    assert p.targets == ("avg_q_rs", "avg_k_rs")
+    with pytest.raises(ValueError, match="names no value"):
+        units.retarget(FuseAllReducePass(targets=("other_rs",)), [{"avg": "avg_q"}])
+    # in the whole program's pipeline every targeted pass keeps its targets
+    for s in tuned().schedules:
+        for step in s.pipeline.split("},"):
+            if step.startswith(("fuse-allreduce", "reorder-allgather", "slice-state")):
+                assert "targets=" in step, s.pipeline
