@@ -263,6 +263,23 @@ class MeshGrid:
         return [list(map(int, row)) for row in g.reshape(-1, group_size(self.sizes, axes) or 1)]
 
 
+_COORDS: dict[int, tuple[MeshGrid, list[tuple[int, ...]]]] = {}
+
+
+def rank_coords(grid: MeshGrid) -> list[tuple[int, ...]]:
+    """``rank_coords(grid)[r]`` = coordinates of global rank r (cached per grid)."""
+    hit = _COORDS.get(id(grid))
+    if hit is not None and hit[0] is grid:
+        return hit[1]
+    order = np.argsort(grid.grid.ravel(), kind="stable")
+    cols = np.unravel_index(order, grid.sizes)
+    coords = [tuple(int(c[r]) for c in cols) for r in range(grid.ranks)]
+    if len(_COORDS) > 4096:
+        _COORDS.clear()
+    _COORDS[id(grid)] = (grid, coords)
+    return coords
+
+
 def base_grid(name: str, sizes: Sequence[int]) -> MeshGrid:
     n = math.prod(sizes)
     return MeshGrid(name, tuple(sizes), np.arange(n).reshape(tuple(sizes)))

@@ -118,12 +118,13 @@ def segments(arrays: Sequence[Any], lo: int, hi: int) -> list[tuple[int, int, li
     return out
 
 
-def copy_into(dst: Any, src: Any) -> None:
-    """dst[:] = src for 1-D buffers of equal length (numpy or scattered)."""
+def copy_into(dst: Any, src: Any, stream_from: int | None = bulk.HOST_DEFAULT) -> None:
+    """dst[:] = src for 1-D buffers of equal length (numpy or scattered); each contiguous
+    piece of at least ``stream_from`` bytes with streaming stores (``bulk.copy``)."""
     n = dst.size
     for _, _, (d, s) in segments([dst, src], 0, n):
         if d.__array_interface__["data"][0] != s.__array_interface__["data"][0]:
-            bulk.copy(d, s)
+            bulk.copy(d, s, stream_from)
 
 
 _TABLES: dict[tuple[int, ...], np.ndarray] = {}

@@ -312,7 +312,7 @@ def run(ex, op: rt.TiledCollectiveOp) -> None:
         run_gpu(ex, op, state, producer, comm, out, red, s0, s1)
         return
     s0.synchronize()
-    if run_shared(ex, op, state, producer, comm, out, red):
+    if op.option("transport") == "shared" and run_shared(ex, op, state, producer, comm, out, red):
         return
     run_messages(ex, op, state, producer, comm, out, red, s0, s1)
 
