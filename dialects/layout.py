@@ -145,12 +145,22 @@ def replace_axes(placements: Sequence[Placement], axes: Sequence[int], new: Plac
 
 
 def at_digits(rank: int, sizes: Sequence[int]) -> list[int]:
-    """Row-major digits of a group rank over axes of the given sizes."""
+    """Row-major digits of a group rank over axes of the given sizes (the one rank ->
+    coordinates conversion: mesh grids, hardware levels, P²'s factor axes)."""
     digits = []
     for s in reversed(sizes):
         digits.append(rank % s)
         rank //= s
     return digits[::-1]
+
+
+def digits_rank(digits: Sequence[int], sizes: Sequence[int]) -> int:
+    """The rank with these row-major digits over axes of the given sizes (inverse of
+    ``at_digits``)."""
+    r = 0
+    for d, s in zip(digits, sizes):
+        r = r * s + d
+    return r
 
 
 def group_size(sizes: Sizes, axes: Sequence[int]) -> int | None:
@@ -252,8 +262,8 @@ class MeshGrid:
         return int(self.grid.size)
 
     def coords(self, rank: int) -> tuple[int, ...]:
-        where = np.argwhere(self.grid == rank)
-        return tuple(int(c) for c in where[0])
+        """The coordinates of global rank ``rank`` (``rank_coords``)."""
+        return rank_coords(self)[rank]
 
     def groups(self, axes: Sequence[int]) -> list[list[int]]:
         """Rank groups that differ only on ``axes``; inside a group ranks are ordered

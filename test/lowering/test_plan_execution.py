@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from support.machines import calibrated_local
 
 from distir.dialects.context import parse_module
 from distir.dialects.diagnostics import InputRejected
@@ -18,7 +19,6 @@ from distir.runtime import bulk, host
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.interpreter import interpret
 from distir.runtime.local import LocalBackend
-from distir.tuning.calibrate import topology_from
 from distir.tuning.cost_model import Scaling, predict, prepare
 
 SGD = """
@@ -55,16 +55,7 @@ RANKS = 2
 
 def _calibrated():
     """A calibrated ``local`` machine: 1 byte per ns, no fixed costs."""
-    fit = {
-        "memory_bandwidth_GBps": 1.0,
-        "peak_tflops": {"f32": 1.0, "f16": 1.0, "bf16": 1.0},
-        "matmul_tflops": {"f32": 1.0, "f16": 1.0, "bf16": 1.0},
-        "runtime": {"launch_s": 0.0, "dispatch_s": 0.0, "synchronous": True, "concurrent_streams": False, "step_s": 0.0},
-        "collectives": {k: [0.0, 1e-9] for k in ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "send")},
-        "fused_in_memory": True,
-        "backend": "local",
-    }
-    return topology_from(fit, "local", RANKS)
+    return calibrated_local(RANKS)
 
 
 def _planned(source: str, n: int, target: str = "local") -> str:
