@@ -37,18 +37,13 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
 from distir.dialects import layout, nccl, rt
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import ExecutionFailed, InputRejected
 from distir.dialects.dist import TensorType
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.runtime import npz
 from distir.runtime.buffers import new_buffer
 from distir.runtime.comm import P2P
 from distir.runtime.values import numpy_dtype, rank_coords, stores
-
-
-class ExecutionFailed(RuntimeError):
-    """A lowered program failed on a rank (the message names the rank and the op)."""
-
 
 _PLANNING = threading.Lock()
 
