@@ -299,7 +299,7 @@ def run(ex, op: rt.TiledCollectiveOp) -> None:
     if state is None:
         n = op.ranks()
         if comm.size != n:
-            from distir.runtime.executor import ExecutionFailed
+            from distir.dialects.diagnostics import ExecutionFailed
 
             raise ExecutionFailed(f"rank {ex.rank}: '{op.name}' expects a group of {n} ranks, its communicator has {comm.size}")
         state = ex.persistent[key] = TileState(TilePlan.of(op, n, comm.rank))

@@ -115,3 +115,35 @@ def test_the_runtime_has_no_planning_function():
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.lower().lstrip("_").startswith("plan"):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not found, "planning in the runtime:\n" + "\n".join(found)
+
+
+def test_the_runtime_imports_form_a_tree():
+    """Inside runtime/ imports, lazy ones included, have no cycle: the shared pieces at
+    the bottom (values, buffers, comm, streams, bulk, scattered, tiles), the devices and
+    the executor above them, the backends above those, the registry (backend.py) on top."""
+    runtime = ROOT / "runtime"
+    edges: dict[str, set[str]] = {}
+    for path in sorted(runtime.glob("*.py")):
+        name = f"distir.runtime.{path.stem}"
+        edges[name] = {m for _, m in imported_modules(path) if m.startswith("distir.runtime.") and m != name}
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def cycle_from(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                return path[path.index(n) :] + [n]
+            if n not in state:
+                found = cycle_from(n)
+                if found:
+                    return found
+        state[m] = 2
+        path.pop()
+        return None
+
+    for m in sorted(edges):
+        if m not in state:
+            found = cycle_from(m)
+            assert found is None, "an import cycle in runtime/: " + " -> ".join(found)
