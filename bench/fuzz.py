@@ -1,17 +1,30 @@
-"""Fuzz distir's front end and tools, outside CI: N inputs (mutated examples, deep
-nesting, out-of-range numbers, unterminated strings, forward references, huge shapes;
-``test/support/fuzz.py``) through ``distir-opt`` and ``distir-run`` in this process.
+"""Fuzz distir's tools, outside CI: N inputs through ``distir-opt``, ``distir-run``,
+``distir-tune`` and ``distir-synth`` in this process (``test/support/fuzz.py``).
 
-    python bench/fuzz.py [--count 10000] [--seed 0] [--save DIR] [--local 0.02]
+    python bench/fuzz.py [--count 5000] [--seed 0] [--save DIR] [--local 0.02]
+                         [--families ir,topology,synth,tune] [--slow 30]
 
-Every input goes through ``distir-opt FILE``; a valid one also through ``distir-opt``
-with a random pipeline of distir's passes, and every input through ``distir-run FILE``
-(``--backend interpret``; a fraction ``--local`` on the ``local`` backend, which
-compiles kernels and is slower). The script prints how many inputs ran, the exit codes
-of each tool, and every case that exits with anything but 0, 1 or 2, or takes longer
-than ``--per-mb`` seconds per MB of input (at least ``--floor`` seconds); ``--save DIR``
-keeps those inputs. Exit status 1 when there was any. A case that runs longer than
-``--limit`` seconds is stopped and counted as a hang.
+Four families of inputs, drawn by ``--weights``:
+
+* ``ir``: mutated examples, deep nesting, out-of-range numbers, unterminated strings,
+  forward references, huge shapes; every input goes through ``distir-opt FILE``, a valid
+  one also with a random pipeline of distir's passes, and every input through
+  ``distir-run FILE`` (``--backend interpret``; a fraction ``--local`` on ``local``);
+* ``topology``: topology TOML files (non-finite, zero, negative, absurd numbers, missing
+  and unknown fields, many levels, empty, binary, not UTF-8, nested deeply) through
+  ``distir-synth --topology FILE`` on a small hierarchy and, one time in three,
+  ``distir-tune --model FILE`` on a small program;
+* ``synth``: ``distir-synth`` argument lists (near-valid and anything);
+* ``tune``: ``distir-tune`` argument lists on a small program or a fuzzed one.
+
+Findings: an exit code other than 0, 1 or 2 (or an escaping exception); a case slower
+than ``--slow`` seconds (default 30; an IR case also when slower than ``--per-mb``
+seconds per MB and ``--floor`` seconds, as before); a non-finite number (``nan``,
+``inf``, ``Infinity``) in what distir-tune or distir-synth print or write as JSON. A
+case running longer than ``--limit`` seconds (default 60) is stopped and counted as a
+hang. The script prints the inputs per family, the exit codes per tool, the slowest
+case and every finding; ``--save DIR`` keeps the findings' inputs. Exit status 1 when
+there was any finding.
 
 Memory: under 1 GB (the programs are small; sizes of the examples are shrunk).
 """
@@ -21,7 +34,9 @@ from __future__ import annotations
 import argparse
 import collections
 import io
+import json
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -32,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "test"))
 
-from support.fuzz import GENERATORS, fuzz_input  # noqa: E402
+from support.fuzz import GENERATORS, TOPOLOGY as TOPOLOGY_TEXT, fuzz_input, mutation, synth_argv, topology, tune_argv  # noqa: E402
 
 from distir.tools.diagnostics import quiet_developer_warnings  # noqa: E402
 
@@ -43,17 +58,23 @@ PASSES = [
 ]
 
 
-class Hang(Exception):
+class Hang(BaseException):
     pass
 
 
+TIMED_OUT = [False]
+
+
 def _alarm(signum, frame):
+    TIMED_OUT[0] = True
     raise Hang()
 
 
-def call(tool, argv: list[str], limit: float) -> tuple[int | str, float, str]:
-    """(exit code or 'hang'/'exception', seconds, stderr) of a tool's main in this process."""
+def call(tool, argv: list[str], limit: float) -> tuple[int | str, float, str, str]:
+    """(exit code or 'hang'/'exception', seconds, stdout, stderr) of a tool's main in this
+    process."""
     out, err = io.StringIO(), io.StringIO()
+    TIMED_OUT[0] = False
     signal.setitimer(signal.ITIMER_REAL, limit)
     start = time.perf_counter()
     try:
@@ -66,20 +87,68 @@ def call(tool, argv: list[str], limit: float) -> tuple[int | str, float, str]:
         err.write(f"{type(e).__name__}: {e}")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    return rc, time.perf_counter() - start, err.getvalue()
+    if TIMED_OUT[0]:  # the tool's last line of defence reported the alarm as its error
+        rc = "hang"
+    return rc, time.perf_counter() - start, out.getvalue(), err.getvalue()
+
+
+FAMILIES = ("ir", "topology", "synth", "tune")
+WEIGHTS = {"ir": 40, "topology": 20, "synth": 20, "tune": 20}
+
+# A small program the tuner explores quickly (one all-reduce and a map to fuse).
+PROGRAM = """dist.mesh @world shape = [?]
+func.func @f(%x: !dist.tensor<64xf32, @world, [local]>, %b: !dist.tensor<64xf32, @world, [replicated]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  %s = coll.all_reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %y = dist.map(%s, %b) : (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  ^bb0(%p: f32, %q: f32):
+    %r = arith.addf %p, %q : f32
+    dist.yield %r : f32
+  }
+  func.return %y : !dist.tensor<64xf32, @world, [replicated]>
+}
+"""
+
+# nan, inf, infinity as numbers (also "nanx", a speedup), not inside words ("info")
+NON_FINITE = re.compile(r"(?i)(?<![a-z_])(nan|inf(inity)?)(?=x\b|\b)")
+
+
+def non_finite(text: str) -> str | None:
+    """The first non-finite number printed in ``text``, or None."""
+    m = NON_FINITE.search(text)
+    return None if m is None else text[max(0, m.start() - 40) : m.end() + 20].replace("\n", " ")
+
+
+def non_finite_json(path: Path) -> str | None:
+    """A non-finite number in a JSON file the tool wrote, or None (missing: None)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found: list[str] = []
+    try:
+        json.loads(text, parse_constant=lambda c: found.append(c))
+    except ValueError:
+        return None
+    return f"{path.name}: {found[0]}" if found else None
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--count", type=int, default=10_000, help="number of inputs (default 10000)")
+    ap.add_argument("--count", type=int, default=5_000, help="number of inputs (default 5000)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kind", choices=sorted(GENERATORS), help="only this kind of input")
-    ap.add_argument("--local", type=float, default=0.02, metavar="FRACTION", help="fraction of runs on the local backend (default 0.02)")
-    ap.add_argument("--per-mb", type=float, default=5.0, help="slowest acceptable seconds per MB of input (default 5)")
-    ap.add_argument("--floor", type=float, default=3.0, help="a case is slow only above this many seconds (default 3)")
+    ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families of inputs (default: all)")
+    ap.add_argument("--kind", choices=sorted(GENERATORS), help="only this kind of IR input")
+    ap.add_argument("--local", type=float, default=0.02, metavar="FRACTION", help="fraction of IR runs on the local backend (default 0.02)")
+    ap.add_argument("--per-mb", type=float, default=5.0, help="IR inputs: slowest acceptable seconds per MB of input (default 5)")
+    ap.add_argument("--floor", type=float, default=3.0, help="IR inputs: a case is slow only above this many seconds (default 3)")
+    ap.add_argument("--slow", type=float, default=30.0, help="any case slower than this is a finding (default 30)")
     ap.add_argument("--limit", type=float, default=60.0, help="stop a case after this many seconds, a hang (default 60)")
     ap.add_argument("--save", metavar="DIR", help="write the inputs of the findings there")
     args = ap.parse_args()
+    families = [f for f in args.families.split(",") if f]
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        ap.error(f"unknown families {sorted(unknown)} (choose from {', '.join(FAMILIES)})")
     quiet_developer_warnings()
     signal.signal(signal.SIGALRM, _alarm)
 
@@ -87,65 +156,107 @@ def main() -> int:
     from distir.runtime import npz
     from distir.tools.opt import main as opt
     from distir.tools.run import main as run
+    from distir.tools.synth import main as synth
+    from distir.tools.tune import main as tune
 
+    tools = {"distir-opt": opt, "distir-run": run, "distir-synth": synth, "distir-tune": tune}
     rng = random.Random(args.seed)
     codes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     kinds: collections.Counter = collections.Counter()
     findings: list[str] = []
     worst = (0.0, "")
     tmp = Path(tempfile.mkdtemp(prefix="distir-fuzz-"))
+    (tmp / "program.mlir").write_text(PROGRAM)
     save = Path(args.save) if args.save else None
     if save:
         save.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    weights = [WEIGHTS[f] for f in families]
     for i in range(args.count):
-        kind, data = fuzz_input(rng, args.kind)
+        family = rng.choices(families, weights=weights)[0]
+        case = tmp / f"case{i}"
+        case.mkdir()
+        files = {
+            "program": str(tmp / "program.mlir"),
+            "topology": str(case / "topology.toml"),
+            "ir": str(case / "fuzzed.mlir"),
+            "json": str(case / "out.json"),
+            "plot": str(case / "plot.png"),
+            "out": str(case / "best.mlir"),
+            "dir": str(case / "mlir"),
+            "bad": "/dev/null/nope",  # neither a file nor a folder can be made there
+        }
+        runs: list[tuple[str, list[str]]] = []
+        budget = args.slow
+        data = b""
+        if family == "ir":
+            kind, data = fuzz_input(rng, args.kind)
+            path = case / "input.mlir"
+            path.write_bytes(data)
+            budget = min(args.slow, max(args.floor, args.per_mb * len(data) / 1e6))
+            runs.append(("distir-opt", [str(path)]))
+            try:
+                module = parse_module(data.decode("utf-8"))
+            except Exception:  # noqa: BLE001 - only deciding what else to run
+                module = None
+            if module is not None:
+                runs.append(("distir-opt", [str(path), "-p", ",".join(rng.sample(PASSES, rng.randint(1, 3)))]))
+            ranks = (npz.static_ranks(module) if module is not None else None) or rng.choice([1, 2, 4])
+            backend = "local" if rng.random() < args.local else "interpret"
+            run_argv = [str(path), "--ranks", str(ranks), "--backend", backend]
+            funcs = npz.functions(module) if module is not None else []
+            if len(funcs) > 1:
+                run_argv += ["--func", rng.choice(funcs).sym_name.data]
+            runs.append(("distir-run", run_argv))
+        elif family == "topology":
+            kind = "topology"
+            data = topology(rng)
+            Path(files["topology"]).write_bytes(data)
+            h, a = rng.choice([("2,4", "2,4"), ("2,4", "8"), ("8", "2,4"), ("2,2,2", "4,2")])
+            runs.append(("distir-synth", ["--hierarchy", h, "--axes", a, "--reduce-axes", "0", "--topology", files["topology"], "--json", files["json"]]))
+            if rng.random() < 1 / 3:
+                runs.append(("distir-tune", [files["program"], "--ranks", rng.choice(["2", "4", "8"]), "--model", files["topology"], "--json", files["json"]]))
+        elif family == "synth":
+            kind = "synth"
+            data = topology(rng) if rng.random() < 0.3 else b""
+            Path(files["topology"]).write_bytes(data or TOPOLOGY_TEXT.encode())
+            runs.append(("distir-synth", synth_argv(rng, files)))
+        else:
+            kind = "tune"
+            Path(files["ir"]).write_bytes(mutation(rng))
+            Path(files["topology"]).write_bytes(topology(rng) if rng.random() < 0.3 else TOPOLOGY_TEXT.encode())
+            runs.append(("distir-tune", tune_argv(rng, files)))
         kinds[kind] += 1
-        path = tmp / f"case{i}.mlir"
-        path.write_bytes(data)
-        mb = len(data) / 1e6
-        budget = max(args.floor, args.per_mb * mb)
-        runs: list[tuple[str, list[str]]] = [("distir-opt", [str(path)])]
-        valid = False
-        try:
-            module = parse_module(data.decode("utf-8"))
-            valid = True
-        except Exception:  # noqa: BLE001 - only deciding what else to run
-            module = None
-        if valid:
-            pipeline = ",".join(rng.sample(PASSES, rng.randint(1, 3)))
-            runs.append(("distir-opt", [str(path), "-p", pipeline]))
-        ranks = (npz.static_ranks(module) if module is not None else None) or rng.choice([1, 2, 4])
-        backend = "local" if rng.random() < args.local else "interpret"
-        run_argv = [str(path), "--ranks", str(ranks), "--backend", backend]
-        funcs = npz.functions(module) if module is not None else []
-        if len(funcs) > 1:
-            run_argv += ["--func", rng.choice(funcs).sym_name.data]
-        runs.append(("distir-run", run_argv))
         for tool_name, argv in runs:
-            tool = opt if tool_name == "distir-opt" else run
-            rc, seconds, err = call(tool, argv, args.limit)
-            label = f"{tool_name} {' '.join(argv[1:])}".strip()
+            rc, seconds, out, err = call(tools[tool_name], argv, args.limit)
+            label = f"{tool_name} {' '.join(a if len(a) < 80 else a[:40] + '...' for a in argv)}".strip()
             codes[tool_name][rc] += 1
             if seconds > worst[0]:
                 worst = (seconds, f"case {i} ({kind}, {len(data)} bytes): {label}")
-            bad = rc not in (0, 1, 2)
-            slow = seconds > budget and not (tool_name == "distir-run" and rc == 0)
-            if bad or slow:
-                why = f"exit {rc}" if bad else f"{seconds:.1f} s for {len(data)} bytes"
+            why = None
+            if rc not in (0, 1, 2):
+                why = f"exit {rc}"
+            elif seconds > budget and not (tool_name == "distir-run" and rc == 0 and seconds <= args.slow):
+                why = f"{seconds:.1f} s"
+            elif tool_name in ("distir-synth", "distir-tune"):
+                bad = non_finite(out) or non_finite_json(Path(files["json"]))
+                if bad:
+                    why = f"non-finite number: ...{bad}..."
+            if why:
                 last = err.strip().splitlines()[-1:] or [""]
                 findings.append(f"case {i} ({kind}): {label}: {why}: {last[0][:200]}")
                 if save:
-                    (save / f"case{i}-{kind}.mlir").write_bytes(data)
-        if (i + 1) % 1000 == 0:
+                    (save / f"case{i}-{kind}.bin").write_bytes(data)
+                    (save / f"case{i}-{kind}.argv").write_text("\n".join(argv) + "\n")
+        if (i + 1) % 250 == 0:
             print(f"  {i + 1} inputs, {len(findings)} finding(s), {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
     elapsed = time.perf_counter() - start
     print(f"\n{args.count} fuzzed inputs (seed {args.seed}) in {elapsed:.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
-    for tool_name, counter in codes.items():
+    for tool_name, counter in sorted(codes.items()):
         print(f"  {tool_name}: {sum(counter.values())} runs, exit codes " + ", ".join(f"{k}: {v}" for k, v in sorted(counter.items(), key=str)))
     print(f"  slowest: {worst[0]:.2f} s, {worst[1]}")
-    print(f"  findings (exit code not 0/1/2, or slower than {args.per_mb:g} s/MB and {args.floor:g} s): {len(findings)}")
+    print(f"  findings (exit code not 0/1/2, slower than {args.slow:g} s, non-finite numbers printed): {len(findings)}")
     for f in findings:
         print("   ", f)
     return 1 if findings else 0

@@ -1,6 +1,9 @@
 """The error types every layer raises for a user's mistake or a disagreement, kept at the
 bottom floor so that passes, lowering, runtime, tuning and synthesis can raise them and
-the tools (on top) only map them to exit codes (``tools/diagnostics.py``)."""
+the tools (on top) only map them to exit codes (``tools/diagnostics.py``); and the
+check every reader of a text input makes first (``check_text``: empty or binary)."""
+
+import re
 
 
 class InputRejected(Exception):
@@ -24,3 +27,19 @@ class ExecutionRejected(ExecutionError, InputRejected):
 class ExecutionFailed(ExecutionError, RuntimeError):
     """A lowered program failed on a rank (a backend; the message names the rank and
     the op)."""
+
+
+# Bytes that never occur in IR or TOML text (C0 controls other than whitespace, DEL):
+# an input holding one is binary, and its bytes are not echoed in a diagnostic.
+_BINARY = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
+
+
+def check_text(data: bytes, name: str) -> None:
+    """Reject an empty or binary input with a one-line diagnostic naming it (``name``:
+    a path, or ``stdin``), echoing none of its bytes."""
+    what = "standard input" if name in ("-", "stdin", "<stdin>") else "the file"
+    if not data.strip():
+        raise InputRejected(f"{name}: error: {what} is empty")
+    m = _BINARY.search(data)
+    if m:
+        raise InputRejected(f"{name}: error: {what} is binary, not text (byte 0x{data[m.start()]:02x} at offset {m.start()})")

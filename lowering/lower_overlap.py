@@ -165,6 +165,12 @@ class Plan:
             self.op(op)
 
     def op(self, op: Operation) -> None:
+        if len(op.results) > 1 and isinstance(op, ELEMENTWISE):  # one shape: cut every result alike
+            wanted = {self.dims[r] for r in op.results if r in self.dims}
+            if len(wanted) > 1:
+                raise NotChunkable(f"the results of '{op.name}' are needed cut along different dims")
+            for r in op.results:
+                self.dims[r] = next(iter(wanted), None)
         res = [self.dims.get(r) for r in op.results]
         c = res[0] if res else None
         if isinstance(op, ELEMENTWISE):

@@ -504,6 +504,11 @@ class Translator:
             return [self.assign(op.results[0], f"{ft}(math.pow({a}, {ft}({b})))")]
         if cls in (xmath.AbsIOp,):
             return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}(abs({self.name(op.operands[0])}))")]
+        if cls is arith.ShRUIOp:  # a logical shift: the bits as unsigned
+            a, b = (self.name(x) for x in op.operands)
+            t = op.results[0].type
+            u = "numba.uint64" if isinstance(t, IndexType) else f"numba.uint{int_name(t).removeprefix('int')}"
+            return [self.assign(op.results[0], f"{self.cast(t)}({u}({a}) >> {u}({b}))")]
         if cls in _INT_BIN:
             a, b = (self.name(x) for x in op.operands)
             t = op.results[0].type
@@ -764,9 +769,12 @@ _COMPILED: dict[tuple, Any] = {}
 
 
 def cache_dir() -> Path:
-    """Where generated kernel modules (and Numba's cache of them) live."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "distir" / "kernels"
+    """Where generated kernel modules (and Numba's cache of them) live: ``kernels`` in the
+    user's cache directory (``platformdirs``: ``~/.cache/distir/kernels`` on Linux, as
+    the calibration's)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("distir")) / "kernels"
 
 
 def _load_module(source: str, tag: str):

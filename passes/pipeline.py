@@ -85,8 +85,9 @@ def pass_options(cls: type[ModulePass]) -> list[tuple[str, str]]:
         elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             d = f.default_factory()  # type: ignore[misc]
         else:
-            d = None
-        text = "(required)" if d is None else ",".join(_value(x) for x in d) if isinstance(d, tuple) else _value(d)
+            out.append((f.name.replace("_", "-"), "(required)"))
+            continue
+        text = "(auto)" if d is None else ",".join(_value(x) for x in d) if isinstance(d, tuple) else _value(d)
         out.append((f.name.replace("_", "-"), text if text != "" else "(none)"))
     return out
 

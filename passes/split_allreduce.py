@@ -1,4 +1,4 @@
-"""``split-allreduce{strategy=rs-ag|reduce-bcast dim=0 root=0 targets=...}``: CoCoNet's
+"""``split-allreduce{strategy=rs-ag|reduce-bcast dim=D root=0 targets=...}``: CoCoNet's
 ``split`` transformation. An AllReduce is a ReduceScatter followed by an AllGather
 (``rs-ag``, CoCoNet's ARSplitRSAG), or a Reduce to one rank followed by a Broadcast
 (``reduce-bcast``)::
@@ -6,11 +6,21 @@
     repl(reduce(x)) = repl(join(slice(reduce(x))))    all_reduce = all_gather . reduce_scatter
     repl(reduce(x)) = repl(load(store(reduce(x), r))) all_reduce = broadcast . reduce
 
-The split always keeps the meaning (CoCoNet: "always valid"); ``rs-ag`` slices along
-``dim``, which the group must divide when its size is known (when it is ``?``, a run on
-a rank count that does not divide it is rejected at run time). A 0-d all_reduce has no
-dim to slice and is left alone. ``%sum`` becomes ``%sum_rs`` and ``%sum_ag`` (or
-``%sum_reduce`` and ``%sum_bcast``); uses of ``%sum`` read the last one. Example::
+The split always keeps the meaning (CoCoNet: "always valid"), but ``rs-ag`` slices the
+tensor along a dim, which the group must divide: it may only run where the original
+ran. The dim is ``dim`` when given (the group must divide it when its size is known;
+when it is ``?``, a run on a rank count that does not divide it is rejected at run
+time). Without ``dim`` the pass picks, among the dims the group divides when its size
+is known (all of them when it is ``?``), the one that keeps the program runnable on the
+most rank counts: the dim whose size shares the largest factor with ``G``, the extents
+the function already slices over the group's axes (the rank counts the program runs on
+divide them), the largest dim when nothing is sliced there; the earliest among equals.
+So ``2x48`` all-reduced over 4 ranks splits dim 1, and a ``[?]`` mesh whose other
+tensors are sliced 64 ways splits ``2x48`` along dim 1 (runnable on 1, 2, 4, 8 and 16
+ranks). When no dim fits, the all_reduce is left alone (named in ``targets``: an
+error). A 0-d all_reduce has no dim to slice and is left alone. ``%sum`` becomes
+``%sum_rs`` and ``%sum_ag`` (or ``%sum_reduce`` and ``%sum_bcast``); uses of ``%sum``
+read the last one. Example::
 
     %sum = coll.all_reduce sum %x : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [replicated]>
 
@@ -22,6 +32,8 @@ becomes::
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -30,7 +42,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, layout
-from distir.dialects.dist import TensorType
+from distir.dialects.dist import MeshOp, RuleError, TensorType
 from distir.passes.support import (
     Targets,
     apply_all_or_nothing,
@@ -42,7 +54,58 @@ from distir.passes.support import (
 STRATEGIES = ("rs-ag", "reduce-bcast")
 
 
-def _split(ar: coll.AllReduceOp, strategy: str, dim: int, root: int) -> tuple[list[Operation] | None, str]:
+def sliced_extents(module: ModuleOp) -> dict[tuple[str, int], int]:
+    """(mesh, axis) -> the gcd of the extents of every dim some value of ``module``
+    slices over that axis (divided by the known sizes of the other axes slicing it):
+    every rank count the axis may take divides it. Axes that slice nothing are absent."""
+    sizes_of = {m.mesh_name: m.sizes() for m in module.ops if isinstance(m, MeshOp)}
+    out: dict[tuple[str, int], int] = {}
+    seen: set[TensorType] = set()
+    for op in module.walk():
+        values = list(op.results) + [a for r in op.regions for b in r.blocks for a in b.args]
+        for v in values:
+            t = v.type
+            if not isinstance(t, TensorType) or t in seen:
+                continue
+            seen.add(t)
+            sizes = sizes_of.get(t.mesh_name)
+            pl = t.get_placements()
+            for d in layout.sliced_dims(pl):
+                axes = layout.slicing_axes(pl, d)
+                for a in axes:
+                    others = [sizes[b] if sizes is not None and b < len(sizes) else None for b in axes if b != a]
+                    extent = t.get_shape()[d] // math.prod(s for s in others if s is not None)
+                    key = (t.mesh_name, a)
+                    out[key] = math.gcd(out.get(key, 0), extent)
+    return out
+
+
+def _scatter_error(t: TensorType, sizes: Sequence[int | None] | None, dim: int, axes: Sequence[int]) -> str | None:
+    """Why ``t`` may not be reduce-scattered along ``dim`` over ``axes``, or None."""
+    try:
+        (out,) = coll.ReduceScatterOp.infer([t], sizes, {"op": "sum", "dim": dim, "axes": list(axes)})
+    except RuleError as e:
+        return str(e)
+    return layout.divisibility_error(t.get_shape(), out.get_placements(), sizes or [])
+
+
+def choose_dim(t: TensorType, sizes: Sequence[int | None] | None, axes: Sequence[int], extents: dict[tuple[str, int], int]) -> int | None:
+    """The dim ``rs-ag`` splits ``t`` along when none is given (module docstring), or
+    None when the group divides no dim."""
+    g = 0
+    for a in axes:
+        g = math.gcd(g, extents.get((t.mesh_name, a), 0))
+    best: tuple[int, int] | None = None
+    for d, size in enumerate(t.get_shape()):
+        if _scatter_error(t, sizes, d, axes) is not None:
+            continue
+        score = math.gcd(size, g) if g else size
+        if best is None or score > best[0]:
+            best = (score, d)
+    return None if best is None else best[1]
+
+
+def _split(ar: coll.AllReduceOp, strategy: str, dim: int | None, root: int, extents: dict[tuple[str, int], int]) -> tuple[list[Operation] | None, str]:
     """The ops replacing ``ar``, or None and why it may not be split."""
     t = ar.input.type
     assert isinstance(t, TensorType)
@@ -52,12 +115,17 @@ def _split(ar: coll.AllReduceOp, strategy: str, dim: int, root: int) -> tuple[li
     if strategy == "rs-ag":
         if t.rank == 0:
             return None, "a 0-d all_reduce has no dim to reduce-scatter along"
+        if dim is None:
+            dim = choose_dim(t, sizes, axes, extents)
+            if dim is None:
+                whys = [_scatter_error(t, sizes, d, axes) for d in range(t.rank)]
+                return None, whys[0] if t.rank == 1 else f"no dim fits: {'; '.join(w for w in whys if w)}"
         if not 0 <= dim < t.rank:
             return None, f"dim {dim} is out of range for a tensor of rank {t.rank}"
-        rs = coll.ReduceScatterOp.of(ar.input, sizes=sizes, op=ar.option("op"), dim=dim, axes=axes)
-        why = layout.divisibility_error(t.get_shape(), rs.result.type.get_placements(), sizes or [])
+        why = _scatter_error(t, sizes, dim, axes)
         if why:
             return None, why
+        rs = coll.ReduceScatterOp.of(ar.input, sizes=sizes, op=ar.option("op"), dim=dim, axes=axes)
         ag = coll.AllGatherOp.of(rs.result, sizes=sizes, axes=axes)
         set_name(rs.result, base, "_rs")
         set_name(ag.result, base, "_ag")
@@ -82,7 +150,7 @@ class SplitAllReducePass(ModulePass):
     name = "split-allreduce"
 
     strategy: str = "rs-ag"
-    dim: int = 0
+    dim: int | None = None
     root: int = 0
     targets: tuple[str, ...] = ()
 
@@ -93,6 +161,7 @@ class SplitAllReducePass(ModulePass):
         def run(module: ModuleOp) -> None:
             targets = Targets(self.name, self.targets, module)
             ars = [o for o in module.walk() if isinstance(o, coll.AllReduceOp)]
+            extents = sliced_extents(module) if self.dim is None and ars else {}
             targets.require_known("all_reduce results", [a.result for a in ars])
             for name in targets.wanted:
                 targets.require(
@@ -103,7 +172,7 @@ class SplitAllReducePass(ModulePass):
             for ar in ars:
                 if not targets.selects(ar.result):
                     continue
-                ops, why = _split(ar, self.strategy, self.dim, self.root)
+                ops, why = _split(ar, self.strategy, self.dim, self.root, extents)
                 if ops is None:
                     if not targets.all:
                         fail(self.name, f"target %{targets.name(ar.result)}: cannot split with strategy {self.strategy}: {why}")

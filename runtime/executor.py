@@ -76,7 +76,7 @@ class LoweredProgram:
         from distir.lowering.pipeline import is_lowered, lower
 
         f0 = npz.select_function(module, func_name)
-        npz.resolve_grids(module, ranks)
+        npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
         if is_lowered(module):
             module = module.clone()
         try:

@@ -150,6 +150,13 @@ def check_sizes(func: FuncOp, grids: Mapping[str, layout.MeshGrid], ranks: int) 
                 if why:
                     what = f"result {i}" if len(op.results) > 1 else "result"
                     raise InputRejected(f"'{op.name}' op {what} ({r.type}): {why} (--ranks {ranks})")
+        for region in op.regions:  # the slices a fused collective's region works on
+            for block in region.blocks:
+                for i, a in enumerate(block.args):
+                    if isinstance(a.type, TensorType) and op is not func:
+                        why = _type_error(a.type, grid_of(grids, a.type))
+                        if why:
+                            raise InputRejected(f"'{op.name}' op region argument {i} ({a.type}): {why} (--ranks {ranks})")
 
 
 def grid_of(grids: Mapping[str, layout.MeshGrid], t: TensorType) -> layout.MeshGrid:

@@ -27,6 +27,17 @@ from distir.tuning.topology import Topology
 DEFAULT_SIZE_LIMIT = 5
 ELEMENT_BYTES = 4  # float32, as P² reduces
 
+MAX_DEVICES = 1 << 24
+"""The most devices a hierarchy may have (16,777,216; synthesis itself only sees the
+hierarchy's shape, but the matrices factor its sizes and the simulation visits every
+device)."""
+
+MAX_SIMULATION_WORK = 500_000
+"""The most work one simulation may do, in collectives timed x devices (the simulator
+follows every device's transfers): 3 to 10 s on the 2-core machines where it was set.
+P²'s Table 4 takes at most 1% of it; ``--hierarchy 2,65536`` (131,072 devices) passes
+it and is refused with a diagnostic rather than left running."""
+
 
 @dataclass
 class MatrixResult:
@@ -146,6 +157,11 @@ def check_request(hierarchy: Sequence[int], axes: Sequence[int], reduce_axes: Se
         raise InputRejected(f"--reduce-axes names an axis twice: {','.join(map(str, reduce_axes))}")
     if isinstance(size_limit, bool) or not isinstance(size_limit, int) or size_limit < 1:
         raise InputRejected(f"--size-limit must be a positive integer, got {size_limit}")
+    if math.prod(hierarchy) > MAX_DEVICES:
+        raise InputRejected(
+            f"the hierarchy {','.join(map(str, hierarchy))} has {math.prod(hierarchy):,} devices, more than the {MAX_DEVICES:,} "
+            f"distir-synth takes"
+        )
     if math.prod(hierarchy) != math.prod(axes):
         raise InputRejected(
             f"the axes {','.join(map(str, axes))} hold {math.prod(axes)} devices but the hierarchy "
@@ -182,6 +198,7 @@ def synthesize(
     result.synthesis_s = time.perf_counter() - t0
     if topology is not None:
         check_topology(result.matrices[0].placement, topology)
+        check_simulation_work(result, topology)
         if elements is None:
             result.elements = elements = 2**29 * topology.cardinalities[0]
         nbytes = ELEMENT_BYTES * elements
@@ -193,6 +210,17 @@ def synthesize(
                 progress(done, len(result.matrices))
         result.simulation_s = time.perf_counter() - t1
     return result
+
+
+def check_simulation_work(result: SynthesisResult, topology: Topology) -> None:
+    """Refuse a simulation above ``MAX_SIMULATION_WORK`` (before it starts)."""
+    collectives = sum(len({ins for p in m.programs for ins in p}) + 1 for m in result.matrices)
+    if collectives * topology.ranks > MAX_SIMULATION_WORK:
+        raise InputRejected(
+            f"timing the {result.programs_total} programs of {len(result.matrices)} matrices would simulate {collectives} collectives "
+            f"on {topology.ranks:,} devices each, more than the limit of {MAX_SIMULATION_WORK:,} collectives x devices: "
+            f"give a hierarchy of fewer devices, fewer parallelism axes or a smaller --size-limit"
+        )
 
 
 def describe_matrix(m: MatrixResult) -> str:

@@ -70,7 +70,16 @@ class SearchStats:
     steps_tried: int = 0
 
 
+MAX_SEARCH_WORK = 12_000_000
+"""The most work one enumeration may do, in steps tried x devices of the hierarchy's shape
+(each step updates one device-state matrix): about 5 s on the 2-core machines where it
+was set. P²'s systems take at most 3% of it (a 5-level hierarchy with size limit 5
+takes 85%); a 6-level hierarchy passes it from size limit 4 (10^8 at size limit
+5, 26 s) and is refused with a diagnostic rather than left running."""
+
+
 def _search(hierarchy: SynthesisHierarchy, size_limit: int, prune: bool, stats: SearchStats) -> tuple[Program, ...]:
+    budget = MAX_SEARCH_WORK // max(1, hierarchy.devices)
     order = instructions(hierarchy, prune)
     index = {ins: i for i, ins in enumerate(order)}
     plans = [(ins, hierarchy.groups(ins.slice, ins.form), outside(hierarchy, ins)) for ins in order]
@@ -81,6 +90,12 @@ def _search(hierarchy: SynthesisHierarchy, size_limit: int, prune: bool, stats: 
         nxt: dict = {}
         for state, prefixes in frontier.items():
             stats.states += 1
+            if stats.steps_tried > budget:
+                raise InputRejected(
+                    f"the synthesis hierarchy {hierarchy.describe()} has too many programs of at most {size_limit} instructions "
+                    f"to enumerate (more than {MAX_SEARCH_WORK:,} steps x devices, the limit): give a smaller --size-limit "
+                    f"or a hierarchy of fewer levels"
+                )
             for ins, groups, left_out in plans:
                 stats.steps_tried += 1
                 new = apply_groups(state, ins.collective, groups, left_out)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 
 from distir.dialects.diagnostics import InputRejected
@@ -31,13 +32,23 @@ from distir.dialects.layout import at_digits, digits_rank
 Matrix = tuple[tuple[int, ...], ...]
 
 
+@lru_cache(maxsize=4096)
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order (trial division up to its square root)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def parallelism_matrices(hierarchy: Sequence[int], axes: Sequence[int]) -> list[Matrix]:
+MAX_MATRICES = 20_000
+"""The most parallelism matrices ``parallelism_matrices`` lists (P²'s largest case has
+4; 6 axes of 2 on 6 levels of 2 have 720): beyond, every matrix would be synthesized and
+simulated for minutes, so the request is refused with a diagnostic."""
+
+
+def parallelism_matrices(hierarchy: Sequence[int], axes: Sequence[int], limit: int = MAX_MATRICES) -> list[Matrix]:
     """Every parallelism matrix for ``hierarchy`` and ``axes`` (rows = axes, columns =
-    levels), in lexicographic order of their rows."""
+    levels), in lexicographic order of their rows; more than ``limit`` is an
+    ``InputRejected``."""
     _check_positive(hierarchy, "hierarchy")
     _check_positive(axes, "axes")
     if math.prod(hierarchy) != math.prod(axes):
@@ -60,6 +71,11 @@ def parallelism_matrices(hierarchy: Sequence[int], axes: Sequence[int]) -> list[
 
     for cols in columns(0, tuple(axes)):
         out.append(tuple(tuple(cols[j][i] for j in range(n)) for i in range(m)))
+        if len(out) > limit:
+            raise InputRejected(
+                f"the axes {list(axes)} have more than {limit:,} parallelism matrices on the hierarchy {list(hierarchy)} "
+                f"(the limit): give fewer axes or a hierarchy of fewer levels"
+            )
     return sorted(out)
 
 

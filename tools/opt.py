@@ -17,155 +17,23 @@ the closest known one.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
-from xdsl.utils.exceptions import (
-    DiagnosticException,
-    ParseError,
-    PassFailedException,
-)
-from xdsl.xdsl_opt_main import xDSLOptMain
-
-from distir.dialects.frontend import SourceParser, decode_source, parse_source  # noqa: F401 - SourceParser re-exported
-from distir.dialects.verifier import verify_module
-from distir.frontends.program import read_program
-from distir.tools.diagnostics import InputRejected, argparse_error, distir_version, run_tool
-
-
-def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
-    """distir's passes, one line each with their options (from the passes' docstrings
-    and fields), then the names of ``with_xdsl`` (xDSL's own passes)."""
-    import textwrap
-
-    from distir.passes.pipeline import pass_options, pass_summary
-    from distir.passes.registry import ALL_PASSES
-
-    lines = ["distir passes (-p 'name{option=value ...},...'):"]
-    width = max(map(len, ALL_PASSES)) + 2
-    for name, factory in ALL_PASSES.items():
-        cls = factory()
-        lines.append(f"  {name:<{width}}{pass_summary(cls)}")
-        opts = pass_options(cls)
-        if opts:
-            lines.append(f"  {'':<{width}}options: " + ", ".join(f"{o}={d}" for o, d in opts))
-    if with_xdsl:
-        lines.append("")
-        lines.append("xDSL's passes (canonicalize applies distir's canonicalization patterns too):")
-        lines.extend(textwrap.wrap(", ".join(with_xdsl), width=96, initial_indent="  ", subsequent_indent="  "))
-    return "\n".join(lines)
-
-
-class ListPassesAction(argparse.Action):
-    """``--list-passes [all]``: print distir's passes (and xDSL's with ``all``), exit 0."""
-
-    def __init__(self, *args, tool: DistirOptMain | None = None, **kwargs):
-        super().__init__(*args, nargs="?", const="distir", choices=["distir", "all"], **kwargs)
-        self.tool = tool
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        xdsl = []
-        if values == "all" and self.tool is not None:
-            from distir.passes.registry import ALL_PASSES
-
-            xdsl = sorted(n for n in self.tool.available_passes if n not in ALL_PASSES)
-        print(distir_pass_table(xdsl))
-        parser.exit()
-
-
-class DistirOptMain(xDSLOptMain):
-    version_format = f"distir-opt {distir_version()} (xdsl {{xdsl_version}})"
-
-    def register_all_dialects(self):
-        super().register_all_dialects()
-        from distir.dialects.context import DISTIR_DIALECTS
-
-        for name, factory in DISTIR_DIALECTS.items():
-            if name not in self.ctx.registered_dialect_names:
-                self.ctx.register_dialect(name, factory)
-
-    def register_all_passes(self):
-        super().register_all_passes()
-        from distir.passes.registry import ALL_PASSES
-
-        for name, factory in ALL_PASSES.items():
-            self.available_passes.setdefault(name, factory)
-
-    def register_all_arguments(self, arg_parser: argparse.ArgumentParser):
-        super().register_all_arguments(arg_parser)
-        for action in arg_parser._actions:  # noqa: SLF001 - xDSL's -p help lists ~150 passes
-            if action.dest == "passes":
-                action.help = "comma-separated pass pipeline, e.g. 'split-allreduce{strategy=rs-ag},fuse-allreduce' (distir's passes below; --list-passes all adds xDSL's)"
-        arg_parser.add_argument(
-            "--list-passes",
-            action=ListPassesAction,
-            tool=self,
-            metavar="all",
-            help="list distir's passes with their options and exit ('all': xDSL's passes too)",
-        )
-        arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
-        format_help = arg_parser.format_help
-
-        def help_with_passes() -> str:  # the pass table imports every pass: only for --help
-            arg_parser.epilog = distir_pass_table() + "\n\nxDSL's own passes: distir-opt --list-passes all"
-            return format_help()
-
-        arg_parser.format_help = help_with_passes  # type: ignore[method-assign]
-
-        arg_parser.error = argparse_error("distir-opt", arg_parser)  # type: ignore[method-assign]
-
-    def setup_pipeline(self):
-        if self.args.verify_diagnostics:
-            # MLIR's --verify-diagnostics covers parse errors as well.
-            self.args.parsing_diagnostics = True
-        from xdsl.passes import PassPipeline
-
-        from distir.passes.pipeline import parse_pipeline
-
-        try:
-            passes = parse_pipeline(self.args.passes, self.available_passes) if self.args.passes else ()
-        except InputRejected as e:
-            raise InputRejected(f"distir-opt: bad pipeline '{self.args.passes}': {e}") from None
-        self.pipeline = PassPipeline(passes)
-        self._spans: dict = {}
-        self._line_offset = 0
-
-    def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
-        name = self.get_input_name()
-        module, spans = read_program(decode_source(chunk.read(), name), name, self.ctx, not self.args.no_implicit_module)
-        self._spans, self._line_offset = spans, start_offset
-        if not self.args.disable_verify:
-            verify_module(module, spans, start_offset)
-        return module
-
-    def apply_passes(self, prog):
-        from xdsl.printer import Printer
-
-        from distir.passes.pipeline import run_passes
-
-        passes = self.pipeline.passes
-
-        def after_each(p, seconds: float) -> None:
-            if self.args.time_passes:
-                print(f"Pass {p.name} took {seconds} seconds")
-            if self.args.print_between_passes and p is not passes[-1]:
-                print(f"IR after {p.name}:")
-                Printer(stream=sys.stdout).print_op(prog)
-                print("\n\n\n")
-
-        run_passes(prog, passes, self.ctx, self._spans, not self.args.disable_verify, self._line_offset, after_each)
-
-    def get_input_stream(self):
-        if self.args.input_file == "-":
-            self.args.input_file = None  # read standard input
-        try:
-            return super().get_input_stream()
-        except OSError as e:
-            raise InputRejected(f"distir-opt: cannot read {self.args.input_file}: {e.strerror}") from None
+from distir.tools.diagnostics import InputRejected, distir_version, run_tool
 
 
 def _opt(argv: Sequence[str] | None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--version" in args:  # at once, without importing xDSL's driver
+        from importlib.metadata import version
+
+        print(f"distir-opt {distir_version()} (xdsl {version('xdsl')})")
+        return 0
+    from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedException
+
+    from distir.tools.opt_main import DistirOptMain
+
     tool = DistirOptMain(description="distir optimizer driver: parse, verify, transform and print distir IR", args=argv)
     try:
         tool.run()

@@ -40,45 +40,34 @@ count the program cannot run on, ranks that disagree, --timeout); 2 the results 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.dialects.func import FuncOp
-from xdsl.utils.exceptions import ParseError, VerifyException
+from distir.tools.diagnostics import Exit, InputRejected, ResultsDiffer, check_text, describe, make_parser, read_input, run_tool
 
-from distir.dialects.context import make_context
-from distir.dialects.dist import TensorType
-from distir.dialects.frontend import decode_source
-from distir.dialects.layout import format_placements
-from distir.dialects.verifier import verify_module
-from distir.frontends.program import read_program
-from distir.passes.pipeline import did_you_mean
-from distir.runtime import npz
-from distir.runtime.backend import BACKENDS, default_backend_name, get_backend
-from distir.runtime.equivalence import (
-    compare_outputs,
-    program_precision,
-    signature_mismatch,
-)
-from distir.tools.diagnostics import Exit, InputRejected, ResultsDiffer, argparse_error, describe, distir_version, run_tool
+if TYPE_CHECKING:  # the rest is imported once the arguments are parsed (--help at once)
+    import argparse
+
+    import numpy as np
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.dialects.func import FuncOp
+
+BACKEND_NAMES = ("interpret", "local", "mpi", "nccl")
+"""The backends ``--backend`` names in its help (``runtime/backend.BACKENDS``; the
+help is written without importing the runtime)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="distir-run",
-        description="Run a distir program on N (simulated or real) ranks.",
-    )
+    p = make_parser("distir-run", "Run a distir program on N (simulated or real) ranks.")
     p.add_argument("file", metavar="FILE", help="the program (.mlir), or - for standard input")
     p.add_argument("--ranks", type=int, metavar="N", help="number of ranks (default: the size of a static mesh, or N under mpiexec -n N)")
     p.add_argument(
         "--backend",
         metavar="NAME",
-        help=f"interpret, local, mpi or nccl (default: {default_backend_name()})",
+        help=f"{', '.join(BACKEND_NAMES[:-1])} or {BACKEND_NAMES[-1]} (default: local)",
     )
     p.add_argument("--inputs", metavar="IN.npz", help="input arrays by argument name (missing ones are random)")
     p.add_argument("--outputs", metavar="OUT.npz", help="write the results as result0, result1, ...")
@@ -107,8 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="under mpiexec: do not compare the checksums of the inputs the ranks read (shapes and dtypes still)",
     )
-    p.add_argument("--version", action="version", version=f"distir-run {distir_version()}")
-    p.error = argparse_error("distir-run", p)  # type: ignore[method-assign]
     return p
 
 
@@ -117,15 +104,24 @@ class _Located(InputRejected):
 
 
 def read_source(path: str) -> bytes:
-    """The bytes of a program file (``-``: standard input)."""
+    """The bytes of a program file (``-``: standard input): not empty, not binary."""
+    data = read_input(path, check=False)
     try:
-        return sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
-    except OSError as e:
-        raise InputRejected(f"distir-run: cannot read {path}: {e.strerror or e}") from None
+        check_text(data, "stdin" if path == "-" else path)
+    except InputRejected as e:
+        raise _Located(str(e)) from None
+    return data
 
 
 def read_module(path: str, data: bytes | None = None) -> ModuleOp:
     """Parse and verify a program file (``-``: standard input), with located diagnostics."""
+    from xdsl.utils.exceptions import ParseError, VerifyException
+
+    from distir.dialects.context import make_context
+    from distir.dialects.frontend import decode_source
+    from distir.frontends.program import read_program
+    from distir.dialects.verifier import verify_module
+
     name = "<stdin>" if path == "-" else path
     if data is None:
         data = read_source(path)
@@ -138,12 +134,17 @@ def read_module(path: str, data: bytes | None = None) -> ModuleOp:
 
 
 def _describe(t) -> str:
+    from distir.dialects.dist import TensorType
+    from distir.dialects.layout import format_placements
+
     if isinstance(t, TensorType):
         return f"{t.format_shape()}x{t.element_type} on @{t.mesh_name} {format_placements(t.get_placements())}"
     return str(t)
 
 
 def _summary(func: FuncOp, ranks: int, backend: str, outputs: Sequence[np.ndarray]) -> str:
+    from distir.runtime import npz
+
     lines = [f"@{func.sym_name.data} on {ranks} rank(s), backend {backend}: {len(outputs)} result(s)"]
     for i, (t, a) in enumerate(zip(npz.result_types(func), outputs)):
         shape = "x".join(map(str, a.shape)) or "scalar"
@@ -152,6 +153,8 @@ def _summary(func: FuncOp, ranks: int, backend: str, outputs: Sequence[np.ndarra
 
 
 def _compare_target(args, module: ModuleOp, func: FuncOp, sources: dict[str, bytes]) -> tuple[ModuleOp, FuncOp]:
+    from distir.runtime import npz
+
     if args.compare is not None:
         if args.compare == "-" and args.file == "-":
             raise InputRejected("distir-run: FILE and --compare cannot both read standard input")
@@ -215,16 +218,11 @@ class MpiSession:
         stop_job(code)
 
 
-def _available_memory() -> int | None:
-    """Bytes of memory available to this process now (Linux), or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def _available_memory() -> int:
+    """Bytes of memory available to this process now."""
+    import psutil
+
+    return psutil.virtual_memory().available
 
 
 def check_arguments(func: FuncOp, grids) -> None:
@@ -232,6 +230,7 @@ def check_arguments(func: FuncOp, grids) -> None:
     diagnostic now rather than an allocation failure later)."""
     import math
 
+    from distir.runtime import npz
     from distir.runtime.values import UnsupportedType
 
     total = 0
@@ -242,7 +241,7 @@ def check_arguments(func: FuncOp, grids) -> None:
             raise InputRejected(f"distir-run: argument '{name}' of @{func.sym_name.data}: {e}") from None
         total += math.prod(shape) * dtype.itemsize
     available = _available_memory()
-    if available is not None and total > available:
+    if total > available:
         raise InputRejected(
             f"distir-run: the arguments of @{func.sym_name.data} need {total / 2**30:.4g} GiB, "
             f"more than the {available / 2**30:.1f} GiB of memory available"
@@ -264,6 +263,18 @@ def _fingerprint(args, sources: dict[str, bytes], func: str, ranks: int, backend
 
 def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
     args = build_parser().parse_args(argv)
+    # The compiler is imported now, before --timeout's clock starts (as when it was
+    # imported with this module): the clock bounds the run, not Python's start-up.
+    import numpy as np
+
+    import distir.dialects.context  # noqa: F401 - read_module's
+    import distir.dialects.verifier  # noqa: F401 - read_module's
+    import distir.lowering.pipeline  # noqa: F401 - dist_view's
+    from distir.passes.pipeline import did_you_mean
+    from distir.runtime import npz
+    from distir.runtime.backend import BACKENDS, default_backend_name, get_backend
+    from distir.runtime.equivalence import compare_outputs, program_precision, signature_mismatch
+
     phase = ["reading the program and inputs"]
     prepared = None
 

@@ -20,36 +20,30 @@ terminal. Exit codes: 0 success, 1 a bad option (with a diagnostic), 3 internal 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from xdsl.printer import Printer
+from distir.tools.diagnostics import InputRejected, make_parser, open_output, run_tool
 
-from distir.synthesis.driver import DEFAULT_SIZE_LIMIT, ELEMENT_BYTES, MatrixResult, SynthesisResult, synthesize
-from distir.synthesis.lower import lower_program, module_of, reference
-from distir.synthesis.matrices import format_matrix
-from distir.tools.diagnostics import InputRejected, run_tool
-from distir.tuning.collectives import ALGORITHMS
-from distir.tuning.topology import get_topology
+if TYPE_CHECKING:  # imported once the arguments are parsed (--help at once)
+    from distir.synthesis.driver import MatrixResult, SynthesisResult
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # a diagnostic and exit 1, not argparse's exit 2
-        raise InputRejected(f"distir-synth: error: {message}\n{self.format_usage().strip()}")
+DEFAULT_SIZE_LIMIT = 5  # synthesis/driver.py's (checked by the tests)
+ALGORITHM_NAMES = ("ring", "tree", "auto")  # tuning/collectives.py's ALGORITHMS (checked by the tests)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="distir-synth", description="P² placement and reduction-strategy synthesis.")
+    p = make_parser("distir-synth", "P² placement and reduction-strategy synthesis.")
     p.add_argument("--hierarchy", required=True, metavar="H0,H1,...", help="system hierarchy, outermost level first (e.g. 4,16)")
     p.add_argument("--axes", required=True, metavar="P0,P1,...", help="parallelism axis sizes (e.g. 4,16)")
     p.add_argument("--reduce-axes", required=True, metavar="A[,B]", help="axes to reduce over (e.g. 0 or 0,2)")
     p.add_argument("--topology", default="p2-a100", metavar="T", help="built-in topology (dgx2, p2-a100, p2-v100) or a TOML file (default p2-a100)")
     p.add_argument("--nodes", type=_positive("--nodes"), metavar="N", help="units of the topology's outermost level (default: fit the hierarchy)")
-    p.add_argument("--algorithm", default="ring", metavar="ALGO", help=f"NCCL algorithm: {', '.join(ALGORITHMS)} (default ring)")
+    p.add_argument("--algorithm", default="ring", metavar="ALGO", help=f"NCCL algorithm: {', '.join(ALGORITHM_NAMES)} (default ring)")
     p.add_argument("--elements", type=_positive("--elements"), metavar="N", help="float32 elements per device (default 2^29 x nodes)")
     p.add_argument("--size-limit", type=_positive("--size-limit"), default=DEFAULT_SIZE_LIMIT, metavar="K", help="most instructions per program (default 5)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON (- for stdout)")
@@ -84,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    from distir.synthesis.driver import synthesize
+    from distir.tuning.collectives import ALGORITHMS
+    from distir.tuning.topology import get_topology
+
     hierarchy = _ints("--hierarchy", args.hierarchy)
     axes = _ints("--axes", args.axes)
     reduce_axes = _ints("--reduce-axes", args.reduce_axes)
@@ -102,6 +100,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"{topology.name!r} nodes ({per_node} devices each); give --nodes or another --topology"
             )
     topology = topology.with_nodes(nodes)
+    # the outputs are opened first: an unwritable path is a diagnostic before the work
+    json_out = open_output("distir-synth", args.json) if args.json else None
+    if args.emit_mlir:
+        _make_folder(Path(args.emit_mlir))
     bar = _progress()
     try:
         result = synthesize(hierarchy, axes, reduce_axes, topology, args.algorithm, args.elements, args.size_limit, progress=bar)
@@ -110,15 +112,12 @@ def _main(argv: Sequence[str] | None) -> int:
             bar.close()
     if args.emit_mlir:
         emit_mlir(result, Path(args.emit_mlir))
-    if args.json:
-        text = json.dumps(result.to_json(), indent=1)
+    if json_out is not None:
+        json_out.write(json.dumps(result.to_json(), indent=1) + "\n")
+        if json_out is not sys.stdout:
+            json_out.close()
         if args.json == "-":
-            print(text)
             return 0
-        try:
-            Path(args.json).write_text(text + "\n")
-        except OSError as e:
-            raise InputRejected(f"distir-synth: error: cannot write {args.json}: {e.strerror or e}") from None
     print(report(result))
     return 0
 
@@ -153,6 +152,12 @@ def _seconds(t: float | None) -> str:
 
 def report(result: SynthesisResult) -> str:
     """The text ``distir-synth`` prints: a table of matrices, then each best program."""
+    from tabulate import tabulate
+
+    from distir.synthesis.driver import ELEMENT_BYTES
+    from distir.synthesis.lower import lower_program, module_of
+    from distir.synthesis.matrices import format_matrix
+
     topo = result.topology
     nbytes = (result.elements or 0) * ELEMENT_BYTES
     red = ",".join(str(a) for a in result.reduce_axes)
@@ -185,9 +190,8 @@ def report(result: SynthesisResult) -> str:
                 m.short_name(b) if b is not None else "-",
             )
         )
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    table = tabulate(rows, header, tablefmt="plain", disable_numparse=True, stralign="left")
+    lines.extend(line.rstrip() for line in table.splitlines())
     for i, m in enumerate(result.matrices):
         b = m.best
         if b is None:
@@ -214,17 +218,28 @@ def _ir_shape(result: SynthesisResult, m: MatrixResult) -> list[int]:
 
 
 def _print(op) -> str:
+    import io
+
+    from xdsl.printer import Printer
+
     out = io.StringIO()
     Printer(stream=out).print_op(op)
     return out.getvalue().rstrip()
 
 
-def emit_mlir(result: SynthesisResult, folder: Path) -> list[Path]:
-    """One file per matrix: meshes, ``@allreduce`` and every program ``@p<j>``."""
+def _make_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputRejected(f"distir-synth: error: cannot create {folder}: {e.strerror or e}") from None
+
+
+def emit_mlir(result: SynthesisResult, folder: Path) -> list[Path]:
+    """One file per matrix: meshes, ``@allreduce`` and every program ``@p<j>``."""
+    from distir.synthesis.lower import lower_program, module_of, reference
+    from distir.synthesis.matrices import format_matrix
+
+    _make_folder(folder)
     written = []
     for i, m in enumerate(result.matrices):
         shape = _ir_shape(result, m)
@@ -241,10 +256,12 @@ def emit_mlir(result: SynthesisResult, folder: Path) -> list[Path]:
             t = f" {_seconds(m.times[j])}" if m.times else ""
             head.append(f"// @p{j}:{t} {m.notation(j)}")
         path = folder / f"matrix{i}.mlir"
+        text = "\n".join(head) + "\n" + _print(module_of(m.placement, funcs)) + "\n"
+        out = open_output("distir-synth", str(path))
         try:
-            path.write_text("\n".join(head) + "\n" + _print(module_of(m.placement, funcs)) + "\n")
-        except OSError as e:
-            raise InputRejected(f"distir-synth: error: cannot write {path}: {e.strerror or e}") from None
+            out.write(text)
+        finally:
+            out.close()
         written.append(path)
     return written
 

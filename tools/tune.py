@@ -46,14 +46,25 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from distir.tools.diagnostics import InputRejected, run_tool
-from distir.tuning.sizes import format_size, parse_sizes
+from distir.tools.diagnostics import InputRejected, make_parser, run_tool
 
 EXIT_BUG = 2
 
 
+def format_size(n: int) -> str:  # the tuning package is imported once the arguments are parsed
+    from distir.tuning.sizes import format_size
+
+    return format_size(n)
+
+
+def parse_sizes(text: str) -> list[int]:
+    from distir.tuning.sizes import parse_sizes
+
+    return parse_sizes(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="distir-tune", description="Explore, check and time or predict the schedules of a distir program.")
+    p = make_parser("distir-tune", "Explore, check and time or predict the schedules of a distir program.")
     p.add_argument("file", metavar="FILE", nargs="?", help="the program (.mlir), or - for standard input")
     p.add_argument("--ranks", type=int, metavar="N", help="number of ranks (default: the size of a static mesh; 2 for --calibrate)")
     p.add_argument("--sizes", metavar="SIZES", help="2^10..2^30 (powers of two), 2^10..2^30:2 (every 2nd), or a list a,b,... (default: the program's size)")
@@ -74,11 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
     shown.add_argument("--all", action="store_true", help="evaluate every schedule the exploration finds and list every one")
     p.add_argument("--max-schedules", type=int, metavar="N", help="stop after evaluating N schedules (the best found so far)")
     p.add_argument("--time-budget", type=float, metavar="S", help="stop searching after S seconds (the best found so far)")
-
-    def error(message: str):
-        raise InputRejected(f"distir-tune: {message}")
-
-    p.error = error  # type: ignore[method-assign]
     return p
 
 
@@ -609,10 +615,6 @@ def _run_tool(argv: Sequence[str] | None) -> int:
 
     try:
         return _run(argv)
-    except BrokenPipeError:
-        # the reader of the table went away (``| head``): not an error of ours
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed pipe until exit
-        return 0
     except _Located:
         raise  # a parse or verification diagnostic, located in the file
     except InputRejected as e:

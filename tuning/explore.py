@@ -101,7 +101,8 @@ def _everywhere(**options: Any) -> Instances:
 def _splits(module: ModuleOp, values: dict) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name, rank in values.get("all_reduce", ()):
-        out += [{"targets": (name,), "dim": d} for d in range(rank)]
+        # split-allreduce picks the dim itself when not told (the only one of a 1-d value)
+        out += [{"targets": (name,), "dim": d} for d in range(rank)] if rank > 1 else [{"targets": (name,)}]
         out.append({"targets": (name,), "strategy": "reduce-bcast"})
     return out
 
@@ -235,18 +236,36 @@ def _fusable(op: coll.CollectiveOp) -> bool:
     )
 
 
-def state_names(f: func.FuncOp) -> set[str]:
-    """The in-place arguments CoCoNet's ``asSlice`` may keep sliced by default: every
-    argument an in-place result updates, except the one the first in-place result
-    updates (by the convention of the optimizer examples, the parameters, which the
-    next forward pass needs whole; ``--as-slice`` overrides)."""
+def _updated_in_place(f: func.FuncOp) -> list[str]:
+    """The arguments the in-place results of ``f`` update, in result order."""
     names = []
     if f.res_attrs is not None:
         for attrs in f.res_attrs.data:
             a = attrs.data.get("dist.inplace")  # type: ignore[union-attr]
             if a is not None:
                 names.append(_arg_name(f.body.block.args[a.value.data]))  # type: ignore[attr-defined]
-    return set(names[1:])
+    return names
+
+
+def check_as_slice(f: func.FuncOp, as_slice: Sequence[str]) -> None:
+    """Every name of ``as_slice`` is an argument that an in-place result updates (the
+    state ``slice-state`` may keep sliced), else a diagnostic naming those that are."""
+    updated = _updated_in_place(f)
+    unknown = [n for n in as_slice if n not in updated]
+    if unknown:
+        which = ", ".join("%" + n for n in updated) or "none"
+        raise InputRejected(
+            f"--as-slice: {', '.join('%' + n for n in unknown)} {'is' if len(unknown) == 1 else 'are'} not updated in place "
+            f"by @{f.sym_name.data} (its in-place arguments: {which})"
+        )
+
+
+def state_names(f: func.FuncOp) -> set[str]:
+    """The in-place arguments CoCoNet's ``asSlice`` may keep sliced by default: every
+    argument an in-place result updates, except the one the first in-place result
+    updates (by the convention of the optimizer examples, the parameters, which the
+    next forward pass needs whole; ``--as-slice`` overrides)."""
+    return set(_updated_in_place(f)[1:])
 
 
 def _starts_chain(op: Operation) -> bool:
@@ -374,6 +393,10 @@ def explore(
     ``max_schedules`` does (``truncated``)."""
     from distir.dialects.context import make_context
 
+    if as_slice:
+        for f in module.ops:
+            if isinstance(f, func.FuncOp):
+                check_as_slice(f, as_slice)
     ctx = make_context()
     original = Candidate(module.clone(), (), original=True)
     found = [original]

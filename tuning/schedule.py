@@ -21,7 +21,7 @@ the same program::
 
 Verbs (each returns the schedule, except ``split``, which returns the two new names):
 
-* ``split(name, policy="rs-ag"|"reduce-bcast", dim=0, root=0)`` -> ``split-allreduce``
+* ``split(name, policy="rs-ag"|"reduce-bcast", dim=None, root=0)`` -> ``split-allreduce``
 * ``reorder(*names, policy="allgather"|"broadcast"|"send")`` -> ``reorder-allgather``,
   ``reorder-broadcast``, ``reorder-send`` (names: the collectives or computations)
 * ``fuse(*names, policy="computation"|"allreduce"|"collective")`` -> ``fuse-maps``
@@ -125,9 +125,10 @@ class Schedule:
         return picked
 
     # ------------------------------------------------------------------ CoCoNet's verbs
-    def split(self, name: str, policy: str = "rs-ag", dim: int = 0, root: int = 0) -> tuple[str, str]:
+    def split(self, name: str, policy: str = "rs-ag", dim: int | None = None, root: int = 0) -> tuple[str, str]:
         """CoCoNet ``split``: an AllReduce into ReduceScatter + AllGather (``rs-ag``) or
-        Reduce + Broadcast (``reduce-bcast``); returns the names of the two new values."""
+        Reduce + Broadcast (``reduce-bcast``), along ``dim`` (default: the pass's choice,
+        ``passes/split_allreduce.py``); returns the names of the two new values."""
         from distir.passes.split_allreduce import SplitAllReducePass
 
         self.apply(SplitAllReducePass(strategy=policy, dim=dim, root=root, targets=(name,)))

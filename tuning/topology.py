@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, check_text
 from distir.dialects.layout import at_digits, digits_rank
 
 DTYPES = ("f32", "f16", "bf16")
@@ -337,9 +337,15 @@ def load_topology(path: str | Path) -> Topology:
     ``InputRejected`` naming the file, the line of its table and the field."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise InputRejected(f"{path}: error: cannot read topology file: {e.strerror or e}") from None
+    check_text(data, str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputRejected(f"{path}:{line}: error: the file is not UTF-8 text (byte 0x{data[e.start]:02x})") from None
     return parse_topology(text, str(path))
 
 
@@ -352,6 +358,8 @@ def parse_topology(text: str, filename: str = "<topology>") -> Topology:
         where = f"{filename}:{m.group(1)}:{m.group(2)}" if m else filename
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
         raise InputRejected(f"{where}: error: invalid TOML: {msg}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise InputRejected(f"{filename}: error: invalid topology: values nested too deeply") from None
     lines = text.splitlines()
     level_lines = [i + 1 for i, ln in enumerate(lines) if re.match(r"\s*\[\[\s*levels\s*\]\]", ln)]
     device_line = next((i + 1 for i, ln in enumerate(lines) if re.match(r"\s*\[\s*device\s*\]", ln)), None)
@@ -387,18 +395,10 @@ def parse_topology(text: str, filename: str = "<topology>") -> Topology:
         fields = {}
         for key, value in entry.items():
             at = _line_of_key(lines, key, line or 1, end) or line
-            fields[key] = _typed(value, _LEVEL_FIELDS[key], lambda msg, key=key, at=at: fail(at, f"{what}: field {key!r} {msg}"))
+            fields[key] = _typed(value, _LEVEL_FIELDS[key], lambda msg, key=key, at=at: fail(at, f"{what}: field {key!r} {msg}"), key)
         if fields["name"] in seen:
             fail(line, f"{what}: level name {fields['name']!r} is used twice")
         seen.add(fields["name"])
-        if fields["cardinality"] < 1:
-            fail(line, f"{what}: field 'cardinality' must be >= 1, got {fields['cardinality']}")
-        if fields["bandwidth_GBps"] <= 0:
-            fail(line, f"{what}: field 'bandwidth_GBps' must be > 0, got {fields['bandwidth_GBps']}")
-        if fields["latency_us"] < 0:
-            fail(line, f"{what}: field 'latency_us' must be >= 0, got {fields['latency_us']}")
-        if fields.get("uplink_GBps") is not None and fields["uplink_GBps"] <= 0:
-            fail(line, f"{what}: field 'uplink_GBps' must be > 0, got {fields['uplink_GBps']}")
         levels.append(Level(**fields))
     dev = doc.get("device")
     if not isinstance(dev, dict):
@@ -409,9 +409,8 @@ def parse_topology(text: str, filename: str = "<topology>") -> Topology:
     for key in ("memory_bandwidth_GBps", "peak_tflops"):
         if key not in dev:
             fail(device_line, f"[device]: missing field {key!r}")
-    bw = _typed(dev["memory_bandwidth_GBps"], float, lambda msg: fail(device_line, f"[device]: field 'memory_bandwidth_GBps' {msg}"))
-    if bw <= 0:
-        fail(device_line, f"[device]: field 'memory_bandwidth_GBps' must be > 0, got {bw}")
+    at = _line_of_key(lines, "memory_bandwidth_GBps", device_line or 1) or device_line
+    bw = _typed(dev["memory_bandwidth_GBps"], float, lambda msg: fail(at, f"[device]: field 'memory_bandwidth_GBps' {msg}"), "memory_bandwidth_GBps")
     peaks = dev["peak_tflops"]
     if not isinstance(peaks, dict):
         fail(device_line, f"[device]: field 'peak_tflops' must be a table of TFLOP/s per dtype ({', '.join(DTYPES)})")
@@ -422,27 +421,49 @@ def parse_topology(text: str, filename: str = "<topology>") -> Topology:
     for dt in DTYPES:
         if dt not in peaks:
             fail(device_line, f"[device]: peak_tflops: missing dtype {dt!r}")
-        values[dt] = _typed(peaks[dt], float, lambda msg, dt=dt: fail(device_line, f"[device]: peak_tflops.{dt} {msg}"))
-        if values[dt] <= 0:
-            fail(device_line, f"[device]: peak_tflops.{dt} must be > 0, got {values[dt]}")
+        at = _line_of_key(lines, "peak_tflops", device_line or 1) or device_line
+        values[dt] = _typed(peaks[dt], float, lambda msg, dt=dt, at=at: fail(at, f"[device]: peak_tflops.{dt} {msg}"), "peak_tflops")
     dev_name = dev.get("name", "device")
     if not isinstance(dev_name, str):
         fail(device_line, "[device]: field 'name' must be a string")
     return Topology(name, tuple(levels), Device(dev_name, bw, PeakTflops(**values)))
 
 
-def _typed(value, kind: type, fail):
-    """``value`` as ``kind`` (ints are accepted for floats; bools never for numbers)."""
+# The range of each number of a topology file: outside it the value is a mistake (of
+# units, mostly), and inside it every time the models predict stays finite. Latency 0
+# is an ideal link.
+_RANGES: dict[str, tuple[float, float]] = {
+    "cardinality": (1, 1 << 24),
+    "bandwidth_GBps": (1e-6, 1e6),
+    "uplink_GBps": (1e-6, 1e6),
+    "latency_us": (0.0, 1e9),
+    "memory_bandwidth_GBps": (1e-6, 1e6),
+    "peak_tflops": (1e-9, 1e9),
+}
+
+
+def _typed(value, kind: type, fail, key: str | None = None):
+    """``value`` as ``kind`` (ints are accepted for floats; bools never for numbers), a
+    finite number within ``_RANGES[key]``."""
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail(f"must be a number, got {_toml_type(value)}")
-        return float(value)
-    if kind is int:
+        value = float(value)
+        if not math.isfinite(value):
+            fail(f"must be a finite number, got {value}")
+    elif kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             fail(f"must be an integer, got {_toml_type(value)}")
-        return value
-    if not isinstance(value, kind):
+    elif not isinstance(value, kind):
         fail(f"must be a {'boolean' if kind is bool else 'string'}, got {_toml_type(value)}")
+    if key in _RANGES:
+        lo, hi = _RANGES[key]
+        if value < lo or value > hi:
+            if value < lo:
+                bound = f">= {lo:g}" if kind is int or lo == 0 or value > 0 else "> 0"
+            else:
+                bound = f"<= {hi:g}"
+            fail(f"must be {bound} (range {lo:g} to {hi:g}), got {value:g}")
     return value
 
 

@@ -1,5 +1,5 @@
 // CoCoNet schedule ol(MM,fuse(RS-C-AG)) of examples/megatron_attention.mlir, produced by
-//   distir-opt examples/megatron_attention.mlir -p 'split-allreduce{targets=sum},reorder-allgather{targets=sum_ag},fuse-allreduce{targets=sum_rs},overlap{order=ring targets=layer,out}'
+//   distir-opt examples/megatron_attention.mlir -p 'split-allreduce{dim=0 targets=sum},reorder-allgather{targets=sum_ag},fuse-allreduce{targets=sum_rs},overlap{order=ring targets=layer,out}'
 // or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
 // with: python -m distir.tuning.schedule examples/schedules
 builtin.module {

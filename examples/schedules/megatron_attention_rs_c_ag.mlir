@@ -1,5 +1,5 @@
 // CoCoNet schedule MM-RS-C-AG of examples/megatron_attention.mlir, produced by
-//   distir-opt examples/megatron_attention.mlir -p 'split-allreduce{targets=sum},reorder-allgather{targets=sum_ag}'
+//   distir-opt examples/megatron_attention.mlir -p 'split-allreduce{dim=0 targets=sum},reorder-allgather{targets=sum_ag}'
 // or by the Python schedule API (tuning/schedule.py, PAPER_SCHEDULES); regenerate
 // with: python -m distir.tuning.schedule examples/schedules
 builtin.module {

@@ -4,6 +4,7 @@
 
 dist.mesh @world shape = [4]
 dist.mesh @grid shape = [2, ?] axes = ["pp", "tp"]
+dist.mesh @any shape = [?]
 
 // CHECK-LABEL: func.func @split
 // CHECK:         %[[RS:.*]] = coll.reduce_scatter sum %x dim 0 : {{.*}}[local]> -> {{.*}}[sliced<0>]>
@@ -53,4 +54,40 @@ func.func @pipeline_stage(%in: !dist.tensor<16x8xf16, @grid, [at<0>, local]>) ->
 func.func @scalar(%x: !dist.tensor<f32, @world, [local]>) -> !dist.tensor<f32, @world, [replicated]> {
   %n = coll.all_reduce sum %x : !dist.tensor<f32, @world, [local]> -> !dist.tensor<f32, @world, [replicated]>
   func.return %n : !dist.tensor<f32, @world, [replicated]>
+}
+
+// Without dim=, a dim the ranks divide: a decode step's 2x48 over 4 ranks splits dim 1.
+// CHECK-LABEL: func.func @decode
+// CHECK:         %[[RS:.*]] = coll.reduce_scatter sum %p dim 1 : {{.*}}<2x48xf32, @world, [local]> -> {{.*}}[sliced<1>]>
+// CHECK-NEXT:    coll.all_gather %[[RS]] : {{.*}}[sliced<1>]> -> {{.*}}[replicated]>
+func.func @decode(%p: !dist.tensor<2x48xf32, @world, [local]>) -> !dist.tensor<2x48xf32, @world, [replicated]> {
+  %y = coll.all_reduce sum %p : !dist.tensor<2x48xf32, @world, [local]> -> !dist.tensor<2x48xf32, @world, [replicated]>
+  func.return %y : !dist.tensor<2x48xf32, @world, [replicated]>
+}
+
+// On a [?] mesh: the dim sharing most factors with what the function already slices
+// (x and w 64 ways: the ranks divide 64, so 48 keeps 1, 2, 4, 8 and 16 ranks).
+// CHECK-LABEL: func.func @decode_any_ranks
+// CHECK:         coll.reduce_scatter sum %p dim 1 : {{.*}}<2x48xf32, @any, [local]> -> {{.*}}[sliced<1>]>
+func.func @decode_any_ranks(%x: !dist.tensor<2x64xf32, @any, [sliced<1>]>, %w: !dist.tensor<64x48xf32, @any, [sliced<0>]>) -> !dist.tensor<2x48xf32, @any, [replicated]> {
+  %p = dist.matmul %x, %w : (!dist.tensor<2x64xf32, @any, [sliced<1>]>, !dist.tensor<64x48xf32, @any, [sliced<0>]>) -> !dist.tensor<2x48xf32, @any, [local]>
+  %y = coll.all_reduce sum %p : !dist.tensor<2x48xf32, @any, [local]> -> !dist.tensor<2x48xf32, @any, [replicated]>
+  func.return %y : !dist.tensor<2x48xf32, @any, [replicated]>
+}
+
+// On a [?] mesh with nothing sliced: the largest dim.
+// CHECK-LABEL: func.func @largest
+// CHECK:         coll.reduce_scatter sum %g dim 1 : {{.*}}<3x96xf32, @any, [local]> -> {{.*}}[sliced<1>]>
+func.func @largest(%g: !dist.tensor<3x96xf32, @any, [local]>) -> !dist.tensor<3x96xf32, @any, [replicated]> {
+  %s = coll.all_reduce sum %g : !dist.tensor<3x96xf32, @any, [local]> -> !dist.tensor<3x96xf32, @any, [replicated]>
+  func.return %s : !dist.tensor<3x96xf32, @any, [replicated]>
+}
+
+// No dim the 4 ranks divide: left alone when not named.
+// CHECK-LABEL: func.func @no_dim_fits
+// CHECK:         coll.all_reduce sum %g
+// CHECK-NOT:     coll.reduce_scatter
+func.func @no_dim_fits(%g: !dist.tensor<6x3xf32, @world, [local]>) -> !dist.tensor<6x3xf32, @world, [replicated]> {
+  %s = coll.all_reduce sum %g : !dist.tensor<6x3xf32, @world, [local]> -> !dist.tensor<6x3xf32, @world, [replicated]>
+  func.return %s : !dist.tensor<6x3xf32, @world, [replicated]>
 }

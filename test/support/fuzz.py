@@ -4,9 +4,11 @@ generators of pathological texts, each a function of a ``random.Random``.
     rng = random.Random(7)
     text = fuzz_input(rng)          # bytes: one of the kinds below, chosen at random
 
-Used by the property test of the front end (``test/tools/test_frontend_fuzz.py``, with
-hypothesis choosing the seeds) and by the fuzz script outside CI (``bench/fuzz.py``).
-The kinds, in ``GENERATORS``:
+Used by the property tests of the front end (``test/tools/test_frontend_fuzz.py``) and of
+distir-synth (``test/tools/test_tool_fuzz.py``), with hypothesis choosing the seeds, and
+by the fuzz script outside CI (``bench/fuzz.py``). Besides IR, ``topology(rng)`` makes
+topology TOML files and ``synth_argv`` / ``tune_argv`` argument lists of distir-synth
+and distir-tune (see their section below). The kinds of IR input, in ``GENERATORS``:
 
 * ``mutation``: an example (sizes shrunk so that it runs fast) with 1-4 edits:
   truncation, deleted / duplicated / reversed spans, inserted IR tokens, random bytes;
@@ -209,3 +211,176 @@ def fuzz_input(rng: random.Random, kind: str | None = None) -> tuple[str, bytes]
     if kind is None:
         kind = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
     return kind, GENERATORS[kind](rng)
+
+
+# -- the tuner's and synthesizer's flags, topology files ---------------------------------
+#
+# ``topology(rng)`` is a topology TOML file: a valid two- or three-level one with 1-3
+# edits (numbers replaced by NaN, infinities, zero, negatives, 1e-300, 1e308, huge
+# integers, strings, booleans, arrays; fields deleted, duplicated or unknown; many
+# levels), or text that is no TOML (empty, binary, not UTF-8, nested 10^4 deep,
+# truncated). ``synth_argv(rng, files)`` and ``tune_argv(rng, files)`` are argument
+# lists of distir-synth and distir-tune, near-valid half of the time (so that the deep
+# paths run) and anything otherwise; ``files`` names the inputs they may point at.
+
+TOPOLOGY = """name = "fuzz"
+[[levels]]
+name = "node"
+cardinality = 2
+bandwidth_GBps = 8.0
+latency_us = 5.0
+[[levels]]
+name = "gpu"
+cardinality = 4
+bandwidth_GBps = 270.0
+latency_us = 1.0
+in_network_reduction = false
+[device]
+memory_bandwidth_GBps = 1555.0
+peak_tflops = { f32 = 19.5, f16 = 312.0, bf16 = 312.0 }
+"""
+
+_NUMBERS = [
+    "nan", "+nan", "-nan", "inf", "+inf", "-inf", "0", "0.0", "-0.0", "-1", "-8.0", "1e-300", "1e-7", "1e308", "1.7e308",
+    "5e-324", "9223372036854775807", "99999999999999999999", "1e6", "16777217", "2", "3", "0.5", '"8"', "true", "[1, 2]", "{a = 1}",
+]
+_FIELDS = ["cardinality", "bandwidth_GBps", "latency_us", "memory_bandwidth_GBps", "f32", "f16", "bf16", "uplink_GBps"]
+
+
+def topology(rng: random.Random) -> bytes:
+    kind = rng.choice(["edit"] * 6 + ["levels", "empty", "binary", "utf8", "nested", "truncate"])
+    text = TOPOLOGY
+    if kind == "edit":
+        for _ in range(rng.randint(1, 3)):
+            edit = rng.choice(["number", "number", "delete", "unknown", "duplicate", "uplink", "in_network"])
+            if edit == "number":
+                field = rng.choice(_FIELDS)
+                value = rng.choice(_NUMBERS)
+                if field == "uplink_GBps":
+                    text = text.replace("latency_us = 1.0\n", f"latency_us = 1.0\nuplink_GBps = {value}\n", 1)
+                else:
+                    text = re.sub(rf"\b{field} = [^,\n}}]+", f"{field} = {value}", text, count=rng.choice([0, 1]))
+            elif edit == "delete":
+                lines = text.splitlines(keepends=True)
+                del lines[rng.randrange(len(lines))]
+                text = "".join(lines)
+            elif edit == "unknown":
+                text = text.replace("[device]\n", f"[device]\n{rng.choice(['speed', 'name', 'flops'])} = {rng.choice(_NUMBERS)}\n")
+            elif edit == "duplicate" and "[[levels]]" in text[10:] and "[device]" in text:
+                i = text.index("[[levels]]", 10)
+                text = text[:i] + text[i : max(i, text.index("[device]"))] + text[i:]
+            elif edit == "uplink":
+                text = text.replace("latency_us = 5.0\n", f"latency_us = 5.0\nuplink_GBps = {rng.choice(['32.0', '1e-9', 'nan'])}\n")
+            else:
+                text = text.replace("in_network_reduction = false", "in_network_reduction = true")
+        return text.encode()
+    if kind == "levels":
+        n = rng.choice([1, 3, 6, 20, 60])
+        levels = "".join(
+            f'[[levels]]\nname = "l{i}"\ncardinality = {rng.choice([1, 2, 3, 4, 16])}\nbandwidth_GBps = {rng.choice([1.0, 100.0, 1e-5])}\nlatency_us = {rng.choice([0.0, 1.0])}\n'
+            for i in range(n)
+        )
+        return (f'name = "many"\n{levels}' + TOPOLOGY[TOPOLOGY.index("[device]") :]).encode()
+    if kind == "empty":
+        return rng.choice([b"", b"\n", b"   \n\t\n", b"# only a comment\n"])
+    if kind == "binary":
+        return bytes(rng.randrange(256) for _ in range(rng.choice([16, 600, 5000])))
+    if kind == "utf8":
+        return TOPOLOGY.encode().replace(b'"gpu"', rng.choice([b'"g\xfcpu"', b'"\xff\xfe"', b'"\xc3\x28"']))
+    if kind == "nested":
+        d = rng.choice([100, 1000, 10_000, 100_000])
+        o, c = rng.choice([("[", "]"), ("{a = ", "}")])
+        return (TOPOLOGY + "x = " + o * d + "1" + c * d + "\n").encode()
+    return TOPOLOGY.encode()[: rng.randrange(len(TOPOLOGY))]
+
+
+_INTS = ["0", "1", "2", "3", "4", "8", "16", "64", "65", "-1", "-16", "100000", "16777216", "99999999999999999999", "x", "", "2^4", "1e3", "0x10", "²", "4.0"]
+# hierarchy, axes: the device counts agree (near-valid requests)
+_SYNTH_CASES = [("4,16", "4,16"), ("2,16", "8,4"), ("2,16", "32"), ("2,2,4", "4,4"), ("4,4", "2,2,2,2"), ("2,8", "16"), ("1,4", "4"), ("2,4", "2,4")]
+
+
+def _ints(rng: random.Random) -> str:
+    return ",".join(rng.choice(_INTS) for _ in range(rng.randint(1, 4)))
+
+
+def synth_argv(rng: random.Random, files: dict[str, str]) -> list[str]:
+    """Arguments of distir-synth (``files``: ``topology``, ``json``, ``dir``, ``bad``)."""
+    near = rng.random() < 0.6
+    h, a = rng.choice(_SYNTH_CASES) if near else (_ints(rng), _ints(rng))
+    if near:
+        n = a.count(",") + 1
+        reduce = ",".join(map(str, sorted(rng.sample(range(n), rng.randint(1, min(2, n))))))
+    else:
+        reduce = rng.choice(["0", "0", "1", "0,1", "0,2", "2", "-1", "", "a", "0,0"])
+    argv = ["--hierarchy", h, "--axes", a, "--reduce-axes", reduce]
+    if near:  # a topology the hierarchy fits (the fuzzed file's nodes hold 4 devices)
+        argv += ["--topology", rng.choice([files["topology"], files["topology"], "p2-a100", "dgx2"])]
+    elif rng.random() < 0.15:  # drop a required flag
+        i = rng.choice([0, 2, 4])
+        del argv[i : i + 2]
+    options = {
+        "--topology": lambda: rng.choice(["p2-a100", "p2-v100", "dgx2", files["topology"], files["topology"], "nope", files["bad"] + "/t.toml"]),
+        "--nodes": lambda: rng.choice(_INTS),
+        "--algorithm": lambda: rng.choice(["ring", "tree", "auto", "in_network", "butterfly", ""]),
+        "--elements": lambda: rng.choice(["64", "1", "7", "1024", "1099511627776", "0", "-4", "99999999999999999999", "x"]),
+        "--size-limit": lambda: rng.choice(["1", "2", "3", "4", "5", "6", "0", "-1", "100", "x"]),
+        "--json": lambda: rng.choice([files["json"], "-", files["bad"] + "/out.json"]),
+        "--emit-mlir": lambda: rng.choice([files["dir"], files["bad"] + "/dir"]),
+    }
+    valid = {
+        "--algorithm": lambda: rng.choice(["ring", "tree", "auto"]),
+        "--elements": lambda: rng.choice(["64", "1024", "4096", "1099511627776"]),
+        "--size-limit": lambda: rng.choice(["1", "2", "3", "4", "5"]),
+        "--json": lambda: rng.choice([files["json"], "-"]),
+        "--emit-mlir": lambda: files["dir"],
+    }
+    for flag in rng.sample(list(options), rng.randint(0, 4)):
+        draw = valid[flag] if near and flag in valid and rng.random() < 0.8 else options[flag]
+        argv += [flag, draw()]
+    if rng.random() < 0.1:
+        argv.append(rng.choice(["--hierachy", "--nodez", "--version", "--help", "--json"]))
+    return argv
+
+
+def tune_argv(rng: random.Random, files: dict[str, str]) -> list[str]:
+    """Arguments of distir-tune (``files``: ``program``, ``ir`` (a fuzzed one),
+    ``topology``, ``json``, ``plot``, ``out``, ``bad``)."""
+    argv = [rng.choice([files["program"], files["program"], files["program"], files["ir"], files["bad"] + "/p.mlir"])]
+    ranks = ["2", "2", "2", "4", "4", "1", "3", "8", "0", "-1", "x", "65"]
+    argv += ["--ranks", rng.choice(ranks) if rng.random() < 0.98 else rng.choice(["100000", "16777216"])]
+    how = rng.random()
+    if how < 0.8:
+        argv += ["--model", rng.choice(["dgx2", "p2-a100", "p2-v100", files["topology"], files["topology"], "nope", "local"])]
+    elif how < 0.83:
+        argv += ["--backend", "local", "--rounds", "1", "--sizes", rng.choice(["64", "2^6"])]
+    elif how < 0.9:
+        argv += ["--backend", rng.choice(["mpi", "nccl", "interpret", "bogus"])]
+    options = {
+        "--sizes": lambda: rng.choice(["2^4..2^8", "16,32", "64", "3", "", "2^40", "2^4..2^2", "-4", "0", "2^¹⁰", "1" * 500, "2^4..2^10:3", "x", "2^64"]),
+        "--dim": lambda: rng.choice(["0", "1", "64", "-1", "99", "x"]),
+        "--nodes": lambda: rng.choice(["1", "2", "0", "-1", "100000", "x"]),
+        "--json": lambda: rng.choice([files["json"], files["bad"] + "/t.json"]),
+        "--plot": lambda: rng.choice([files["plot"], files["bad"] + "/t.png", files["plot"][:-4] + ".xyz"]),
+        "-o": lambda: rng.choice([files["out"], files["bad"] + "/best.mlir"]),
+        "--func": lambda: rng.choice(["f", "g", "@f", ""]),
+        "--as-slice": lambda: rng.choice(["none", "x", "q", "", ","]),
+        "--rounds": lambda: rng.choice(["1", "0", "-3", "x"]),
+    }
+    valid = {
+        "--sizes": lambda: rng.choice(["2^4..2^8", "16,32", "64", "2^6..2^12:3"]),
+        "--json": lambda: files["json"],
+        "--plot": lambda: files["plot"],
+        "-o": lambda: files["out"],
+        "--func": lambda: "f",
+        "--as-slice": lambda: "none",
+        "--rounds": lambda: "1",
+    }
+    near = rng.random() < 0.5
+    for flag in rng.sample(list(options), rng.randint(0, 3)):
+        draw = valid[flag] if near and flag in valid and rng.random() < 0.8 else options[flag]
+        argv += [flag, draw()]
+    if rng.random() < 0.03:
+        argv = ["--calibrate", "--ranks", rng.choice(["0", "-1", "x"])]
+    if rng.random() < 0.05:
+        argv.append(rng.choice(["--rank", "--modle", "--version", "--help", "--sizes"]))
+    return argv

@@ -2,8 +2,8 @@
 
 API
 ---
-``programs(max_ops=8, meshes=MESHES, kinds=None, elements=ELEMENTS)`` is a hypothesis
-strategy of ``Program`` values::
+``programs(max_ops=8, meshes=MESHES, kinds=None, elements=ELEMENTS, free_dims=False)``
+is a hypothesis strategy of ``Program`` values::
 
     from hypothesis import given, settings
     from support.programs import programs
@@ -24,7 +24,9 @@ take a fresh one per pipeline); ``Program.mesh_sizes`` gives the sizes of the ma
 Each program has one function ``@f`` over one mesh: 1-D (``@world``, 1 to 4 ranks) or
 2-D (``@grid``, e.g. 2x2 or 2x3) with sometimes a 1-D view ``@flat`` of it. Its
 arguments are tensors of rank 1 to 3 whose dims are multiples of the rank count (so any
-slicing divides), placed ``replicated``, ``sliced<d>`` (several axes may slice one dim,
+slicing divides; with ``free_dims`` a dim is any of ``FREE_SIZES``, which the ranks
+often do not divide, except a dim a placement slices, which the ranks slicing it
+divide), placed ``replicated``, ``sliced<d>`` (several axes may slice one dim,
 in either nesting order), ``local`` or ``at<r>`` per axis, plus builtin scalars. Its
 body chains up to ``max_ops`` ops drawn from ``kinds`` (default: all of ``KINDS``;
 repeat a kind to draw it more often):
@@ -104,6 +106,9 @@ ELEMENTS: tuple[Attribute, ...] = (f32, f32, f32, f64, f16, bf16, i32)
 
 REDUCTIONS = ("sum", "prod", "max", "min", "avg")
 
+FREE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12)
+"""Dim sizes drawn with ``free_dims`` (unsliced dims: the ranks need not divide them)."""
+
 
 class Program(NamedTuple):
     """A random program: module text, function name, rank count."""
@@ -142,6 +147,7 @@ class _Gen:
     pool: list[SSAValue] = field(default_factory=list)
     matmuls: int = 0
     names: int = 0
+    free_dims: bool = False
 
     # ------------------------------------------------------------ helpers
     @property
@@ -157,9 +163,36 @@ class _Gen:
         return v
 
     def arg(self, t: Attribute) -> SSAValue:
+        if self.free_dims and isinstance(t, TensorType):
+            t = self.fit(t)
         return self.name(self.block.insert_arg(t, len(self.block.args)), "a")
 
-    def add(self, op: Operation) -> Operation:
+    def divisible(self, op: Operation) -> bool:
+        """Whether the ranks divide every sliced dim of ``op``'s values (its results
+        and those of the ops and block arguments in its regions)."""
+        for inner in op.walk():
+            values = list(inner.results) + [a for r in inner.regions for b in r.blocks for a in b.args]
+            for v in values:
+                t = v.type
+                if isinstance(t, TensorType) and layout.divisibility_error(t.get_shape(), t.get_placements(), self.sizes_of(t)):
+                    return False
+        return True
+
+    def fit(self, t: TensorType) -> TensorType:
+        """``t`` with every sliced dim the ranks slicing it do not divide redrawn as a
+        multiple of them (``free_dims``: other dims keep any size)."""
+        shape = list(t.get_shape())
+        pl = t.get_placements()
+        sizes = self.sizes_of(t)
+        for d in layout.sliced_dims(pl):
+            n = math.prod(sizes[a] for a in layout.slicing_axes(pl, d))
+            if shape[d] % n:
+                shape[d] = n * self.pick([1, 2])
+        return t.with_(shape=shape) if shape != list(t.get_shape()) else t
+
+    def add(self, op: Operation) -> Operation | None:
+        if self.free_dims and not self.divisible(op):
+            return None
         self.block.add_op(op)
         for r in op.results:
             self.name(r)
@@ -173,6 +206,8 @@ class _Gen:
         return self.sizes
 
     def dim_size(self) -> int:
+        if self.free_dims:
+            return self.pick(FREE_SIZES)
         return self.ranks * self.pick([1, 2])
 
     def tensor_type(self, rank: int | None = None, elt: Attribute | None = None) -> TensorType:
@@ -592,7 +627,14 @@ _GENERATORS = {
 
 
 @st.composite
-def programs(draw, max_ops: int = 8, meshes: Sequence[tuple[int, ...]] = MESHES, kinds: Collection[str] | None = None, elements: Sequence[Attribute] = ELEMENTS) -> Program:
+def programs(
+    draw,
+    max_ops: int = 8,
+    meshes: Sequence[tuple[int, ...]] = MESHES,
+    kinds: Collection[str] | None = None,
+    elements: Sequence[Attribute] = ELEMENTS,
+    free_dims: bool = False,
+) -> Program:
     """A hypothesis strategy of random well-typed programs (see the module doc)."""
     kinds = tuple(KINDS if kinds is None else kinds)
     unknown = set(kinds) - set(KINDS)
@@ -612,7 +654,7 @@ def programs(draw, max_ops: int = 8, meshes: Sequence[tuple[int, ...]] = MESHES,
         if draw(st.booleans()):
             view = ("flat", (math.prod(sizes),))
             ops.append(MeshOp.create_mesh("flat", [math.prod(sizes)], None, name, [list(range(len(sizes)))]))
-    g = _Gen(draw, name, tuple(sizes), view, tuple(elements))
+    g = _Gen(draw, name, tuple(sizes), view, tuple(elements), free_dims=free_dims)
     for _ in range(draw(st.integers(1, 3))):
         t = g.tensor_type()
         g.pool.append(g.arg(t))

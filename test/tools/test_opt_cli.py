@@ -109,7 +109,7 @@ def test_help_lists_distirs_passes_with_options_and_one_line_each():
     assert r.returncode == 0
     table = r.stdout.split("distir passes")[1]
     assert "split-allreduce        Split AllReduces into ReduceScatter + AllGather or Reduce + Broadcast." in table
-    assert "options: strategy=rs-ag, dim=0, root=0, targets=(none)" in table
+    assert "options: strategy=rs-ag, dim=(auto), root=0, targets=(none)" in table
     assert "fix-mesh-sizes" in table and "options: ranks=0" in table
     assert "convert-linalg-to-loops" not in r.stdout  # xDSL's passes: on request only
     assert "distir-opt --list-passes all" in r.stdout

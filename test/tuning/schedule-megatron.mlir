@@ -1,7 +1,7 @@
 // Megatron-LM model parallelism (CoCoNet Figure 4): MM-AR-C -> MM-RS-C-AG ->
 // ol(MM,fuse(RS-C-AG)), for the self-attention tail and the MLP block.
-// RUN: distir-opt %examples/megatron_attention.mlir -p 'split-allreduce{targets=sum},reorder-allgather{targets=sum_ag}' | filecheck %s --check-prefix=RS
-// RUN: distir-opt %examples/megatron_attention.mlir -p 'split-allreduce{targets=sum},reorder-allgather{targets=sum_ag},fuse-allreduce{targets=sum_rs},overlap{order=ring targets=layer,out}' | filecheck %s --check-prefix=OL
+// RUN: distir-opt %examples/megatron_attention.mlir -p 'split-allreduce{dim=0 targets=sum},reorder-allgather{targets=sum_ag}' | filecheck %s --check-prefix=RS
+// RUN: distir-opt %examples/megatron_attention.mlir -p 'split-allreduce{dim=0 targets=sum},reorder-allgather{targets=sum_ag},fuse-allreduce{targets=sum_rs},overlap{order=ring targets=layer,out}' | filecheck %s --check-prefix=OL
 // RUN: distir-opt %examples/megatron_mlp.mlir -p 'split-allreduce{dim=1 targets=sum},reorder-allgather{targets=sum_ag},fuse-allreduce{targets=sum_rs},overlap{order=ring targets=o,out}' | filecheck %s --check-prefix=MLP
 
 // RS-LABEL: func.func @self_attention

@@ -105,7 +105,7 @@ def test_toml_file_loads_and_nodes_overrides(tmp_path):
         (("bandwidth_GBps = 8\n", "bandwidth_GBps = 8\nspeed = 3\n"), r"t\.toml:3: error: \[\[levels\]\] entry 0: unknown field 'speed'"),
         (("f16 = 312.0, ", ""), r"t\.toml:16: error: \[device\]: peak_tflops: missing dtype 'f16'"),
         (("memory_bandwidth_GBps = 1555.0\n", ""), r"t\.toml:16: error: \[device\]: missing field 'memory_bandwidth_GBps'"),
-        (("cardinality = 4", "cardinality = 0"), r"t\.toml:3: error: \[\[levels\]\] entry 0: field 'cardinality' must be >= 1"),
+        (("cardinality = 4", "cardinality = 0"), r"t\.toml:5: error: \[\[levels\]\] entry 0: field 'cardinality' must be >= 1"),
         (('name = "two-level"', 'name = "two-level'), r"t\.toml:1:\d+: error: invalid TOML"),
     ],
 )

@@ -93,7 +93,7 @@ def test_compose_merges_one_kind_of_pass_and_keeps_untargeted_ones():
     assert out[1].targets == ("x1", "x2", "y1")
     c = (FuseMapsPass(), SplitAllReducePass(dim=1, targets=("y",)))
     out = units.compose([(a, [{"x": "x1"}]), (c, [{"y": "y1"}])])
-    assert [getattr(p, "dim", None) for p in out] == [None, 0, 1]
+    assert [getattr(p, "dim", None) for p in out] == [None, None, 1]  # dim=None: the pass picks (split-allreduce)
 
 
 def test_many_tensors_of_one_shape_are_one_class():

@@ -1,0 +1,686 @@
+"""Export to StableHLO + Shardy (``sdy``), as ``jax.jit(shard_map(f))`` prints it.
+
+Each function keeps its name and its signature in JAX's global view: every argument and
+result is a tensor of its logical shape with ``#sdy.sharding`` saying how the devices
+hold it; the body is one ``sdy.manual_computation`` over every mesh axis whose region is
+the SPMD program of one device (``frontends/export.py``), with StableHLO's collectives in
+the generic form JAX prints (``replica_groups`` of device ids, ``use_global_device_ids``).
+The module's ``sdy.mesh`` is the root mesh (``mhlo.num_partitions`` = its device count);
+a device's coordinates come from ``stablehlo.partition_id`` as JAX's ``axis_index``
+computes them. XLA compiles and runs the result (``test/frontends/test_export_sdy.py``
+runs it on 4 CPU devices and compares with the interpreter).
+
+Placements at the boundary (the importer's mapping, read backwards)::
+
+    sliced<d, k> on axis a    dim d's axis list {..} holds a at position k (outer first)
+    replicated                a appears nowhere
+    local                     a in unreduced={..} (each device its own value, JAX's
+                              unreduced arrays: the npz convention stacks them)
+    at<r>                     like replicated; a result held at<r> is broadcast first
+                              (all_gather + slice of block r), so every device returns it
+
+Op by op (``cdt``: f32 for f16/bf16 operands, whose arithmetic the interpreter runs in
+f32 and rounds once):
+
+=========================  ==============================================================
+distir                     StableHLO
+=========================  ==============================================================
+``dist.map``               the body's ops elementwise on the device's blocks (operands
+                           ``broadcast_in_dim`` to the result's shape), see ELEMENTWISE
+``dist.matmul``            ``convert`` to cdt, ``dot_general``, ``convert`` back
+``dist.reduce_tensor``     ``reduce`` in cdt (avg: sum ``divide`` count of the block)
+``dist.cast``              ``convert``
+``dist.dropout``           splitmix64 on ``iota`` + block offsets in i64 (wrapping ops, logical
+                           shifts), ``select``
+``dist.embedding_bag``     ``gather`` (table dim: batching dims), ``reduce`` over the bag;
+                           a row-sliced table masks the rows other devices hold
+``dist.take_slice``        of an argument: the manual computation takes the argument once
+                           more, sliced (as shard_map's ``in_specs``); of a computed
+                           value: ``dynamic_slice`` at the device's block
+``dist.transpose`` ...     ``transpose``, ``reshape``, ``slice``, ``concatenate`` of the
+                           device's block; ``iota`` plus the block's offset
+``coll.all_reduce``        ``all_reduce`` (avg: sum, ``divide`` by the group size)
+``coll.reduce_scatter``    ``reduce_scatter``
+``coll.all_gather``        ``all_gather``
+``coll.reduce``            ``all_reduce`` (the root, like every member, gets the result)
+``coll.broadcast``         ``all_gather`` along a new dim, ``slice`` of the root's block
+``coll.all_to_all``        ``all_to_all`` (split = new sliced dim, concat = old one)
+``coll.send``              ``collective_permute`` with one pair per group
+``coll.permute``           ``collective_permute`` with the pairs of every group
+=========================  ==============================================================
+
+ELEMENTWISE (arith/math ops of map bodies, and of scalar code outside maps): add, sub,
+mul, div, rem, max/min (maximumf/minimumf, maxsi/minsi), negf, and/or/xor, shifts,
+sqrt, rsqrt, exp, expm1, exp2, log, log1p, log2, log10, powf, tanh, sin, cos, tan,
+atan, atan2, cbrt, erf (``chlo.erf``), absf/absi, ceil, floor, trunc, round,
+roundeven, fma, cmpf (every predicate), cmpi, select, constant, and the casts (extf,
+truncf, sitofp, uitofp, fptosi, fptoui, extsi, extui, trunci). Anything else in a body
+(``maxnumf``/``minnumf``, ``copysign``, ``divui``, ``remui``, ``maxui``, ``minui``,
+``floordivsi``, ``ceildivsi``, ``ceildivui``) is rejected with a diagnostic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.dialects import arith, func
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
+from xdsl.ir import Attribute, Operation
+
+from distir.dialects import dist, layout, rng
+from distir.dialects.dist import TensorType
+from distir.dialects.placements import Local
+from distir.frontends.export import Exporter, Placed, RootMesh, half, literal, reduction_identity, ttype
+
+_SIMPLE: dict[type[Operation], str] = {
+    arith.AddfOp: "add",
+    arith.AddiOp: "add",
+    arith.SubfOp: "subtract",
+    arith.SubiOp: "subtract",
+    arith.MulfOp: "multiply",
+    arith.MuliOp: "multiply",
+    arith.DivfOp: "divide",
+    arith.DivSIOp: "divide",
+    arith.RemSIOp: "remainder",
+    arith.MaximumfOp: "maximum",
+    arith.MinimumfOp: "minimum",
+    arith.MaxSIOp: "maximum",
+    arith.MinSIOp: "minimum",
+    arith.NegfOp: "negate",
+    arith.AndIOp: "and",
+    arith.OrIOp: "or",
+    arith.XOrIOp: "xor",
+    arith.ShLIOp: "shift_left",
+    arith.ShRSIOp: "shift_right_arithmetic",
+    arith.ShRUIOp: "shift_right_logical",
+    xmath.SqrtOp: "sqrt",
+    xmath.RsqrtOp: "rsqrt",
+    xmath.ExpOp: "exponential",
+    xmath.ExpM1Op: "exponential_minus_one",
+    xmath.LogOp: "log",
+    xmath.Log1pOp: "log_plus_one",
+    xmath.PowFOp: "power",
+    xmath.TanhOp: "tanh",
+    xmath.SinOp: "sine",
+    xmath.CosOp: "cosine",
+    xmath.TanOp: "tan",
+    xmath.Atan2Op: "atan2",
+    xmath.CbrtOp: "cbrt",
+    xmath.AbsFOp: "abs",
+    xmath.AbsIOp: "abs",
+    xmath.CeilOp: "ceil",
+    xmath.FloorOp: "floor",
+    xmath.RoundOp: "round_nearest_afz",
+    xmath.RoundEvenOp: "round_nearest_even",
+}
+"""arith/math ops that are one StableHLO op (same operands, elementwise)."""
+
+_CASTS = (arith.ExtFOp, arith.TruncFOp, arith.SIToFPOp, arith.FPToSIOp, arith.ExtSIOp, arith.TruncIOp)
+_UNSIGNED_CASTS = (arith.UIToFPOp, arith.FPToUIOp, arith.ExtUIOp)
+
+# arith.cmpf predicate -> (StableHLO direction, negate the result, ordered check)
+_CMPF = {
+    "oeq": ("EQ", False), "ogt": ("GT", False), "oge": ("GE", False), "olt": ("LT", False),
+    "ole": ("LE", False), "une": ("NE", False),
+    "ueq": ("NE", True), "ugt": ("LE", True), "uge": ("LT", True), "ult": ("GE", True), "ule": ("GT", True),
+}  # fmt: skip
+_CMPI = {"eq": ("EQ", "SIGNED"), "ne": ("NE", "SIGNED"), "slt": ("LT", "SIGNED"), "sle": ("LE", "SIGNED"),
+         "sgt": ("GT", "SIGNED"), "sge": ("GE", "SIGNED"), "ult": ("LT", "UNSIGNED"), "ule": ("LE", "UNSIGNED"),
+         "ugt": ("GT", "UNSIGNED"), "uge": ("GE", "UNSIGNED")}  # fmt: skip
+
+_REDUCER = {"sum": "add", "avg": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def dense(rows: Sequence[Sequence[int]]) -> str:
+    """``dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>``."""
+    body = ", ".join("[" + ", ".join(map(str, r)) + "]" for r in rows)
+    return f"dense<[{body}]> : tensor<{len(rows)}x{len(rows[0]) if rows else 0}xi64>"
+
+
+class SdyExporter(Exporter):
+    TARGET = "StableHLO + sdy"
+
+    # ------------------------------------------------------------------ module and functions
+    def header(self, meshes: Sequence[RootMesh]) -> None:
+        counts = {m.devices for m in meshes}
+        attrs = f" attributes {{mhlo.num_partitions = {counts.pop()} : i32, mhlo.num_replicas = 1 : i32}}" if len(counts) == 1 else ""
+        self.text.line(f"module @distir{attrs} {{")
+        self.text.depth = 1
+        for m in meshes:
+            axes = ", ".join(f'"{n}"={s}' for n, s in zip(m.axis_names, m.sizes))
+            self.text.line(f"sdy.mesh @{m.name} = <[{axes}]>")
+
+    def run(self) -> str:
+        out = super().run()
+        return out + "}\n"
+
+    def sharding(self, p: Placed | None, mesh: RootMesh) -> str:
+        """``<@mesh, [{"x"}, {}], unreduced={"y"}>`` (``at<r>`` reads as replicated)."""
+        if p is None:
+            return f"<@{mesh.name}, []>"
+        dims = ["{" + ", ".join(f'"{mesh.axis_names[a]}"' for a in p.slicing(d)) + "}" for d in range(len(p.shape))]
+        out = f"<@{mesh.name}, [{', '.join(dims)}]"
+        unreduced = p.axes_of(Local)
+        if unreduced:
+            out += ", unreduced={" + ", ".join(f'"{mesh.axis_names[a]}"' for a in unreduced) + "}"
+        return out + ">"
+
+    def function(self, f: func.FuncOp) -> None:
+        self.check_boundary(f)
+        self.coords: dict[int, str] = {}
+        self.pid: str | None = None
+        self.channel = 0
+        mesh = self.function_meshes[f]
+        block = f.body.block
+        t = self.text
+        in_types = list(f.function_type.inputs.data)
+        out_types = list(f.function_type.outputs.data)
+        if mesh is None:  # builtin scalars only: no devices to speak of
+            args = [t.name(f"arg{i}") for i in range(len(in_types))]
+            sig = ", ".join(f"{a}: {ttype((), ty)}" for a, ty in zip(args, in_types))
+            t.line(f"func.func @{f.sym_name.data}({sig}) -> ({', '.join(ttype((), ty) for ty in out_types)}) {{")
+            t.depth += 1
+            self.bind(block.args, args)
+            ys = self.emit_block(block)
+            t.line(f"return {', '.join(ys)} : {', '.join(ttype((), ty) for ty in out_types)}")
+            t.depth -= 1
+            t.line("}")
+            return
+        in_placed = [self.placed_type(f, ty) if isinstance(ty, TensorType) else None for ty in in_types]
+        out_placed = [self.placed_type(f, ty) if isinstance(ty, TensorType) else None for ty in out_types]
+        # results held at<r> are broadcast inside, so that every device returns them
+        returned = [p if p is None else Placed(p.shape, p.element, p.mesh, tuple(dist.REPLICATED if a in dict(p.at) else q for a, q in enumerate(p.placements))) for p in out_placed]
+
+        def global_type(ty: Attribute) -> str:
+            return ttype(ty.get_shape(), ty.element_type) if isinstance(ty, TensorType) else ttype((), ty)
+
+        def local_type(ty: Attribute, p: Placed | None) -> str:
+            return ttype(p.local_shape, p.element) if p is not None else ttype((), ty)
+
+        args = [t.name(f"arg{i}") for i in range(len(in_types))]
+        sig = ", ".join(
+            f"{a}: {global_type(ty)} {{sdy.sharding = #sdy.sharding{self.sharding(p, mesh)}}}" for a, ty, p in zip(args, in_types, in_placed)
+        )
+        res = ", ".join(f"{global_type(ty)} {{sdy.sharding = #sdy.sharding{self.sharding(p, mesh)}}}" for ty, p in zip(out_types, returned))
+        gout = ", ".join(global_type(ty) for ty in out_types)
+        t.line(f"func.func @{f.sym_name.data}({sig}) -> ({res}) {{")
+        t.depth += 1
+        # one device: the global view is the device's view (JAX emits no manual_computation)
+        manual = mesh.devices > 1
+        if manual:
+            body_args = [t.name(a.name_hint or f"arg{i}") for i, a in enumerate(block.args)]
+            # a take_slice of an argument: the device receives its block (in_shardings,
+            # as shard_map's in_specs), no dynamic_slice at a computed offset
+            blocks = self.argument_blocks(f)
+            operands = args + [args[block.args.index(op.input)] for op in blocks]
+            shardings = [self.sharding(p, mesh) for p in in_placed] + [self.sharding(self.placed(op.result), mesh) for op in blocks]
+            block_names = [t.name(op.result.name_hint or "block") for op in blocks]
+            region_args = [f"{b}: {local_type(ty, p)}" for b, ty, p in zip(body_args, in_types, in_placed)]
+            region_args += [f"{b}: {local_type(op.result.type, self.placed(op.result))}" for b, op in zip(block_names, blocks)]
+            results = t.name("manual") if out_types else None
+            head = f"sdy.manual_computation({', '.join(operands)}) in_shardings=[{', '.join(shardings)}] "
+            head += f"out_shardings=[{', '.join(self.sharding(p, mesh) for p in returned)}] "
+            head += "manual_axes={" + ", ".join(f'"{n}"' for n in mesh.axis_names) + "} "
+            head += "(" + ", ".join(region_args) + ") {"
+            count = f":{len(out_types)}" if len(out_types) > 1 else ""
+            t.line(f"{results}{count} = {head}" if results else head)
+            t.depth += 1
+            for op, name in zip(blocks, block_names):
+                self.env[op.result] = name
+            in_types = in_types + [op.input.type for op in blocks]
+        else:
+            body_args = args
+        self.bind(block.args, body_args)
+        ys = self.emit_block(block)
+        ret = block.last_op
+        assert ret is not None
+        final = []
+        for y, v, p in zip(ys, ret.operands, out_placed):
+            if p is not None:
+                y, _ = self.result_to_replicated(y, p, v.name_hint)
+            final.append(y)
+        if manual:
+            local_out = [local_type(ty, p) for ty, p in zip(out_types, returned)]
+            t.line(f"sdy.return {', '.join(final)} : {', '.join(local_out)}" if final else "sdy.return")
+            t.depth -= 1
+            gin = ", ".join(global_type(ty) for ty in in_types)
+            t.line(f"}} : ({gin}) -> ({gout})")
+            final = [f"{results}#{i}" for i in range(len(out_types))] if len(out_types) > 1 else ([results] if results else [])
+        t.line(f"return {', '.join(final)} : {gout}" if final else "return")
+        t.depth -= 1
+        t.line("}")
+
+    def argument_blocks(self, f: func.FuncOp) -> list[dist.TakeSliceOp]:
+        """The ``take_slice``s of ``f``'s arguments that slice over devices."""
+        args = f.body.block.args
+        return [
+            op for op in f.walk()
+            if isinstance(op, dist.TakeSliceOp) and op.input in args and self.root_axes(op, op.input.type, [op.option("axis")])  # type: ignore[arg-type]
+        ]
+
+    # ------------------------------------------------------------------ small helpers
+    def const(self, value: float | int, shape: Sequence[int], elt: Attribute | str, hint: str = "cst") -> str:
+        return self.text.op(hint, f"stablehlo.constant dense<{literal(value, elt)}> : {ttype(shape, elt)}")
+
+    def convert(self, x: str, shape: Sequence[int], src: Attribute | str, dst: Attribute | str, hint: str | None = None) -> str:
+        if str(src) == str(dst):
+            return x
+        return self.text.op(hint, f"stablehlo.convert {x} : ({ttype(shape, src)}) -> {ttype(shape, dst)}")
+
+    def reshape_to(self, x: str, src: Sequence[int], dst: Sequence[int], elt: Attribute, hint: str | None = None) -> str:
+        if tuple(src) == tuple(dst):
+            return x
+        return self.text.op(hint, f"stablehlo.reshape {x} : ({ttype(src, elt)}) -> {ttype(dst, elt)}")
+
+    def broadcast_to(self, x: str, src: Sequence[int], dst: Sequence[int], elt: Attribute | str, hint: str | None = None) -> str:
+        """numpy broadcasting of ``src`` (aligned to the right) to ``dst``."""
+        if tuple(src) == tuple(dst):
+            return x
+        dims = list(range(len(dst) - len(src), len(dst)))
+        return self.text.op(hint, f"stablehlo.broadcast_in_dim {x}, dims = [{', '.join(map(str, dims))}] : ({ttype(src, elt)}) -> {ttype(dst, elt)}")
+
+    def binary(self, name: str, a: str, b: str, shape: Sequence[int], elt: Attribute | str, hint: str | None = None) -> str:
+        return self.text.op(hint, f"stablehlo.{name} {a}, {b} : {ttype(shape, elt)}")
+
+    def compare(self, direction: str, a: str, b: str, shape: Sequence[int], elt: Attribute | str, kind: str, hint: str | None = None) -> str:
+        t = ttype(shape, elt)
+        return self.text.op(hint, f"stablehlo.compare  {direction}, {a}, {b},  {kind} : ({t}, {t}) -> {ttype(shape, 'i1')}")
+
+    def select(self, c: str, a: str, b: str, shape: Sequence[int], elt: Attribute | str, hint: str | None = None) -> str:
+        return self.text.op(hint, f"stablehlo.select {c}, {a}, {b} : {ttype(shape, 'i1')}, {ttype(shape, elt)}")
+
+    def coord(self, mesh: RootMesh, axis: int) -> str:
+        """This device's coordinate on root ``axis`` (``tensor<i32>``), as JAX's axis_index."""
+        if axis not in self.coords:
+            if self.pid is None:
+                self.pid = self.text.op("pid", "stablehlo.partition_id : tensor<ui32>")
+            q = self.text.op("q", f"stablehlo.divide {self.pid}, {self.const(mesh.stride(axis), (), 'ui32')} : tensor<ui32>")
+            r = self.text.op("r", f"stablehlo.remainder {q}, {self.const(mesh.sizes[axis], (), 'ui32')} : tensor<ui32>")
+            self.coords[axis] = self.convert(r, (), "ui32", "i32", f"coord_{mesh.axis_names[axis]}")
+        return self.coords[axis]
+
+    def group_rank(self, mesh: RootMesh, axes: Sequence[int]) -> str:
+        """This device's rank in its group over ``axes`` (row-major), ``tensor<i32>``."""
+        rank = self.coord(mesh, axes[0])
+        for a in axes[1:]:
+            scaled = self.binary("multiply", rank, self.const(mesh.sizes[a], (), "i32"), (), "i32")
+            rank = self.binary("add", scaled, self.coord(mesh, a), (), "i32", "rank")
+        return rank
+
+    def block_start(self, p: Placed, dim: int, extent: int, elt: str = "i32") -> str | None:
+        """First logical index along ``dim`` of this device's block (None: not sliced)."""
+        axes = [a for a in p.slicing(dim) if p.mesh.sizes[a] > 1]
+        if not axes:
+            return None
+        start = self.binary("multiply", self.group_rank(p.mesh, axes), self.const(extent, (), "i32"), (), "i32", "start")
+        return self.convert(start, (), "i32", elt)
+
+    def channel_attrs(self) -> str:
+        self.channel += 1
+        return f"channel_handle = #stablehlo.channel_handle<handle = {self.channel}, type = 1>"
+
+    def region(self, reducer: str, elt: Attribute | str) -> None:
+        t = self.text
+        a, b = t.name("lhs"), t.name("rhs")
+        t.line(f"^bb0({a}: {ttype((), elt)}, {b}: {ttype((), elt)}):")
+        t.depth += 1
+        c = t.op(None, f"stablehlo.{reducer} {a}, {b} : {ttype((), elt)}")
+        t.line(f"stablehlo.return {c} : {ttype((), elt)}")
+        t.depth -= 1
+
+    # ------------------------------------------------------------------ elementwise ops
+    def elementwise(self, op: Operation, xs: list[str], shape: Sequence[int], hint: str | None = None) -> list[str]:
+        """One arith/math op on operands already of ``shape`` (its result named ``hint``,
+        else as in distir)."""
+        t = self.text
+        hint = hint or (op.results[0].name_hint if op.results else None)
+        out = op.results[0].type
+        ins = [v.type for v in op.operands]
+        cls = type(op)
+        if cls in _SIMPLE:
+            if len(xs) == 1:
+                return [t.op(hint, f"stablehlo.{_SIMPLE[cls]} {xs[0]} : {ttype(shape, out)}")]
+            return [self.binary(_SIMPLE[cls], xs[0], xs[1], shape, out, hint)]
+        if isinstance(op, arith.ConstantOp):
+            v = op.value
+            if not isinstance(v, (FloatAttr, IntegerAttr)):
+                self.fail(op, f"of {v} cannot be exported to {self.TARGET} (scalar constants only)")
+            return [self.const(v.value.data, shape, out, hint or "cst")]
+        if isinstance(op, _CASTS):
+            x = xs[0]
+            if str(ins[0]) == "i1" and isinstance(op, (arith.SIToFPOp, arith.ExtSIOp)):  # sign-extended: true is -1
+                x = t.op(None, f"stablehlo.convert {x} : ({ttype(shape, 'i1')}) -> {ttype(shape, 'i32')}")
+                x = t.op(None, f"stablehlo.negate {x} : {ttype(shape, 'i32')}")
+                return [self.convert(x, shape, "i32", out, hint)]
+            return [t.op(hint, f"stablehlo.convert {x} : ({ttype(shape, ins[0])}) -> {ttype(shape, out)}")]
+        if isinstance(op, _UNSIGNED_CASTS):
+            src, dst = ins[0], out
+            x = xs[0]
+            if isinstance(src, IntegerType) and str(src) != "i1":
+                x = self.convert(x, shape, src, f"ui{src.width.data}")
+                src = f"ui{src.width.data}"
+            if isinstance(op, arith.FPToUIOp) and isinstance(dst, IntegerType):
+                x = self.convert(x, shape, src, f"ui{dst.width.data}")
+                src = f"ui{dst.width.data}"
+            if isinstance(op, arith.ExtUIOp) and isinstance(dst, IntegerType):
+                x = self.convert(x, shape, src, f"ui{dst.width.data}")
+                src = f"ui{dst.width.data}"
+            return [self.convert(x, shape, src, dst, hint) if str(src) != str(dst) else x]
+        if isinstance(op, arith.CmpfOp):
+            pred = arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]
+            return [self.cmpf(pred, xs[0], xs[1], shape, ins[0], hint)]
+        if isinstance(op, arith.CmpiOp):
+            direction, kind = _CMPI[arith.CMPI_COMPARISON_OPERATIONS[op.predicate.value.data]]
+            return [self.compare(direction, xs[0], xs[1], shape, ins[0], kind, hint)]
+        if isinstance(op, arith.SelectOp):
+            return [self.select(xs[0], xs[1], xs[2], shape, out, hint)]
+        if isinstance(op, xmath.ErfOp):
+            return [t.op(hint, f"chlo.erf {xs[0]} : {ttype(shape, out)} -> {ttype(shape, out)}")]
+        if isinstance(op, (xmath.Exp2Op, xmath.Log2Op, xmath.Log10Op)):
+            ln = self.const({xmath.Exp2Op: math.log(2), xmath.Log2Op: math.log(2), xmath.Log10Op: math.log(10)}[cls], shape, out, "ln")
+            if isinstance(op, xmath.Exp2Op):
+                return [t.op(hint, f"stablehlo.exponential {self.binary('multiply', xs[0], ln, shape, out)} : {ttype(shape, out)}")]
+            lg = t.op(None, f"stablehlo.log {xs[0]} : {ttype(shape, out)}")
+            return [self.binary("divide", lg, ln, shape, out, hint)]
+        if isinstance(op, xmath.AtanOp):
+            return [self.binary("atan2", xs[0], self.const(1.0, shape, out), shape, out, hint)]
+        if isinstance(op, xmath.TruncOp):
+            sign = t.op(None, f"stablehlo.sign {xs[0]} : {ttype(shape, out)}")
+            mag = t.op(None, f"stablehlo.floor {t.op(None, f'stablehlo.abs {xs[0]} : {ttype(shape, out)}')} : {ttype(shape, out)}")
+            return [self.binary("multiply", sign, mag, shape, out, hint)]
+        if isinstance(op, xmath.FmaOp):
+            wide = "f64" if str(out) == "f32" else out
+            a, b, c = (self.convert(x, shape, out, wide) for x in xs)
+            r = self.binary("add", self.binary("multiply", a, b, shape, wide), c, shape, wide)
+            return [self.convert(r, shape, wide, out, hint)]
+        self.fail(op, f"has no {self.TARGET} counterpart in this exporter")
+
+    def cmpf(self, pred: str, a: str, b: str, shape: Sequence[int], elt: Attribute, hint: str | None) -> str:
+        if pred in ("false", "true"):
+            return self.const(pred == "true", shape, "i1", hint or "cmp")
+        if pred in ("ord", "uno", "one"):
+            ordered = self.binary(
+                "and", self.compare("EQ", a, a, shape, elt, "FLOAT"), self.compare("EQ", b, b, shape, elt, "FLOAT"), shape, "i1"
+            )
+            if pred == "ord":
+                return ordered
+            if pred == "uno":
+                return self.text.op(hint, f"stablehlo.not {ordered} : {ttype(shape, 'i1')}")
+            return self.binary("and", ordered, self.compare("NE", a, b, shape, elt, "FLOAT"), shape, "i1", hint)
+        direction, negate = _CMPF[pred]
+        c = self.compare(direction, a, b, shape, elt, "FLOAT", None if negate else hint)
+        return self.text.op(hint, f"stablehlo.not {c} : {ttype(shape, 'i1')}") if negate else c
+
+    def scalar_op(self, op: Operation, operands: list[str]) -> list[str]:
+        return self.elementwise(op, operands, ())
+
+    # ------------------------------------------------------------------ local ops
+    def map(self, op: dist.MapOp) -> None:
+        res = self.placed(op.outputs[0])
+        shape = res.local_shape
+        block = op.body.block
+        args = []
+        for v in op.inputs:
+            if isinstance(v.type, TensorType):
+                p = self.placed(v)
+                args.append(self.broadcast_to(self.value(v), p.local_shape, shape, p.element))
+            else:
+                args.append(self.broadcast_to(self.value(v), (), shape, v.type))
+        env = dict(zip(block.args, args))
+        term = block.last_op
+        assert isinstance(term, dist.YieldOp)
+        names = {v: r.name_hint for v, r in zip(term.values, op.outputs)}  # a yielded value is the map's result
+        for inner in block.ops:
+            if inner is term:
+                self.bind(op.outputs, [env[v] for v in inner.values])
+                return
+            for v in inner.operands:
+                if v not in env:
+                    self.fail(inner, "uses a value from outside the dist.map body")
+            hint = names.get(inner.results[0]) if inner.results else None
+            env.update(zip(inner.results, self.elementwise(inner, [env[v] for v in inner.operands], shape, hint)))
+
+    def matmul(self, op: dist.MatmulOp) -> None:
+        a, b, r = self.placed(op.lhs), self.placed(op.rhs), self.placed(op.result)
+        cdt = "f32" if half(r.element) else str(r.element)
+        x = self.convert(self.value(op.lhs), a.local_shape, a.element, cdt)
+        y = self.convert(self.value(op.rhs), b.local_shape, b.element, cdt)
+        ra, rb = len(a.shape), len(b.shape)
+        dims = f"contracting_dims = [{ra - 1}] x [{rb - 2}]"
+        if rb > 2:
+            batch = ", ".join(str(i) for i in range(rb - 2))
+            dims = f"batching_dims = [{batch}] x [{batch}], " + dims
+        hint = op.result.name_hint
+        out = self.text.op(
+            hint if cdt == str(r.element) else None,
+            f"stablehlo.dot_general {x}, {y}, {dims} : ({ttype(a.local_shape, cdt)}, {ttype(b.local_shape, cdt)}) -> {ttype(r.local_shape, cdt)}",
+        )
+        self.bind(op.results, [self.convert(out, r.local_shape, cdt, r.element, hint)])
+
+    def reduce_over(self, x: str, shape: Sequence[int], elt: Attribute | str, kind: str, dims: Sequence[int], hint: str | None) -> str:
+        """``kind`` over ``dims`` of a tensor of ``shape`` (in its own element type)."""
+        keep = [d for i, d in enumerate(shape) if i not in dims]
+        if not dims:
+            return x
+        z = self.const(reduction_identity(kind, elt), (), elt, "init")
+        red = self.text.op(
+            None if kind == "avg" else hint,
+            f"stablehlo.reduce({x} init: {z}) applies stablehlo.{_REDUCER[kind]} across dimensions = [{', '.join(map(str, dims))}] : "
+            f"({ttype(shape, elt)}, {ttype((), elt)}) -> {ttype(keep, elt)}",
+        )
+        if kind != "avg":
+            return red
+        count = math.prod(shape[d] for d in dims)
+        return self.binary("divide", red, self.const(count, keep, elt), keep, elt, hint)
+
+    def reduce_tensor(self, op: dist.ReduceTensorOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        kind = op.option("op")
+        cdt = "f32" if half(x.element) and kind not in ("max", "min") else str(x.element)
+        xc = self.convert(self.value(op.input), x.local_shape, x.element, cdt)
+        red = self.reduce_over(xc, x.local_shape, cdt, kind, list(op.option("dims")), None if cdt != str(x.element) else op.result.name_hint)
+        self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
+
+    def cast(self, op: dist.CastOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        self.bind(op.results, [self.convert(self.value(op.input), x.local_shape, x.element, r.element, op.result.name_hint)])
+
+    def dropout(self, op: dist.DropoutOp) -> None:
+        x = self.placed(op.input)
+        shape, elt = x.local_shape, x.element
+        p, seed = op.option("p"), op.option("seed")
+        u = "i64"  # signless: multiplies and adds wrap as splitmix64 needs, shifts are logical
+        # the logical flat index of every element of this device's block
+        strides = [math.prod(x.shape[d + 1 :]) for d in range(len(x.shape))]
+        index = None
+        for d, extent in enumerate(shape):
+            term = self.text.op("iota", f"stablehlo.iota dim = {d} : {ttype(shape, u)}")
+            start = self.block_start(x, d, extent, u)
+            if start is not None:
+                term = self.binary("add", term, self.broadcast_to(start, (), shape, u), shape, u)
+            if strides[d] != 1:
+                term = self.binary("multiply", term, self.const(strides[d], shape, u), shape, u)
+            index = term if index is None else self.binary("add", index, term, shape, u, "index")
+        if index is None:
+            index = self.const(0, shape, u)
+        # splitmix64 (dialects/rng.py): z = index * GOLDEN + mix(seed), finalised
+        z = self.binary("multiply", index, self.const(int(rng.GOLDEN), shape, u, "golden"), shape, u)
+        z = self.binary("add", z, self.const(int(rng.seed_key(seed)), shape, u, "key"), shape, u)
+        for shift, mult in ((30, int(rng._M1)), (27, int(rng._M2)), (31, None)):
+            z = self.binary("xor", z, self.binary("shift_right_logical", z, self.const(shift, shape, u, f"shift{shift}"), shape, u), shape, u)
+            if mult is not None:
+                z = self.binary("multiply", z, self.const(mult, shape, u, "mix"), shape, u)
+        bits = self.binary("shift_right_logical", z, self.const(64 - rng.BITS, shape, u, "shift"), shape, u, "bits")
+        # the top BITS bits, shifted down, are non-negative: a signed compare (what XLA
+        # allows on i64) is the unsigned one
+        keep = self.compare("GE", bits, self.const(rng.keep_threshold(p), shape, u, "threshold"), shape, u, "SIGNED", "keep")
+        cdt = "f32" if half(elt) else str(elt)
+        xc = self.convert(self.value(op.input), shape, elt, cdt)
+        scaled = self.binary("multiply", xc, self.const(1.0 / (1.0 - p), shape, cdt, "scale"), shape, cdt)
+        out = self.select(keep, scaled, self.const(0.0, shape, cdt, "zero"), shape, cdt, op.result.name_hint if cdt == str(elt) else None)
+        self.bind(op.results, [self.convert(out, shape, cdt, elt, op.result.name_hint)])
+
+    def embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
+        tp, ip, r = self.placed(op.table), self.placed(op.indices), self.placed(op.result)
+        ts, ishape = tp.local_shape, ip.local_shape
+        lead = len(ts) - 2
+        rows, width = ts[-2], ts[-1]
+        mode = op.option("mode")
+        idx = self.convert(self.value(op.indices), ishape, ip.element, "i64")
+        row0 = self.block_start(tp, lead, rows, "i64")
+        valid = None
+        if row0 is not None:  # a row-sliced table: this device adds the rows it holds
+            loc = self.binary("subtract", idx, self.broadcast_to(row0, (), ishape, "i64"), ishape, "i64", "row")
+            lo = self.compare("GE", loc, self.const(0, ishape, "i64"), ishape, "i64", "SIGNED")
+            hi = self.compare("LT", loc, self.const(rows, ishape, "i64"), ishape, "i64", "SIGNED")
+            valid = self.binary("and", lo, hi, ishape, "i1", "held")
+            idx = self.select(valid, loc, self.const(0, ishape, "i64"), ishape, "i64")
+        gshape = (*ishape, width)
+        batch = "operand_batching_dims = [0], start_indices_batching_dims = [0], " if lead else ""
+        numbers = (
+            f"#stablehlo.gather<offset_dims = [{len(ishape)}], collapsed_slice_dims = [{lead}], {batch}"
+            f"start_index_map = [{lead}], index_vector_dim = {len(ishape)}>"
+        )
+        sizes = ", ".join(["1"] * (lead + 1) + [str(width)])
+        g = self.text.op(
+            "rows",
+            f'"stablehlo.gather"({self.value(op.table)}, {idx}) <{{dimension_numbers = {numbers}, indices_are_sorted = false, '
+            f"slice_sizes = array<i64: {sizes}>}}> : ({ttype(ts, tp.element)}, {ttype(ishape, 'i64')}) -> {ttype(gshape, tp.element)}",
+        )
+        cdt = "f32" if half(r.element) and mode != "max" else str(r.element)
+        g = self.convert(g, gshape, tp.element, cdt)
+        if valid is not None:
+            mask = self.text.op(
+                None, f"stablehlo.broadcast_in_dim {valid}, dims = [{', '.join(map(str, range(len(ishape))))}] : ({ttype(ishape, 'i1')}) -> {ttype(gshape, 'i1')}"
+            )
+            g = self.select(mask, g, self.const(0.0, gshape, cdt), gshape, cdt)
+        kind = {"sum": "sum", "mean": "avg", "max": "max"}[mode]
+        red = self.reduce_over(g, gshape, cdt, kind, [len(ishape) - 1], None if cdt != str(r.element) else op.result.name_hint)
+        self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
+
+    # ------------------------------------------------------------------ layout ops
+    def transpose(self, op: dist.TransposeOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        perm = ", ".join(map(str, op.option("perm")))
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"stablehlo.transpose {self.value(op.input)}, dims = [{perm}] : ({ttype(x.local_shape, x.element)}) -> {ttype(r.local_shape, r.element)}",
+        )])
+
+    def reshape(self, op: dist.ReshapeOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        self.bind(op.results, [self.reshape_to(self.value(op.input), x.local_shape, r.local_shape, x.element, op.result.name_hint)])
+
+    def iota(self, op: dist.IotaOp) -> None:
+        r = self.placed(op.result)
+        dim, shape, elt = op.option("dim"), r.local_shape, r.element
+        start = self.block_start(r, dim, shape[dim], str(elt))
+        y = self.text.op(None if start else op.result.name_hint, f"stablehlo.iota dim = {dim} : {ttype(shape, elt)}")
+        if start is not None:
+            y = self.binary("add", y, self.broadcast_to(start, (), shape, elt), shape, elt, op.result.name_hint)
+        self.bind(op.results, [y])
+
+    def extract_slice(self, op: dist.ExtractSliceOp) -> None:
+        x, r = self.placed(op.input), self.placed(op.result)
+        sliced = layout.sliced_dims(x.placements)
+        bounds = []
+        for d, (o, s, n) in enumerate(zip(op.option("offsets"), op.option("strides"), r.local_shape)):
+            if d in sliced:  # taken whole: the device's block
+                bounds.append(f"0:{n}")
+            else:
+                bounds.append(f"{o}:{o + (n - 1) * s + 1 if n else o}" + (f":{s}" if s != 1 else ""))
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"stablehlo.slice {self.value(op.input)} [{', '.join(bounds)}] : ({ttype(x.local_shape, x.element)}) -> {ttype(r.local_shape, r.element)}",
+        )])
+
+    def concat(self, op: dist.ConcatOp) -> None:
+        ins = [self.placed(v) for v in op.inputs]
+        r = self.placed(op.result)
+        names = ", ".join(self.value(v) for v in op.inputs)
+        types = ", ".join(ttype(p.local_shape, p.element) for p in ins)
+        self.bind(op.results, [self.text.op(
+            op.result.name_hint,
+            f"stablehlo.concatenate {names}, dim = {op.option('dim')} : ({types}) -> {ttype(r.local_shape, r.element)}",
+        )])
+
+    # ------------------------------------------------------------------ blocks and collectives
+    def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
+        extent = dst.local_shape[dim]
+        start = self.binary("multiply", self.group_rank(src.mesh, axes), self.const(extent, (), "i32"), (), "i32", "start")
+        zero = self.const(0, (), "i32") if len(src.local_shape) > 1 else None
+        starts = ", ".join(start if d == dim else zero for d in range(len(src.local_shape)))  # type: ignore[misc]
+        idx_types = ", ".join(["tensor<i32>"] * len(src.local_shape))
+        return self.text.op(
+            hint,
+            f"stablehlo.dynamic_slice {x}, {starts}, sizes = [{', '.join(map(str, dst.local_shape))}] : "
+            f"({ttype(src.local_shape, src.element)}, {idx_types}) -> {ttype(dst.local_shape, dst.element)}",
+        )
+
+    def _reduction_collective(self, name: str, x: str, shape_in: Sequence[int], shape_out: Sequence[int], elt: Attribute, axes: list[int], mesh: RootMesh, kind: str, extra: str, hint: str | None) -> str:
+        cdt = "f32" if half(elt) else str(elt)
+        xc = self.convert(x, shape_in, elt, cdt)
+        groups = mesh.groups(axes)
+        attrs = f"{self.channel_attrs()}, replica_groups = {dense(groups)}{extra}, use_global_device_ids"
+        t = self.text
+        out = t.name(hint if kind != "avg" and cdt == str(elt) else f"{hint or name}_{cdt}" if cdt != str(elt) else f"{hint or name}_sum")
+        t.line(f'{out} = "stablehlo.{name}"({xc}) <{{{attrs}}}> ({{')
+        self.region(_REDUCER[kind], cdt)
+        t.line(f"}}) : ({ttype(shape_in, cdt)}) -> {ttype(shape_out, cdt)}")
+        if kind == "avg":
+            out = self.binary("divide", out, self.const(len(groups[0]), shape_out, cdt), shape_out, cdt, hint if cdt == str(elt) else None)
+        return self.convert(out, shape_out, cdt, elt, hint)
+
+    def all_reduce(self, x: str, src: Placed, axes: list[int], kind: str, hint: str | None) -> str:
+        s = src.local_shape
+        return self._reduction_collective("all_reduce", x, s, s, src.element, axes, src.mesh, kind, "", hint)
+
+    def reduce_scatter(self, x: str, src: Placed, dst: Placed, axes: list[int], kind: str, dim: int, hint: str | None) -> str:
+        extra = f", scatter_dimension = {dim} : i64"
+        return self._reduction_collective("reduce_scatter", x, src.local_shape, dst.local_shape, src.element, axes, src.mesh, kind, extra, hint)
+
+    def reduce(self, x: str, src: Placed, axes: list[int], kind: str, root: int, hint: str | None) -> str:
+        return self.all_reduce(x, src, axes, kind, hint)
+
+    def all_gather(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
+        groups = src.mesh.groups(axes)
+        attrs = f"all_gather_dim = {dim} : i64, {self.channel_attrs()}, replica_groups = {dense(groups)}, use_global_device_ids"
+        return self.text.op(
+            hint, f'"stablehlo.all_gather"({x}) <{{{attrs}}}> : ({ttype(src.local_shape, src.element)}) -> {ttype(dst.local_shape, dst.element)}'
+        )
+
+    def broadcast(self, x: str, src: Placed, axes: list[int], root: int, hint: str | None) -> str:
+        s = src.local_shape
+        n = src.mesh.group_size(axes)
+        one = self.reshape_to(x, s, (1, *s), src.element)
+        stacked_shape = (n, *s)
+        g = self.all_gather(one, Placed((1, *s), src.element, src.mesh, ()), Placed(stacked_shape, src.element, src.mesh, ()), axes, 0, None)
+        bounds = ", ".join([f"{root}:{root + 1}"] + [f"0:{d}" for d in s])
+        picked = self.text.op(None, f"stablehlo.slice {g} [{bounds}] : ({ttype(stacked_shape, src.element)}) -> {ttype((1, *s), src.element)}")
+        return self.reshape_to(picked, (1, *s), s, src.element, hint)
+
+    def all_to_all(self, x: str, src: Placed, dst: Placed, axes: list[int], split: int, concat: int, hint: str | None) -> str:
+        groups = src.mesh.groups(axes)
+        attrs = (
+            f"{self.channel_attrs()}, concat_dimension = {concat} : i64, replica_groups = {dense(groups)}, "
+            f"split_count = {len(groups[0])} : i64, split_dimension = {split} : i64"
+        )
+        return self.text.op(
+            hint, f'"stablehlo.all_to_all"({x}) <{{{attrs}}}> : ({ttype(src.local_shape, src.element)}) -> {ttype(dst.local_shape, dst.element)}'
+        )
+
+    def permute(self, x: str, src: Placed, axes: list[int], pairs: list[tuple[int, int]], offset: int | None, hint: str | None) -> str:
+        if not pairs:  # nobody receives: every rank's result is zeros
+            return self.const(0, src.local_shape, src.element, hint or "zeros")
+        devices = [[g[s], g[t]] for g in src.mesh.groups(axes) for s, t in pairs]
+        t = ttype(src.local_shape, src.element)
+        attrs = f"{self.channel_attrs()}, source_target_pairs = {dense(devices)}"
+        return self.text.op(hint, f'"stablehlo.collective_permute"({x}) <{{{attrs}}}> : ({t}) -> {t}')
+
+    def send(self, x: str, src: Placed, axes: list[int], source: int, to: int, hint: str | None) -> str:
+        pairs = [[g[source], g[to]] for g in src.mesh.groups(axes)]
+        t = ttype(src.local_shape, src.element)
+        attrs = f"{self.channel_attrs()}, source_target_pairs = {dense(pairs)}"
+        return self.text.op(hint, f'"stablehlo.collective_permute"({x}) <{{{attrs}}}> : ({t}) -> {t}')

@@ -1,0 +1,72 @@
+"""The StableHLO + sdy export means what the program means. Every example and every case
+of ``export-cases.mlir`` (meshes fixed for 1, 2, 4 and 8 ranks), every schedule of
+``examples/schedules`` (a rearrangement of an example's ops: at the fewest and the most
+ranks it fits) and 30 random programs (``support/programs.py``, at their own rank
+counts) and the JAX, Shardy and shard programs of the front-end tests as distir-import
+reads them are exported, parsed and verified with jaxlib's MLIR (StableHLO and Shardy
+registered), compiled by XLA for as many host devices and run; the outputs must agree
+with the interpreter's on the same inputs (``runtime/equivalence.py``'s tolerances: rtol
+1e-5 for f32). The runs happen in one subprocess (``xla_batch.py``): jax fixes its device
+count when it is first imported."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from export_programs import HERE, PROGRAMS, runs, text_of
+from support.xla import DEVICES
+
+from distir.dialects.context import parse_module
+from distir.frontends.export import export_module
+
+
+def _xla_runs() -> list[tuple[str, str, int]]:
+    out = []
+    for name, func, ranks in runs():
+        if name.startswith("schedules/"):
+            counts = [r for n, f, r in runs() if (n, f) == (name, func)]
+            if ranks not in (min(counts), max(counts)):
+                continue
+        out.append((name, func, ranks))
+    return out
+
+
+RUNS = _xla_runs()
+
+
+@pytest.fixture(scope="module")
+def xla_report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("xla")
+    jobs = [{"id": f"{name}:{func}:{ranks}", "text": text_of(name), "func": func, "ranks": ranks, "seed": 5} for name, func, ranks in RUNS]
+    (d / "jobs.json").write_text(json.dumps(jobs))
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "xla_batch.py"), str(d / "jobs.json"), str(d / "report.json")],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
+    assert (d / "report.json").exists(), proc.stderr[-3000:]
+    return json.loads((d / "report.json").read_text())
+
+
+def test_every_program_runs_at_several_rank_counts():
+    for name in PROGRAMS:
+        counts = {r for n, _, r in RUNS if n == name}
+        assert counts, f"{name} fits no rank count"
+    assert {1, 2, 4, 8} <= {r for _, _, r in RUNS}
+    assert any(n.startswith("imported/jax-") for n, _, _ in RUNS)
+
+
+@pytest.mark.parametrize("name,func,ranks", RUNS, ids=[f"{n}:{f}:{r}" for n, f, r in RUNS])
+def test_xla_agrees_with_the_interpreter(xla_report, name, func, ranks):
+    entry = xla_report[f"{name}:{func}:{ranks}"]
+    assert entry["ok"], entry["message"]
+
+
+def test_export_is_deterministic():
+    module = parse_module(PROGRAMS["case/two_axes"].replace("[2, ?]", "[2, 2]"))
+    assert export_module(module, "sdy") == export_module(module, "sdy")
