@@ -81,7 +81,7 @@ def check(local: bool) -> int:
     from distir.synthesis.check import check_programs
     from distir.synthesis.hierarchy import synthesis_hierarchy
     from distir.synthesis.language import enumerate_programs
-    from distir.synthesis.matrices import Placement
+    from distir.synthesis.matrices import DevicePlacement
 
     cases = [  # (hierarchy, matrix, reduce axes): ranks 8 and 16, one to three levels
         ((2, 4), ((2, 4),), (0,)),
@@ -95,7 +95,7 @@ def check(local: bool) -> int:
     failures = 0
     for backend in ["interpret"] + (["local"] if local else []):
         for hierarchy, matrix, red in cases:
-            p = Placement.standard(matrix, hierarchy)
+            p = DevicePlacement.standard(matrix, hierarchy)
             h = synthesis_hierarchy(p, red)
             progs = enumerate_programs(h)
             if backend == "local" and p.ranks != 16:

@@ -14,6 +14,21 @@ class ResultsDiffer(Exception):
     """Two runs that must agree do not; the message reports the first mismatch."""
 
 
+class ExecutionError(Exception):
+    """A program stopped before its end (the message names the op, and the rank where
+    there are ranks). Either kind below; ``except ExecutionError`` catches both."""
+
+
+class ExecutionRejected(ExecutionError, InputRejected):
+    """The program cannot run on these inputs or this rank count: an unsupported op, an
+    index out of range, ... (the reference interpreter; a tool exits 1)."""
+
+
+class ExecutionFailed(ExecutionError, RuntimeError):
+    """A lowered program failed on a rank (a backend; the message names the rank and
+    the op)."""
+
+
 # Bytes that never occur in IR or TOML text (C0 controls other than whitespace, DEL):
 # an input holding one is binary, and its bytes are not echoed in a diagnostic.
 _BINARY = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")

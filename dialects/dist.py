@@ -407,6 +407,32 @@ class RuleError(Exception):
     """A broken placement rule; the message omits the op name (``fail`` adds it)."""
 
 
+def element_bytes(t: Attribute) -> int:
+    """Bytes of one element of builtin type ``t`` (i1: one byte, as numpy's bool)."""
+    width = getattr(t, "bitwidth", None) or getattr(getattr(t, "width", None), "data", 32)
+    return max(1, int(width) // 8)
+
+
+def resolve_grids(module: Operation, ranks: int) -> dict[str, layout.MeshGrid]:
+    """Every mesh of ``module`` with its sizes fixed for a run on ``ranks`` ranks
+    (``InputRejected`` when ``ranks`` does not fit one)."""
+    from distir.dialects.diagnostics import InputRejected
+
+    if ranks < 1:
+        raise InputRejected(f"--ranks must be at least 1, got {ranks}")
+    grids = {}
+    for op in module.regions[0].block.ops:
+        if isinstance(op, MeshOp):
+            try:
+                grids[op.mesh_name] = op.grid(ranks)
+            except layout.LayoutError as e:
+                raise InputRejected(
+                    f"--ranks {ranks} does not fit mesh @{op.mesh_name} of shape "
+                    f"{layout.format_sizes(op.declared_sizes)}: {e}"
+                ) from None
+    return grids
+
+
 def fail(op: Operation, msg: str) -> NoReturn:
     raise VerifyException(f"'{op.name}' op {msg}")
 

@@ -6,7 +6,8 @@ Every op reads::
 
 where ``KIND`` is a bare reduction word (``sum``), keywords are bare words followed by an
 integer (``dim 0``), an integer list (``axes [0, 2]``), a float (``p 0.1``), a boolean list
-(``gather [true, false]``) or a word (``order ring``), and the type signature is printed
+(``gather [true, false]``) or a word (``order ring``), or stand alone (a flag:
+``in_place``), and the type signature is printed
 like MLIR's shard ops: ``: T -> U`` for one operand, ``: (T, S) -> U`` otherwise, results
 parenthesised when there are several. Keywords whose value is their default are omitted
 when printing. An op class declares its syntax with the class constants below; the
@@ -25,6 +26,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     StringAttr,
+    UnitAttr,
     f64,
     i1,
     i64,
@@ -50,7 +52,7 @@ def parse_int(parser: BaseParser, context_msg: str = "") -> int:
         parser.raise_error(f"integer {value} is out of range for i64", start, end)
     return value
 
-Kind = Literal["int", "ints", "float", "bools", "word"]
+Kind = Literal["int", "ints", "float", "bools", "word", "flag"]
 
 REQUIRED = object()
 
@@ -77,6 +79,8 @@ class Kw:
             return FloatAttr(float(value), f64)
         if self.kind == "bools":
             return ArrayAttr([IntegerAttr(1 if v else 0, i1) for v in value])
+        if self.kind == "flag":
+            return UnitAttr()
         return StringAttr(str(value))
 
     def from_attr(self, attr: Attribute) -> Any:
@@ -92,10 +96,14 @@ class Kw:
         if self.kind == "bools":
             assert isinstance(attr, ArrayAttr)
             return tuple(bool(a.value.data) for a in attr.data)  # type: ignore[union-attr]
+        if self.kind == "flag":
+            return True
         assert isinstance(attr, StringAttr)
         return attr.data
 
     def parse_value(self, parser: Parser) -> Any:
+        if self.kind == "flag":
+            return True
         if self.kind == "int":
             return parse_int(parser, f" after '{self.keyword}'")
         if self.kind == "float":
@@ -114,6 +122,8 @@ class Kw:
         return word
 
     def format_value(self, value: Any) -> str:
+        if self.kind == "flag":
+            return ""
         if self.kind in ("int", "word"):
             return str(value)
         if self.kind == "float":
@@ -144,7 +154,7 @@ def print_type_list(printer: Printer, types: Sequence[Attribute], parens: bool) 
         printer.print_attribute(types[0])
 
 
-_CONSTRAINT = {"int": IntegerAttr, "ints": DenseArrayBase, "float": FloatAttr, "bools": ArrayAttr, "word": StringAttr}
+_CONSTRAINT = {"int": IntegerAttr, "ints": DenseArrayBase, "float": FloatAttr, "bools": ArrayAttr, "word": StringAttr, "flag": UnitAttr}
 
 
 class FormattedOp(IRDLOperation):
@@ -213,7 +223,7 @@ class FormattedOp(IRDLOperation):
                 props[name] = StringAttr(value)
             else:
                 kw = cls.keyword(name)
-                if kw.default is not REQUIRED and _same(value, kw.default):
+                if (kw.default is not REQUIRED and _same(value, kw.default)) or (kw.kind == "flag" and not value):
                     continue
                 props[kw.prop] = kw.to_attr(value)
         op_def = cls.get_irdl_definition()
@@ -288,7 +298,8 @@ class FormattedOp(IRDLOperation):
             if kw.prop in self.properties:
                 value = kw.from_attr(self.properties[kw.prop])
                 if kw.default is REQUIRED or not _same(value, kw.default):
-                    printer.print_string(f" {kw.keyword} {kw.format_value(value)}")
+                    shown = kw.format_value(value)
+                    printer.print_string(f" {kw.keyword} {shown}" if shown else f" {kw.keyword}")
         printer.print_op_attributes(self.attributes)
         printer.print_string(" : ")
         print_type_list(printer, self.operand_types, parens=self.PAREN_OPERANDS)

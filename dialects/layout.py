@@ -145,12 +145,22 @@ def replace_axes(placements: Sequence[Placement], axes: Sequence[int], new: Plac
 
 
 def at_digits(rank: int, sizes: Sequence[int]) -> list[int]:
-    """Row-major digits of a group rank over axes of the given sizes."""
+    """Row-major digits of a group rank over axes of the given sizes (the one rank ->
+    coordinates conversion: mesh grids, hardware levels, P²'s factor axes)."""
     digits = []
     for s in reversed(sizes):
         digits.append(rank % s)
         rank //= s
     return digits[::-1]
+
+
+def digits_rank(digits: Sequence[int], sizes: Sequence[int]) -> int:
+    """The rank with these row-major digits over axes of the given sizes (inverse of
+    ``at_digits``)."""
+    r = 0
+    for d, s in zip(digits, sizes):
+        r = r * s + d
+    return r
 
 
 def group_size(sizes: Sizes, axes: Sequence[int]) -> int | None:
@@ -252,8 +262,8 @@ class MeshGrid:
         return int(self.grid.size)
 
     def coords(self, rank: int) -> tuple[int, ...]:
-        where = np.argwhere(self.grid == rank)
-        return tuple(int(c) for c in where[0])
+        """The coordinates of global rank ``rank`` (``rank_coords``)."""
+        return rank_coords(self)[rank]
 
     def groups(self, axes: Sequence[int]) -> list[list[int]]:
         """Rank groups that differ only on ``axes``; inside a group ranks are ordered
@@ -261,6 +271,23 @@ class MeshGrid:
         others = [a for a in range(len(self.sizes)) if a not in axes]
         g = self.grid.transpose(others + list(axes))
         return [list(map(int, row)) for row in g.reshape(-1, group_size(self.sizes, axes) or 1)]
+
+
+_COORDS: dict[int, tuple[MeshGrid, list[tuple[int, ...]]]] = {}
+
+
+def rank_coords(grid: MeshGrid) -> list[tuple[int, ...]]:
+    """``rank_coords(grid)[r]`` = coordinates of global rank r (cached per grid)."""
+    hit = _COORDS.get(id(grid))
+    if hit is not None and hit[0] is grid:
+        return hit[1]
+    order = np.argsort(grid.grid.ravel(), kind="stable")
+    cols = np.unravel_index(order, grid.sizes)
+    coords = [tuple(int(c[r]) for c in cols) for r in range(grid.ranks)]
+    if len(_COORDS) > 4096:
+        _COORDS.clear()
+    _COORDS[id(grid)] = (grid, coords)
+    return coords
 
 
 def base_grid(name: str, sizes: Sequence[int]) -> MeshGrid:

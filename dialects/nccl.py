@@ -5,14 +5,15 @@ communicator (``!rt.comm``) and the stream (``!rt.stream``); ``count`` is the el
 count NCCL takes and the datatype is the buffers' element type (``f32`` ->
 ``ncclFloat32``); reductions are bare words (``sum``, ``prod``, ``max``, ``min``,
 ``avg``). Buffers passed to NCCL are contiguous. Calls between ``nccl.group_start`` and
-``nccl.group_end`` are issued together (point-to-point pairs).
+``nccl.group_end`` are issued together (point-to-point pairs). The decision clauses
+``in_place`` and ``stream_from N`` are written by ``plan-execution`` (``docs/planning.md``).
 
 =======================================================================  ===============================================
 op                                                                      NCCL call
 =======================================================================  ===============================================
 ``nccl.all_reduce OP %send, %recv, %comm, %stream count N``               ``ncclAllReduce(send, recv, N, dt, op, comm, stream)``
 ``nccl.reduce_scatter OP %send, %recv, %comm, %stream count N``           ``ncclReduceScatter(send, recv, N, ...)`` (N = recv count)
-``nccl.all_gather %send, %recv, %comm, %stream count N``                  ``ncclAllGather(send, recv, N, ...)`` (N = send count)
+``nccl.all_gather %send, %recv, %comm, %stream count N [in_place]``       ``ncclAllGather(send, recv, N, ...)`` (N = send count)
 ``nccl.reduce OP %send, %recv, %comm, %stream count N root R``            ``ncclReduce(send, recv, N, dt, op, R, comm, stream)``
 ``nccl.broadcast %send, %recv, %comm, %stream count N root R``            ``ncclBroadcast(send, recv, N, dt, R, comm, stream)``
 ``nccl.send %buf, %peer, %comm, %stream count N``                         ``ncclSend(buf, N, dt, peer, comm, stream)``
@@ -37,14 +38,17 @@ from distir.dialects.rt import (
     COMM,
     INDEX,
     STREAM,
+    STREAM_FROM,
     RtOp,
     fail,
+    in_place_block,
     memref_count,
     need_memref,
 )
 
 COUNT = Kw("count", "int")
 ROOT = Kw("root", "int")
+IN_PLACE = Kw("in_place", "flag", False)
 
 
 class NcclOp(RtOp):
@@ -124,16 +128,20 @@ class ReduceScatterOp(NcclOp):
 @irdl_op_definition
 class AllGatherOp(NcclOp):
     """``ncclAllGather``: block i of ``recv`` (``n * count`` elements) on every rank is
-    group rank i's ``send`` (``count`` elements); in place when ``send`` is this
-    rank's block of ``recv``."""
+    group rank i's ``send`` (``count`` elements). ``in_place`` (``plan-execution``):
+    ``send`` is this rank's block of ``recv`` (``rt.block %recv, %group_rank``, checked),
+    so this rank's own block is not copied (NCCL's and MPI's in-place all-gather).
+    ``stream_from N``: see ``rt.copy`` (host-copying communicators)."""
 
     name = "nccl.all_gather"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT,)
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT, IN_PLACE, STREAM_FROM)
 
     def check_counts(self, sizes: list[int]) -> None:
         send, recv = sizes
         if send != self.count or (self.count and recv % self.count):
             fail(self, f"needs a send buffer of count {self.count} and a recv buffer of a multiple of it, got {send} and {recv}")
+        if self.option("in_place") and not in_place_block(self.buffers[0], self.buffers[1], self.count, self.comm):
+            fail(self, "in_place needs the send buffer to be this rank's contiguous block of the recv buffer (rt.block %recv, %group_rank of the communicator's group)")
 
 
 @irdl_op_definition
@@ -148,30 +156,34 @@ class ReduceOp(NcclOp):
 
 @irdl_op_definition
 class BroadcastOp(NcclOp):
-    """``ncclBroadcast``: every rank's ``recv`` = group rank ``root``'s ``send``."""
+    """``ncclBroadcast``: every rank's ``recv`` = group rank ``root``'s ``send``.
+    ``stream_from N``: see ``rt.copy`` (host-copying communicators)."""
 
     name = "nccl.broadcast"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT, ROOT)
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT, ROOT, STREAM_FROM)
 
 
 @irdl_op_definition
 class SendOp(NcclOp):
-    """``ncclSend``: send ``count`` elements of ``buf`` to group rank ``peer``."""
+    """``ncclSend``: send ``count`` elements of ``buf`` to group rank ``peer``.
+    ``stream_from N``: see ``rt.copy`` (host-copying communicators)."""
 
     name = "nccl.send"
     BUFFERS: ClassVar[int] = 1
     PEER: ClassVar[bool] = True
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT,)
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT, STREAM_FROM)
 
 
 @irdl_op_definition
 class RecvOp(NcclOp):
-    """``ncclRecv``: receive ``count`` elements from group rank ``peer`` into ``buf``."""
+    """``ncclRecv``: receive ``count`` elements from group rank ``peer`` into ``buf``.
+    ``stream_from N``: see ``rt.copy`` (host-copying communicators: the receiver copies
+    the message)."""
 
     name = "nccl.recv"
     BUFFERS: ClassVar[int] = 1
     PEER: ClassVar[bool] = True
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT,)
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (COUNT, STREAM_FROM)
 
 
 @irdl_op_definition

@@ -40,8 +40,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     DenseArrayBase,
     IndexType,
+    IntAttr,
     IntegerAttr,
     IntegerType,
     MemRefType,
@@ -56,6 +58,7 @@ from xdsl.irdl import (
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     region_def,
     result_def,
@@ -63,7 +66,7 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.parser import Parser
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
@@ -103,6 +106,99 @@ class EventType(ParametrizedAttribute, TypeAttribute):
     """A point in a stream (``cudaEvent_t``)."""
 
     name = "rt.event"
+
+
+@irdl_attr_definition
+class TargetAttr(ParametrizedAttribute):
+    """``#rt.target<"NAME", shared_memory, host_copies [KIND, ..], stream_from N>``: what the
+    machine that runs a planned program can do, recorded by ``plan-execution`` as the
+    module attribute ``rt.target`` (``lowering/target.py`` lists the targets):
+
+    * ``shared_memory``: the ranks of a group see each other's buffers (zero-copy fused
+      groups, tiles stored straight into peers' buffers);
+    * ``host_copies``: the collectives whose data the communicator copies on the host
+      (``all_gather``, ``broadcast``, ``send``, ``recv`` on ``local``); a library copies
+      the others;
+    * ``stream_from N``: host copies of at least N contiguous bytes may use streaming
+      stores (absent: the target never streams, a GPU).
+
+    ``#rt.target<"local", shared_memory, host_copies [all_gather, broadcast, send, recv], stream_from 4194304>``
+    """
+
+    name = "rt.target"
+
+    target: StringAttr
+    shared: IntAttr
+    copies: ArrayAttr[StringAttr]
+    stream: IntAttr
+
+    def __init__(self, name: str, shared_memory: bool, host_copies: Sequence[str] = (), stream_from: int | None = None):
+        super().__init__(
+            StringAttr(name),
+            IntAttr(int(shared_memory)),
+            ArrayAttr([StringAttr(k) for k in host_copies]),
+            IntAttr(-1 if stream_from is None else stream_from),
+        )
+
+    @property
+    def target_name(self) -> str:
+        return self.target.data
+
+    @property
+    def shared_memory(self) -> bool:
+        return bool(self.shared.data)
+
+    @property
+    def host_copies(self) -> tuple[str, ...]:
+        return tuple(k.data for k in self.copies.data)
+
+    @property
+    def stream_from(self) -> int | None:
+        return None if self.stream.data < 0 else self.stream.data
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        parser.parse_punctuation("<")
+        name = parser.parse_str_literal(" (the target's name)")
+        shared, copies, stream = False, [], None
+        while parser.parse_optional_punctuation(","):
+            pos = parser.pos
+            word = parser.parse_identifier(" (a target capability)")
+            if word == "shared_memory":
+                shared = True
+            elif word == "host_copies":
+                copies = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_identifier)
+            elif word == "stream_from":
+                stream = parse_int(parser, " after 'stream_from'")
+            else:
+                parser.raise_error(f"unknown target capability '{word}' (shared_memory, host_copies, stream_from)", pos, parser.pos)
+        parser.parse_punctuation(">")
+        made = cls(name, shared, copies, stream)
+        return (made.target, made.shared, made.copies, made.stream)
+
+    def print_parameters(self, printer: Printer) -> None:
+        parts = [f'"{self.target_name}"']
+        if self.shared_memory:
+            parts.append("shared_memory")
+        if self.host_copies:
+            parts.append(f"host_copies [{', '.join(self.host_copies)}]")
+        if self.stream_from is not None:
+            parts.append(f"stream_from {self.stream_from}")
+        printer.print_string("<" + ", ".join(parts) + ">")
+
+    def verify(self) -> None:
+        if self.stream.data < -1:
+            raise VerifyException(f"#rt.target stream_from must be non-negative, got {self.stream.data}")
+        unknown = [k for k in self.host_copies if k not in HOST_COPY_KINDS]
+        if unknown:
+            raise VerifyException(f"#rt.target host_copies must be among {', '.join(HOST_COPY_KINDS)}, got {', '.join(unknown)}")
+
+
+HOST_COPY_KINDS = ("all_gather", "broadcast", "send", "recv")
+"""The collectives a communicator may run as host copies of their data."""
+
+TARGET = "rt.target"
+"""Module attribute holding the ``#rt.target`` a program was planned for."""
 
 
 COMM = CommType()
@@ -448,15 +544,25 @@ class BlockOp(RtOp):
         return all(s == 1 for s in shape[:dim])
 
 
+STREAM_FROM = Kw("stream_from", "int", None)
+"""``stream_from N`` (``plan-execution``): a host copy of this op's data of at least N
+contiguous bytes uses streaming stores (each contiguous piece of a scattered buffer on its
+own); absent, plain stores. A threshold rather than yes or no, so that one lowering
+serves every size the cost model evaluates."""
+
+
 @irdl_op_definition
 class CopyOp(RtOp):
-    """``rt.copy %src, %dst, %s``: copy the elements of ``%src`` into ``%dst`` in row-major
-    order (the shapes may differ, the element counts and types may not).
+    """``rt.copy %src, %dst, %s [stream_from N]``: copy the elements of ``%src`` into
+    ``%dst`` in row-major order (the shapes may differ, the element counts and types may
+    not). ``stream_from N`` (``plan-execution``, host targets): a copy of at least N bytes
+    between contiguous buffers uses streaming stores.
 
-    ``rt.copy %a, %b, %s : (memref<4x8xf32>, memref<1x4x8xf32>, !rt.stream) -> ()``
+    ``rt.copy %a, %b, %s stream_from 4194304 : (memref<4x8xf32>, memref<1x4x8xf32>, !rt.stream) -> ()``
     """
 
     name = "rt.copy"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (STREAM_FROM,)
     args = var_operand_def()
 
     def verify_types(self) -> None:
@@ -734,6 +840,10 @@ class EmbeddingBagOp(RtOp):
 # ======================================================================================
 
 TILE_ORDERS = ("natural", "ring", "remote_first")
+TRANSPORT = Kw("transport", "word", None, ("shared", "messages"))
+"""``transport shared|messages`` (``plan-execution``) of a fused tile operator: tiles
+stored straight into the destination rank's buffers (ranks that share memory) or sent
+as point-to-point messages on the communication stream; absent (not planned), messages."""
 
 
 def tile_order(order: str, n: int, me: int) -> list[int]:
@@ -754,9 +864,10 @@ class TiledCollectiveOp(RtOp):
     (along ``dim``) and each block into ``tiles`` tiles along the same dim; a tile is the
     unit of computation and of communication. Ranks compute the tiles of the
     destinations in ``order`` (``tile_order``) and each tile goes to its destination as
-    soon as it is computed: stored straight into the destination rank's buffer where
-    ranks share memory (``local``; ``mpi`` through MPI-3 shared-memory windows), sent
-    point to point on the second stream otherwise (``mpi`` across nodes, ``nccl``).
+    soon as it is computed: stored straight into the destination rank's buffer
+    (``transport shared``, planned where ranks share memory: ``local``; ``mpi`` through
+    MPI-3 shared-memory windows), sent point to point on the second stream otherwise
+    (``transport messages``: ``mpi`` across nodes, ``nccl``).
     The last two operands are the compute stream and the communication stream; the
     result is complete on the compute stream when the op is. Operands:
     producer inputs, the collective's output buffer, [a reduction buffer], ``%comm``,
@@ -850,7 +961,7 @@ class MatmulReduceOp(TiledCollectiveOp):
     its output (the paper's two-phase direct AllReduce)."""
 
     KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("tiles", "int"), Kw("order", "word", REQUIRED, TILE_ORDERS))
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("tiles", "int"), Kw("order", "word", REQUIRED, TILE_ORDERS), TRANSPORT)
     HAS_RED: ClassVar[bool] = True
 
     def producer_shape(self) -> tuple[int, ...]:
@@ -932,6 +1043,7 @@ class TiledAllToAllOp(TiledCollectiveOp):
         Kw("tile_dim", "int", -1),
         Kw("tiles", "int"),
         Kw("order", "word", REQUIRED, TILE_ORDERS),
+        TRANSPORT,
     )
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
@@ -1127,37 +1239,182 @@ class AssembleOp(IRDLOperation):
 
 @irdl_op_definition
 class FusedOp(IRDLOperation):
-    """``rt.fused { .. }``: the calls of one fused collective (CoCoNet's FusedAllReduce):
-    a ``nccl.reduce_scatter``, the kernel on this rank's slice, and the in-place
-    ``nccl.all_gather`` of the results to gather. It means exactly the ops it holds, in
-    order; a backend with shared memory across ranks may run them as one zero-copy kernel
-    that reduces its slice straight from the peers' buffers and writes gathered results
-    straight into every peer's buffer.
+    """``rt.fused [zero_copy reduce R gather [G, ..] | sequential] { .. }``: the calls of
+    one fused collective (CoCoNet's FusedAllReduce): a ``nccl.reduce_scatter``, the
+    kernel on this rank's slice, and the in-place ``nccl.all_gather`` of the results to
+    gather. The ops mean exactly what they say, in order; ``plan-execution`` decides how
+    they run:
+
+    * ``sequential``: one by one (the only way where ranks do not share memory);
+    * ``zero_copy reduce R gather [G..]``: as one kernel per rank over its slice that
+      reduces the slice straight from every peer's reduce-scatter input (into kernel
+      parameter ``R``, the reduce-scatter's output, which is never stored) and stores
+      kernel outputs ``G..`` (each the all-gather input of one gathered result, this
+      rank's block of it) straight into every peer's gathered buffer. Valid only for a
+      group of that shape (checked here): the reduce-scatter first, then ``rt.block``,
+      ``rt.group_rank`` and ``arith`` ops, one ``rt.launch`` whose space is the
+      reduce-scatter's output, then in-place all-gathers of launch outputs on the same
+      communicator.
+
+    Unplanned (no clause), the group runs sequentially.
 
     ::
 
-        rt.fused {
+        rt.fused zero_copy reduce 0 gather [1] {
           nccl.reduce_scatter avg %g, %rs, %c, %s count 256 : (...) -> ()
+          %pv = rt.block %p, %i dim 0 count 4 : (memref<1024xf32>, index) -> memref<256xf32>
           rt.launch @k0(%rs, %pv, %lr, %s) : (...) -> ()
-          nccl.all_gather %pv, %p, %c, %s count 256 : (...) -> ()
+          nccl.all_gather %pv, %p, %c, %s count 256 in_place : (...) -> ()
         }
     """
 
     name = "rt.fused"
+    execution = opt_prop_def(StringAttr)
+    reduce = opt_prop_def(IntegerAttr)
+    gather = opt_prop_def(DenseArrayBase)
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
 
+    EXECUTIONS: ClassVar[tuple[str, ...]] = ("zero_copy", "sequential")
+
+    @property
+    def mode(self) -> str | None:
+        """``zero_copy``, ``sequential`` or None (not planned)."""
+        return self.execution.data if self.execution is not None else None
+
+    @property
+    def reduce_param(self) -> int:
+        assert self.reduce is not None
+        return self.reduce.value.data
+
+    @property
+    def gather_params(self) -> tuple[int, ...]:
+        return tuple(self.gather.get_values()) if self.gather is not None else ()  # type: ignore[arg-type]
+
+    def plan(self, mode: str | None, reduce: int | None = None, gather: Sequence[int] = ()) -> None:
+        """Record how the group runs (``plan-execution``)."""
+        for k in ("execution", "reduce", "gather"):
+            self.properties.pop(k, None)
+        if mode is None:
+            return
+        self.properties["execution"] = StringAttr(mode)
+        if mode == "zero_copy":
+            assert reduce is not None
+            self.properties["reduce"] = IntegerAttr(reduce, i64)
+            self.properties["gather"] = DenseArrayBase.from_list(i64, list(gather))
+
     @classmethod
     def parse(cls, parser: Parser) -> FusedOp:
+        mode = reduce = None
+        gather: list[int] = []
+        pos = parser.pos
+        word = parser.parse_optional_identifier()
+        if word is not None:
+            if word not in cls.EXECUTIONS:
+                parser.raise_error(f"'rt.fused' execution must be one of {', '.join(cls.EXECUTIONS)}, got '{word}'", pos, parser.pos)
+            mode = word
+            if mode == "zero_copy":
+                parser.parse_keyword("reduce")
+                reduce = parse_int(parser, " after 'reduce'")
+                parser.parse_keyword("gather")
+                gather = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser), " after 'gather'")
         region = parser.parse_region()
         op = cls.build(regions=[region])
+        op.plan(mode, reduce, gather)
         op.attributes.update(parser.parse_optional_attr_dict())
         return op
 
     def print(self, printer: Printer) -> None:
+        mode = self.mode
+        if mode == "zero_copy":
+            printer.print_string(f" zero_copy reduce {self.reduce_param} gather [{', '.join(map(str, self.gather_params))}]")
+        elif mode is not None:
+            printer.print_string(f" {mode}")
         printer.print_string(" ")
         printer.print_region(self.body, print_entry_block_args=False, print_block_terminators=True)
         printer.print_op_attributes(self.attributes)
+
+    def verify_(self) -> None:
+        mode = self.mode
+        if mode is not None and mode not in self.EXECUTIONS:
+            fail(self, f"execution must be one of {', '.join(self.EXECUTIONS)}, got '{mode}'")
+        if mode != "zero_copy":
+            if self.reduce is not None or self.gather is not None:
+                fail(self, "reduce and gather belong to a zero_copy group")
+            return
+        got = self.zero_copy_layout()
+        if isinstance(got, str):
+            fail(self, f"cannot run zero_copy: {got}")
+        if got != (self.reduce_param, self.gather_params):
+            fail(self, f"zero_copy group reduces into parameter {got[0]} and gathers parameters {list(got[1])}, not reduce {self.reduce_param} gather {list(self.gather_params)}")
+
+    def zero_copy_layout(self) -> tuple[int, tuple[int, ...]] | str:
+        """(kernel parameter that receives the reduced slice, kernel parameters whose
+        outputs are gathered in place) when the group has the shape a zero-copy kernel
+        runs (see the class doc); otherwise why not."""
+        from xdsl.dialects import memref
+
+        from distir.dialects import nccl
+        from distir.dialects.dist import _lookup
+
+        ops = list(self.body.block.ops)
+        if not ops or not isinstance(ops[0], nccl.ReduceScatterOp):
+            return "it does not start with a nccl.reduce_scatter"
+        rs = ops[0]
+        launches = [o for o in ops if isinstance(o, LaunchOp)]
+        if len(launches) != 1:
+            return f"it has {len(launches)} rt.launch ops, not one"
+        launch = launches[0]
+        at = ops.index(launch)
+        if not all(isinstance(o, (BlockOp, GroupRankOp)) or o.dialect_name() == "arith" for o in ops[1:at]):
+            return "only rt.block, rt.group_rank and arith ops may come between the reduce-scatter and the launch"
+        gathers = ops[at + 1 :]
+        if not all(isinstance(g, nccl.AllGatherOp) for g in gathers):
+            return "only nccl.all_gather ops may follow the launch"
+        kernel = _lookup(self, launch.kernel)
+        if not isinstance(kernel, KernelOp):
+            return f"unknown kernel @{launch.kernel_name}"
+        space = tuple(kernel.space)
+        recv = rs.buffers[1]
+        args = list(launch.args[:-1])
+        if args.count(recv) != 1 or any(recv in g.args for g in gathers):
+            return "the reduce-scatter's output must be one kernel argument, and no all-gather's"
+        if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
+            return "the kernel's space must be the reduce-scatter's output"
+        params = list(kernel.params)
+        stored = {params.index(o.memref) for o in kernel.body.block.ops if isinstance(o, memref.StoreOp)}
+        gather_params = []
+        for g in gathers:
+            send, full = g.buffers
+            outs = [i for i, a in enumerate(args) if a is send and i in stored]
+            if g.comm is not rs.comm or len(outs) != 1:
+                return "each all-gather must gather one kernel output on the reduce-scatter's communicator"
+            if tuple(send.type.get_shape()) != space or g.count != rs.count:  # type: ignore[attr-defined]
+                return "each all-gather must gather a block of the reduce-scatter's size"
+            if not in_place_block(send, full, rs.count, rs.comm):
+                return "each all-gather must be in place (its input this rank's contiguous block of its output)"
+            gather_params.append(outs[0])
+        return args.index(recv), tuple(gather_params)
+
+
+def in_place_block(send, recv, count: int, comm=None) -> bool:
+    """Whether ``send`` is this rank's contiguous block of ``recv`` (``rt.block %recv,
+    %group_rank dim d`` of ``count`` elements, the group rank unshifted and, with
+    ``comm``, of that communicator's group): an in-place all-gather."""
+    view = send.owner
+    if not isinstance(view, BlockOp) or view.args[0] is not recv:
+        return False
+    index = view.args[1].owner
+    shape = list(recv.type.get_shape())
+    if not (
+        isinstance(index, GroupRankOp)
+        and index.shift_value == 0
+        and BlockOp.contiguous(shape, view.option("dim"))
+        and math.prod(shape) == count * view.option("count")
+    ):
+        return False
+    group = comm.owner if comm is not None else None
+    return not isinstance(group, CommOp) or (group.mesh_name, group.axis_list) == (index.mesh_name, index.axis_list)
 
 
 # ======================================================================================
@@ -1367,5 +1624,5 @@ Rt = Dialect(
         UnpackOp,
         ViewOp,
     ],
-    [CommType, StreamType, EventType],
+    [CommType, StreamType, EventType, TargetAttr],
 )

@@ -110,7 +110,7 @@ class TorchComm(ShmPeers):
         if op == "avg":
             _divide(out, self.size)
 
-    def all_gather(self, send, recv, count, stream) -> None:
+    def all_gather(self, send, recv, count, stream, in_place=False) -> None:
         stream.submit(lambda: dist.all_gather_into_tensor(_t(recv, count * self.size), _t(send, count).clone(), group=self.pg))
 
     def reduce(self, send, recv, count, op, root, stream) -> None:

@@ -27,7 +27,7 @@ buffer: computed there directly when no later op reads argument N, copied at the
 otherwise; a kernel result that an all-gather gathers (plain, or a member of combined
 all-gathers from ``combine-collectives``) is computed into this rank's block of the
 gathered buffer, so the all-gather runs in place. ``coll.overlap`` chains run chunk by
-chunk (see ``overlap.py``).
+chunk (see ``overlap_p2p.py``).
 
 The lowered function keeps its dist-level signature in the attribute ``rt.dist_type``
 (the runtime reads it to distribute inputs and assemble outputs).
@@ -764,7 +764,7 @@ class FuncLowering:
 
     def fused(self, op: coll.FusedCollectiveOp, first: Sequence[SSAValue] | None = None) -> None:
         """Lower a fused collective; ``first`` gives the buffers of the block arguments
-        when the first collective has been done already (``overlap.py``)."""
+        when the first collective has been done already (``overlap_p2p.py``)."""
         inner = Block()
         self.blocks.append(inner)
         region = op.body.block
@@ -810,7 +810,7 @@ class FuncLowering:
 
     # ------------------------------------------------------------------ overlap
     def _overlap(self, op: coll.OverlapOp) -> None:
-        from distir.lowering.overlap import lower_overlap
+        from distir.lowering.overlap_p2p import lower_overlap
 
         lower_overlap(self, op)
 

@@ -63,7 +63,7 @@ rank (``natural``). A ``ring`` or ``remote_first`` order is rank-dependent, and
 per-chunk collectives must be issued in one order by all ranks (NCCL and MPI match them
 by issue order): a matmul -> all_reduce / reduce_scatter / fused_all_reduce chain with
 such an order is left for ``lower-collectives``, which reduces it by point-to-point
-transfers in that order, along the reduction's dim (``overlap.py``); other chains with
+transfers in that order, along the reduction's dim (``overlap_p2p.py``); other chains with
 those orders are cut here in natural order. A chain that cannot be cut (several
 results, a reduction over the cut dim, sizes that the chunks do not divide) is left to
 ``lower-collectives``, which runs it as one piece.
@@ -262,7 +262,7 @@ class LowerOverlapPass(ModulePass):
             self.lower(ov, mesh_ops)
 
     def lower(self, ov: coll.OverlapOp, mesh_ops) -> None:
-        from distir.lowering.overlap import p2p_plan
+        from distir.lowering.overlap_p2p import p2p_plan
 
         if ov.option("granularity") == "tile":
             return  # one fused tile operator (lower-collectives, fused_ops.py)

@@ -10,12 +10,17 @@
                              follow it as one kernel over that buffer)
     lower-to-kernels
     lower-collectives
+    plan-execution{target=T} (with a target: how the program executes there,
+                             ``docs/planning.md``)
 
-``lower(module, ranks)`` applies it to a copy of the module; a module that is already
-lowered (its functions carry ``rt.dist_type``) is returned as it is.
+``lower(module, ranks, target)`` applies it to a copy of the module; a module that is
+already lowered (its functions carry ``rt.dist_type``) is returned as it is (planned, on a
+copy, when a target is given and it is not planned yet).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -28,10 +33,13 @@ from distir.passes.support import gc_paused
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
 
 
-def pipeline_string(ranks: int, primitives: bool = False) -> str:
-    """The ``-p`` string of the default lowering pipeline for ``ranks`` ranks."""
+def pipeline_string(ranks: int, primitives: bool = False, target: str | None = None) -> str:
+    """The ``-p`` string of the default lowering pipeline for ``ranks`` ranks (planned
+    for ``target`` when one is given)."""
     steps = ["form-collectives"] if primitives else []
     steps += [f"fix-mesh-sizes{{ranks={ranks}}}", "combine-collectives", "lower-overlap", "lower-buckets", "lower-to-kernels", "lower-collectives"]
+    if target is not None:
+        steps.append(f"plan-execution{{target={target}}}")
     return ",".join(steps)
 
 
@@ -40,14 +48,27 @@ def is_lowered(module: ModuleOp) -> bool:
     return bool(funcs) and all(DIST_TYPE in f.attributes for f in funcs)
 
 
-def lower(module: ModuleOp, ranks: int, verify: bool = True) -> ModuleOp:
-    """The module lowered for ``ranks`` ranks (a copy; the input is left as it is).
-    ``verify=False`` skips verifying the lowered module (a quarter of the time; the
-    tuner's cost model reads it, nothing runs it)."""
+def lower(
+    module: ModuleOp, ranks: int, verify: bool = True, target: str | None = None, scattered: Sequence[str] = ()
+) -> ModuleOp:
+    """The module lowered for ``ranks`` ranks (a copy; the input is left as it is) and,
+    with a ``target``, planned for it (``plan-execution``; ``scattered`` names the
+    arguments a run passes in pieces). ``verify=False`` skips verifying the lowered
+    module (a quarter of the time; the tuner's cost model reads it, nothing runs it)."""
+    from distir.lowering.plan_execution import plan
+    from distir.lowering.target import planned_target
+
     if is_lowered(module):
+        if target is not None:
+            if planned_target(module) is None:
+                module = module.clone()
+            plan(module, target, scattered)
         return module
     with gc_paused():
-        return _lower(module, ranks, verify)
+        out = _lower(module, ranks, verify)
+        if target is not None:
+            plan(out, target, scattered)
+        return out
 
 
 def _lower(module: ModuleOp, ranks: int, verify: bool = True) -> ModuleOp:

@@ -44,6 +44,7 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "lower-buckets": _lazy("lowering.lower_buckets", "LowerBucketsPass"),
     "lower-to-kernels": _lazy("lowering.lower_to_kernels", "LowerToKernelsPass"),
     "lower-collectives": _lazy("lowering.lower_collectives", "LowerCollectivesPass"),
+    "plan-execution": _lazy("lowering.plan_execution", "PlanExecutionPass"),
     # P² synthesis (synthesis/)
     "synthesize-reductions": _lazy("synthesis.synthesize_reductions", "SynthesizeReductionsPass"),
 }

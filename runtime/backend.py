@@ -14,8 +14,8 @@ only), ``local`` (the default), ``mpi`` and ``nccl``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -77,3 +77,16 @@ def get_backend(name: str | None = None) -> Backend:
     if factory is None:
         raise InputRejected(f"unknown backend '{name}' (choose from {', '.join(BACKENDS)})")
     return factory()
+
+
+def run_scattered(module, func: str | None, inputs: Mapping[str, Any], ranks: int, scatter: Sequence[str], seed: int = 0, backend: str = "local") -> list[Any]:
+    """Run a function with the arguments named in ``scatter`` given as lists of pieces
+    (``inputs[name] = [piece0, piece1, ...]`` or keys ``name.0``, ``name.1``, ...), on the
+    ``local`` or ``mpi`` backend. In-place results of scattered arguments come back as
+    lists of pieces."""
+    from distir.runtime.interpreter import as_module
+
+    b = get_backend(backend)
+    if not getattr(b, "supports_scatter", False):
+        raise InputRejected(f"backend '{backend}' does not run scattered tensors (use local or mpi)")
+    return b.run(as_module(module), func, inputs, ranks, seed, scatter=list(scatter))  # type: ignore[call-arg]

@@ -10,9 +10,13 @@ streamed (``bench/rs_ag_ratio.py`` times the Adam step they belong to). Small co
 keep the ordinary stores: their destination is likely to be read again while it is
 still in cache, which streaming stores would defeat.
 
-``copy(dst, src)`` is ``dst[...] = src`` for equally long 1-D buffers; it streams when
-both are C-contiguous numpy arrays of one dtype and at least ``STREAM_FROM`` bytes.
-The stores are 32-byte vectors at 32-byte aligned destinations (the first and last
+Which copies stream is not decided here: the program says it (``stream_from N`` on
+``rt.copy`` and on the collectives a host communicator copies, written by
+``plan-execution`` from the target's threshold, ``lowering/target.py``).
+``copy(dst, src, stream_from)`` is ``dst[...] = src`` for equally long 1-D buffers; it
+streams when ``stream_from`` is given, both are C-contiguous numpy arrays of one dtype
+(the only copies streaming stores can do) and the copy has at least ``stream_from``
+bytes. The stores are 32-byte vectors at 32-byte aligned destinations (the first and last
 unaligned bytes are copied one by one) and the copy ends with a full fence, because
 streaming stores are weakly ordered and the caller hands the buffer to other threads
 (``bulk_kernels.py``).
@@ -22,18 +26,25 @@ from __future__ import annotations
 
 import numpy as np
 
-STREAM_FROM = 4 << 20
-"""Copies of this many bytes and more use streaming stores."""
+from distir.lowering.target import STREAM_FROM
+
+HOST_DEFAULT = -1
+"""``stream_from`` of a copy no program asked for (the runtime's own copies: inputs
+scattered into pieces, MPI's scattered buffers): the host's threshold, ``STREAM_FROM``."""
 
 _copy_bytes = None
 
 
-def copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src``, streamed when large (module docstring)."""
+def copy(dst: np.ndarray, src: np.ndarray, stream_from: int | None = HOST_DEFAULT) -> None:
+    """``dst[...] = src``, streamed from ``stream_from`` bytes on (module docstring;
+    None: never)."""
+    if stream_from == HOST_DEFAULT:
+        stream_from = STREAM_FROM
     if (
-        isinstance(dst, np.ndarray)
+        stream_from is not None
+        and isinstance(dst, np.ndarray)
         and isinstance(src, np.ndarray)
-        and dst.nbytes >= STREAM_FROM
+        and dst.nbytes >= stream_from
         and dst.dtype == src.dtype
         and dst.shape == src.shape
         and dst.flags.c_contiguous

@@ -10,6 +10,13 @@ over the group, like ``ncclCommSplit``. Point-to-point calls are issued together
 ``group(calls, stream)``, where each call is ``P2P("send"|"recv", buffer, count, peer)``
 (``ncclGroupStart``; the calls; ``ncclGroupEnd``).
 
+Two decisions of the program's plan (``plan-execution``, ``docs/planning.md``) reach the
+communicator as keywords, given only when the program says so: ``in_place=True`` on
+``all_gather`` (``send`` is this rank's block of ``recv``: nothing of its own to copy,
+``MPI_IN_PLACE``), and ``stream_from=N`` on ``all_gather``, ``broadcast`` and each
+``P2P`` (the host copies of its data use streaming stores from N bytes on), only for
+communicators that copy collectives on the host (the ``local`` target's).
+
 Implementations: ``local.LocalComm`` (threads sharing memory), ``mpi.MpiComm``,
 ``nccl.NcclComm``, and ``recording.RecordingComm`` which wraps any of them and records
 the call sequence.
@@ -31,6 +38,7 @@ class P2P:
     buffer: Any
     count: int
     peer: int
+    stream_from: int | None = None
 
 
 class Comm(Protocol):
@@ -43,7 +51,7 @@ class Comm(Protocol):
 
     def reduce_scatter(self, send, recv, count: int, op: str, stream) -> None: ...
 
-    def all_gather(self, send, recv, count: int, stream) -> None: ...
+    def all_gather(self, send, recv, count: int, stream, in_place: bool = False) -> None: ...
 
     def reduce(self, send, recv, count: int, op: str, root: int, stream) -> None: ...
 

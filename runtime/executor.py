@@ -7,16 +7,19 @@ rank count), its function, the dist-level signature (for the npz conventions) an
 mesh grids. Buffers from ``rt.alloc`` and communicators from ``rt.comm`` are created on
 a rank's first run and reused by later runs (a benchmark loop allocates nothing).
 
-Fused collectives (``rt.fused``) run as one zero-copy kernel when the communicator
-offers ``zero_copy_fused`` (the ``local`` backend; ``mpi`` with shared memory) and the
-group has the shape the lowering gives it: a reduce-scatter into a buffer that only the
-kernel reads, one kernel over this rank's slice, and in-place all-gathers of kernel
-outputs. Otherwise the ops run one by one, as their sequence means.
+The program says how it executes (``plan-execution``, ``docs/planning.md``) and the
+executor does exactly that: a fused group (``rt.fused``) planned ``zero_copy`` runs as
+one kernel over this rank's slice (``zero_copy_fused`` of a host device), one planned
+``sequential`` runs its ops one by one; copies and collectives get the program's
+``stream_from`` and ``in_place``. A runner plans a program that is not planned yet for
+its own target (``LoweredProgram.ensure_planned``) and rejects one whose plan it cannot
+execute; nothing is decided here.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,7 +37,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
 from distir.dialects import layout, nccl, rt
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import ExecutionFailed, InputRejected
 from distir.dialects.dist import TensorType
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.runtime import npz
@@ -42,9 +45,7 @@ from distir.runtime.buffers import new_buffer
 from distir.runtime.comm import P2P
 from distir.runtime.values import numpy_dtype, rank_coords, stores
 
-
-class ExecutionFailed(RuntimeError):
-    """A lowered program failed on a rank (the message names the rank and the op)."""
+_PLANNING = threading.Lock()
 
 
 # ======================================================================================
@@ -61,24 +62,52 @@ class LoweredProgram:
     ranks: int
     grids: dict[str, layout.MeshGrid]
     kernels: dict[str, rt.KernelOp]
+    scattered: tuple[str, ...] = ()
+    """The arguments a run passes as lists of pieces (``plan-execution`` plans for them)."""
 
     @classmethod
-    def build(cls, module: ModuleOp, func_name: str | None, ranks: int) -> LoweredProgram:
-        """Lower ``module`` for ``ranks`` ranks (unless it is lowered already) and pick the
-        function (the only one when ``func_name`` is None)."""
+    def build(cls, module: ModuleOp, func_name: str | None, ranks: int, target: str | None = None, scattered: Sequence[str] = ()) -> LoweredProgram:
+        """Lower ``module`` for ``ranks`` ranks (unless it is lowered already: then a copy)
+        and pick the function (the only one when ``func_name`` is None); with a
+        ``target``, plan it for that target. Without one, the runner that binds the
+        program plans it for its own (``ensure_planned``). ``scattered``: the arguments a
+        run passes in pieces."""
         from distir.lowering.common import LoweringError
-        from distir.lowering.pipeline import lower
+        from distir.lowering.pipeline import is_lowered, lower
 
         f0 = npz.select_function(module, func_name)
         npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
+        if is_lowered(module):
+            module = module.clone()
         try:
-            lowered = lower(module, ranks)
+            lowered = lower(module, ranks, target=target, scattered=scattered)
         except LoweringError as e:
             raise InputRejected(str(e)) from None
         f = npz.select_function(lowered, f0.sym_name.data)
         grids = npz.resolve_grids(lowered, ranks)
         kernels = {k.kernel_name: k for k in lowered.ops if isinstance(k, rt.KernelOp)}
-        return cls(lowered, f, ranks, grids, kernels)
+        return cls(lowered, f, ranks, grids, kernels, tuple(scattered))
+
+    def ensure_planned(self, target: str) -> None:
+        """Plan this program for ``target`` in place (``plan-execution``) unless it is
+        planned already, and check that a runner of ``target`` can execute its plan
+        (``InputRejected`` naming the op otherwise). Every ``RankExecutor`` calls it when
+        it binds the program (the rank threads of one program at once: serialised)."""
+        from distir.lowering.common import LoweringError
+        from distir.lowering.plan_execution import plan
+
+        with _PLANNING:
+            try:
+                plan(self.module, target, self.scattered)
+            except LoweringError as e:
+                raise InputRejected(str(e)) from None
+
+    @property
+    def target(self):
+        """The ``#rt.target`` the program is planned for (None: not planned yet)."""
+        from distir.lowering.target import planned_target
+
+        return planned_target(self.module)
 
     @property
     def dist_type(self) -> FunctionType:
@@ -256,7 +285,8 @@ class RankExecutor:
         self.persistent: dict[Operation, Any] = {}
         self.streams: dict[int, Any] = {}
         self.group: list[tuple[Any, P2P, Any]] | None = None
-        self.fused_plans: dict[Operation, Any] = {}
+        self.fused_plans: dict[Operation, ZeroCopyGroup] = {}
+        program.ensure_planned(runner_target(world, device))
 
     # ------------------------------------------------------------------ driver
     def run(self, args: Sequence[Any]) -> list[Any]:
@@ -433,7 +463,11 @@ def _view(ex: RankExecutor, op: rt.ViewOp) -> None:
 @handles(rt.CopyOp)
 def _copy(ex: RankExecutor, op: rt.CopyOp) -> None:
     src, dst, s = (ex.v(a) for a in op.args)
-    ex.device.copy(src, dst, s)
+    stream_from = op.option("stream_from")
+    if stream_from is None:
+        ex.device.copy(src, dst, s)
+    else:  # a host device (``plan-execution`` writes it for host targets only)
+        ex.device.copy(src, dst, s, stream_from)
 
 
 @handles(rt.LaunchOp)
@@ -478,7 +512,7 @@ def _reduce_scatter(ex: RankExecutor, op: nccl.ReduceScatterOp) -> None:
 @handles(nccl.AllGatherOp)
 def _all_gather(ex: RankExecutor, op: nccl.AllGatherOp) -> None:
     send, recv, comm, s = (ex.v(x) for x in op.args)
-    comm.all_gather(send, recv, op.count, s)
+    comm.all_gather(send, recv, op.count, s, **_decisions(op))
 
 
 @handles(nccl.ReduceOp)
@@ -490,7 +524,19 @@ def _reduce(ex: RankExecutor, op: nccl.ReduceOp) -> None:
 @handles(nccl.BroadcastOp)
 def _broadcast(ex: RankExecutor, op: nccl.BroadcastOp) -> None:
     send, recv, comm, s = (ex.v(x) for x in op.args)
-    comm.broadcast(send, recv, op.count, op.option("root"), s)
+    comm.broadcast(send, recv, op.count, op.option("root"), s, **_decisions(op))
+
+
+def _decisions(op: nccl.NcclOp) -> dict[str, Any]:
+    """The plan's keywords of a collective call, only those the program gives
+    (``comm.py``): ``in_place``, ``stream_from``."""
+    kw: dict[str, Any] = {}
+    if isinstance(op, nccl.AllGatherOp) and op.option("in_place"):
+        kw["in_place"] = True
+    stream_from = op.option("stream_from")
+    if stream_from is not None:
+        kw["stream_from"] = stream_from
+    return kw
 
 
 @handles(nccl.GroupStartOp)
@@ -516,7 +562,7 @@ def _group_end(ex: RankExecutor, op: Operation) -> None:
 @handles(nccl.SendOp, nccl.RecvOp)
 def _p2p(ex: RankExecutor, op: nccl.NcclOp) -> None:
     buf, peer, comm, s = (ex.v(x) for x in op.args)
-    call = P2P("send" if isinstance(op, nccl.SendOp) else "recv", buf, op.count, int(peer))
+    call = P2P("send" if isinstance(op, nccl.SendOp) else "recv", buf, op.count, int(peer), op.option("stream_from"))
     if ex.group is not None:
         ex.group.append((comm, call, s))
     else:
@@ -536,82 +582,58 @@ def _tiled(ex: RankExecutor, op: rt.TiledCollectiveOp) -> None:
 # ------------------------------------------------------------------ fused collectives
 
 
+def runner_target(comm, device) -> str:
+    """The target (``lowering/target.py``) a rank with ``comm`` on ``device`` executes:
+    ``gpu`` on a CUDA device (``nccl``; numba's simulator); the communicator's own
+    (``PLAN_TARGET``: ``local`` for the rank threads' ``LocalComm``); ``shared-memory``
+    for a communicator that can share buffers (``peer_buffers``: MPI with a node window,
+    a step's shared-memory communicator); ``messages`` otherwise (a recording wrapper)."""
+    if getattr(device, "target", "cpu") == "cuda":
+        return "gpu"
+    named = getattr(comm, "PLAN_TARGET", None)
+    if named is not None:
+        return named
+    return "shared-memory" if getattr(comm, "peer_buffers", None) is not None else "messages"
+
+
 @dataclass
-class FusedPlan:
-    """How a ``rt.fused`` group runs as one zero-copy kernel."""
+class ZeroCopyGroup:
+    """The parts of a ``rt.fused zero_copy`` group (read once per op from the IR)."""
 
     prelude: list[Operation]
     rs: nccl.ReduceScatterOp
     launch: rt.LaunchOp
     gathers: list[nccl.AllGatherOp]
-    reduce_param: int
-    gather_params: tuple[int, ...]
 
-
-def plan_fused(op: rt.FusedOp, kernels: Mapping[str, rt.KernelOp]) -> FusedPlan | None:
-    """The zero-copy plan of a fused group, or None when it does not have the shape the
-    lowering gives a fused all-reduce (see the module doc)."""
-    ops = list(op.body.block.ops)
-    if not ops or not isinstance(ops[0], nccl.ReduceScatterOp):
-        return None
-    rs = ops[0]
-    launches = [o for o in ops if isinstance(o, rt.LaunchOp)]
-    if len(launches) != 1:
-        return None
-    launch = launches[0]
-    at = ops.index(launch)
-    prelude = ops[1:at]
-    gathers = ops[at + 1 :]
-    if not all(isinstance(o, (rt.BlockOp, rt.GroupRankOp)) or o.dialect_name() == "arith" for o in prelude):
-        return None
-    if not all(isinstance(g, nccl.AllGatherOp) for g in gathers):
-        return None
-    kernel = kernels[launch.kernel_name]
-    space = tuple(kernel.space)
-    recv = rs.buffers[1]
-    args = list(launch.args[:-1])
-    if args.count(recv) != 1 or any(recv in g.args for g in gathers):
-        return None
-    if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
-        return None
-    comm = rs.comm
-    from xdsl.dialects import memref
-
-    params = list(kernel.params)
-    stored = {params.index(o.memref) for o in kernel.body.block.ops if isinstance(o, memref.StoreOp)}
-    gather_params = []
-    for g in gathers:
-        send, full = g.buffers
-        outs = [i for i, a in enumerate(args) if a is send and i in stored]
-        if g.comm is not comm or len(outs) != 1:
-            return None
-        if tuple(send.type.get_shape()) != space or g.count != rs.count:  # type: ignore[attr-defined]
-            return None
-        view = send.owner
-        if not isinstance(view, rt.BlockOp) or view.args[0] is not full:
-            return None
-        if not rt.BlockOp.contiguous(full.type.get_shape(), view.option("dim")):  # type: ignore[attr-defined]
-            return None
-        gather_params.append(outs[0])
-    return FusedPlan(prelude, rs, launch, gathers, args.index(recv), tuple(gather_params))
+    @classmethod
+    def of(cls, op: rt.FusedOp) -> ZeroCopyGroup:
+        ops = list(op.body.block.ops)
+        at = next(i for i, o in enumerate(ops) if isinstance(o, rt.LaunchOp))
+        return cls(ops[1:at], ops[0], ops[at], ops[at + 1 :])  # type: ignore[arg-type]
 
 
 @handles(rt.FusedOp)
 def _fused(ex: RankExecutor, op: rt.FusedOp) -> None:
-    zero_copy = getattr(ex.device, "zero_copy_fused", None)
-    if zero_copy is not None:
-        if op not in ex.fused_plans:
-            ex.fused_plans[op] = plan_fused(op, ex.program.kernels)
-        plan = ex.fused_plans[op]
-        if plan is not None:
-            for inner in plan.prelude:
-                ex.block_op(inner)
-            send, _, comm, s = (ex.v(x) for x in plan.rs.args)
-            args = [ex.v(a) for a in plan.launch.args[:-1]]
-            fulls = [ex.v(g.buffers[1]) for g in plan.gathers]
-            if zero_copy(comm, ex.program.kernels[plan.launch.kernel_name], args, plan.reduce_param, plan.gather_params, send, fulls, plan.rs.option("op"), plan.rs.count, s):
-                return
-    ex.block(op.body.block)
+    if op.mode != "zero_copy":
+        ex.block(op.body.block)
+        return
+    group = ex.fused_plans.get(op)
+    if group is None:
+        group = ex.fused_plans[op] = ZeroCopyGroup.of(op)
+    run = getattr(ex.device, "zero_copy_fused", None)
+    if run is None:
+        raise ExecutionFailed(f"rank {ex.rank}: 'rt.fused' is planned zero_copy, which this device does not run (a host device does)")
+    for inner in group.prelude:
+        ex.block_op(inner)
+    send, _, comm, s = (ex.v(x) for x in group.rs.args)
+    args = [ex.v(a) for a in group.launch.args[:-1]]
+    fulls = [ex.v(g.buffers[1]) for g in group.gathers]
+    kernel = ex.program.kernels[group.launch.kernel_name]
+    if not run(comm, kernel, args, op.reduce_param, op.gather_params, send, fulls, group.rs.option("op"), group.rs.count, s):
+        # the buffers of this run are not all where the peers see them (a step's caller's
+        # arrays outside the shared memory; every rank of the group learns it alike):
+        # the group's ops, as they read
+        ex.block(op.body.block)
 
 
 def _block_op(self: RankExecutor, op: Operation) -> None:

@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import IndexType, MemRefType
 
 from distir.dialects import rt
 from distir.lowering import numba_codegen as cg
-from distir.runtime import interpreter
+from distir.runtime import bulk, interpreter
 from distir.runtime.buffers import new_buffer
 from distir.runtime.scattered import ScatteredArray, bucket_table, copy_into
 from distir.runtime.streams import SyncStream, ThreadStream
@@ -80,11 +80,13 @@ class HostDevice:
         step = buf.shape[dim] // count
         return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
 
-    def copy(self, src: np.ndarray, dst: np.ndarray, stream) -> None:
+    def copy(self, src: np.ndarray, dst: np.ndarray, stream, stream_from: int | None = None) -> None:
+        """``rt.copy`` (streaming stores from ``stream_from`` bytes on: the program's
+        ``stream_from``)."""
         if isinstance(src, ScatteredArray) or isinstance(dst, ScatteredArray):
-            stream.submit(lambda: copy_into(dst.reshape(-1), src.reshape(-1)))
+            stream.submit(lambda: copy_into(dst.reshape(-1), src.reshape(-1), stream_from))
             return
-        stream.submit(lambda: _copy(src, dst))
+        stream.submit(lambda: _copy(src, dst, stream_from))
 
     # ------------------------------------------------------------------ streams
     def stream(self, index: int):
@@ -193,23 +195,21 @@ class HostDevice:
 
     # ------------------------------------------------------------------ zero-copy fused collectives
     def zero_copy_fused(self, comm, kernel, args, reduce_param, gather_params, send, fulls, op, count, stream) -> bool:
-        """Run a fused all-reduce as one kernel over this rank's block: reduce straight
-        from the peers' send buffers, write gathered outputs straight into every peer's
-        buffer. False when the communicator cannot share buffers, the types need
-        conversion or the reduced value is not f32/f64."""
+        """Run a fused all-reduce planned ``zero_copy`` (``rt.fused``) as one kernel over
+        this rank's block: reduce straight from the peers' send buffers into parameter
+        ``reduce_param``, write the outputs ``gather_params`` straight into every peer's
+        gathered buffer (``fulls``). The plan guarantees the shape, the types and the
+        stream; what it cannot know is where the buffers a run is given live: when a peer
+        cannot see one of them (a step's caller's buffer outside the shared memory) it
+        returns False on every rank of the group, having run nothing, and the executor
+        runs the group's ops as they read."""
         exchange = getattr(comm, "peer_buffers", None)
-        if exchange is None or not isinstance(stream, SyncStream):
-            return False
+        if exchange is None:
+            raise RuntimeError("'rt.fused' is planned zero_copy, but this communicator does not share buffers between ranks")
         if any(isinstance(a, ScatteredArray) for a in (send, *fulls, *args)):
-            return False
-        if any(is_half(a.dtype) for a in (send, *fulls)) or any(isinstance(a, np.ndarray) and is_half(a.dtype) for a in args):
-            return False
-        if send.dtype.kind != "f":  # the fused reduction loop is written for f32/f64
-            return False
+            raise RuntimeError("'rt.fused' is planned zero_copy over a scattered buffer (plan the program with its scattered arguments)")
         info = self.kernel(kernel)
         call, post = _call_args(info, args)
-        if post:
-            return False
         # Parameters that are this rank's block of a gathered buffer are read through
         # that buffer (one pointer for the in-place read and write: the loop vectorises).
         base = comm.rank * count
@@ -231,6 +231,8 @@ class HostDevice:
             flat_fulls = [[p[1 + k] for p in peers] for k in range(len(fulls))]
             extra = flat_sends + [a for fs in flat_fulls for a in fs] + [np.int64(base)]
             fn(*call, *extra)
+            for f in post:
+                f()
         finally:
             comm.peer_barrier()
         return True
@@ -284,7 +286,10 @@ def _aliases(info: KernelInfo, args: Sequence[Any]) -> tuple[tuple[int, int], ..
     return tuple(out)
 
 
-def _copy(src: np.ndarray, dst: np.ndarray) -> None:
+def _copy(src: np.ndarray, dst: np.ndarray, stream_from: int | None) -> None:
+    if stream_from is not None and src.flags.c_contiguous and dst.flags.c_contiguous:
+        bulk.copy(dst.reshape(-1), src.reshape(-1), stream_from)
+        return
     dst[...] = src.reshape(dst.shape)
 
 

@@ -59,7 +59,7 @@ from xdsl.traits import SymbolTable
 
 from distir.dialects import coll, dist, layout, rng
 from distir.dialects.collectives.base import Group, concat
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import ExecutionError, ExecutionRejected, InputRejected  # noqa: F401 (ExecutionError: the runtime's name)
 from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import At, Replicated, Sliced
 from distir.runtime import npz
@@ -81,13 +81,8 @@ Value = DistValue | np.ndarray
 """A run-time value: a distributed tensor, or a builtin scalar as a 0-d array."""
 
 
-class ExecutionError(InputRejected):
-    """The program cannot run on these inputs or this rank count (the message names the
-    op and the reason): an unsupported op, an index out of range, ..."""
-
-
-def _fail(op: Operation, msg: str) -> ExecutionError:
-    return ExecutionError(f"'{op.name}' op {msg}")
+def _fail(op: Operation, msg: str) -> ExecutionRejected:
+    return ExecutionRejected(f"'{op.name}' op {msg}")
 
 
 # ======================================================================================

@@ -11,10 +11,15 @@ its buffers to its group, and
 * all_gather: rank i writes its block into every peer's receive buffer;
 * reduce / broadcast: like all_reduce / a copy from the root's buffer;
 * send / recv (grouped): mailboxes, the receiver copies from the sender's buffer;
-* a fused all-reduce (``rt.fused``): one kernel per rank over its block that reduces
-  the gradient from the peers, applies the fused computation in the same loop and writes
-  gathered results into every peer's buffer (CoCoNet's FusedAllReduce, the fused-
-  operator paper's zero-copy path); nothing is stored in between.
+* a fused all-reduce planned ``zero_copy`` (``rt.fused``): one kernel per rank over its
+  block that reduces the gradient from the peers, applies the fused computation in the
+  same loop and writes gathered results into every peer's buffer (CoCoNet's
+  FusedAllReduce, the fused-operator paper's zero-copy path); nothing is stored in
+  between.
+
+Programs run as planned for the ``local`` target (``lowering/target.py``): the runner
+plans a program that is not planned yet, and the copies of the collectives stream as the
+program's ``stream_from`` says.
 
 Stream 1 (``coll.overlap``) is a worker thread per rank. A failure on one rank aborts
 the others (no deadlock) and is reported with the rank.
@@ -215,6 +220,9 @@ class _Mail:
 class LocalComm:
     """One rank's handle on a group of rank threads (see the module doc)."""
 
+    PLAN_TARGET = "local"
+    """The target rank threads execute (``executor.runner_target``)."""
+
     def __init__(self, group: _Group, rank: int, world: LocalWorld):
         self.g = group
         self.rank = rank
@@ -264,15 +272,16 @@ class LocalComm:
         reduce_into(op, [s[base : base + count] for s in slots], [recv.reshape(-1)], 0, count)
         self._sync()
 
-    def all_gather(self, send, recv, count, stream) -> None:
-        stream.submit(lambda: self._all_gather(send, recv, count))
+    def all_gather(self, send, recv, count, stream, in_place=False, stream_from=None) -> None:
+        stream.submit(lambda: self._all_gather(send, recv, count, in_place, stream_from))
 
-    def _all_gather(self, send, recv, count) -> None:
+    def _all_gather(self, send, recv, count, in_place, stream_from) -> None:
         slots = self._publish(recv.reshape(-1))
         mine = send.reshape(-1)
         base = self.rank * count
-        for full in slots:
-            copy_into(full[base : base + count], mine)
+        for r, full in enumerate(slots):
+            if not (in_place and r == self.rank):
+                copy_into(full[base : base + count], mine, stream_from)
         self._sync()
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
@@ -284,12 +293,12 @@ class LocalComm:
         reduce_into(op, [s for s, _ in slots], [slots[root][1]], lo, hi)
         self._sync()
 
-    def broadcast(self, send, recv, count, root, stream) -> None:
-        stream.submit(lambda: self._broadcast(send, recv, count, root))
+    def broadcast(self, send, recv, count, root, stream, stream_from=None) -> None:
+        stream.submit(lambda: self._broadcast(send, recv, count, root, stream_from))
 
-    def _broadcast(self, send, recv, count, root) -> None:
+    def _broadcast(self, send, recv, count, root, stream_from) -> None:
         slots = self._publish(send.reshape(-1))
-        copy_into(recv.reshape(-1)[:count], slots[root][:count])
+        copy_into(recv.reshape(-1)[:count], slots[root][:count], stream_from)
         self._sync()
 
     # ------------------------------------------------------------------ point to point
@@ -319,7 +328,7 @@ class LocalComm:
             if m.count != c.count:
                 m.done.set()
                 raise CommError(f"rank {self.rank} expected {c.count} elements from group rank {c.peer}, got {m.count}")
-            copy_into(c.buffer.reshape(-1)[: c.count], m.buf[: c.count])
+            copy_into(c.buffer.reshape(-1)[: c.count], m.buf[: c.count], c.stream_from)
             m.done.set()
         for m in posted:
             while not m.done.wait(TIMEOUT):
@@ -479,7 +488,7 @@ class LocalBackend:
                 f"the local backend runs at most {MAX_RANKS} ranks (threads of one process), not {ranks}: "
                 f"use --backend interpret (the reference interpreter, any rank count) or --backend mpi (mpiexec -n {ranks})"
             )
-        program = LoweredProgram.build(module, func, ranks)
+        program = LoweredProgram.build(module, func, ranks, scattered=scatter)
         pieces: dict = {}
         if scatter:
             full, pieces = scattered.prepare(program, inputs, scatter, seed)

@@ -412,11 +412,12 @@ class MpiComm:
             lambda s, r: self.comm.Ireduce_scatter_block(s, r, _op(op)),
         )
 
-    def all_gather(self, send, recv, count, stream) -> None:
+    def all_gather(self, send, recv, count, stream, in_place=False) -> None:
         if is_scattered(send) or is_scattered(recv):
 
             def run():
-                copy_into(recv.reshape(-1)[self.rank * count : (self.rank + 1) * count], send.reshape(-1)[:count])
+                if not in_place:
+                    copy_into(recv.reshape(-1)[self.rank * count : (self.rank + 1) * count], send.reshape(-1)[:count])
                 self._scattered_bcast(recv, count, lambda j: j, self.size)
 
             self._per_piece(stream, run)
@@ -424,8 +425,7 @@ class MpiComm:
 
         def prepare():
             s, r = _raw(send.reshape(-1)[:count]), _raw(recv.reshape(-1)[: count * self.size])
-            mine = r[self.rank * count : (self.rank + 1) * count]
-            return (_mpi().IN_PLACE if _same(s, mine) else s, r), None, (s, r)
+            return (_mpi().IN_PLACE if in_place else s, r), None, (s, r)
 
         self._do(stream, prepare, lambda sb, r: self.comm.Allgather(sb, r), lambda sb, r: self.comm.Iallgather(sb, r))
 
@@ -747,7 +747,7 @@ class MpiBackend:
         """This rank's part of a run, ready to execute: no communication yet."""
         from distir.runtime import scattered
 
-        program = LoweredProgram.build(module, func, ranks)
+        program = LoweredProgram.build(module, func, ranks, scattered=scatter)
         pieces: dict = {}
         if scatter:
             full, pieces = scattered.prepare(program, inputs, scatter, seed)

@@ -80,7 +80,8 @@ class NcclComm:
     def reduce_scatter(self, send, recv, count, op, stream) -> None:
         self.comm.reduce_scatter(self._b(send, count * self.size), self._b(recv, count), _ops()[op], stream=stream.stream)
 
-    def all_gather(self, send, recv, count, stream) -> None:
+    def all_gather(self, send, recv, count, stream, in_place=False) -> None:
+        # NCCL sees an in-place all-gather by its pointers (send = recv + rank * count)
         self.comm.allgather(self._b(send, count), self._b(recv, count * self.size), stream=stream.stream)
 
     def reduce(self, send, recv, count, op, root, stream) -> None:

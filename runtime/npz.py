@@ -43,7 +43,7 @@ from xdsl.ir import Attribute, BlockArgument, SSAValue
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.diagnostics import InputRejected, ResultsDiffer
-from distir.dialects.dist import MeshOp, TensorType
+from distir.dialects.dist import MeshOp, TensorType, resolve_grids  # noqa: F401 (resolve_grids: used here and by importers)
 from distir.dialects.placements import At, Sliced
 from distir.runtime.values import (
     BFLOAT16,
@@ -111,23 +111,6 @@ def inplace_results(func: FuncOp) -> dict[int, int]:
         if a is not None:
             out[i] = a.value.data  # type: ignore[attr-defined]
     return out
-
-
-def resolve_grids(module: ModuleOp, ranks: int) -> dict[str, layout.MeshGrid]:
-    """Every mesh of the module with its sizes fixed for a run on ``ranks`` ranks."""
-    if ranks < 1:
-        raise InputRejected(f"--ranks must be at least 1, got {ranks}")
-    grids = {}
-    for op in module.ops:
-        if isinstance(op, MeshOp):
-            try:
-                grids[op.mesh_name] = op.grid(ranks)
-            except layout.LayoutError as e:
-                raise InputRejected(
-                    f"--ranks {ranks} does not fit mesh @{op.mesh_name} of shape "
-                    f"{layout.format_sizes(op.declared_sizes)}: {e}"
-                ) from None
-    return grids
 
 
 def static_ranks(module: ModuleOp) -> int | None:

@@ -94,17 +94,17 @@ class RecordingComm:
         self._rec("reduce_scatter", send, count, op, None, stream)
         self.inner.reduce_scatter(send, recv, count, op, stream)
 
-    def all_gather(self, send, recv, count, stream) -> None:
+    def all_gather(self, send, recv, count, stream, **plan) -> None:
         self._rec("all_gather", send, count, None, None, stream)
-        self.inner.all_gather(send, recv, count, stream)
+        self.inner.all_gather(send, recv, count, stream, **plan)
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
         self._rec("reduce", send, count, op, root, stream)
         self.inner.reduce(send, recv, count, op, root, stream)
 
-    def broadcast(self, send, recv, count, root, stream) -> None:
+    def broadcast(self, send, recv, count, root, stream, **plan) -> None:
         self._rec("broadcast", send, count, None, root, stream)
-        self.inner.broadcast(send, recv, count, root, stream)
+        self.inner.broadcast(send, recv, count, root, stream, **plan)
 
     def group(self, calls: list[P2P], stream) -> None:
         self._rec("group_start", stream=stream)
@@ -134,14 +134,14 @@ class HostViewComm:
     def reduce_scatter(self, send, recv, count, op, stream) -> None:
         self.inner.reduce_scatter(self.view(send), self.view(recv), count, op, self._now)
 
-    def all_gather(self, send, recv, count, stream) -> None:
-        self.inner.all_gather(self.view(send), self.view(recv), count, self._now)
+    def all_gather(self, send, recv, count, stream, **plan) -> None:
+        self.inner.all_gather(self.view(send), self.view(recv), count, self._now, **plan)
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
         self.inner.reduce(self.view(send), self.view(recv), count, op, root, self._now)
 
-    def broadcast(self, send, recv, count, root, stream) -> None:
-        self.inner.broadcast(self.view(send), self.view(recv), count, root, self._now)
+    def broadcast(self, send, recv, count, root, stream, **plan) -> None:
+        self.inner.broadcast(self.view(send), self.view(recv), count, root, self._now, **plan)
 
     def group(self, calls: list[P2P], stream) -> None:
-        self.inner.group([P2P(c.kind, self.view(c.buffer), c.count, c.peer) for c in calls], self._now)
+        self.inner.group([P2P(c.kind, self.view(c.buffer), c.count, c.peer, c.stream_from) for c in calls], self._now)

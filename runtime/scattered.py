@@ -17,7 +17,7 @@ them in the rank's block), each a numpy array of its own, seen as one 1-D array:
   buffers of a call, and the shared-memory and MPI communicators apply the call to each
   (``local.reduce_into``, ``copy_into``; MPI calls per view).
 
-    run_scattered(module, "adam", {"g": [g0, g1, g2], "p": [p0, p1, p2], ...}, ranks=2)
+    backend.run_scattered(module, "adam", {"g": [g0, g1, g2], "p": [p0, p1, p2], ...}, ranks=2)
 
 returns the outputs with in-place results of scattered arguments as lists of pieces
 again. ``distir-run --scatter-args g,p,m,v`` reads ``g.0``, ``g.1``, ... from the npz.
@@ -118,12 +118,13 @@ def segments(arrays: Sequence[Any], lo: int, hi: int) -> list[tuple[int, int, li
     return out
 
 
-def copy_into(dst: Any, src: Any) -> None:
-    """dst[:] = src for 1-D buffers of equal length (numpy or scattered)."""
+def copy_into(dst: Any, src: Any, stream_from: int | None = bulk.HOST_DEFAULT) -> None:
+    """dst[:] = src for 1-D buffers of equal length (numpy or scattered); each contiguous
+    piece of at least ``stream_from`` bytes with streaming stores (``bulk.copy``)."""
     n = dst.size
     for _, _, (d, s) in segments([dst, src], 0, n):
         if d.__array_interface__["data"][0] != s.__array_interface__["data"][0]:
-            bulk.copy(d, s)
+            bulk.copy(d, s, stream_from)
 
 
 _TABLES: dict[tuple[int, ...], np.ndarray] = {}
@@ -241,20 +242,6 @@ def as_pieces(program, outputs: list[np.ndarray], pieces: Mapping[str, Sequence[
         if names[arg] in pieces:
             out[i] = split_pieces(outputs[i], piece_lengths(pieces[names[arg]]))
     return out
-
-
-def run_scattered(module, func: str | None, inputs: Mapping[str, Any], ranks: int, scatter: Sequence[str], seed: int = 0, backend: str = "local") -> list[Any]:
-    """Run a function with the arguments named in ``scatter`` given as lists of pieces
-    (``inputs[name] = [piece0, piece1, ...]`` or keys ``name.0``, ``name.1``, ...), on the
-    ``local`` or ``mpi`` backend. In-place results of scattered arguments come back as
-    lists of pieces."""
-    from distir.runtime.backend import get_backend
-    from distir.runtime.interpreter import as_module
-
-    b = get_backend(backend)
-    if not getattr(b, "supports_scatter", False):
-        raise InputRejected(f"backend '{backend}' does not run scattered tensors (use local or mpi)")
-    return b.run(as_module(module), func, inputs, ranks, seed, scatter=list(scatter))  # type: ignore[call-arg]
 
 
 def logical_inputs(given: Mapping[str, np.ndarray], names: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[str, list[np.ndarray]]]:

@@ -299,7 +299,7 @@ def run(ex, op: rt.TiledCollectiveOp) -> None:
     if state is None:
         n = op.ranks()
         if comm.size != n:
-            from distir.runtime.executor import ExecutionFailed
+            from distir.dialects.diagnostics import ExecutionFailed
 
             raise ExecutionFailed(f"rank {ex.rank}: '{op.name}' expects a group of {n} ranks, its communicator has {comm.size}")
         state = ex.persistent[key] = TileState(TilePlan.of(op, n, comm.rank))
@@ -312,7 +312,7 @@ def run(ex, op: rt.TiledCollectiveOp) -> None:
         run_gpu(ex, op, state, producer, comm, out, red, s0, s1)
         return
     s0.synchronize()
-    if run_shared(ex, op, state, producer, comm, out, red):
+    if op.option("transport") == "shared" and run_shared(ex, op, state, producer, comm, out, red):
         return
     run_messages(ex, op, state, producer, comm, out, red, s0, s1)
 

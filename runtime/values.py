@@ -37,6 +37,7 @@ from xdsl.ir import Attribute
 
 from distir.dialects import layout
 from distir.dialects.dist import TensorType
+from distir.dialects.layout import rank_coords  # noqa: F401 (the runtime's name for it)
 from distir.dialects.placements import At, Local, Placement, Sliced
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -107,23 +108,6 @@ def sub_block(buf: np.ndarray, dim: int, index: int, count: int) -> np.ndarray:
     """Block ``index`` of ``count`` equal blocks of ``buf`` along ``dim`` (a view)."""
     step = buf.shape[dim] // count
     return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
-
-
-_COORDS: dict[int, tuple[layout.MeshGrid, list[tuple[int, ...]]]] = {}
-
-
-def rank_coords(grid: layout.MeshGrid) -> list[tuple[int, ...]]:
-    """``rank_coords(grid)[r]`` = coordinates of global rank r (cached per grid)."""
-    hit = _COORDS.get(id(grid))
-    if hit is not None and hit[0] is grid:
-        return hit[1]
-    order = np.argsort(grid.grid.ravel(), kind="stable")
-    cols = np.unravel_index(order, grid.sizes)
-    coords = [tuple(int(c[r]) for c in cols) for r in range(grid.ranks)]
-    if len(_COORDS) > 4096:
-        _COORDS.clear()
-    _COORDS[id(grid)] = (grid, coords)
-    return coords
 
 
 def frozen(a: np.ndarray) -> np.ndarray:

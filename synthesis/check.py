@@ -19,7 +19,7 @@ from distir.runtime.backend import get_backend
 from distir.synthesis.hierarchy import SynthesisHierarchy
 from distir.synthesis.language import Program, notation
 from distir.synthesis.lower import lower_program, module_of, reference, tensor_length
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Mismatch:
 
 
 def check_programs(
-    placement: Placement,
+    placement: DevicePlacement,
     hierarchy: SynthesisHierarchy,
     programs: Sequence[Program],
     reduce_axes: Sequence[int],

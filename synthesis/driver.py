@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from distir.dialects.diagnostics import InputRejected
 from distir.synthesis.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from distir.synthesis.language import Program, enumerate_programs, instruction_text, notation, short_name
-from distir.synthesis.matrices import Matrix, Placement, default_level_names, format_matrix, parallelism_matrices
+from distir.synthesis.matrices import DevicePlacement, Matrix, default_level_names, format_matrix, parallelism_matrices
 from distir.synthesis.simulate import allreduce_program, check_topology, program_time
 from distir.tuning.collectives import ALGORITHMS
 from distir.tuning.topology import Topology
@@ -44,7 +44,7 @@ class MatrixResult:
     """One parallelism matrix: its placement, synthesis hierarchy, programs and times."""
 
     matrix: Matrix
-    placement: Placement
+    placement: DevicePlacement
     hierarchy: SynthesisHierarchy
     programs: tuple[Program, ...]
     times: list[float] | None = None
@@ -192,7 +192,7 @@ def synthesize(
     t0 = time.perf_counter()
     result = SynthesisResult(hierarchy, axes, reduce_axes, size_limit, topology, algorithm, elements)
     for matrix in parallelism_matrices(hierarchy, axes):
-        placement = Placement.standard(matrix, hierarchy, names)
+        placement = DevicePlacement.standard(matrix, hierarchy, names)
         sh = synthesis_hierarchy(placement, reduce_axes)
         result.matrices.append(MatrixResult(matrix, placement, sh, enumerate_programs(sh, size_limit)))
     result.synthesis_s = time.perf_counter() - t0

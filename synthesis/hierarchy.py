@@ -38,7 +38,7 @@ from functools import lru_cache
 from itertools import product
 
 from distir.dialects.diagnostics import InputRejected
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 
 INSIDE, PARALLEL, MASTER = "InsideGroup", "Parallel", "Master"
 
@@ -168,7 +168,7 @@ def slice_forms(hierarchy: SynthesisHierarchy, prune: bool = True) -> tuple[tupl
     return tuple(out)
 
 
-def synthesis_hierarchy(placement: Placement, reduce_axes: Sequence[int]) -> SynthesisHierarchy:
+def synthesis_hierarchy(placement: DevicePlacement, reduce_axes: Sequence[int]) -> SynthesisHierarchy:
     """Hierarchy (d) of ``placement`` for ``reduce_axes`` (module docstring)."""
     reduce_axes = set(reduce_axes)
     levels = [SynthesisLevel("root", 1)]
@@ -180,7 +180,7 @@ def synthesis_hierarchy(placement: Placement, reduce_axes: Sequence[int]) -> Syn
     return SynthesisHierarchy(tuple(levels))
 
 
-def row_hierarchy(placement: Placement, reduce_axes: Sequence[int]) -> SynthesisHierarchy:
+def row_hierarchy(placement: DevicePlacement, reduce_axes: Sequence[int]) -> SynthesisHierarchy:
     """Hierarchy (c) of ``placement``: every factor axis, axis by axis (row-wise), levels
     of non-reduction axes included (marked ``reduction=False``), ``(root, 1)`` first."""
     levels = [SynthesisLevel("root", 1)]

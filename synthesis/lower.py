@@ -40,7 +40,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from distir.dialects import coll, dist, layout
 from distir.dialects.placements import LOCAL, REPLICATED, At, Replicated
 from distir.synthesis.hierarchy import MASTER, Instruction, SynthesisHierarchy
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 
 COLL_OPS = {
     "AllReduce": (coll.AllReduceOp, {"op": "sum"}),
@@ -51,7 +51,7 @@ COLL_OPS = {
 }
 
 
-def meshes(placement: Placement, hw: str = "hw", logical: str = "logical") -> tuple[dist.MeshOp, dist.MeshOp]:
+def meshes(placement: DevicePlacement, hw: str = "hw", logical: str = "logical") -> tuple[dist.MeshOp, dist.MeshOp]:
     """The hardware mesh (factor axes) and the logical mesh (a view of it)."""
     hw_mesh = dist.MeshOp.create_mesh(hw, placement.sizes, [f.name for f in placement.factors])
     views = [placement.axis_factors(i) for i in range(len(placement.axes))]
@@ -104,7 +104,7 @@ def _forgotten_copies(t: dist.TensorType, ins: Instruction, group: Sequence[int]
     return [a for a in group if isinstance(pl[a], Replicated)]
 
 
-def typed_step(placement: Placement, hierarchy: SynthesisHierarchy, t: dist.TensorType, ins: Instruction) -> dist.TensorType | str:
+def typed_step(placement: DevicePlacement, hierarchy: SynthesisHierarchy, t: dist.TensorType, ins: Instruction) -> dist.TensorType | str:
     """The type after ``ins`` by distir's rules (the ops' ``infer``, which their verifier
     applies, plus P²'s form), or why the rules reject it."""
     group, inner = instruction_axes(hierarchy, ins)
@@ -129,7 +129,7 @@ def _tensor(shape: Sequence[int], element_type: Attribute, mesh: str, placements
     return dist.TensorType(list(shape), element_type, mesh, list(placements))
 
 
-def reference(placement: Placement, reduce_axes: Sequence[int], shape: Sequence[int], element_type: Attribute | None = None, name: str = "allreduce") -> func.FuncOp:
+def reference(placement: DevicePlacement, reduce_axes: Sequence[int], shape: Sequence[int], element_type: Attribute | None = None, name: str = "allreduce") -> func.FuncOp:
     """``coll.all_reduce sum`` over the logical ``reduce_axes``."""
     et = element_type or Float32Type()
     tin = _tensor(shape, et, "logical", [LOCAL] * len(placement.axes))
@@ -142,7 +142,7 @@ def reference(placement: Placement, reduce_axes: Sequence[int], shape: Sequence[
 
 
 def emit_program(
-    placement: Placement,
+    placement: DevicePlacement,
     hierarchy: SynthesisHierarchy,
     program: Sequence[Instruction],
     value: SSAValue,
@@ -176,7 +176,7 @@ def emit_program(
 
 
 def lower_program(
-    placement: Placement,
+    placement: DevicePlacement,
     hierarchy: SynthesisHierarchy,
     program: Sequence[Instruction],
     reduce_axes: Sequence[int],
@@ -208,13 +208,13 @@ def lower_program(
     return Lowered(func.FuncOp(name, FunctionType.from_lists([tin], [tout]), Region(block)))
 
 
-def module_of(placement: Placement, functions: Sequence[func.FuncOp]) -> ModuleOp:
+def module_of(placement: DevicePlacement, functions: Sequence[func.FuncOp]) -> ModuleOp:
     """A module with the placement's meshes and ``functions``."""
     hw, lg = meshes(placement)
     return ModuleOp([hw, lg, *functions])
 
 
-def tensor_length(placement: Placement, reduce_axes: Sequence[int], at_least: int = 1) -> int:
+def tensor_length(placement: DevicePlacement, reduce_axes: Sequence[int], at_least: int = 1) -> int:
     """The smallest multiple of the reduction group size that is >= ``at_least``: a 1-D
     length every ReduceScatter of a program can slice."""
     g = 1
@@ -224,7 +224,7 @@ def tensor_length(placement: Placement, reduce_axes: Sequence[int], at_least: in
     return -(-at_least // g) * g
 
 
-def typed_programs(placement: Placement, hierarchy: SynthesisHierarchy, reduce_axes: Sequence[int], size_limit: int = 5) -> set[tuple[Instruction, ...]]:
+def typed_programs(placement: DevicePlacement, hierarchy: SynthesisHierarchy, reduce_axes: Sequence[int], size_limit: int = 5) -> set[tuple[Instruction, ...]]:
     """Every program of at most ``size_limit`` instructions that distir's rules accept
     (``typed_step`` at every step) and that ends with the all_reduce's type: the
     counterpart, by types, of ``language.enumerate_programs``."""

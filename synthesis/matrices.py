@@ -13,8 +13,9 @@ on every logical axis (DESIGN §2: the logical mesh is a view of the factor axes
 ``[[2,2],[2,8]]`` on ``[4, 16]`` the factor axes are ``node_p0(2) node_p1(2) gpu_p0(2)
 gpu_p1(8)``; logical axis 0 is ``node_p0 x gpu_p0``, axis 1 ``node_p1 x gpu_p1``.
 
-``Placement`` holds that split for any ordering of the factor axes inside a level (a view
-mesh written by hand may order them differently); ``Placement.standard`` is P²'s.
+``DevicePlacement`` (not the dialect's ``placements.Placement``) holds that split for any
+ordering of the factor axes inside a level (a view
+mesh written by hand may order them differently); ``DevicePlacement.standard`` is P²'s.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from functools import lru_cache
 from itertools import product
 
 from distir.dialects.diagnostics import InputRejected
+from distir.dialects.layout import at_digits, digits_rank
 
 Matrix = tuple[tuple[int, ...], ...]
 
@@ -129,7 +131,7 @@ class FactorAxis:
 
 
 @dataclass(frozen=True)
-class Placement:
+class DevicePlacement:
     """A hardware hierarchy split into factor axes (in the order of the hardware mesh's
     axes: level by level, outermost first) and the logical axes as a view of them."""
 
@@ -139,7 +141,7 @@ class Placement:
     factors: tuple[FactorAxis, ...]
 
     @staticmethod
-    def standard(matrix: Matrix, hierarchy: Sequence[int], level_names: Sequence[str] | None = None) -> Placement:
+    def standard(matrix: Matrix, hierarchy: Sequence[int], level_names: Sequence[str] | None = None) -> DevicePlacement:
         """P²'s placement of ``matrix``: inside each level, axis 0's factor outermost."""
         hierarchy = tuple(hierarchy)
         axes = tuple(math.prod(row) for row in matrix)
@@ -151,7 +153,7 @@ class Placement:
             for i in range(len(axes))
             if matrix[i][j] > 1
         )
-        return Placement(hierarchy, names, axes, factors)
+        return DevicePlacement(hierarchy, names, axes, factors)
 
     @staticmethod
     def from_view(
@@ -160,7 +162,7 @@ class Placement:
         hierarchy: Sequence[int],
         level_names: Sequence[str] | None = None,
         parent_names: Sequence[str] | None = None,
-    ) -> Placement | None:
+    ) -> DevicePlacement | None:
         """The placement a view mesh describes: ``views[i]`` lists the parent (hardware)
         axes of logical axis i. None when a parent axis straddles two levels of
         ``hierarchy`` or belongs to no logical axis (the view is no P² placement)."""
@@ -191,7 +193,7 @@ class Placement:
             FactorAxis(levels[a], axis_of[a], s, parent_names[a] if parent_names else f"{names[levels[a]]}_p{axis_of[a]}")
             for a, s in enumerate(parent_sizes)
         )
-        return Placement(hierarchy, names, axes, factors)
+        return DevicePlacement(hierarchy, names, axes, factors)
 
     @property
     def matrix(self) -> Matrix:
@@ -215,17 +217,10 @@ class Placement:
 
     def digits(self, rank: int) -> tuple[int, ...]:
         """Rank ``rank``'s digits over the factor axes (row-major)."""
-        out = []
-        for s in reversed(self.sizes):
-            rank, d = divmod(rank, s)
-            out.append(d)
-        return tuple(reversed(out))
+        return tuple(at_digits(rank, self.sizes))
 
     def rank_of(self, digits: Sequence[int]) -> int:
-        r = 0
-        for d, s in zip(digits, self.sizes):
-            r = r * s + d
-        return r
+        return digits_rank(digits, self.sizes)
 
     def groups(self, varying: Sequence[int], fixed_zero: Sequence[int] = ()) -> list[tuple[int, ...]]:
         """Groups of ranks that differ only on the factor axes ``varying`` (each ordered

@@ -18,7 +18,7 @@ from functools import lru_cache
 from distir.dialects.diagnostics import InputRejected
 from distir.synthesis.hierarchy import INSIDE, Form, Instruction, SynthesisHierarchy
 from distir.synthesis.lower import instruction_axes
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 from distir.tuning.collectives import collective_time
 from distir.tuning.topology import Topology
 
@@ -32,20 +32,20 @@ KIND = {
 
 
 @lru_cache(maxsize=65536)
-def system_groups(placement: Placement, hierarchy: SynthesisHierarchy, slice_: int, form: Form) -> tuple[tuple[int, ...], ...]:
+def system_groups(placement: DevicePlacement, hierarchy: SynthesisHierarchy, slice_: int, form: Form) -> tuple[tuple[int, ...], ...]:
     """The device groups of ``(slice_, form)`` on the whole system (global device indices)."""
     group, inner = instruction_axes(hierarchy, Instruction(slice_, form, "AllReduce"))
     return tuple(placement.groups(group, inner))
 
 
-def group_size(placement: Placement, hierarchy: SynthesisHierarchy, ins: Instruction) -> int:
+def group_size(placement: DevicePlacement, hierarchy: SynthesisHierarchy, ins: Instruction) -> int:
     n = 1
     for k in instruction_axes(hierarchy, ins)[0]:
         n *= placement.factors[k].size
     return n
 
 
-def check_topology(placement: Placement, topology: Topology) -> None:
+def check_topology(placement: DevicePlacement, topology: Topology) -> None:
     if placement.ranks != topology.ranks:
         raise InputRejected(
             f"the hierarchy {list(placement.hierarchy)} has {placement.ranks} devices but topology {topology.name!r} "
@@ -54,7 +54,7 @@ def check_topology(placement: Placement, topology: Topology) -> None:
 
 
 def step_times(
-    placement: Placement,
+    placement: DevicePlacement,
     hierarchy: SynthesisHierarchy,
     program: Sequence[Instruction],
     topology: Topology,
@@ -79,7 +79,7 @@ def step_times(
 
 
 def program_time(
-    placement: Placement,
+    placement: DevicePlacement,
     hierarchy: SynthesisHierarchy,
     program: Sequence[Instruction],
     topology: Topology,

@@ -46,7 +46,7 @@ from distir.synthesis.driver import level_names_for
 from distir.synthesis.hierarchy import synthesis_hierarchy
 from distir.synthesis.language import enumerate_programs
 from distir.synthesis.lower import emit_program
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 from distir.synthesis.simulate import program_time
 from distir.tuning.collectives import ALGORITHMS
 from distir.tuning.topology import Topology, get_topology
@@ -113,7 +113,7 @@ class SynthesizeReductionsPass(ModulePass):
 
         apply_all_or_nothing(op, run)
 
-    def _best(self, placement: Placement, axes: tuple[int, ...], nbytes: float, topo: Topology):
+    def _best(self, placement: DevicePlacement, axes: tuple[int, ...], nbytes: float, topo: Topology):
         """(synthesis hierarchy, fastest program), program None when the single AllReduce
         (always program 0) is already the fastest or there is nothing to split."""
         sh = synthesis_hierarchy(placement, axes)
@@ -139,7 +139,7 @@ class SynthesizeReductionsPass(ModulePass):
         if ranks not in machines:
             machines[ranks] = self._topology(ranks)
         topo, hierarchy = machines[ranks]
-        placement = Placement.from_view(psizes, mesh.factor_lists, hierarchy, level_names_for(hierarchy, topo), parent.axis_names)
+        placement = DevicePlacement.from_view(psizes, mesh.factor_lists, hierarchy, level_names_for(hierarchy, topo), parent.axis_names)
         if placement is None:
             return
         key = (placement, tuple(ar.axes), _bytes_per_rank(t, mesh.sizes()))

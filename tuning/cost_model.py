@@ -74,6 +74,9 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from distir.dialects import layout, nccl, rt
 from distir.dialects.diagnostics import InputRejected
+from distir.dialects.dist import element_bytes, resolve_grids
+from distir.dialects.rt import TargetAttr
+from distir.lowering.target import STREAM_FROM, get_target, planned_target
 from distir.tuning.collectives import collective_cost
 from distir.tuning.topology import Topology
 
@@ -341,9 +344,6 @@ class _Walker:
     """Turns a lowered function into steps (see the module doc)."""
 
     def __init__(self, module: ModuleOp, f: func.FuncOp, topology: Topology, ranks: int, scaling: Scaling, options: ModelOptions):
-        from distir.runtime import npz
-        from distir.runtime.values import rank_coords
-
         self.module = module
         self.f = f
         self.topo = topology
@@ -351,8 +351,11 @@ class _Walker:
         self.scaling = scaling
         self.options = options
         self.runtime = options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
-        self.grids = npz.resolve_grids(module, ranks)
-        self.coords = {name: rank_coords(g) for name, g in self.grids.items()}
+        self.grids = resolve_grids(module, ranks)
+        self.coords = {name: layout.rank_coords(g) for name, g in self.grids.items()}
+        target = planned_target(module)
+        assert target is not None, "prepare plans the module"
+        self.target: TargetAttr = target
         self.kernels = {k.kernel_name: k for k in module.ops if isinstance(k, rt.KernelOp)}
         self.env: dict[SSAValue, Any] = {}
         self.steps: list[Step] = []
@@ -498,7 +501,7 @@ class _Walker:
             moved, flops, dtype = self.kernel_work(op, fused)
         elif isinstance(op, rt.CopyOp):
             src = op.args[0]
-            moved, flops, dtype = self._copy_bytes(self._bytes(src)), ZERO, _dtype(self._mem(src).element_type)
+            moved, flops, dtype = self._copy_bytes(self._bytes(src), op.option("stream_from")), ZERO, _dtype(self._mem(src).element_type)
             self._shape(op.args[1])
         elif isinstance(op, rt.MatmulOp):
             a, b, c = op.args[:3]
@@ -523,13 +526,13 @@ class _Walker:
         cost = _max_cost(moved.scale(1 / bw), flops.scale(1 / peak), self.runtime.device_s if first else 0.0)
         self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s))
 
-    def _copy_bytes(self, size: Poly) -> Poly | Callable[[np.ndarray], np.ndarray]:
+    def _copy_bytes(self, size: Poly, stream_from: int | None) -> Poly | Callable[[np.ndarray], np.ndarray]:
         """Memory traffic of a copy of ``size`` bytes: read and write, and on a calibrated
-        CPU the write-allocate of the destination, except for the copies the runtime
-        streams (``runtime/bulk.py``: from ``STREAM_FROM`` bytes on)."""
+        CPU the write-allocate of the destination, except for the copies the program
+        streams (``stream_from``, ``plan-execution``)."""
         if not (isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate):
             return size.scale(2.0)
-        return _Traffic(lambda r: size(r) * 2.0 * copy_traffic(size(r)))
+        return _Traffic(lambda r: size(r) * 2.0 * copy_traffic(size(r), stream_from))
 
     def matmul_work(self, a: SSAValue, b: SSAValue, result: Sequence[int]) -> tuple[Poly, Poly]:
         """Bytes read and flops of ``a @ b`` with a result of shape ``result``."""
@@ -589,7 +592,7 @@ class _Walker:
             if distance == 0 or n < 2:
                 continue
             pairs = [(g[j], g[(j + distance) % len(g)]) for g in groups for j in range(len(g)) if len(g) > 1]
-            send = self._send_cost(pairs, tile_bytes)
+            send = self._send_cost(pairs, tile_bytes, self._host_stream_from("send"))
             self.emit(Step("record", classes, s0, event=self.events))
             self.emit(Step("wait", classes, s1, event=self.events))
             self.events += 1
@@ -655,18 +658,19 @@ class _Walker:
         count = self.scaling.count((op.count,), item)
         if kind in ("reduce_scatter", "all_gather"):
             count = count.scale(n)
-        if kind == "all_gather" and isinstance(self.topo, CalibratedTopology) and _in_place_gather(send, recv, n):
+        if kind == "all_gather" and isinstance(self.topo, CalibratedTopology) and op.option("in_place"):
             # The shared-memory backends copy each rank's block into every output; in
             # place (the rank's input is its own block of the output) that block is not
             # copied: (n-1)/n of the bytes of the calibration's out-of-place AllGather.
             count = count.scale((n - 1) / n)
         traffic: Poly | _Traffic = count
-        if kind in COPY_KINDS and _copies_streamed(self.topo):
-            # calibrated per byte of a streamed copy (``copy_traffic``); a zero-copy fused
-            # all-reduce stores its gathered elements one by one: never streamed
+        if kind in COPY_KINDS and self._host_copies(kind):
+            # calibrated per byte of a streamed copy (``copy_traffic``); streamed as the
+            # program says (``stream_from``: none on the gathers of a zero-copy group,
+            # whose kernel stores the gathered elements one by one)
             block = self.scaling.count((op.count,), item)
-            in_kernel = fused is not None and bool(fused.get("zero_copy"))
-            traffic = _Traffic(lambda r, b=block, c=count: c(r) * (1.5 if in_kernel else copy_traffic(b(r))))
+            sf = op.option("stream_from")
+            traffic = _Traffic(lambda r, b=block, c=count, sf=sf: c(r) * copy_traffic(b(r), sf))
         first = fused is None or not fused.get("launched")
         extra = self.runtime.device_s if first else 0.0
         cost = self.collective_cost(kind, groups, traffic, extra)
@@ -739,22 +743,41 @@ class _Walker:
         # the ranks that issue no call in the group do not wait for it
         classes = tuple(sorted({k for _, issuing in group for k in issuing})) or classes
         if sends and recvs:
-            cost = self._send_cost(pairs, nbytes)
+            cost = self._send_cost(pairs, nbytes, self._p2p_stream_from(sends))
             self.emit(Step("collective", classes, stream, cost, host=launch))
         elif sends:
-            cost = self._send_cost(pairs, nbytes)
+            cost = self._send_cost(pairs, nbytes, self._p2p_stream_from(sends))
             self.emit(Step("send", classes, stream, cost, host=launch))
         elif recvs:
             self.emit(Step("recv", classes, stream, host=launch))
 
-    def _send_cost(self, pairs: list[tuple[int, int]], nbytes: Poly) -> Callable[[np.ndarray], np.ndarray]:
+    def _host_copies(self, kind: str) -> bool:
+        """Whether the program's target copies ``kind``'s data on the host and the
+        calibration charges such copies per byte of a streamed copy (``copy_traffic``)."""
+        return isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate and kind in self.target.host_copies
+
+    def _host_stream_from(self, kind: str) -> int | None | bool:
+        """``stream_from`` of host copies of ``kind`` that carry no op of their own (the
+        tiles of a fused tile operator): the target's; False when not a host copy."""
+        return self.target.stream_from if self._host_copies(kind) else False
+
+    def _p2p_stream_from(self, sends: list[tuple[nccl.NcclOp, tuple[int, ...]]]) -> int | None | bool:
+        """``stream_from`` of a group's sends as the program says; False when the
+        target does not copy them on the host."""
+        if not sends or not self._host_copies("send"):
+            return False
+        return sends[0][0].option("stream_from")
+
+    def _send_cost(self, pairs: list[tuple[int, int]], nbytes: Poly, stream_from: int | None | bool) -> Callable[[np.ndarray], np.ndarray]:
+        """``stream_from``: of a host copy (``copy_traffic``), False: no host copy."""
         if not pairs:
             return lambda r: np.zeros_like(r)
         extra = self.runtime.device_s
         if isinstance(self.topo, CalibratedTopology):
             a, b = self.topo.alpha_beta("send")
-            factor = copy_traffic if _copies_streamed(self.topo) else (lambda _: 1.0)
-            return lambda r: a + extra + b * nbytes(r) * factor(nbytes(r))
+            if stream_from is False:
+                return lambda r: a + extra + b * nbytes(r)
+            return lambda r: a + extra + b * nbytes(r) * copy_traffic(nbytes(r), stream_from)
         lat, per_byte = collective_cost(self.topo, "send", pairs, "ring")
         options = [(lat * p.latency, per_byte / p.bandwidth) for p in self.options.protocols]
 
@@ -765,48 +788,37 @@ class _Walker:
         return cost
 
     def fused(self, op: rt.FusedOp, classes: tuple[int, ...]) -> None:
-        """A fused group; ``zero_copy`` when the backend runs it as one kernel in shared
-        memory (``runtime.executor.plan_fused``), not as its calls one by one."""
-        from distir.runtime.executor import plan_fused
-
-        zero_copy = isinstance(self.topo, CalibratedTopology) and self.topo.fused_in_memory and plan_fused(op, self.kernels) is not None
-        self.block(op.body.block, classes, {"launched": False, "zero_copy": zero_copy})
+        """A fused group: one kernel in shared memory when the program says ``zero_copy``
+        (``plan-execution``), its calls one by one otherwise."""
+        self.block(op.body.block, classes, {"launched": False, "zero_copy": op.mode == "zero_copy"})
 
 
 COPY_KINDS = ("all_gather", "broadcast", "send")
-"""The collectives the ``local`` backend runs as copies (``scattered.copy_into``), each
-copy a block (all_gather) or the whole message; the ``mpi`` backend leaves them to MPI."""
+"""The collectives a host communicator may run as copies (``#rt.target``'s
+``host_copies``), each copy a block (all_gather) or the whole message; the ``mpi``
+backend leaves them to MPI. Calibrated per byte of ``copy_traffic`` where they are."""
 
 
-def _copies_streamed(topo: Topology) -> bool:
-    """Whether ``topo`` is a calibrated ``local`` backend, whose copies stream from
-    ``STREAM_FROM`` bytes on (``copy_traffic``)."""
-    return isinstance(topo, CalibratedTopology) and topo.write_allocate and topo.backend == "local"
+def copy_traffic(block: np.ndarray | float, stream_from: int | None = STREAM_FROM) -> np.ndarray:
+    """Memory traffic of copies of ``block`` bytes, relative to a streamed copy's: a copy
+    streams from ``stream_from`` bytes on (the program's ``stream_from``; None: never),
+    read and write; below, the destination's lines are read first (write-allocate):
+    1.5x. Calibrated copy collectives are fitted and charged per byte of this traffic."""
+    if stream_from is None:
+        return np.full(np.shape(block), 1.5)
+    return np.where(np.asarray(block) >= stream_from, 1.0, 1.5)
 
 
-def copy_traffic(block: np.ndarray | float) -> np.ndarray:
-    """Memory traffic of copies of ``block`` bytes, relative to a streamed copy's: the
-    runtime streams copies from ``runtime.bulk.STREAM_FROM`` bytes on (read and write);
-    below, the destination's lines are read first (write-allocate): 1.5x. Calibrated
-    copy collectives are fitted and charged per byte of this traffic."""
-    from distir.runtime.bulk import STREAM_FROM
-
-    return np.where(np.asarray(block) >= STREAM_FROM, 1.0, 1.5)
-
-
-def _in_place_gather(send: SSAValue, recv: SSAValue, n: int) -> bool:
-    """Whether an AllGather's input is this rank's block of its output (NCCL's in-place
-    AllGather): ``rt.block %recv, %group_rank dim d count n`` with contiguous blocks."""
-    owner = send.owner
-    if not isinstance(owner, rt.BlockOp) or owner.args[0] is not recv or owner.option("count") != n:
-        return False
-    index = owner.args[1].owner
-    shape = list(recv.type.get_shape()) if isinstance(recv.type, MemRefType) else []
-    return (
-        isinstance(index, rt.GroupRankOp)
-        and index.shift_value == 0
-        and rt.BlockOp.contiguous(shape, owner.option("dim"))
-    )
+def topology_target(topology: Topology) -> str:
+    """The target (``lowering/target.py``) whose plan the cost model predicts on
+    ``topology``: the calibrated backend's (``local``; ``mpi`` with the shared-memory
+    fused path when the calibration measured one, messages otherwise), ``gpu`` for the
+    built-in GPU topologies."""
+    if not isinstance(topology, CalibratedTopology):
+        return "gpu"
+    if topology.backend == "local":
+        return "local"
+    return "shared-memory" if topology.fused_in_memory else "messages"
 
 
 @lru_cache(maxsize=4096)
@@ -848,9 +860,7 @@ def _max_cost(a: Poly, b: Poly, fixed: float = 0.0) -> Callable[[np.ndarray], np
 
 
 def _itemsize(t: Attribute) -> int:
-    from distir.runtime.values import numpy_dtype
-
-    return int(numpy_dtype(t).itemsize)
+    return element_bytes(t)
 
 
 def _dtype(t: Attribute) -> str:
@@ -873,6 +883,12 @@ def prepare(
         raise InputRejected(f"cost model: no function @{func_name}")
     if ranks > topology.ranks:
         raise InputRejected(f"--ranks {ranks} is more than the {topology.ranks} devices of {topology.describe()}")
+    if planned_target(lowered) is None:
+        from distir.lowering.plan_execution import plan
+
+        lowered = lowered.clone()
+        plan(lowered, get_target(topology_target(topology)))
+        f = next(o for o in lowered.ops if isinstance(o, func.FuncOp) and o.sym_name.data == func_name)
     w = _Walker(lowered, f, topology, ranks, scaling, options)
     w.run()
     return Prepared(w.steps, w.n_classes, scaling, frozenset(w.divisors), w.runtime, w.notes)

@@ -37,7 +37,7 @@ are packed and unpacked around every collective, in shorter runs the further in
 Two schedules that the cost model cannot tell apart share one evaluation: an overlap in
 ``ring`` or ``remote_first`` order whose chain ``lower-overlap`` cuts in natural order
 anyway (only a matmul feeding a reduction in as many chunks as the group has ranks
-runs by point-to-point transfers in its order, ``lowering/overlap.py``) lowers to the
+runs by point-to-point transfers in its order, ``lowering/overlap_p2p.py``) lowers to the
 same program as its ``natural`` sibling. The interpreter check, which runs an overlap
 as the chain it holds, is shared by all schedules with one ``Candidate.check_key``.
 """
@@ -157,13 +157,13 @@ def _stages(cand: Candidate) -> int:
 
 def _order_matters(cand: Candidate, ranks: int) -> bool:
     """Whether the lowering runs this overlap in its (ring / remote_first) order:
-    ``lowering.overlap.p2p_plan`` once the mesh sizes are fixed for ``ranks``."""
+    ``lowering.overlap_p2p.p2p_plan`` once the mesh sizes are fixed for ``ranks``."""
     from xdsl.context import Context
 
     from distir.dialects import coll
     from distir.lowering.common import meshes
     from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
-    from distir.lowering.overlap import p2p_plan
+    from distir.lowering.overlap_p2p import p2p_plan
 
     module = cand.module.clone()
     try:

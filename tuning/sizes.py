@@ -202,11 +202,11 @@ def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> lis
     slice it, every ``at<r>`` inside its axis (``runtime.npz.check_sizes``' rules, for all
     sizes at once). A program whose meshes do not fit ``ranks`` fits no size."""
     from distir.dialects import layout
+    from distir.dialects.dist import resolve_grids
     from distir.dialects.placements import At
-    from distir.runtime import npz
 
     try:
-        grids = npz.resolve_grids(module, ranks)
+        grids = resolve_grids(module, ranks)
     except InputRejected:
         return [False] * len(sizes)
     rules: set[tuple[int, int]] = set()
@@ -233,10 +233,9 @@ def rank_bytes(module: ModuleOp, ranks: int, dim: int, size: int) -> int:
     """Bytes of one rank's share of the function arguments with ``dim`` replaced by
     ``size`` (the largest over ranks: a value ``at<r>`` counts whole)."""
     from distir.dialects import layout
-    from distir.runtime import npz
-    from distir.runtime.values import numpy_dtype
+    from distir.dialects.dist import element_bytes, resolve_grids
 
-    grids = npz.resolve_grids(module, ranks)
+    grids = resolve_grids(module, ranks)
     total = 0
     for op in module.walk():
         if isinstance(op, func.FuncOp):
@@ -244,7 +243,7 @@ def rank_bytes(module: ModuleOp, ranks: int, dim: int, size: int) -> int:
                 if isinstance(t, TensorType) and t.mesh_name in grids:
                     shape = [size if x == dim else x for x in t.get_shape()]
                     local = layout.local_shape(shape, t.get_placements(), grids[t.mesh_name].sizes)
-                    total += math.prod(local) * numpy_dtype(t.element_type).itemsize
+                    total += math.prod(local) * element_bytes(t.element_type)
     return total
 
 

@@ -58,6 +58,7 @@ from functools import cached_property
 from pathlib import Path
 
 from distir.dialects.diagnostics import InputRejected, check_text
+from distir.dialects.layout import at_digits, digits_rank
 
 DTYPES = ("f32", "f16", "bf16")
 
@@ -158,20 +159,13 @@ class Topology:
         """The digits of device ``rank``, one per level, outermost first."""
         if not 0 <= rank < self.ranks:
             raise IndexError(f"device {rank} out of range for {self.ranks} devices of {self.name!r}")
-        digits = []
-        for c in reversed(self.cardinalities):
-            rank, d = divmod(rank, c)
-            digits.append(d)
-        return tuple(reversed(digits))
+        return tuple(at_digits(rank, self.cardinalities))
 
     def rank_of(self, coords: Sequence[int]) -> int:
         """The device with these digits (inverse of ``coords``)."""
         if len(coords) != len(self.levels) or any(not 0 <= d < c for d, c in zip(coords, self.cardinalities)):
             raise IndexError(f"coordinates {tuple(coords)} do not fit levels {self.cardinalities}")
-        r = 0
-        for d, c in zip(coords, self.cardinalities):
-            r = r * c + d
-        return r
+        return digits_rank(coords, self.cardinalities)
 
     def unit(self, rank: int, level: int) -> int:
         """Global index of the unit of ``level`` holding device ``rank`` (node index for the

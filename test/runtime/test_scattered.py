@@ -15,13 +15,13 @@ from support.lowered import schedules
 from distir.dialects.context import parse_module
 from distir.dialects.diagnostics import InputRejected
 from distir.runtime import host
+from distir.runtime.backend import run_scattered
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.interpreter import interpret
 from distir.runtime.scattered import (
     BUCKET,
     ScatteredArray,
     bucket_table,
-    run_scattered,
     segments,
 )
 

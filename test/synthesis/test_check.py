@@ -8,11 +8,11 @@ import pytest
 from distir.synthesis.check import check_programs
 from distir.synthesis.hierarchy import synthesis_hierarchy
 from distir.synthesis.language import enumerate_programs, notation
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 
 
 def programs_of(hierarchy, matrix, reduce_axes):
-    p = Placement.standard(matrix, hierarchy)
+    p = DevicePlacement.standard(matrix, hierarchy)
     h = synthesis_hierarchy(p, reduce_axes)
     return p, h, enumerate_programs(h)
 

@@ -11,7 +11,7 @@ from distir.synthesis.hierarchy import (
     slice_forms,
     synthesis_hierarchy,
 )
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 
 # Figure 2a: [(rack, 1), (server, 2), (CPU, 2), (GPU, 4)]; GPUs A0..A3 under CPU A, ...
 FIG2 = SynthesisHierarchy(tuple(SynthesisLevel(n, c) for n, c in [("rack", 1), ("server", 2), ("CPU", 2), ("GPU", 4)]))
@@ -42,12 +42,12 @@ def test_master_forms_one_group_per_unit():
 
 def test_synthesis_hierarchy_d_collapses_reduction_factors_per_level():
     # Table 1: reduction rows [1 2 3] and [7 8 9] collapse to [7 16 27]
-    p = Placement.standard(((1, 2, 3), (4, 5, 6), (7, 8, 9)), (28, 80, 162))
+    p = DevicePlacement.standard(((1, 2, 3), (4, 5, 6), (7, 8, 9)), (28, 80, 162))
     h = synthesis_hierarchy(p, [0, 2])
     assert h.cardinalities == (1, 7, 16, 27) and h.names == ("root", "l0", "l1", "l2")
     assert [p.factors[k].name for k in h.levels[2].factors] == ["l1_p0", "l1_p2"]
     # Figure 2d, reducing the parameter shards [1 2 1 2]: levels of size 1 are left out
-    fig2d = Placement.standard(((1, 1, 2, 2), (1, 2, 1, 2)), (1, 2, 2, 4), ("rack", "server", "CPU", "GPU"))
+    fig2d = DevicePlacement.standard(((1, 1, 2, 2), (1, 2, 1, 2)), (1, 2, 2, 4), ("rack", "server", "CPU", "GPU"))
     assert synthesis_hierarchy(fig2d, [1]).describe() == "[(root, 1), (server, 2), (GPU, 2)]"
 
 
@@ -60,7 +60,7 @@ def test_instructions_of_a_two_level_hierarchy():
 
 def test_appendix_pruning_on_the_row_hierarchy():
     # hierarchy (c) of [[2,2],[2,8]] reducing axis 0: levels root, node_p0, gpu_p0 (reduction), node_p1, gpu_p1
-    p = Placement.standard(((2, 2), (2, 8)), (4, 16), ("node", "gpu"))
+    p = DevicePlacement.standard(((2, 2), (2, 8)), (4, 16), ("node", "gpu"))
     c = row_hierarchy(p, [0])
     assert c.names == ("root", "node_p0", "gpu_p0", "node_p1", "gpu_p1")
     kept = {(c.names[s], c.form_name(f)) for s, f in slice_forms(c)}

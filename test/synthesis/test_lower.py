@@ -7,7 +7,7 @@ from distir.dialects.context import parse_module
 from distir.synthesis.hierarchy import synthesis_hierarchy
 from distir.synthesis.language import enumerate_programs, instructions, parse_program
 from distir.synthesis.lower import lower_program, meshes, module_of, reference, tensor_length, typed_programs, typed_step
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 from distir.synthesis.semantics import Invalid, final_state, initial_state, step
 
 CASES = [  # (hierarchy, matrix, reduce axes): one level, two levels, collapsed axes, three levels
@@ -19,7 +19,7 @@ CASES = [  # (hierarchy, matrix, reduce axes): one level, two levels, collapsed 
 
 
 def setup(hierarchy, matrix, reduce_axes):
-    p = Placement.standard(matrix, hierarchy)
+    p = DevicePlacement.standard(matrix, hierarchy)
     return p, synthesis_hierarchy(p, reduce_axes)
 
 
@@ -77,7 +77,7 @@ def test_lowered_programs_verify_and_print_as_view_meshes():
 
 
 def test_figure4_programs_are_rejected_by_distirs_rules():
-    p = Placement.standard(((1, 1, 2, 2), (1, 2, 1, 2)), (1, 2, 2, 4), ("rack", "server", "CPU", "GPU"))
+    p = DevicePlacement.standard(((1, 1, 2, 2), (1, 2, 1, 2)), (1, 2, 2, 4), ("rack", "server", "CPU", "GPU"))
     h = synthesis_hierarchy(p, [1])
     a = lower_program(p, h, parse_program(h, "(server, InsideGroup, ReduceScatter) (server, InsideGroup, AllReduce)"), [1], [64])
     assert a.func is None and "step 2" in a.error and "'coll.all_reduce' op operand must be local on axis 3, got sliced<0>" in a.error

@@ -3,7 +3,7 @@
 import pytest
 
 from distir.dialects.diagnostics import InputRejected
-from distir.synthesis.matrices import Placement, format_matrix, parallelism_matrices
+from distir.synthesis.matrices import DevicePlacement, format_matrix, parallelism_matrices
 
 
 def test_the_three_placements_of_4x16_on_4x16():
@@ -40,7 +40,7 @@ def test_mismatched_sizes_are_diagnostics():
 
 
 def test_standard_placement_splits_levels_into_factor_axes():
-    p = Placement.standard(((2, 2), (2, 8)), (4, 16), ("node", "gpu"))
+    p = DevicePlacement.standard(((2, 2), (2, 8)), (4, 16), ("node", "gpu"))
     assert [f.name for f in p.factors] == ["node_p0", "node_p1", "gpu_p0", "gpu_p1"]
     assert p.sizes == (2, 2, 2, 8) and p.axis_factors(0) == (0, 2) and p.axis_factors(1) == (1, 3)
     assert p.matrix == ((2, 2), (2, 8)) and format_matrix(p.matrix) == "[[2,2],[2,8]]"
@@ -51,10 +51,10 @@ def test_standard_placement_splits_levels_into_factor_axes():
 
 
 def test_placement_of_a_view_mesh():
-    p = Placement.from_view((2, 2, 2, 8), [[0, 2], [1, 3]], (4, 16), ("node", "gpu"))
-    assert p.matrix == ((2, 2), (2, 8)) and p == Placement.standard(((2, 2), (2, 8)), (4, 16), ("node", "gpu"))
+    p = DevicePlacement.from_view((2, 2, 2, 8), [[0, 2], [1, 3]], (4, 16), ("node", "gpu"))
+    assert p.matrix == ((2, 2), (2, 8)) and p == DevicePlacement.standard(((2, 2), (2, 8)), (4, 16), ("node", "gpu"))
     # gpu factors swapped: still a placement, with axis 1 outer inside the gpu level
-    q = Placement.from_view((2, 2, 8, 2), [[0, 3], [1, 2]], (4, 16))
+    q = DevicePlacement.from_view((2, 2, 8, 2), [[0, 3], [1, 2]], (4, 16))
     assert q.matrix == ((2, 2), (2, 8)) and [f.axis for f in q.factors] == [0, 1, 1, 0]
-    assert Placement.from_view((8, 8), [[0], [1]], (4, 16)) is None  # 8 straddles node and gpu
-    assert Placement.from_view((4, 16), [[0]], (4, 16)) is None  # axis 1 of @hw unused
+    assert DevicePlacement.from_view((8, 8), [[0], [1]], (4, 16)) is None  # 8 straddles node and gpu
+    assert DevicePlacement.from_view((4, 16), [[0]], (4, 16)) is None  # axis 1 of @hw unused

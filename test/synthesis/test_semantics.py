@@ -4,7 +4,7 @@ import pytest
 
 from distir.synthesis.hierarchy import SynthesisHierarchy, SynthesisLevel, synthesis_hierarchy
 from distir.synthesis.language import parse_program
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 from distir.synthesis.semantics import Invalid, accepts, collective, final_state, initial_state
 
 FULL, D0, D1 = 0b1111, 0b0001, 0b0010
@@ -62,7 +62,7 @@ def test_final_state_of_a_hierarchy_with_a_non_reduction_level():
 # Figure 2d's placement reducing the parameter shards (axis 1): hierarchy (d) is
 # [(root, 1), (server, 2), (GPU, 2)]; A0 and A1 differ in the GPU factor, A0 and C0 in server's.
 FIG2D = synthesis_hierarchy(
-    Placement.standard(((1, 1, 2, 2), (1, 2, 1, 2)), (1, 2, 2, 4), ("rack", "server", "CPU", "GPU")), [1]
+    DevicePlacement.standard(((1, 1, 2, 2), (1, 2, 1, 2)), (1, 2, 2, 4), ("rack", "server", "CPU", "GPU")), [1]
 )
 
 

@@ -6,7 +6,7 @@ import pytest
 from distir.synthesis.driver import synthesize
 from distir.synthesis.hierarchy import synthesis_hierarchy
 from distir.synthesis.language import enumerate_programs, notation
-from distir.synthesis.matrices import Placement
+from distir.synthesis.matrices import DevicePlacement
 from distir.synthesis.simulate import allreduce_program, program_time, step_times
 from distir.tuning.topology import get_topology
 
@@ -15,7 +15,7 @@ NBYTES = 4 * 2**29 * 4  # P²: 2^29 x nodes float32 per GPU
 
 
 def allreduce_time(topology, hierarchy, matrix, axis, algorithm):
-    p = Placement.standard(matrix, hierarchy)
+    p = DevicePlacement.standard(matrix, hierarchy)
     return program_time(p, synthesis_hierarchy(p, [axis]), allreduce_program(), topology, NBYTES, algorithm)
 
 
@@ -67,7 +67,7 @@ def test_allreduce_stays_best_inside_one_node():
 def test_step_times_by_hand():
     # ReduceScatter in the node, AllReduce across the 4 nodes, AllGather in the node, on
     # [[4,16]] of p2-a100: 16 rings of 4 GPUs share each NIC with a sixteenth of the data
-    p = Placement.standard(((4, 16),), (4, 16))
+    p = DevicePlacement.standard(((4, 16),), (4, 16))
     h = synthesis_hierarchy(p, [0])
     (prog,) = [q for q in enumerate_programs(h) if notation(h, q) == "(node, InsideGroup, ReduceScatter) (node, Parallel(root), AllReduce) (node, InsideGroup, AllGather)"]
     s = 1e9

@@ -227,19 +227,9 @@ def _example(name: str) -> str:
 
 # -- calibrated shared-memory machines ---------------------------------------------------
 def _calibrated(write_allocate: bool = True):
-    from distir.tuning.calibrate import topology_from
+    from support.machines import calibrated_local
 
-    fit = {
-        "memory_bandwidth_GBps": 1.0,  # 1 byte per ns
-        "peak_tflops": {"f32": 1.0, "f16": 1.0, "bf16": 1.0},
-        "matmul_tflops": {"f32": 1.0, "f16": 1.0, "bf16": 1.0},
-        "runtime": {"launch_s": 0.0, "dispatch_s": 0.0, "synchronous": True, "concurrent_streams": False, "step_s": 0.0},
-        "collectives": {k: [0.0, 1e-9] for k in ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "send")},
-        "fused_in_memory": True,
-        "backend": "local",
-        "memory_bandwidth_alone_GBps": 1.5,
-    }
-    topo = topology_from(fit, "local", 2)
+    topo = calibrated_local(2)
     return topo if write_allocate else dataclasses.replace(topo, write_allocate=False)
 
 

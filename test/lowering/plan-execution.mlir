@@ -1,0 +1,68 @@
+// RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=local}' | filecheck %s --check-prefix=LOCAL
+// RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=gpu}' | filecheck %s --check-prefix=GPU
+// RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=messages}' | filecheck %s --check-prefix=MSG
+// RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=local}' | distir-opt | filecheck %s --check-prefix=LOCAL
+// plan-execution writes every execution decision into the IR: the module's target, a
+// fused group's zero_copy layout (or sequential), in_place all-gathers, the streamed
+// copies (stream_from) and the transport of fused tile operators. The planned text
+// parses back to the same decisions (the last RUN line).
+
+dist.mesh @world shape = [?]
+
+// The fused RS-SGD-AG group: one zero-copy kernel where ranks share memory (the kernel
+// reads the reduced slice through parameter 1 and gathers parameters 6 and 5 in place),
+// its calls one by one on a GPU and between processes that only exchange messages.
+// The gathers of a zero-copy group stream nothing: the kernel stores them.
+// LOCAL: builtin.module attributes {rt.target = #rt.target<"local", shared_memory, host_copies [all_gather, broadcast, send, recv], stream_from 4194304>}
+// LOCAL-LABEL: func.func @sgd
+// LOCAL: rt.fused zero_copy reduce 1 gather [6, 5] {
+// LOCAL: nccl.reduce_scatter avg
+// LOCAL: rt.launch @[[K:k[0-9]+]](
+// LOCAL-NOT: stream_from
+// LOCAL: nccl.all_gather {{.*}} count 32 in_place :
+// LOCAL-NOT: stream_from
+// LOCAL: func.return
+// GPU: builtin.module attributes {rt.target = #rt.target<"gpu">}
+// GPU-LABEL: func.func @sgd
+// GPU: rt.fused sequential {
+// GPU: nccl.all_gather {{.*}} count 32 in_place :
+// MSG: builtin.module attributes {rt.target = #rt.target<"messages", stream_from 4194304>}
+// MSG-LABEL: func.func @sgd
+// MSG: rt.fused sequential {
+func.func @sgd(%g: !dist.tensor<64xf32, @world, [local]>, %p: !dist.tensor<64xf32, @world, [replicated]>, %m: !dist.tensor<64xf32, @world, [replicated]>, %lr: f32, %mu: f32) -> (!dist.tensor<64xf32, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<64xf32, @world, [replicated]> {dist.inplace = 2 : i64}) {
+  %m1, %p1 = coll.fused_all_reduce avg %g dim 0 : !dist.tensor<64xf32, @world, [local]> -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>) {
+  ^bb0(%avg_rs: !dist.tensor<64xf32, @world, [sliced<0>]>):
+    %m_s = dist.take_slice %m dim 0 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+    %p_s = dist.take_slice %p dim 0 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+    %p1_s, %m1_s = dist.map(%m_s, %avg_rs, %mu, %p_s, %lr) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>, f32, !dist.tensor<64xf32, @world, [sliced<0>]>, f32) -> (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
+    ^bb0(%mi: f32, %gi: f32, %mui: f32, %pi: f32, %lri: f32):
+      %a = arith.mulf %mui, %mi : f32
+      %b = arith.addf %a, %gi : f32
+      %a_1 = arith.mulf %lri, %b : f32
+      %b_1 = arith.subf %pi, %a_1 : f32
+      dist.yield %b_1, %b : f32, f32
+    }
+    coll.yield %m1_s, %p1_s : !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+  }
+  func.return %p1, %m1 : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>
+}
+
+// A large all-gather out of a fused group (8 MiB per block): the local target's
+// communicator copies its data and streams copies from 4 MiB on; a GPU streams nothing.
+// LOCAL-LABEL: func.func @gather_large
+// LOCAL: nccl.all_gather %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} count 2097152 in_place stream_from 4194304 :
+// GPU-LABEL: func.func @gather_large
+// GPU-NOT: stream_from
+// GPU: func.return
+// MSG-LABEL: func.func @gather_large
+// MSG-NOT: stream_from
+// MSG: func.return
+func.func @gather_large(%x: !dist.tensor<4194304xf32, @world, [sliced<0>]>) -> !dist.tensor<4194304xf32, @world, [replicated]> {
+  %y = dist.map(%x) : (!dist.tensor<4194304xf32, @world, [sliced<0>]>) -> !dist.tensor<4194304xf32, @world, [sliced<0>]> {
+  ^bb0(%a: f32):
+    %b = arith.mulf %a, %a : f32
+    dist.yield %b : f32
+  }
+  %z = coll.all_gather %y : !dist.tensor<4194304xf32, @world, [sliced<0>]> -> !dist.tensor<4194304xf32, @world, [replicated]>
+  func.return %z : !dist.tensor<4194304xf32, @world, [replicated]>
+}
