@@ -10,6 +10,14 @@ class InputRejected(Exception):
     """The user's input (file, option, npz) is wrong; the message says how."""
 
 
+def check_rank_count(ranks: int, tool: str = "") -> int:
+    """``ranks`` when it is a rank count (at least 1), else ``InputRejected`` (prefixed
+    with ``tool: `` when given): the one place every tool and API checks ``--ranks``."""
+    if ranks < 1:
+        raise InputRejected(f"{tool + ': ' if tool else ''}--ranks must be at least 1, got {ranks}")
+    return ranks
+
+
 class ResultsDiffer(Exception):
     """Two runs that must agree do not; the message reports the first mismatch."""
 

@@ -416,10 +416,9 @@ def element_bytes(t: Attribute) -> int:
 def resolve_grids(module: Operation, ranks: int) -> dict[str, layout.MeshGrid]:
     """Every mesh of ``module`` with its sizes fixed for a run on ``ranks`` ranks
     (``InputRejected`` when ``ranks`` does not fit one)."""
-    from distir.dialects.diagnostics import InputRejected
+    from distir.dialects.diagnostics import InputRejected, check_rank_count
 
-    if ranks < 1:
-        raise InputRejected(f"--ranks must be at least 1, got {ranks}")
+    check_rank_count(ranks)
     grids = {}
     for op in module.regions[0].block.ops:
         if isinstance(op, MeshOp):

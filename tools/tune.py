@@ -46,6 +46,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from distir.dialects.diagnostics import check_rank_count
 from distir.tools.diagnostics import InputRejected, check_output, make_parser, run_tool, write_output
 
 EXIT_BUG = 2
@@ -446,8 +447,7 @@ def _options(args, module):
     ranks = args.ranks if args.ranks is not None else npz.static_ranks(module)
     if ranks is None:
         raise InputRejected("distir-tune: give --ranks N: the program's meshes do not fix the rank count")
-    if ranks < 1:
-        raise InputRejected(f"distir-tune: --ranks must be at least 1, got {ranks}")
+    check_rank_count(ranks, "distir-tune")
     npz.resolve_grids(module, ranks)
     sizes = parse_sizes(args.sizes) if args.sizes is not None else None
     if args.output and sizes is not None and len(sizes) != 1:
@@ -579,8 +579,7 @@ def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.calibrate:
         ranks = 2 if args.ranks is None else args.ranks
-        if ranks < 1:
-            raise InputRejected(f"distir-tune: --ranks must be at least 1, got {ranks}")
+        check_rank_count(ranks, "distir-tune")
         _calibrate(ranks)
         if args.file is None:
             return 0

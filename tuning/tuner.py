@@ -34,7 +34,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, check_rank_count
 from distir.dialects.dist import TensorType
 from distir.passes.support import printed_names
 from distir.tuning import search, units
@@ -173,8 +173,7 @@ def tune(
     search early (``TuneResult.cut_short`` says why) with the best found so far."""
     if (model is None) == (backend is None):
         raise InputRejected("give either a backend to time on or a topology to predict for")
-    if ranks < 1:
-        raise InputRejected(f"--ranks must be at least 1, got {ranks}")
+    check_rank_count(ranks)
     module = only_function(module, func_name)
     d = choose_dim(module, dim)
     sizes = sorted(set(sizes)) if sizes else [d]
