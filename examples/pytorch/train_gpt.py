@@ -258,6 +258,7 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     if dist.is_initialized():
+        dist.barrier()  # no rank tears gloo down while a peer's last exchange is in flight
         dist.destroy_process_group()
     return 0
 

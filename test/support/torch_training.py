@@ -237,6 +237,7 @@ def main(argv: list[str]) -> int:
             json.dump(report, f)
     import torch.distributed as dist
 
+    dist.barrier()  # as train_gpt.py: no rank tears gloo down while a peer still exchanges
     dist.destroy_process_group()
     return 0
 
