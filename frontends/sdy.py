@@ -60,8 +60,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import FunctionType, ModuleOp, UnrealizedConversionCastOp
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import FunctionType, IntegerAttr, IntegerType, ModuleOp, UnrealizedConversionCastOp, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import ParseError
 from xdsl.utils.lexer import Span
@@ -70,7 +70,8 @@ from distir.dialects import coll, dist, layout
 from distir.dialects.collectives.permute import check_pairs
 from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
-from distir.frontends import stablehlo
+from distir.frontends import device_values, stablehlo
+from distir.frontends.device_values import DevVal
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.stablehlo import Translator, Val, shape_of
 
@@ -447,6 +448,10 @@ class MeshMap:
 
     def sizes(self) -> tuple[int, ...]:
         return tuple(s for _, s, _, _ in self.axes)
+
+    def device_ids(self) -> list[int]:
+        """The device id of each rank (row-major over the mesh)."""
+        return list(range(math.prod(self.sizes())))
 
     def expand(self, ref: AxisRef, error) -> list[int]:
         """The dist axes (indices) an axis reference covers, major first."""
@@ -1081,12 +1086,111 @@ class ManualTranslator(Translator):
         self.block = outer.block
         self.outer = outer
         self.grid = layout.base_grid(outer.mesh, outer.mm.sizes())
+        self._rank: SSAValue | None = None
+        self._scalars: dict[tuple, SSAValue] = {}
 
     def fresh_type(self, shape: Sequence[int], elt) -> TensorType:
         return TensorType(tuple(shape), elt, self.mesh, [LOCAL] * self.naxes)
 
     def sizes(self) -> tuple[int | None, ...] | None:
         return self.outer.mm.sizes()
+
+    def rank_value(self) -> SSAValue:
+        """Each device's rank (row-major over the mesh) as a 0-d ``i64`` local value: its
+        block of ``dist.iota`` over all devices (made once per manual computation)."""
+        if self._rank is None:
+            sizes = self.outer.mm.sizes()
+            ps: list[Placement] = [Sliced(0, k) if len(sizes) > 1 else Sliced(0) for k in range(len(sizes))]
+            whole = TensorType((math.prod(sizes),), i64, self.mesh, ps)
+            io = self.emit(dist.IotaOp.make([], [whole], dim=0)).results[0]
+            one = self.emit(dist.ToLocalOp.make([io], [whole.with_(shape=(1,), placements=[LOCAL] * self.naxes)])).results[0]
+            self._rank = self.reshape(one, ())
+            self._rank.name_hint = "rank"
+        return self._rank
+
+    def device_scalar(self, v: DevVal) -> SSAValue:
+        """A per-device value as a 0-d local value: a ``dist.map`` of the device's rank,
+        ``b + sum(a_k * coord_k)`` when the values are affine in the device's coordinates
+        (what axis_index and block offsets are), else a select per rank."""
+        elt = self.elt(v.elt) if v.elt in stablehlo.ELEMENT else None
+        if elt is None:
+            raise self.error(f"a per-device value of type {v.elt} is used by '{self.node.name if self.node else '?'}': convert it to a signed type first (as JAX's axis_index does)")
+        key = (v.values, v.elt)
+        if key in self._scalars:
+            return self._scalars[key]
+        sizes = self.outer.mm.sizes()
+        form = device_values.affine(v.values, sizes)
+        strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+
+        def body(args: list[SSAValue]) -> list[Operation]:
+            rank = args[0]
+            ops: list[Operation] = []
+
+            def const(x: int | float | bool, e) -> SSAValue:
+                ops.append(self.const_op(x, e))
+                return ops[-1].results[0]
+
+            if form is not None:
+                b, a = form
+                acc = const(b, i64) if b or not any(a) else None
+                for k, ak in enumerate(a):
+                    if ak:
+                        q = rank
+                        if strides[k] != 1:
+                            ops.append(arith.DivSIOp(rank, const(strides[k], i64)))
+                            q = ops[-1].results[0]
+                        ops.append(arith.RemSIOp(q, const(sizes[k], i64)))
+                        if ak != 1:
+                            ops.append(arith.MuliOp(ops[-1].results[0], const(ak, i64)))
+                        term = ops[-1].results[0]
+                        if acc is not None:
+                            ops.append(arith.AddiOp(acc, term))
+                        acc = ops[-1].results[0]
+                assert acc is not None
+                return ops + _from_i64(acc, elt)
+            acc = const(v.values[-1], elt)
+            for r in range(len(v.values) - 2, -1, -1):
+                if v.values[r] == v.values[-1]:
+                    continue
+                eq = arith.CmpiOp(rank, const(r, i64), "eq")
+                sel = arith.SelectOp(eq.results[0], const(v.values[r], elt), acc)
+                ops += [eq, sel]
+                acc = sel.results[0]
+            return ops
+
+        x = self.map_op([self.rank_value()], [i64], (), elt, body)
+        self._scalars[key] = x
+        return x
+
+    def device_slice(self, x: SSAValue, dims: list[tuple[int, tuple[int, ...], int]]) -> SSAValue:
+        """Each device's block: on each listed dim the device starts at its rank in a group
+        of mesh axes times the size (the group's values must agree there, as a
+        ``dist.take_slice`` of a replicated value needs: ``dist.from_local`` replicated on
+        those axes, ``dist.take_slice`` per axis, outermost first, ``dist.to_local``)."""
+        sizes = self.outer.mm.sizes()
+        t = x.type
+        assert isinstance(t, TensorType)
+        shape = t.get_shape()
+        plan: list[tuple[int, list[int]]] = []
+        used: set[int] = set()
+        for d, starts, size in dims:
+            axes = _block_axes(starts, size, shape[d], sizes, used)
+            if axes is None:
+                raise self.error(
+                    f"'stablehlo.dynamic_slice' starts dim {d} at {list(starts)} on the devices: not each device's block of "
+                    "a group of mesh axes (distir reads per-device offsets only as a device taking its block)"
+                )
+            plan.append((d, axes))
+            used.update(axes)
+        ps: list[Placement] = [REPLICATED if a in used else LOCAL for a in range(self.naxes)]
+        y = self.emit(dist.FromLocalOp.make([x], [t.with_(placements=ps)])).results[0]
+        for d, axes in plan:
+            for a in axes:
+                y = self.emit_checked(lambda: dist.TakeSliceOp.of(y, dim=d, axis=a)).results[0]
+        yt = y.type
+        assert isinstance(yt, TensorType)
+        local = layout.local_shape(shape, yt.get_placements(), sizes)
+        return self.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
 
     def group_axes(self, node: OpNode) -> list[int]:
         """The mesh axes whose rank groups are the op's ``replica_groups``."""
@@ -1141,8 +1245,54 @@ class ManualTranslator(Translator):
         return self.emit(dist.FromLocalOp.make([x], [t.with_(shape=shape, placements=ps)])).results[0]
 
 
+def _from_i64(x: SSAValue, elt) -> list[Operation]:
+    """``x`` (i64) as ``elt`` (nothing for i64 itself)."""
+    if elt == i64:
+        return []
+    if isinstance(elt, IntegerType) and elt.width.data == 1:
+        z = arith.ConstantOp(IntegerAttr(0, i64))
+        return [z, arith.CmpiOp(x, z.results[0], "ne")]
+    if isinstance(elt, IntegerType):
+        return [arith.TruncIOp(x, elt)]
+    return [arith.SIToFPOp(x, elt)]
+
+
+def _block_axes(starts: Sequence[int], size: int, extent: int, sizes: Sequence[int], used: set[int]) -> list[int] | None:
+    """The mesh axes (outermost first) such that each device starts at its rank in its
+    group over them (row-major) times ``size``, covering ``extent``; None if none do."""
+    import itertools
+
+    free = [a for a in range(len(sizes)) if a not in used and sizes[a] > 1]
+    for k in range(1, len(free) + 1):
+        for axes in itertools.permutations(free, k):
+            if math.prod(sizes[a] for a in axes) * size != extent:
+                continue
+            ok = True
+            for r, s in enumerate(starts):
+                coords = layout.at_digits(r, sizes)
+                g = 0
+                for a in axes:
+                    g = g * sizes[a] + coords[a]
+                if g * size != s:
+                    ok = False
+                    break
+            if ok:
+                return list(axes)
+    return None
+
+
 MANUAL_HANDLERS: dict[str, stablehlo.Handler] = {}
 _manual = stablehlo.registers(MANUAL_HANDLERS)
+
+
+@_manual("stablehlo.partition_id")
+def _m_partition_id(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    """Each device's id (its rank, row-major over the mesh), known at import time per
+    device: a ``DevVal`` that the arithmetic after it folds (``device_values``)."""
+    t = stablehlo._result(tr, node)
+    if t.shape != () or t.elt not in ("ui32", "i32", "ui64", "i64"):
+        raise tr.error(f"'stablehlo.partition_id' gives a tensor<ui32>, its type says {t}", node)
+    return [DevVal(tuple(tr.outer.mm.device_ids()), t.elt, ())]
 
 
 def _reduction(tr: ManualTranslator, node: OpNode) -> str:
