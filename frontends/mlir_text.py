@@ -301,13 +301,18 @@ class Reader:
     def int_list(self, what: str = "a list of integers") -> list[int]:
         """``[1, 2, 3]`` (``[]`` allowed)."""
         self.expect("[", f" to start {what}")
-        out: list[int] = []
-        if not self.accept("]"):
+        return self.items("]", lambda: self.integer(f"an integer in {what}"), f" or ']' in {what}")
+
+    def items(self, close: str, read: Callable[[], Any], what: str = "") -> list[Any]:
+        """Items read by ``read``, separated by commas, up to ``close`` (the opening
+        bracket already read; none allowed). ``what`` ends the message of a missing comma."""
+        out: list[Any] = []
+        if not self.accept(close):
             while True:
-                out.append(self.integer(f"an integer in {what}"))
-                if self.accept("]"):
+                out.append(read())
+                if self.accept(close):
                     break
-                self.expect(",", f" or ']' in {what}")
+                self.expect(",", what)
         return out
 
     def value(self) -> Value:

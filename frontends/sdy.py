@@ -163,14 +163,7 @@ def _axis_ref(r: Reader) -> AxisRef:
 
 def _axis_set(r: Reader) -> tuple[AxisRef, ...]:
     r.expect("{")
-    out: list[AxisRef] = []
-    if not r.accept("}"):
-        while True:
-            out.append(_axis_ref(r))
-            if r.accept("}"):
-                break
-            r.expect(",", " or '}' in an axis list")
-    return tuple(out)
+    return tuple(r.items("}", lambda: _axis_ref(r), " or '}' in an axis list"))
 
 
 def parse_sharding_body(r: Reader, start: int) -> Sharding:
@@ -182,13 +175,7 @@ def parse_sharding_body(r: Reader, start: int) -> Sharding:
         raise r.error("expected a mesh symbol (@mesh); inline meshes are not supported")
     r.expect(",", " after the mesh")
     r.expect("[", " to open the dim shardings")
-    dims: list[DimSharding] = []
-    if not r.accept("]"):
-        while True:
-            dims.append(_dim_sharding(r))
-            if r.accept("]"):
-                break
-            r.expect(",", " or ']' between dim shardings")
+    dims: list[DimSharding] = r.items("]", lambda: _dim_sharding(r), " or ']' between dim shardings")
     replicated: tuple[AxisRef, ...] = ()
     unreduced: tuple[AxisRef, ...] = ()
     while r.accept(","):
@@ -228,16 +215,15 @@ def _sharding_attr(r: Reader, start: int) -> Sharding:
     return parse_sharding_body(r, start)
 
 
+def _sharding_list(r: Reader) -> list[Sharding]:
+    """``[<@m, [..]>, ...]`` (``[]`` allowed)."""
+    r.expect("[")
+    return r.items("]", lambda: parse_sharding_body(r, r.peek().start))
+
+
 def _sharding_per_value(r: Reader, start: int) -> list[Sharding]:
     r.expect("<")
-    r.expect("[")
-    out: list[Sharding] = []
-    if not r.accept("]"):
-        while True:
-            out.append(parse_sharding_body(r, r.peek().start))
-            if r.accept("]"):
-                break
-            r.expect(",")
+    out = _sharding_list(r)
     r.expect(">")
     return out
 
@@ -365,15 +351,7 @@ def _manual(r: Reader, node: OpNode) -> None:
     for key in ("in_shardings", "out_shardings"):
         r.keyword(key)
         r.expect("=")
-        r.expect("[")
-        lst: list[Sharding] = []
-        if not r.accept("]"):
-            while True:
-                lst.append(parse_sharding_body(r, r.peek().start))
-                if r.accept("]"):
-                    break
-                r.expect(",")
-        node.attrs[key] = lst
+        node.attrs[key] = _sharding_list(r)
     r.keyword("manual_axes")
     r.expect("=")
     node.attrs["manual_axes"] = _axis_set(r)

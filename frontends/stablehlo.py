@@ -199,19 +199,25 @@ def _iota(r: Reader, node: OpNode) -> None:
     r.check_counts(node)
 
 
-def _concatenate(r: Reader, node: OpNode) -> None:
+def _operands_then(r: Reader, node: OpNode, keyword: str, key: str, read: Callable[[], Any], form: str) -> None:
+    """``%a, %b, .., KEYWORD = X : (..) -> T``: the operands, X (read by ``read``) as
+    attribute ``key``, the type."""
     node.operands = [r.value()]
     while r.accept(","):
         if r.peek().kind == "ssa":
             node.operands.append(r.value())
             continue
-        r.keyword("dim")
+        r.keyword(keyword)
         r.expect("=")
-        node.attrs["dimension"] = r.integer("the concatenation dim")
+        node.attrs[key] = read()
         break
-    if "dimension" not in node.attrs:
-        raise r.error("expected ', dim = N' in 'stablehlo.concatenate'")
+    if key not in node.attrs:
+        raise r.error(f"expected '{form}' in '{node.name}'")
     _typed(r, node)
+
+
+def _concatenate(r: Reader, node: OpNode) -> None:
+    _operands_then(r, node, "dim", "dimension", lambda: r.integer("the concatenation dim"), ", dim = N")
 
 
 def _slice(r: Reader, node: OpNode) -> None:
@@ -233,18 +239,7 @@ def _slice(r: Reader, node: OpNode) -> None:
 
 def _dynamic_slice(r: Reader, node: OpNode) -> None:
     """``%x, %i0, %i1, sizes = [..] : (T, tensor<i32>, ..) -> U``."""
-    node.operands = [r.value()]
-    while r.accept(","):
-        if r.peek().kind == "ssa":
-            node.operands.append(r.value())
-            continue
-        r.keyword("sizes")
-        r.expect("=")
-        node.attrs["slice_sizes"] = r.int_list("the slice sizes")
-        break
-    if "slice_sizes" not in node.attrs:
-        raise r.error("expected ', sizes = [..]' in 'stablehlo.dynamic_slice'")
-    _typed(r, node)
+    _operands_then(r, node, "sizes", "slice_sizes", lambda: r.int_list("the slice sizes"), ", sizes = [..]")
 
 
 def _nullary(r: Reader, node: OpNode) -> None:
