@@ -176,8 +176,9 @@ def elementwise(kind: str, args: Sequence[Sequence[Scalar]], elt: str, direction
 
 def affine(values: Sequence[Scalar], sizes: Sequence[int]) -> tuple[int, list[int]] | None:
     """``(b, a)`` with ``values[r] == b + sum(a[k] * coord_k(r))`` for every rank r of a
-    mesh of ``sizes`` (row-major coordinates), for integer values; None otherwise."""
-    if any(isinstance(v, (bool, float)) for v in values):
+    mesh of ``sizes`` (row-major coordinates), for integer values (or floats that are
+    integers); None otherwise."""
+    if any(isinstance(v, bool) or (isinstance(v, float) and not (v == v and abs(v) < 2**53 and v == int(v))) for v in values):
         return None
     b = int(values[0])
     strides = [int(np.prod(sizes[k + 1 :], dtype=np.int64)) for k in range(len(sizes))]

@@ -148,6 +148,7 @@ class Module:
     ops: list[OpNode]
     source: Input
     name: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 # ======================================================================================
@@ -572,13 +573,14 @@ class Reader:
         self.skip_aliases()
         t = self.peek()
         name = None
+        attrs: dict[str, Any] = {}
         if t.kind == "ident" and t.text in ("module", "builtin.module"):
             self.next()
             if self.peek().kind == "sym":
                 name = self.symbol()
             if self.peek().kind == "ident" and self.peek().text == "attributes":
                 self.next()
-                self.attr_dict()
+                attrs = self.attr_dict()
             self.expect("{", " to open the module body")
             ops = self.ops_until("}")
             self.expect("}")
@@ -588,7 +590,7 @@ class Reader:
             ops = self.ops_until(None)
         if self.peek().kind != _EOF_KIND:
             raise self.error(f"expected the end of the input, got {self.describe(self.peek())}")
-        return Module(ops, self.input, name)
+        return Module(ops, self.input, name, attrs)
 
     def ops_until(self, close: str | None) -> list[OpNode]:
         out: list[OpNode] = []

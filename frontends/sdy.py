@@ -118,6 +118,7 @@ class Mesh:
     axes: list[tuple[str, int]]
     span: Span
     cuts: dict[str, set[int]] = field(default_factory=dict)
+    device_ids: list[int] | None = None
 
     def size(self, axis: str) -> int | None:
         for n, s in self.axes:
@@ -271,8 +272,9 @@ def _device_ids(r: Reader, node: OpNode, axes: list[tuple[str, int]]) -> None:
     r.keyword("device_ids")
     r.expect("=")
     ids = r.int_list("the device ids")
-    if ids != list(range(len(ids))):
-        raise r.error("meshes with device_ids other than 0, 1, ... are not supported (distir numbers ranks row-major)", t.start, r.pos)
+    n = math.prod(s for _, s in axes)
+    if sorted(ids) != list(range(n)):
+        raise r.error(f"device_ids must name each of the mesh's {n} devices 0 .. {n - 1} once, got {ids}", t.start, r.pos)
     node.attrs["device_ids"] = ids
 
 
@@ -428,8 +430,14 @@ class MeshMap:
         return tuple(s for _, s, _, _ in self.axes)
 
     def device_ids(self) -> list[int]:
-        """The device id of each rank (row-major over the mesh)."""
-        return list(range(math.prod(self.sizes())))
+        """The device id at each position of the mesh (row-major), which is the rank that
+        holds a value's block there (``device_ids``, or 0, 1, ...)."""
+        return list(self.mesh.device_ids or range(math.prod(self.sizes())))
+
+    def same_devices_as(self, other: MeshMap) -> bool:
+        """Whether ``other`` has the same axes (a mesh over the same devices, in another
+        order: its values are placed by position, as on this one)."""
+        return self.mesh.axes == other.mesh.axes and self.axes == other.axes
 
     def expand(self, ref: AxisRef, error) -> list[int]:
         """The dist axes (indices) an axis reference covers, major first."""
@@ -563,7 +571,7 @@ class SdyImport:
             if node.name == "sdy.mesh":
                 if node.sym in self.meshes:
                     raise self.error(f"mesh @{node.sym} is defined twice", node.span.start, node.span.end)
-                self.meshes[node.sym or ""] = Mesh(node.sym or "", node.attrs["axes"], node.span)
+                self.meshes[node.sym or ""] = Mesh(node.sym or "", node.attrs["axes"], node.span, device_ids=node.attrs.get("device_ids"))
             elif node.name != "func.func":
                 raise self.error(f"unsupported op '{node.name}' at module level", node.span.start, node.span.end)
         for s in self._all_shardings():
@@ -617,10 +625,12 @@ class SdyImport:
     def mesh_of(self, node: OpNode) -> MeshMap:
         """The mesh a function's shardings use (one per function)."""
         names: set[str] = set()
+        shardings: list[Sharding] = []
 
         def visit(ops: list[OpNode]) -> None:
             for op in ops:
                 for v in list(op.attrs.values()) + [x for d in op.arg_attrs + op.res_attrs for x in d.values()]:
+                    shardings.extend(_shardings_in(v))
                     names.update(s.mesh for s in _shardings_in(v))
                 if op.name in ("func.call", "call") and op.sym and op.sym not in seen:
                     seen.add(op.sym)
@@ -634,10 +644,22 @@ class SdyImport:
         funcs = {n.sym: n for n in self.ast.ops if n.name == "func.func"}
         seen: set[str] = set()
         visit([node])
-        if len(names) > 1:
-            raise self.error(f"@{node.sym} uses several meshes ({', '.join('@' + n for n in sorted(names))}); one mesh per function is supported", node.span.start, node.span.end)
-        if names:
-            return self.maps[names.pop()]
+        used = [self.maps[n] for n in self.maps if n in names]
+        if any(not used[0].same_devices_as(m) for m in used[1:]):
+            raise self.error(
+                f"@{node.sym} uses meshes of different axes ({', '.join('@' + n for n in sorted(names))}); one mesh per function "
+                "is supported (or meshes that differ only in their device order)",
+                node.span.start,
+                node.span.end,
+            )
+        if len({tuple(m.device_ids()) for m in used}) > 1:
+            # values are placed by position on each mesh; partial sums would have to follow
+            # their devices from one order to the other
+            for s in shardings:
+                if s.unreduced:
+                    raise self.error("unreduced axes in a function whose meshes differ in device order are not supported", s.start, s.end)
+        if used:
+            return used[0]
         if len(self.maps) == 1:
             return next(iter(self.maps.values()))
         if not self.maps:
@@ -693,7 +715,7 @@ class SdyImport:
         return f
 
     def placements(self, mm: MeshMap, s: Sharding, shape: Sequence[int]) -> list[Placement]:
-        if s.mesh != mm.mesh.name:
+        if s.mesh != mm.mesh.name and not (s.mesh in self.maps and mm.same_devices_as(self.maps[s.mesh])):
             raise self.error(f"sharding on mesh @{s.mesh} in a function on mesh @{mm.mesh.name}", s.start, s.end)
         return mm.placements(s, shape, self.sharding_error(s))
 
@@ -1028,7 +1050,10 @@ def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
             raise ParseError(v.span, f"body argument %{v.name} is {tt}, but each device holds a {stablehlo._fmt(local)} block of operand {i}")
         lt = pt.with_(shape=local, placements=[LOCAL] * mm.naxes)
         args.append(tr.emit(dist.ToLocalOp.make([placed], [lt])).results[0])
-    inner = ManualTranslator(tr)
+    meshes = {sh.mesh for sh in [*ins, *outs]}
+    if len(meshes) > 1:
+        raise tr.error(f"the shardings of 'sdy.manual_computation' name several meshes ({', '.join('@' + m for m in sorted(meshes))})", node)
+    inner = ManualTranslator(tr, tr.imp.maps[meshes.pop()] if meshes else mm)
     results = inner.translate_body(body, args)
     tr.node = node
     if len(results) != len(node.results):
@@ -1057,8 +1082,10 @@ class ManualTranslator(Translator):
     """The body of a manual computation: every value ``local`` on the (manual) mesh axes,
     StableHLO's collectives over ``replica_groups`` of device ids."""
 
-    def __init__(self, outer: SdyTranslator):
+    def __init__(self, outer: SdyTranslator, mesh: MeshMap):
         super().__init__(outer.module, outer.mesh, outer.naxes, outer.spans, MANUAL_HANDLERS)
+        self.device_ids = mesh.device_ids()
+        self.rank_of = {d: r for r, d in enumerate(self.device_ids)}
         for name in SDY_HANDLERS:
             self.handlers.pop(name, None)
         self.block = outer.block
@@ -1184,9 +1211,9 @@ class ManualTranslator(Translator):
             return list(range(self.naxes))
         import itertools
 
-        want = sorted(tuple(g) for g in groups)
         if sorted(x for g in groups for x in g) != list(range(n)):
             raise self.error(f"replica_groups of '{node.name}' must cover the {n} devices once", node)
+        want = sorted(tuple(self.rank_of[x] for x in g) for g in groups)
         for k in range(0, self.naxes + 1):
             for axes in itertools.permutations(range(self.naxes), k):
                 if sorted(tuple(g) for g in self.grid.groups(list(axes))) == want:
@@ -1270,7 +1297,7 @@ def _m_partition_id(tr: ManualTranslator, node: OpNode) -> list[Val]:
     t = stablehlo._result(tr, node)
     if t.shape != () or t.elt not in ("ui32", "i32", "ui64", "i64"):
         raise tr.error(f"'stablehlo.partition_id' gives a tensor<ui32>, its type says {t}", node)
-    return [DevVal(tuple(tr.outer.mm.device_ids()), t.elt, ())]
+    return [DevVal(tuple(tr.device_ids), t.elt, ())]
 
 
 def _reduction(tr: ManualTranslator, node: OpNode) -> str:
@@ -1345,10 +1372,22 @@ def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
     ``plan_permute`` (over the one axis the pairs move along, or every axis)."""
     x = tr.collective_input(node)
     handle = re.search(r"handle\s*=\s*(-?\d+)", str(getattr(node.attrs.get("channel_handle"), "text", "")))
-    if handle is None or int(handle.group(1)) <= 0:
-        raise tr.error("'stablehlo.collective_permute' without a channel_handle of positive handle permutes replicas, not the mesh's devices: not supported", node)
     sizes = tuple(tr.outer.mm.sizes())
     pairs = _source_target_pairs(tr, node)
+    if handle is None or int(handle.group(1)) <= 0:
+        replicas = _module_count(tr, "mhlo.num_replicas")
+        partitions = _module_count(tr, "mhlo.num_partitions")
+        if replicas == 1 and all(p == (0, 0) for p in pairs):  # each device its own group
+            return [x] if pairs else [tr.materialize(stablehlo.Const(0, stablehlo.elt_name(x.type.element_type), shape_of(x)))]  # type: ignore[attr-defined]
+        if not (partitions == 1 and replicas == math.prod(sizes)):
+            raise tr.error(
+                "'stablehlo.collective_permute' without a channel_handle of positive handle permutes replicas: distir reads it "
+                "where the module makes the mesh's devices its replicas (mhlo.num_partitions = 1, mhlo.num_replicas = "
+                f"{math.prod(sizes)}), or gives one replica per device and pairs [[0, 0]] (mhlo.num_replicas = 1); "
+                f"this module says num_replicas = {replicas}, num_partitions = {partitions}",
+                node,
+            )
+    pairs = [(tr.rank_of.get(a, a), tr.rank_of.get(b, b)) for a, b in pairs]  # device ids -> ranks
     try:
         check_pairs(pairs, math.prod(sizes))  # the devices as the ranks of one group
     except RuleError as e:
@@ -1360,6 +1399,13 @@ def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
     if options.get("offset") == 0:
         return [x]
     return [tr.emit_checked(lambda: coll.PermuteOp.of(x, sizes=sizes, axes=axes, **options)).results[0]]
+
+
+def _module_count(tr: ManualTranslator, key: str) -> int | None:
+    """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of the module (None if absent)."""
+    v = tr.module.attrs.get(key)
+    v = getattr(v, "value", v)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _source_target_pairs(tr: ManualTranslator, node: OpNode) -> list[tuple[int, int]]:

@@ -82,3 +82,13 @@ def test_shard_shift_send_recv_per_device_on_mpi(tmp_path):
     got = mpirun(HERE / "shard-permute.mlir", "shift_grid", {"x": x.reshape(2, 2, 4)[..., :3]}, tmp_path)[0].reshape(4, 3)
     for d, want in enumerate(permute_model("shift_grid", x[:, :3])[0]):
         np.testing.assert_allclose(got[d], want, rtol=1e-6, err_msg=f"device {d}")
+
+
+def test_reversed_device_order_on_mpi(tmp_path):
+    """A manual computation on a mesh with device_ids [3, 2, 1, 0] (partition_id, a ring
+    permute and a gather over device ids) under mpiexec (test_device_order.py)."""
+    t = np.arange(16, dtype=np.float32).reshape(8, 2)
+    blocks = [t[2 * p : 2 * p + 2] + (3 - p) for p in range(4)]
+    got = mpirun(HERE / "sdy-device-order.mlir", "reversed", {"arg0": t}, tmp_path)
+    np.testing.assert_array_equal(got[0], np.concatenate([blocks[(p + 1) % 4] for p in range(4)]))
+    np.testing.assert_array_equal(got[1], np.concatenate([t[4:6]] * 4))
