@@ -82,12 +82,20 @@ def test_permute_of_one_replica_per_device_keeps_or_clears():
 
 def test_rejections():
     # replicas and partitions both several: the pairs' meaning depends on the replica
-    assert_rejected(REPLICAS.replace("num_partitions = 1 : i32, mhlo.num_replicas = 4", "num_partitions = 2 : i32, mhlo.num_replicas = 2"), r"7:12\b.*num_replicas = 2, num_partitions = 2")
-    assert_rejected(REPLICAS.replace(" attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32}", ""), r"7:12\b.*permutes replicas")
+    assert_rejected(
+        REPLICAS.replace("num_partitions = 1 : i32, mhlo.num_replicas = 4", "num_partitions = 2 : i32, mhlo.num_replicas = 2"),
+        r"7:12\b.*num_replicas = 2, num_partitions = 2",
+    )
+    assert_rejected(
+        REPLICAS.replace(" attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32}", ""), r"7:12\b.*permutes replicas"
+    )
     # device ids that are not a permutation of the devices
     assert_rejected(DEVICE_ORDER.replace("device_ids=[1, 2, 3, 0]", "device_ids=[1, 2, 3, 3]"), r"6:\d+\b.*each of the mesh's 4 devices")
     # partial sums cannot follow their devices from one order to another
-    bad = DEVICE_ORDER.replace('#sdy.sharding<@a, [{"x"}]>}) -> (tensor<4xi32> {sdy.sharding = #sdy.sharding<@b', '#sdy.sharding<@a, [{}], unreduced={"x"}>}) -> (tensor<4xi32> {sdy.sharding = #sdy.sharding<@b')
+    bad = DEVICE_ORDER.replace(
+        '#sdy.sharding<@a, [{"x"}]>}) -> (tensor<4xi32> {sdy.sharding = #sdy.sharding<@b',
+        '#sdy.sharding<@a, [{}], unreduced={"x"}>}) -> (tensor<4xi32> {sdy.sharding = #sdy.sharding<@b',
+    )
     assert_rejected(bad, r"11:59\b.*unreduced axes in a function whose meshes differ in device order")
     # meshes of different axes in one function
     assert_rejected(DEVICE_ORDER.replace('sdy.mesh @b = <["x"=4]', 'sdy.mesh @b = <["y"=4]'), r"11:3\b.*uses meshes of different axes")
