@@ -13,8 +13,14 @@ axis (Shardy's doc: https://openxla.org/shardy/sharding_representation)::
                  mesh is a view (``dist.mesh @mesh ... view @mesh_sub [[0, 1], ...]``)
     {?} / {"x", ?}   open dims: the partitioner may slice them further (``partition``)
 
-Meshes with explicit ``device_ids`` other than the identity are rejected (distir numbers
-ranks row-major). An axis that is not in the mesh, an axis used twice, a dim whose size
+A mesh with ``device_ids`` (a permutation of its devices) places values by position: the
+block at mesh position k (row-major) is distir's rank k, held by device ``device_ids[k]``;
+inside a manual computation ``partition_id`` gives that id and ``replica_groups`` /
+``source_target_pairs`` name device ids, mapped to positions. A function may use several
+meshes that differ only in their device order (Shardy's collective permute between
+them keeps the logical value; each mesh's positions are its ranks); partial sums
+(``unreduced``) in such a function are rejected, as they would have to follow their
+devices from one order to the other. An axis that is not in the mesh, an axis used twice, a dim whose size
 the axes do not divide, or a sharding of the wrong rank is a diagnostic at the sharding.
 
 ========================================  ==========================================

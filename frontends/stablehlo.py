@@ -41,13 +41,22 @@ StableHLO op (custom form printed)    dist IR
   binary op)
 ``iota dim = d``                      ``dist.iota``
 ``slice x [a:b:s, ...]``              ``dist.extract_slice``
+``dynamic_slice x, i.., sizes = [..]``  constant starts: ``dist.extract_slice``; starts that
+                                      differ per device (from ``partition_id``) and are
+                                      each device's block of a group of mesh axes:
+                                      ``dist.take_slice`` (``sdy.py``); clamped as StableHLO
+``gather`` (row lookups)              ``dist.embedding_bag`` of bags of one row, indices
+                                      clamped into the table (``_h_gather``)
+``partition_id`` (manual bodies)      a value known per device (``device_values.py``):
+                                      the scalar arithmetic on it is evaluated at import
 ``concatenate a, b, dim = d``         ``dist.concat``
 ``func.call @f(...)`` / ``call``      the body of the private ``@f``, inlined
 ``func.return`` / ``return``          the function's results
 ====================================  ==============================================
 
 Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
-f16, bf16, f32, f64, i1, i8, i16, i32, i64.
+f16, bf16, f32, f64, i1, i8, i16, i32, i64; unsigned ones in 0-d tensors only (the
+arithmetic on ``partition_id``).
 """
 
 from __future__ import annotations
