@@ -1360,7 +1360,9 @@ def _is_identity(kind: str, v: float | int | bool) -> bool:
 
 # ------------------------------------------------------------------ per-device values
 
-FOLDABLE = (*UNARY, *BINARY, "compare", "select", "clamp", "convert", "broadcast_in_dim", "reshape")
+FOLDABLE = (*device_values.UNARY, *device_values.BINARY, "compare", "select", "clamp", "convert", "broadcast_in_dim", "reshape")
+"""Ops evaluated on per-device values; any other op gets them as a ``dist.map`` of the
+device's rank (``Translator.device_scalar``)."""
 
 
 def fold_device(tr: Translator, node: OpNode) -> list[Val] | None:

@@ -1,3 +1,5 @@
+// RUN: distir-import %s | filecheck %s
+
 // Meshes whose device_ids are not 0, 1, ...: a value's block at mesh position k (row-major)
 // is held by device device_ids[k], which is distir's rank k for that value; replica_groups,
 // source_target_pairs and partition_id name device ids (test_device_order.py).
@@ -8,6 +10,9 @@ module @device_order attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replica
 
   // Shardy's collective permute between two meshes of different device orders: device
   // k+1 (mod 4) then holds the block device k held.
+  // CHECK-LABEL: func.func @between(
+  // CHECK-NOT:     coll.
+  // CHECK:         func.return
   func.func @between(%arg0: tensor<4xi32> {sdy.sharding = #sdy.sharding<@a, [{"x"}]>}) -> (tensor<4xi32> {sdy.sharding = #sdy.sharding<@b, [{"x"}]>}) {
     %0 = sdy.collective_permute %arg0 out_sharding=<@b, [{"x"}]> : tensor<4xi32>
     return %0 : tensor<4xi32>
@@ -16,6 +21,16 @@ module @device_order attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replica
   // A shard_map body on the reversed mesh: each device adds its id, passes its block to
   // the next device id (ring), and gathers the blocks of devices 3, 2, 1, 0 (in that order:
 // positions 0 .. 3) to take rows 4:6.
+  // position p is device 3 - p: the device ring d -> d + 1 is the position ring p -> p - 1,
+  // and partition_id is 3 - p (an affine form of the rank, from an iota over the devices)
+  // CHECK-LABEL: func.func @reversed(
+  // CHECK:         %[[IOTA:.*]] = dist.iota dim 0 : () -> !dist.tensor<4xi64, @r, [sliced<0>]>
+  // CHECK:         %[[RANK:.*]] = dist.reshape
+  // CHECK:         dist.map(%[[RANK]])
+  // CHECK:           arith.remsi
+  // CHECK:           arith.constant -1 : i64
+  // CHECK:         coll.permute %plus offset -1
+  // CHECK:         coll.all_gather
   func.func @reversed(%arg0: tensor<8x2xf32> {sdy.sharding = #sdy.sharding<@r, [{"x"}, {}]>}) -> (tensor<8x2xf32> {sdy.sharding = #sdy.sharding<@r, [{"x"}, {}]>}, tensor<8x2xf32> {sdy.sharding = #sdy.sharding<@r, [{"x"}, {}]>}) {
     %0:2 = sdy.manual_computation(%arg0) in_shardings=[<@r, [{"x"}, {}]>] out_shardings=[<@r, [{"x"}, {}]>, <@r, [{"x"}, {}]>] manual_axes={"x"} (%blk: tensor<2x2xf32>) {
       %pid = stablehlo.partition_id : tensor<ui32>

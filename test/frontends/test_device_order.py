@@ -80,22 +80,34 @@ def test_permute_of_one_replica_per_device_keeps_or_clears():
     np.testing.assert_array_equal(interpret(import_program(clear, "clear.mlir").module, "ring", {"arg0": x}, ranks=4)[0], 0 * x)
 
 
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
 def test_rejections():
+    permute = line_of(REPLICAS, '"stablehlo.collective_permute"')
+    between = line_of(DEVICE_ORDER, "func.func @between(%arg0")
     # replicas and partitions both several: the pairs' meaning depends on the replica
     assert_rejected(
         REPLICAS.replace("num_partitions = 1 : i32, mhlo.num_replicas = 4", "num_partitions = 2 : i32, mhlo.num_replicas = 2"),
-        r"7:12\b.*num_replicas = 2, num_partitions = 2",
+        rf"{permute}:12\b.*num_replicas = 2, num_partitions = 2",
     )
     assert_rejected(
-        REPLICAS.replace(" attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32}", ""), r"7:12\b.*permutes replicas"
+        REPLICAS.replace(" attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32}", ""),
+        rf"{permute}:12\b.*permutes replicas",
     )
     # device ids that are not a permutation of the devices
-    assert_rejected(DEVICE_ORDER.replace("device_ids=[1, 2, 3, 0]", "device_ids=[1, 2, 3, 3]"), r"6:\d+\b.*each of the mesh's 4 devices")
+    assert_rejected(
+        DEVICE_ORDER.replace("device_ids=[1, 2, 3, 0]", "device_ids=[1, 2, 3, 3]"),
+        rf"{line_of(DEVICE_ORDER, 'device_ids=[1, 2, 3, 0]')}:\d+\b.*each of the mesh's 4 devices",
+    )
     # partial sums cannot follow their devices from one order to another
     bad = DEVICE_ORDER.replace(
         '#sdy.sharding<@a, [{"x"}]>}) -> (tensor<4xi32> {sdy.sharding = #sdy.sharding<@b',
         '#sdy.sharding<@a, [{}], unreduced={"x"}>}) -> (tensor<4xi32> {sdy.sharding = #sdy.sharding<@b',
     )
-    assert_rejected(bad, r"11:59\b.*unreduced axes in a function whose meshes differ in device order")
+    assert_rejected(bad, rf"{between}:59\b.*unreduced axes in a function whose meshes differ in device order")
     # meshes of different axes in one function
-    assert_rejected(DEVICE_ORDER.replace('sdy.mesh @b = <["x"=4]', 'sdy.mesh @b = <["y"=4]'), r"11:3\b.*uses meshes of different axes")
+    assert_rejected(
+        DEVICE_ORDER.replace('sdy.mesh @b = <["x"=4]', 'sdy.mesh @b = <["y"=4]'), rf"{between}:3\b.*uses meshes of different axes"
+    )
