@@ -1,4 +1,4 @@
-"""Imported programs under ``mpiexec -n 4``: ``distir-run --backend mpi`` of JAX's files
+"""Imported programs under ``mpiexec -n 4``: ``distir-run --backend mpi`` of JAX's files (every program of the JAX-oracle tests: MLP, attention, LayerNorm, embedding lookups, shard_map, permutes)
 (as written and after a fused schedule) computes JAX's results, and Shardy's and MLIR
 shard's collectives hold device by device."""
 
@@ -35,7 +35,7 @@ def mpirun(path: Path, func: str, inputs: dict[str, np.ndarray], tmp_path: Path)
         return [f[f"result{i}"] for i in range(len(f.files))]
 
 
-@pytest.mark.parametrize("name", ["tp_mlp_4", "attention", "shard_map", "ppermute_partial", "ppermute_2d", "ring_matmul"])
+@pytest.mark.parametrize("name", ["tp_mlp_4", "attention", "layernorm", "embedding", "take_rows", "shard_map", "ppermute_partial", "ppermute_2d", "ring_matmul"])
 def test_jax_program_on_mpi(jax_dir, tmp_path, name):
     text, inputs, want = load(jax_dir, name)
     path = tmp_path / f"{name}.mlir"
