@@ -1,6 +1,7 @@
-"""Imported programs under ``mpiexec -n 4``: ``distir-run --backend mpi`` of JAX's files (every program of the JAX-oracle tests: MLP, attention, LayerNorm, embedding lookups, shard_map, permutes)
-(as written and after a fused schedule) computes JAX's results, and Shardy's and MLIR
-shard's collectives hold device by device."""
+"""Imported programs under ``mpiexec -n 4``: ``distir-run --backend mpi`` of JAX's files
+(every JAX-oracle program: MLP, attention, LayerNorm, embedding lookups, shard_map,
+permutes; as written and after a fused schedule) computes JAX's results, and Shardy's and
+MLIR shard's collectives hold device by device."""
 
 from __future__ import annotations
 
