@@ -5,6 +5,7 @@ param group whose shapes differ across ranks; in threads and in real 2-rank jobs
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -118,18 +119,31 @@ def test_rank_count_differs_from_the_communicator():
 LAUNCHED = [("torchrun", "noncontiguous"), ("torchrun", "shapes"), ("mpiexec", "dtype"), ("mpiexec", "shapes")]
 
 
+@pytest.fixture(scope="module")
+def launched_job():
+    """launcher -> the finished 2-rank job that ran every case of ``LAUNCHED`` for that
+    launcher, one after the other (one launch per launcher)."""
+
+    @functools.cache
+    def job(launcher: str) -> subprocess.CompletedProcess:
+        cases = ",".join(c for a, c in LAUNCHED if a == launcher)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if launcher == "torchrun":
+            cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", str(MISUSE), cases]
+        else:
+            cmd = [mpiexec_path(), "-n", "2", sys.executable, str(MISUSE), cases]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+    return job
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("launcher, case", LAUNCHED, ids=[f"{a}-{b}" for a, b in LAUNCHED])
-def test_misuse_in_a_launched_job(launcher, case):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if launcher == "torchrun":
-        cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", str(MISUSE), case]
-    else:
-        cmd = [mpiexec_path(), "-n", "2", sys.executable, str(MISUSE), case]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+def test_misuse_in_a_launched_job(launched_job, launcher, case):
+    proc = launched_job(launcher)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for r in range(2):
-        assert f"rank {r} rejected: " in proc.stdout, proc.stdout
+        assert f"{case}: rank {r} rejected: " in proc.stdout, proc.stdout
 
 
 def test_gradient_missing_on_one_rank_only():

@@ -109,18 +109,32 @@ def test_every_program_round_trips():
 CLI_EXAMPLES = ["adam", "megatron_mlp"]  # the command line; the programs are all checked above
 
 
+@pytest.fixture(scope="module")
+def cli_round_trip(tmp_path_factory):
+    """example -> (the example's file, what ``distir-import`` wrote back from ``distir-opt
+    --emit sdy``'s file): the two commands run once per example for both backends."""
+
+    @functools.cache
+    def files(example: str) -> tuple[Path, Path]:
+        d = tmp_path_factory.mktemp(example)
+        module = parse_module(text_of(example))  # the example at small sizes
+        original = d / f"{example}.mlir"
+        original.write_text(str(module))
+        sdy = d / f"{example}.sdy.mlir"
+        r = subprocess.run([BIN / "distir-opt", original, "-p", "fix-mesh-sizes{ranks=4}", "--emit", "sdy", "-o", sdy], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        back = d / f"{example}.back.mlir"
+        r = subprocess.run([BIN / "distir-import", sdy, "-o", back], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return original, back
+
+    return files
+
+
 @pytest.mark.parametrize("backend", ["interpret", "local"])
 @pytest.mark.parametrize("example", CLI_EXAMPLES)
-def test_distir_import_and_run_compare(tmp_path, example, backend):
-    module = parse_module(text_of(example))  # the example at small sizes
-    original = tmp_path / f"{example}.mlir"
-    original.write_text(str(module))
-    sdy = tmp_path / f"{example}.sdy.mlir"
-    r = subprocess.run([BIN / "distir-opt", original, "-p", "fix-mesh-sizes{ranks=4}", "--emit", "sdy", "-o", sdy], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    back = tmp_path / f"{example}.back.mlir"
-    r = subprocess.run([BIN / "distir-import", sdy, "-o", back], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+def test_distir_import_and_run_compare(cli_round_trip, example, backend):
+    original, back = cli_round_trip(example)
     r = subprocess.run([BIN / "distir-run", original, "--ranks", "4", "--backend", backend, "--compare", back], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "results agree" in r.stdout

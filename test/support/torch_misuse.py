@@ -1,10 +1,11 @@
 """Misuse of distir's optimizers on some ranks only, as one rank of a launched job:
 
-    torchrun --nproc-per-node 2 test/support/torch_misuse.py CASE
-    mpiexec -n 2 python test/support/torch_misuse.py CASE
+    torchrun --nproc-per-node 2 test/support/torch_misuse.py CASE[,CASE...]
+    mpiexec -n 2 python test/support/torch_misuse.py CASE[,CASE...]
 
-Each rank prints ``rank R rejected: MESSAGE`` when the optimizer raised InputRejected
-(every rank must: one rank's mistake never leaves the others waiting)."""
+For each case in turn, each rank prints ``CASE: rank R rejected: MESSAGE`` when the
+optimizer raised InputRejected (every rank must: one rank's mistake never leaves the
+others waiting, and the job goes on to the next case) or ``CASE: rank R ran``."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def scenario(case: str, rank: int, comm) -> None:
     opt.step()
 
 
-def main(case: str) -> int:
+def main(cases: str) -> int:
     if "RANK" in os.environ:
         import torch.distributed as dist
 
@@ -41,11 +42,12 @@ def main(case: str) -> int:
         from mpi4py import MPI
 
         rank, comm = MPI.COMM_WORLD.Get_rank(), "mpi"
-    try:
-        scenario(case, rank, comm)
-        print(f"rank {rank} ran", flush=True)
-    except InputRejected as e:
-        print(f"rank {rank} rejected: {e}", flush=True)
+    for case in cases.split(","):
+        try:
+            scenario(case, rank, comm)
+            print(f"{case}: rank {rank} ran", flush=True)
+        except InputRejected as e:
+            print(f"{case}: rank {rank} rejected: {e}", flush=True)
     return 0
 
 
