@@ -844,6 +844,10 @@ TRANSPORT = Kw("transport", "word", None, ("shared", "messages"))
 """``transport shared|messages`` (``plan-execution``) of a fused tile operator: tiles
 stored straight into the destination rank's buffers (ranks that share memory) or sent
 as point-to-point messages on the communication stream; absent (not planned), messages."""
+TRANSPORT_ELSE = Kw("else", "word", None, ("messages",))
+"""``transport shared else messages`` (``plan-execution``, on targets whose ranks may be
+given buffers their peers cannot see): a run over such buffers sends the tiles as
+messages, alike on every rank. Without it, such a run fails."""
 
 
 def tile_order(order: str, n: int, me: int) -> list[int]:
@@ -931,6 +935,8 @@ class TiledCollectiveOp(RtOp):
             if not (isinstance(v.type, MemRefType) or v.type == INDEX):
                 fail(self, f"operand {i} must be a memref, got {v.type}")
         self.verify_producer()
+        if self.option("else") is not None and self.option("transport") != "shared":
+            fail(self, "'else messages' belongs to 'transport shared'")
         if self.option("tiles") < 1:
             fail(self, f"tiles must be at least 1, got {self.option('tiles')}")
         p = self.producer_shape()
@@ -961,7 +967,7 @@ class MatmulReduceOp(TiledCollectiveOp):
     its output (the paper's two-phase direct AllReduce)."""
 
     KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("tiles", "int"), Kw("order", "word", REQUIRED, TILE_ORDERS), TRANSPORT)
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("tiles", "int"), Kw("order", "word", REQUIRED, TILE_ORDERS), TRANSPORT, TRANSPORT_ELSE)
     HAS_RED: ClassVar[bool] = True
 
     def producer_shape(self) -> tuple[int, ...]:
@@ -1044,6 +1050,7 @@ class TiledAllToAllOp(TiledCollectiveOp):
         Kw("tiles", "int"),
         Kw("order", "word", REQUIRED, TILE_ORDERS),
         TRANSPORT,
+        TRANSPORT_ELSE,
     )
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
@@ -1239,7 +1246,7 @@ class AssembleOp(IRDLOperation):
 
 @irdl_op_definition
 class FusedOp(IRDLOperation):
-    """``rt.fused [zero_copy reduce R gather [G, ..] | sequential] { .. }``: the calls of
+    """``rt.fused [zero_copy reduce R gather [G, ..] [else sequential] | sequential] { .. }``: the calls of
     one fused collective (CoCoNet's FusedAllReduce): a ``nccl.reduce_scatter``, the
     kernel on this rank's slice, and the in-place ``nccl.all_gather`` of the results to
     gather. The ops mean exactly what they say, in order; ``plan-execution`` decides how
@@ -1254,7 +1261,11 @@ class FusedOp(IRDLOperation):
       group of that shape (checked here): the reduce-scatter first, then ``rt.block``,
       ``rt.group_rank`` and ``arith`` ops, one ``rt.launch`` whose space is the
       reduce-scatter's output, then in-place all-gathers of launch outputs on the same
-      communicator.
+      communicator. The buffers the group touches must be where every peer sees them
+      (a run that gives it others fails, naming the op), unless the plan adds
+      ``else sequential``: then a run whose buffers a peer cannot see (a step's
+      caller's arrays outside the shared memory) runs the group sequentially, on every
+      rank of the group alike.
 
     Unplanned (no clause), the group runs sequentially.
 
@@ -1272,6 +1283,7 @@ class FusedOp(IRDLOperation):
     execution = opt_prop_def(StringAttr)
     reduce = opt_prop_def(IntegerAttr)
     gather = opt_prop_def(DenseArrayBase)
+    fallback = opt_prop_def(StringAttr)
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
 
@@ -1291,9 +1303,15 @@ class FusedOp(IRDLOperation):
     def gather_params(self) -> tuple[int, ...]:
         return tuple(self.gather.get_values()) if self.gather is not None else ()  # type: ignore[arg-type]
 
-    def plan(self, mode: str | None, reduce: int | None = None, gather: Sequence[int] = ()) -> None:
+    @property
+    def falls_back(self) -> bool:
+        """Whether a ``zero_copy`` group runs sequentially over buffers a peer cannot see
+        (``else sequential``) rather than failing."""
+        return self.fallback is not None
+
+    def plan(self, mode: str | None, reduce: int | None = None, gather: Sequence[int] = (), falls_back: bool = False) -> None:
         """Record how the group runs (``plan-execution``)."""
-        for k in ("execution", "reduce", "gather"):
+        for k in ("execution", "reduce", "gather", "fallback"):
             self.properties.pop(k, None)
         if mode is None:
             return
@@ -1302,11 +1320,14 @@ class FusedOp(IRDLOperation):
             assert reduce is not None
             self.properties["reduce"] = IntegerAttr(reduce, i64)
             self.properties["gather"] = DenseArrayBase.from_list(i64, list(gather))
+            if falls_back:
+                self.properties["fallback"] = StringAttr("sequential")
 
     @classmethod
     def parse(cls, parser: Parser) -> FusedOp:
         mode = reduce = None
         gather: list[int] = []
+        falls_back = False
         pos = parser.pos
         word = parser.parse_optional_identifier()
         if word is not None:
@@ -1318,9 +1339,12 @@ class FusedOp(IRDLOperation):
                 reduce = parse_int(parser, " after 'reduce'")
                 parser.parse_keyword("gather")
                 gather = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser), " after 'gather'")
+                if parser.parse_optional_keyword("else") is not None:
+                    parser.parse_keyword("sequential")
+                    falls_back = True
         region = parser.parse_region()
         op = cls.build(regions=[region])
-        op.plan(mode, reduce, gather)
+        op.plan(mode, reduce, gather, falls_back)
         op.attributes.update(parser.parse_optional_attr_dict())
         return op
 
@@ -1328,6 +1352,8 @@ class FusedOp(IRDLOperation):
         mode = self.mode
         if mode == "zero_copy":
             printer.print_string(f" zero_copy reduce {self.reduce_param} gather [{', '.join(map(str, self.gather_params))}]")
+            if self.falls_back:
+                printer.print_string(" else sequential")
         elif mode is not None:
             printer.print_string(f" {mode}")
         printer.print_string(" ")
@@ -1338,9 +1364,11 @@ class FusedOp(IRDLOperation):
         mode = self.mode
         if mode is not None and mode not in self.EXECUTIONS:
             fail(self, f"execution must be one of {', '.join(self.EXECUTIONS)}, got '{mode}'")
+        if self.fallback is not None and self.fallback.data != "sequential":
+            fail(self, f"a zero_copy group falls back to sequential, not '{self.fallback.data}'")
         if mode != "zero_copy":
-            if self.reduce is not None or self.gather is not None:
-                fail(self, "reduce and gather belong to a zero_copy group")
+            if self.reduce is not None or self.gather is not None or self.fallback is not None:
+                fail(self, "reduce, gather and else belong to a zero_copy group")
             return
         got = self.zero_copy_layout()
         if isinstance(got, str):

@@ -631,9 +631,14 @@ def _fused(ex: RankExecutor, op: rt.FusedOp) -> None:
     kernel = ex.program.kernels[group.launch.kernel_name]
     if not run(comm, kernel, args, op.reduce_param, op.gather_params, send, fulls, group.rs.option("op"), group.rs.count, s):
         # the buffers of this run are not all where the peers see them (a step's caller's
-        # arrays outside the shared memory; every rank of the group learns it alike):
-        # the group's ops, as they read
-        ex.block(op.body.block)
+        # arrays outside the shared memory; every rank of the group learns it alike)
+        if not op.falls_back:
+            raise ExecutionFailed(
+                f"rank {ex.rank}: 'rt.fused' is planned zero_copy without 'else sequential', but a buffer it touches is not "
+                "where its peers see it (allocate the step's buffers with Step.empty / Step.empty_together, or plan the "
+                "program for a target whose groups fall back)"
+            )
+        ex.block(op.body.block)  # the plan's 'else sequential': the group's ops, as they read
 
 
 def _block_op(self: RankExecutor, op: Operation) -> None:

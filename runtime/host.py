@@ -202,7 +202,8 @@ class HostDevice:
         stream; what it cannot know is where the buffers a run is given live: when a peer
         cannot see one of them (a step's caller's buffer outside the shared memory) it
         returns False on every rank of the group, having run nothing, and the executor
-        runs the group's ops as they read."""
+        does what the plan says for that case (``else sequential``: the group's ops as
+        they read; otherwise it fails)."""
         exchange = getattr(comm, "peer_buffers", None)
         if exchange is None:
             raise RuntimeError("'rt.fused' is planned zero_copy, but this communicator does not share buffers between ranks")
