@@ -4,8 +4,15 @@ backends (``distir-tune --calibrate``) and reused afterwards.
 Calibration times small distir programs on each backend (``timing.py``: warm-up, best of
 interleaved rounds) and fits the parameters the cost model (``cost_model.py``) needs:
 
-* the host's costs (``Runtime``): a fixed cost per step of a program and a dispatch
-  cost per op, from programs of 1 and 8 tiny kernels;
+* the host's costs (``Runtime``): a fixed cost per step of a program, a dispatch cost
+  per op that only looks values up (a view: from programs of 1 and 16 views), the cost
+  of issuing a kernel (from programs of 1 and 8 tiny kernels) and what each array
+  argument beyond two adds to it (8 kernels of 8 arrays). They differ several-fold on
+  the ``local`` backend (a view 1-3 us, a kernel of two arrays 10-15 us, each further
+  array 2-5 us: numba's dispatch and the runtime's alias check look at every argument);
+  fitted as one cost per op, the fixed cost of a step was spread over the ops (the step
+  came out at 0) and the collectives' synchronisation disappeared into it (their alphas
+  came out at 0), so small steps were predicted 30-45% too fast;
 * the memory bandwidth, from an element-wise kernel that updates a large buffer in
   place (read two, write one back), every rank at once (so the bandwidth is each rank's
   share), and on rank 0 alone (what a kernel only some ranks run gets). A store to
@@ -90,20 +97,40 @@ def update_program(n: int, placement: str = "local") -> str:
     )
 
 
-def kernels_program(count: int) -> str:
-    """``count`` tiny kernels of different shapes (so that none fuse)."""
+def kernels_program(count: int, arrays: int = 2) -> str:
+    """``count`` tiny kernels of different shapes (so that none fuse), each over
+    ``arrays`` arrays (``arrays - 1`` inputs and its output)."""
     args, body, rets = [], [], []
     for i in range(count):
         t = _t(64 + i, "local")
-        args.append(f"%a{i}: {t}")
+        ins = [f"%a{i}_{j}" for j in range(arrays - 1)]
+        args += [f"{x}: {t}" for x in ins]
+        params = ", ".join(f"%x{j}: f32" for j in range(len(ins)))
+        adds = "".join(f"    %r{j} = arith.addf %r{j - 1}, %x{j} : f32\n" for j in range(1, len(ins)))
         body.append(
-            f"  %c{i} = dist.map(%a{i}) : ({t}) -> {t} {{\n  ^bb0(%x: f32):\n    %r = arith.addf %x, %x : f32\n    dist.yield %r : f32\n  }}\n"
+            f"  %c{i} = dist.map({', '.join(ins)}) : ({', '.join([t] * len(ins))}) -> {t} {{\n  ^bb0({params}):\n"
+            f"    %r0 = arith.addf %x0, %x0 : f32\n{adds}    dist.yield %r{len(ins) - 1} : f32\n  }}\n"
         )
         rets.append((f"%c{i}", t))
     sig = ", ".join(t for _, t in rets)
     return _MESH + (
         f"func.func @kernels({', '.join(args)}) -> ({sig}) {{\n" + "".join(body) + f"  func.return {', '.join(v for v, _ in rets)} : {sig}\n}}\n"
     )
+
+
+def views_program(count: int, n: int = 64) -> str:
+    """``count`` slices of replicated buffers of ``n`` elements: views only
+    (``rt.block``), no kernel (a view costs the same whatever its size; ``n`` only sets
+    where the program runs in ``programs()``' order)."""
+    t, s = _t(n, "replicated"), _t(n, "sliced<0>")
+    args = ", ".join(f"%a{i}: {t}" for i in range(count))
+    body = "".join(f"  %v{i} = dist.take_slice %a{i} dim 0 : {t} -> {s}\n" for i in range(count))
+    sig = ", ".join([s] * count)
+    return _MESH + f"func.func @views({args}) -> ({sig}) {{\n{body}  func.return {', '.join(f'%v{i}' for i in range(count))} : {sig}\n}}\n"
+
+
+WIDE = 8
+"""Arrays of each kernel of the ``k8w`` program (the others have two)."""
 
 
 def flops_program(n: int, fmas: int = 64) -> str:
@@ -180,6 +207,9 @@ def programs() -> dict[str, str]:
             programs["mm_f32"] = matmul_program(512, "f32")
         if n == 1 << 14:
             programs["mm_f16"] = matmul_program(128, "f16")
+    programs["k8w"] = kernels_program(8, WIDE)
+    programs["v16"] = views_program(16)
+    programs["v1"] = views_program(1, 1024)
     programs["k8"] = kernels_program(8)
     programs["k1"] = kernels_program(1)
     return programs
@@ -222,12 +252,9 @@ def _line(xs: list[float], ys: list[float], scale: list[float] | None = None) ->
 
 def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
     """The parameters from the measured step times ``t`` (seconds by program name)."""
-    ops1, ops8 = _op_count(kernels_program(1), ranks), _op_count(kernels_program(8), ranks)
-    # (clamped so that one noisy program cannot give a host cost above a whole step)
-    dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
-    step = max(0.0, t["k1"] - ops1 * dispatch)
-    runtime = Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
-    overhead = step + _op_count(update_program(BANDWIDTH_SIZES[0]), ranks) * dispatch
+    runtime = _host_costs(t, ranks)
+    host = lambda text: host_time(text, ranks, runtime)  # noqa: E731
+    overhead = host(update_program(BANDWIDTH_SIZES[0]))
     # the update reads two buffers and writes one of them back: 12 bytes per element
     _, per_byte = _line([12.0 * n for n in BANDWIDTH_SIZES], [t[f"update_{n}"] for n in BANDWIDTH_SIZES])
     bandwidth = 1 / max(per_byte, 1e-13)
@@ -251,7 +278,7 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
             # of n / ranks)
             block = 4.0 * n / (ranks if kind == "all_gather" else 1)
             xs.append(4.0 * n * (float(copy_traffic(block)) if kind in COPY_KINDS and backend == "local" else 1.0))
-            ys.append(t[f"{kind}_{n}"] - step - _op_count(collective_program(kind, n), ranks) * dispatch)
+            ys.append(t[f"{kind}_{n}"] - host(collective_program(kind, n)))
         _, beta = _line(xs, ys, [t[f"{kind}_{n}"] for n in COLLECTIVE_SIZES])
         # alpha where the bytes cost least, from the two smallest sizes (16 and 64 KiB:
         # their bytes are a few us, so an error in beta hardly moves it): the line's
@@ -275,16 +302,50 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
     }
 
 
-def _op_count(text: str, ranks: int) -> int:
-    """Ops a rank executes in one step of the lowered program."""
-    from xdsl.dialects import func
+def _host_costs(t: dict[str, float], ranks: int) -> Runtime:
+    """The host's costs (module doc) from the step times of the ``k*`` and ``v*``
+    programs; a calibration measured before the ``v*`` and ``k8w`` programs existed gives
+    one cost per op (``dispatch_s`` = ``launch_s``) and none per argument."""
+    count = lambda text: host_ops(text, ranks)  # noqa: E731
+    k1, k8 = count(kernels_program(1)), count(kernels_program(8))
+    if "v16" not in t:
+        ops1, ops8 = sum(k1[:2]), sum(k8[:2])
+        # (clamped so that one noisy program cannot give a host cost above a whole step)
+        dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
+        step = max(0.0, t["k1"] - ops1 * dispatch)
+        return Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
+    v1, v16 = count(views_program(1, 1024)), count(views_program(16))
+    dispatch = max(1e-7, (t["v16"] - t["v1"]) / max(1, v16[1] - v1[1]))
+    launch = max(dispatch, (t["k8"] - t["k1"] - (k8[1] - k1[1]) * dispatch) / max(1, k8[0] - k1[0]))
+    wide = count(kernels_program(8, WIDE))
+    argument = max(0.0, (t["k8w"] - t["k8"]) / max(1, wide[2] - k8[2]))
+    # (clamped so that one noisy program cannot give a host cost above a whole step)
+    launch = min(launch, t["k1"] / max(1, k1[0]))
+    step = max(0.0, t["k1"] - k1[0] * launch - k1[1] * dispatch)
+    return Runtime(launch_s=launch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step, argument_s=argument)
+
+
+def host_ops(text: str, ranks: int) -> tuple[int, int, int]:
+    """(ops issued as a kernel, copy or communication call, other ops, array arguments of
+    the kernels beyond two each) of one step of the lowered program, as the cost model
+    charges them (``launch_s``, ``dispatch_s``, ``argument_s``)."""
+    from xdsl.dialects import func, scf
 
     from distir.dialects.context import parse_module
     from distir.lowering.pipeline import lower
+    from distir.tuning.cost_model import extra_arguments, issues_work
 
     lowered = lower(parse_module(text), ranks)
     f = next(o for o in lowered.ops if isinstance(o, func.FuncOp))
-    return sum(1 for _ in f.walk()) - 1
+    ops = [o for o in f.walk() if o is not f and not isinstance(o, (func.ReturnOp, scf.IfOp, scf.YieldOp))]
+    launches = [o for o in ops if issues_work(o)]
+    return len(launches), len(ops) - len(launches), sum(extra_arguments(o) for o in launches)
+
+
+def host_time(text: str, ranks: int, runtime: Runtime) -> float:
+    """Host seconds of one step of the program (``host_ops``) on ``runtime``."""
+    launches, others, arguments = host_ops(text, ranks)
+    return runtime.step_s + launches * runtime.launch_s + others * runtime.dispatch_s + arguments * runtime.argument_s
 
 
 def problems(fit_: dict) -> list[str]:
