@@ -4,15 +4,15 @@ backends (``distir-tune --calibrate``) and reused afterwards.
 Calibration times small distir programs on each backend (``timing.py``: warm-up, best of
 interleaved rounds) and fits the parameters the cost model (``cost_model.py``) needs:
 
-* the host's costs (``Runtime``): a fixed cost per step of a program, a dispatch cost
-  per op that only looks values up (a view: from programs of 1 and 16 views), the cost
-  of issuing a kernel (from programs of 1 and 8 tiny kernels) and what each array
-  argument beyond two adds to it (8 kernels of 8 arrays). They differ several-fold on
-  the ``local`` backend (a view 1-3 us, a kernel of two arrays 10-15 us, each further
-  array 2-5 us: numba's dispatch and the runtime's alias check look at every argument);
-  fitted as one cost per op, the fixed cost of a step was spread over the ops (the step
-  came out at 0) and the collectives' synchronisation disappeared into it (their alphas
-  came out at 0), so small steps were predicted 30-45% too fast;
+* the host's costs (``Runtime``): a fixed cost per step of a program and a dispatch
+  cost per op, from programs of 1 and 8 tiny kernels, and what each array argument of a
+  kernel beyond two adds to its launch, from 8 kernels of 8 arrays (``k8w``: numba's
+  dispatch and the runtime's alias check look at every argument; 2-5 us each here,
+  against 10-15 us for a whole launch of two arrays). Fitting views and launches apart
+  (a program of 16 views against one of 1: a view costs a fifth of a launch) was tried
+  and not kept: the step's fixed cost then came out larger and the ops cheaper, and
+  small steps were predicted 15-25% faster than with one cost per op, further from
+  their measured times (2^16: median error 22% against 8%);
 * the memory bandwidth, from an element-wise kernel that updates a large buffer in
   place (read two, write one back), every rank at once (so the bandwidth is each rank's
   share), and on rank 0 alone (what a kernel only some ranks run gets). A store to
@@ -118,17 +118,6 @@ def kernels_program(count: int, arrays: int = 2) -> str:
     )
 
 
-def views_program(count: int, n: int = 64) -> str:
-    """``count`` slices of replicated buffers of ``n`` elements: views only
-    (``rt.block``), no kernel (a view costs the same whatever its size; ``n`` only sets
-    where the program runs in ``programs()``' order)."""
-    t, s = _t(n, "replicated"), _t(n, "sliced<0>")
-    args = ", ".join(f"%a{i}: {t}" for i in range(count))
-    body = "".join(f"  %v{i} = dist.take_slice %a{i} dim 0 : {t} -> {s}\n" for i in range(count))
-    sig = ", ".join([s] * count)
-    return _MESH + f"func.func @views({args}) -> ({sig}) {{\n{body}  func.return {', '.join(f'%v{i}' for i in range(count))} : {sig}\n}}\n"
-
-
 WIDE = 8
 """Arrays of each kernel of the ``k8w`` program (the others have two)."""
 
@@ -208,8 +197,6 @@ def programs() -> dict[str, str]:
         if n == 1 << 14:
             programs["mm_f16"] = matmul_program(128, "f16")
     programs["k8w"] = kernels_program(8, WIDE)
-    programs["v16"] = views_program(16)
-    programs["v1"] = views_program(1, 1024)
     programs["k8"] = kernels_program(8)
     programs["k1"] = kernels_program(1)
     return programs
@@ -303,26 +290,20 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
 
 
 def _host_costs(t: dict[str, float], ranks: int) -> Runtime:
-    """The host's costs (module doc) from the step times of the ``k*`` and ``v*``
-    programs; a calibration measured before the ``v*`` and ``k8w`` programs existed gives
-    one cost per op (``dispatch_s`` = ``launch_s``) and none per argument."""
+    """The host's costs (module doc) from the step times of the ``k*`` programs: one
+    cost per op (the tiny kernels' launches and their buffers' ops alike), and what each
+    array argument of a kernel beyond two adds (``k8w``; none for a calibration measured
+    before that program existed)."""
     count = lambda text: host_ops(text, ranks)  # noqa: E731
     k1, k8 = count(kernels_program(1)), count(kernels_program(8))
-    if "v16" not in t:
-        ops1, ops8 = sum(k1[:2]), sum(k8[:2])
-        # (clamped so that one noisy program cannot give a host cost above a whole step)
-        dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
-        step = max(0.0, t["k1"] - ops1 * dispatch)
-        return Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
-    v1, v16 = count(views_program(1, 1024)), count(views_program(16))
-    dispatch = max(1e-7, (t["v16"] - t["v1"]) / max(1, v16[1] - v1[1]))
-    launch = max(dispatch, (t["k8"] - t["k1"] - (k8[1] - k1[1]) * dispatch) / max(1, k8[0] - k1[0]))
-    wide = count(kernels_program(8, WIDE))
-    argument = max(0.0, (t["k8w"] - t["k8"]) / max(1, wide[2] - k8[2]))
+    ops1, ops8 = sum(k1[:2]), sum(k8[:2])
     # (clamped so that one noisy program cannot give a host cost above a whole step)
-    launch = min(launch, t["k1"] / max(1, k1[0]))
-    step = max(0.0, t["k1"] - k1[0] * launch - k1[1] * dispatch)
-    return Runtime(launch_s=launch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step, argument_s=argument)
+    dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
+    step = max(0.0, t["k1"] - ops1 * dispatch)
+    argument = 0.0
+    if "k8w" in t:
+        argument = max(0.0, (t["k8w"] - t["k8"]) / max(1, count(kernels_program(8, WIDE))[2] - k8[2]))
+    return Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step, argument_s=argument)
 
 
 def host_ops(text: str, ranks: int) -> tuple[int, int, int]:
