@@ -567,13 +567,20 @@ class CopyOp(RtOp):
     args = var_operand_def()
 
     def verify_types(self) -> None:
-        _stream_last(self)
-        if len(self.args) != 3:
-            fail(self, "takes a source, a destination and a stream")
-        a = need_memref(self, self.args[0].type, "source")
-        b = need_memref(self, self.args[1].type, "destination")
-        if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
-            fail(self, f"source {a} and destination {b} must have the same element count and type")
+        _copy_operands(self)
+
+
+def _copy_operands(op: IRDLOperation) -> tuple[MemRefType, MemRefType]:
+    """The source and destination of a copy (``%src, %dst, %stream``): memrefs of one
+    element type and count."""
+    _stream_last(op)
+    if len(op.operands) != 3:
+        fail(op, "takes a source, a destination and a stream")
+    a = need_memref(op, op.operands[0].type, "source")
+    b = need_memref(op, op.operands[1].type, "destination")
+    if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
+        fail(op, f"source {a} and destination {b} must have the same element count and type")
+    return a, b
 
 
 @irdl_op_definition
@@ -592,13 +599,7 @@ class CopyBlocksOp(RtOp):
     args = var_operand_def()
 
     def verify_types(self) -> None:
-        _stream_last(self)
-        if len(self.args) != 3:
-            fail(self, "takes a source, a destination and a stream")
-        a = need_memref(self, self.args[0].type, "source")
-        b = need_memref(self, self.args[1].type, "destination")
-        if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
-            fail(self, f"source {a} and destination {b} must have the same element count and type")
+        a, b = _copy_operands(self)
         n = self.option("count")
         if n < 1:
             fail(self, f"count must be at least 1, got {n}")

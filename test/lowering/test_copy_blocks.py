@@ -12,15 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.lowered import small_example
-from support.runs import run_mpi_batch
+from support.runs import agree_on_local, run_mpi_batch
 
 from distir.dialects.context import parse_module
 from distir.lowering.pipeline import lower
 from distir.passes.pipeline import apply_pipeline
-from distir.runtime.equivalence import compare_outputs
 from distir.runtime.host import HostDevice
-from distir.runtime.interpreter import interpret
-from distir.runtime.local import LocalBackend
 from distir.runtime.scattered import ScatteredArray
 
 HERE = Path(__file__).resolve().parent
@@ -62,23 +59,16 @@ def test_megatron_split_along_dim_1_lowers_to_as_many_ops_on_16_as_on_256_ranks(
 # ------------------------------------------------------------------ execution
 
 
-def _agree(module, func: str, ranks: int) -> None:
-    want = interpret(module, func, None, ranks, seed=ranks)
-    got = LocalBackend().run(module, func, {}, ranks, seed=ranks)
-    c = compare_outputs(want, got, "interpret", "local")
-    assert c.ok, c.message
-
-
 @pytest.mark.parametrize("ranks", [1, 2, 4, 8])
 @pytest.mark.parametrize("func", ["strided", "overlap_dim2"])
 def test_lit_cases_run_as_interpreted(func, ranks):
-    _agree(parse_module(LIT), func, ranks)
+    agree_on_local(parse_module(LIT), func, ranks)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 4, 8])
 @pytest.mark.parametrize("pipeline", list(DIM1.values()), ids=list(DIM1))
 def test_megatron_split_along_dim_1_runs_as_interpreted(pipeline, ranks):
-    _agree(apply_pipeline(parse_module(small_example("megatron_mlp")), pipeline), "mlp", ranks)
+    agree_on_local(apply_pipeline(parse_module(small_example("megatron_mlp")), pipeline), "mlp", ranks)
 
 
 @pytest.mark.mpi
