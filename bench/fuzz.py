@@ -235,7 +235,8 @@ def main() -> int:
             runs.append(("distir-synth", synth_argv(rng, files)))
         else:
             kind = "tune"
-            Path(files["ir"]).write_bytes(mutation(rng))
+            data = mutation(rng)
+            Path(files["ir"]).write_bytes(data)
             Path(files["topology"]).write_bytes(topology(rng) if rng.random() < 0.3 else TOPOLOGY_TEXT.encode())
             runs.append(("distir-tune", tune_argv(rng, files)))
         kinds[kind] += 1

@@ -18,6 +18,14 @@ def check_rank_count(ranks: int, tool: str = "") -> int:
     return ranks
 
 
+def check_body(f) -> None:
+    """Reject a function without a body (``func.func private @f(...)``, a declaration, or
+    a definition cut off before its ``{``): there is nothing to run or tune."""
+    if len(f.body.blocks) != 1:
+        what = "is a declaration without a body" if not f.body.blocks else f"has {len(f.body.blocks)} blocks (distir runs one)"
+        raise InputRejected(f"function @{f.sym_name.data} {what}: nothing to run")
+
+
 class ResultsDiffer(Exception):
     """Two runs that must agree do not; the message reports the first mismatch."""
 

@@ -42,7 +42,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, BlockArgument, SSAValue
 
 from distir.dialects import coll, dist, layout
-from distir.dialects.diagnostics import InputRejected, ResultsDiffer
+from distir.dialects.diagnostics import InputRejected, ResultsDiffer, check_body
 from distir.dialects.dist import MeshOp, TensorType, resolve_grids  # noqa: F401 (resolve_grids: used here and by importers)
 from distir.dialects.placements import At, Sliced
 from distir.runtime.values import (
@@ -70,7 +70,14 @@ def functions(module: ModuleOp) -> list[FuncOp]:
 
 
 def select_function(module: ModuleOp, name: str | None, what: str = "--func") -> FuncOp:
-    """The function called ``name``; with no name, the module's only function."""
+    """The function called ``name``; with no name, the module's only function (with a
+    body: ``check_body``)."""
+    f = _select(module, name, what)
+    check_body(f)
+    return f
+
+
+def _select(module: ModuleOp, name: str | None, what: str) -> FuncOp:
     funcs = functions(module)
     names = ", ".join("@" + f.sym_name.data for f in funcs) or "none"
     if name is None:

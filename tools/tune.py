@@ -466,6 +466,7 @@ def _options(args, module):
     """The checked options: (ranks, sizes, topology, backend, as_slice)."""
     from distir.runtime import npz
     from distir.runtime.local import MAX_RANKS
+    from distir.tuning.timing import check_mpi_ranks
     from distir.tuning.topology import get_topology
 
     ranks = args.ranks if args.ranks is not None else npz.static_ranks(module)
@@ -501,6 +502,8 @@ def _options(args, module):
             f"distir-tune: --ranks {ranks}: the local backend runs at most {MAX_RANKS} ranks (threads of one process): "
             f"time on --backend mpi or predict with --model TOPOLOGY"
         )
+    if backend == "mpi":
+        check_mpi_ranks(ranks)
     as_slice = None
     if args.as_slice is not None:
         as_slice = [] if args.as_slice.strip() == "none" else [n.strip().lstrip("%") for n in args.as_slice.split(",") if n.strip()]

@@ -311,6 +311,10 @@ def calibrate(ranks: int = 2, backends: tuple[str, ...] = ("local", "mpi"), prog
     """Measure ``backends`` on ``ranks`` ranks and store the fit (merged with earlier fits
     for other rank counts); returns the file. A fit with ``problems`` is not stored
     (nothing is): the previous calibration stays, and the diagnostic says why."""
+    if "mpi" in backends:
+        from distir.tuning.timing import check_mpi_ranks
+
+        check_mpi_ranks(ranks, "--calibrate")
     path = cache_path()
     data = _load(path) or {"version": VERSION, "backends": {}}
     data["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}

@@ -54,7 +54,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException, VerifyException
 
 from distir.dialects import coll, dist
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, check_body
 from distir.dialects.dist import TensorType
 from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Sliced
@@ -517,11 +517,13 @@ def only_function(module: ModuleOp, name: str | None) -> ModuleOp:
         if len(funcs) != 1:
             listed = ", ".join("@" + f.sym_name.data for f in funcs)
             raise InputRejected(f"the module has {len(funcs)} functions ({listed}): choose one with --func NAME")
+        check_body(funcs[0])
         return module.clone()
     keep = [f for f in funcs if f.sym_name.data == name]
     if not keep:
         listed = ", ".join("@" + f.sym_name.data for f in funcs)
         raise InputRejected(f"--func {name}: no function @{name} in the module (functions: {listed})")
+    check_body(keep[0])
     out = module.clone()
     for f in [f for f in out.ops if isinstance(f, func.FuncOp) and f.sym_name.data != name]:
         out.body.block.erase_op(f, safe_erase=False)

@@ -165,6 +165,28 @@ def _round_robin(steps: dict[str, Callable[[], object]], limits: tuple[int, floa
 # mpi
 # --------------------------------------------------------------------------------------
 
+RANKS_PER_CORE = 4
+"""The most MPI ranks per core of this machine that timing starts when ``mpiexec`` has no
+host list: beyond it the processes mostly wait for a core (65 ranks on 2 cores take
+minutes to start and their step times measure that contention, not the schedule)."""
+
+
+def check_mpi_ranks(ranks: int, what: str = "distir-tune") -> None:
+    """Refuse to time ``ranks`` MPI processes on this machine alone when they would
+    oversubscribe its cores more than ``RANKS_PER_CORE`` times. A Hydra host list
+    (``HYDRA_HOST_FILE``) spreads them over other machines: then any count goes."""
+    import os
+
+    if os.environ.get("HYDRA_HOST_FILE"):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if ranks > RANKS_PER_CORE * cores:
+        raise InputRejected(
+            f"{what}: --ranks {ranks} on --backend mpi would start {ranks} processes on the {cores} cores of this machine "
+            f"(at most {RANKS_PER_CORE * cores} here: {RANKS_PER_CORE} per core): their times would measure the waiting, not the schedule; "
+            "predict with --model TOPOLOGY, or give mpiexec a host list (HYDRA_HOST_FILE)"
+        )
+
 
 def _time_mpi(programs, ranks, limits, warmup, progress) -> dict[str, float | None]:
     from distir.runtime.mpi import mpiexec_path

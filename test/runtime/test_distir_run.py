@@ -186,6 +186,20 @@ def test_rejected_invocations(capsys, argv, expect):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("backend", ["interpret", "local"])
+def test_a_function_without_body_is_rejected(capsys, tmp_path, backend):
+    """A declaration, or a definition cut off before its body (what a truncated file
+    parses to), is a diagnostic on every tool that runs or tunes it, not an internal error."""
+    from distir.tools.tune import main as tune
+
+    cut = tmp_path / "cut.mlir"
+    cut.write_text("dist.mesh @world shape = [?]\nfunc.func @sgd(%g: !dist.tensor<64xf32, @world, [local]>)\n")
+    code, out, err = run(capsys, cut, "--ranks", 2, backend=backend)
+    assert code == 1 and "is a declaration without a body: nothing to run" in err and "Traceback" not in err
+    assert tune([str(cut), "--ranks", "2", "--sizes", "64"]) == 1
+    assert "is a declaration without a body" in capsys.readouterr().err
+
+
 def test_backend_choice(capsys):
     from distir.runtime import backend
 

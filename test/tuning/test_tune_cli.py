@@ -82,6 +82,26 @@ def test_bad_options_are_diagnostics(args, message, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv", [["--backend", "mpi"], ["--calibrate"]])
+def test_mpi_timing_refuses_to_oversubscribe_this_machine(argv, monkeypatch, capsys):
+    """65 MPI processes on a few cores take minutes to start and measure the waiting: with
+    no host list, mpi timing (and the calibration, which fits mpi too) starts at most
+    4 ranks per core; a Hydra host list lifts the bound."""
+    import os
+
+    from distir.tuning import timing
+
+    monkeypatch.delenv("HYDRA_HOST_FILE", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert main([str(EXAMPLES / "sgd.mlir"), "--ranks", "9", *argv]) == 1
+    err = capsys.readouterr().err
+    assert "--ranks 9 on --backend mpi would start 9 processes on the 2 cores" in err and "--model TOPOLOGY" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    timing.check_mpi_ranks(8)
+    monkeypatch.setenv("HYDRA_HOST_FILE", "hosts")
+    timing.check_mpi_ranks(65)
+
+
 def test_bad_files_are_located_diagnostics(tmp_path, capsys):
     assert main([str(tmp_path / "missing.mlir"), "--ranks", "2"]) == 1
     assert "cannot read" in capsys.readouterr().err
