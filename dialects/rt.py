@@ -11,7 +11,8 @@ description of the ranks. ``rt`` holds everything that is not a library call to 
   the axes), ``rt.group_rank`` (this rank's index in such a group, optionally shifted),
   ``rt.holds`` (whether this rank holds a value placed ``at<r>``);
 * buffers: ``rt.alloc``, ``rt.block`` (a view of one of ``count`` equal blocks along a
-  dim), ``rt.copy``;
+  dim), ``rt.copy``, ``rt.copy_blocks`` (blocks along one dim to blocks along another,
+  one op whatever their number);
 * streams and events: ``rt.stream``, ``rt.event_record``, ``rt.stream_wait``,
   ``rt.stream_sync`` (CUDA's model; host backends run stream 0 in order on the rank's
   thread and other streams asynchronously);
@@ -566,13 +567,48 @@ class CopyOp(RtOp):
     args = var_operand_def()
 
     def verify_types(self) -> None:
-        _stream_last(self)
-        if len(self.args) != 3:
-            fail(self, "takes a source, a destination and a stream")
-        a = need_memref(self, self.args[0].type, "source")
-        b = need_memref(self, self.args[1].type, "destination")
-        if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
-            fail(self, f"source {a} and destination {b} must have the same element count and type")
+        _copy_operands(self)
+
+
+def _copy_operands(op: IRDLOperation) -> tuple[MemRefType, MemRefType]:
+    """The source and destination of a copy (``%src, %dst, %stream``): memrefs of one
+    element type and count."""
+    _stream_last(op)
+    if len(op.operands) != 3:
+        fail(op, "takes a source, a destination and a stream")
+    a = need_memref(op, op.operands[0].type, "source")
+    b = need_memref(op, op.operands[1].type, "destination")
+    if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
+        fail(op, f"source {a} and destination {b} must have the same element count and type")
+    return a, b
+
+
+@irdl_op_definition
+class CopyBlocksOp(RtOp):
+    """``rt.copy_blocks %src, %dst, %s from d to e count n``: for every j < n, ``rt.copy``
+    block j of n along dim ``d`` of ``%src`` into block j of n along dim ``e`` of ``%dst``
+    (row-major within each block), as one copy: packing the strided blocks of a buffer
+    side by side for a collective (``e`` = 0 of a ``[n, ..]`` buffer), or spreading them
+    back. The element counts and types must agree; both dims must divide into ``n``.
+
+    ``rt.copy_blocks %x, %t, %s from 1 to 0 count 4 : (memref<8x16xf32>, memref<4x8x4xf32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.copy_blocks"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("from", "int"), Kw("to", "int"), Kw("count", "int"))
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        a, b = _copy_operands(self)
+        n = self.option("count")
+        if n < 1:
+            fail(self, f"count must be at least 1, got {n}")
+        for what, t, d in (("source", a, self.option("from")), ("destination", b, self.option("to"))):
+            shape = t.get_shape()
+            if not 0 <= d < len(shape):
+                fail(self, f"dim {d} is out of range for the {what} {t}")
+            if shape[d] % n:
+                fail(self, f"dim {d} of the {what} (size {shape[d]}) is not divisible into {n} blocks")
 
 
 # ======================================================================================
@@ -1634,6 +1670,7 @@ Rt = Dialect(
         AllocOp,
         BlockOp,
         CopyOp,
+        CopyBlocksOp,
         KernelOp,
         LaunchOp,
         CallOp,

@@ -393,9 +393,23 @@ class Exporter:
         raise NotImplementedError
 
     def extract_slice(self, op: dist.ExtractSliceOp) -> None:
-        raise NotImplementedError
+        """The slice of the device's block: a sliced dim is taken whole."""
+        x, r = self.placed(op.input), self.placed(op.result)
+        offsets, strides = list(op.option("offsets")), list(op.option("strides"))
+        for d in layout.sliced_dims(x.placements):
+            offsets[d], strides[d] = 0, 1
+        self.bind(op.results, [self.text.op(op.result.name_hint, self.slice_text(self.value(op.input), x, r, offsets, strides))])
 
     def concat(self, op: dist.ConcatOp) -> None:
+        ins = [self.placed(v) for v in op.inputs]
+        text = self.concat_text([self.value(v) for v in op.inputs], ins, self.placed(op.result), op.option("dim"))
+        self.bind(op.results, [self.text.op(op.result.name_hint, text)])
+
+    def slice_text(self, x: str, src: Placed, dst: Placed, offsets: list[int], strides: list[int]) -> str:
+        """The target's op taking ``dst.local_shape`` elements of ``x`` from ``offsets``."""
+        raise NotImplementedError
+
+    def concat_text(self, names: list[str], ins: list[Placed], dst: Placed, dim: int) -> str:
         raise NotImplementedError
 
     # the device's block and the collectives, over root axes; each returns the result

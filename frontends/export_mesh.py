@@ -486,27 +486,15 @@ class MeshExporter(Exporter):
         self.close([i], [elt])
         self.bind(op.results, [y])
 
-    def extract_slice(self, op: dist.ExtractSliceOp) -> None:
-        x, r = self.placed(op.input), self.placed(op.result)
-        sliced = layout.sliced_dims(x.placements)
-        offsets, strides = list(op.option("offsets")), list(op.option("strides"))
-        for d in sliced:  # taken whole: the device's block
-            offsets[d], strides[d] = 0, 1
-        self.bind(op.results, [self.text.op(
-            op.result.name_hint,
-            f"tensor.extract_slice {self.value(op.input)}[{', '.join(map(str, offsets))}] [{', '.join(map(str, r.local_shape))}] "
-            f"[{', '.join(map(str, strides))}] : {ttype(x.local_shape, x.element)} to {ttype(r.local_shape, r.element)}",
-        )])
+    def slice_text(self, x: str, src: Placed, dst: Placed, offsets: list[int], strides: list[int]) -> str:
+        return (
+            f"tensor.extract_slice {x}[{', '.join(map(str, offsets))}] [{', '.join(map(str, dst.local_shape))}] "
+            f"[{', '.join(map(str, strides))}] : {ttype(src.local_shape, src.element)} to {ttype(dst.local_shape, dst.element)}"
+        )
 
-    def concat(self, op: dist.ConcatOp) -> None:
-        ins = [self.placed(v) for v in op.inputs]
-        r = self.placed(op.result)
-        names = ", ".join(self.value(v) for v in op.inputs)
+    def concat_text(self, names: list[str], ins: list[Placed], dst: Placed, dim: int) -> str:
         types = ", ".join(ttype(p.local_shape, p.element) for p in ins)
-        self.bind(op.results, [self.text.op(
-            op.result.name_hint,
-            f"tensor.concat dim({op.option('dim')}) {names} : ({types}) -> {ttype(r.local_shape, r.element)}",
-        )])
+        return f"tensor.concat dim({dim}) {', '.join(names)} : ({types}) -> {ttype(dst.local_shape, dst.element)}"
 
     # ------------------------------------------------------------------ blocks and collectives
     def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:

@@ -69,7 +69,7 @@ from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Attribute, Operation
 
-from distir.dialects import dist, layout, rng
+from distir.dialects import dist, rng
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local
 from distir.frontends.export import Exporter, Placed, RootMesh, half, literal, reduction_identity, ttype
@@ -582,29 +582,13 @@ class SdyExporter(Exporter):
             y = self.binary("add", y, self.broadcast_to(start, (), shape, elt), shape, elt, op.result.name_hint)
         self.bind(op.results, [y])
 
-    def extract_slice(self, op: dist.ExtractSliceOp) -> None:
-        x, r = self.placed(op.input), self.placed(op.result)
-        sliced = layout.sliced_dims(x.placements)
-        bounds = []
-        for d, (o, s, n) in enumerate(zip(op.option("offsets"), op.option("strides"), r.local_shape)):
-            if d in sliced:  # taken whole: the device's block
-                bounds.append(f"0:{n}")
-            else:
-                bounds.append(f"{o}:{o + (n - 1) * s + 1 if n else o}" + (f":{s}" if s != 1 else ""))
-        self.bind(op.results, [self.text.op(
-            op.result.name_hint,
-            f"stablehlo.slice {self.value(op.input)} [{', '.join(bounds)}] : ({ttype(x.local_shape, x.element)}) -> {ttype(r.local_shape, r.element)}",
-        )])
+    def slice_text(self, x: str, src: Placed, dst: Placed, offsets: list[int], strides: list[int]) -> str:
+        bounds = [f"{o}:{o + (n - 1) * s + 1 if n else o}" + (f":{s}" if s != 1 else "") for o, s, n in zip(offsets, strides, dst.local_shape)]
+        return f"stablehlo.slice {x} [{', '.join(bounds)}] : ({ttype(src.local_shape, src.element)}) -> {ttype(dst.local_shape, dst.element)}"
 
-    def concat(self, op: dist.ConcatOp) -> None:
-        ins = [self.placed(v) for v in op.inputs]
-        r = self.placed(op.result)
-        names = ", ".join(self.value(v) for v in op.inputs)
+    def concat_text(self, names: list[str], ins: list[Placed], dst: Placed, dim: int) -> str:
         types = ", ".join(ttype(p.local_shape, p.element) for p in ins)
-        self.bind(op.results, [self.text.op(
-            op.result.name_hint,
-            f"stablehlo.concatenate {names}, dim = {op.option('dim')} : ({types}) -> {ttype(r.local_shape, r.element)}",
-        )])
+        return f"stablehlo.concatenate {', '.join(names)}, dim = {dim} : ({types}) -> {ttype(dst.local_shape, dst.element)}"
 
     # ------------------------------------------------------------------ blocks and collectives
     def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:

@@ -44,6 +44,8 @@ MAX_DIMS = 64
 
 ELEMENT_TYPES = ("f16", "bf16", "f32", "f64", "i1", "i8", "i16", "i32", "i64")
 """Element types a program may use (unsigned and complex types are rejected)."""
+SCALAR_ONLY_TYPES = ("ui8", "ui16", "ui32", "ui64")
+"""Unsigned types, read in 0-d tensors only (``partition_id`` and the arithmetic on it)."""
 
 
 # ======================================================================================
@@ -146,6 +148,7 @@ class Module:
     ops: list[OpNode]
     source: Input
     name: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 # ======================================================================================
@@ -299,13 +302,18 @@ class Reader:
     def int_list(self, what: str = "a list of integers") -> list[int]:
         """``[1, 2, 3]`` (``[]`` allowed)."""
         self.expect("[", f" to start {what}")
-        out: list[int] = []
-        if not self.accept("]"):
+        return self.items("]", lambda: self.integer(f"an integer in {what}"), f" or ']' in {what}")
+
+    def items(self, close: str, read: Callable[[], Any], what: str = "") -> list[Any]:
+        """Items read by ``read``, separated by commas, up to ``close`` (the opening
+        bracket already read; none allowed). ``what`` ends the message of a missing comma."""
+        out: list[Any] = []
+        if not self.accept(close):
             while True:
-                out.append(self.integer(f"an integer in {what}"))
-                if self.accept("]"):
+                out.append(read())
+                if self.accept(close):
                     break
-                self.expect(",", f" or ']' in {what}")
+                self.expect(",", what)
         return out
 
     def value(self) -> Value:
@@ -357,7 +365,8 @@ class Reader:
             self.pos = m.end()
             self._tok = None
             tt = TensorT(tuple(int(d) for d in dims_text), elt)
-            check_element_type(self, elt, t.start, m.end())
+            if not (elt in SCALAR_ONLY_TYPES and not tt.shape):
+                check_element_type(self, elt, t.start, m.end())
             return tt
         if t.kind == "ident":
             self.next()
@@ -564,13 +573,14 @@ class Reader:
         self.skip_aliases()
         t = self.peek()
         name = None
+        attrs: dict[str, Any] = {}
         if t.kind == "ident" and t.text in ("module", "builtin.module"):
             self.next()
             if self.peek().kind == "sym":
                 name = self.symbol()
             if self.peek().kind == "ident" and self.peek().text == "attributes":
                 self.next()
-                self.attr_dict()
+                attrs = self.attr_dict()
             self.expect("{", " to open the module body")
             ops = self.ops_until("}")
             self.expect("}")
@@ -580,7 +590,7 @@ class Reader:
             ops = self.ops_until(None)
         if self.peek().kind != _EOF_KIND:
             raise self.error(f"expected the end of the input, got {self.describe(self.peek())}")
-        return Module(ops, self.input, name)
+        return Module(ops, self.input, name, attrs)
 
     def ops_until(self, close: str | None) -> list[OpNode]:
         out: list[OpNode] = []

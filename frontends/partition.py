@@ -23,7 +23,8 @@ collectives of DTensor's transition table (``reshard``)::
 changed. (2) Propagation, in both directions, by factors as Shardy does: each op maps
 dims of its operands and results to factors (an element-wise op: one factor per result
 dim; ``dist.matmul``: batch, M, N and the contracted K; ``dist.reduce_tensor``: kept
-dims and reduced dims; ``transpose``/``reshape``: the dims they move); a factor takes
+dims and reduced dims; ``transpose``/``reshape``: the dims they move;
+``dist.embedding_bag``: the bags, and the table's rows as a summed factor); a factor takes
 the mesh axes slicing any of its dims and gives them to the dims of the other values
 that have none, when the axes are not used elsewhere in that value or by another factor
 of the op and they divide the dim. A value's first assignment wins; ops are visited
@@ -232,8 +233,21 @@ def _f_concat(op: Operation) -> list[Factor]:
     return [Factor([*((x, d) for x in op.operands), (r, d)]) for d in range(len(_tensor_shape(r) or ())) if d != dim]
 
 
+def _f_embedding_bag(op: dist.EmbeddingBagOp) -> list[Factor]:
+    """The table dim (of a 3-d table), the bags and, in sum mode, the table's rows: a
+    table sliced on its rows leaves partial sums (each rank adds the rows it holds)."""
+    t, i, r = op.table, op.indices, op.result
+    lead = len(_tensor_shape(t) or ()) - 2
+    out = [Factor([(t, 0), (i, 0), (r, 0)])] if lead else []
+    out.append(Factor([(i, lead), (r, lead)]))
+    if op.option("mode") == "sum":
+        out.append(Factor([(t, lead)], reduce="sum"))
+    return out
+
+
 FACTORS = {
     dist.MapOp: _f_map,
+    dist.EmbeddingBagOp: _f_embedding_bag,
     dist.CastOp: _f_same,
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,

@@ -13,8 +13,14 @@ axis (Shardy's doc: https://openxla.org/shardy/sharding_representation)::
                  mesh is a view (``dist.mesh @mesh ... view @mesh_sub [[0, 1], ...]``)
     {?} / {"x", ?}   open dims: the partitioner may slice them further (``partition``)
 
-Meshes with explicit ``device_ids`` other than the identity are rejected (distir numbers
-ranks row-major). An axis that is not in the mesh, an axis used twice, a dim whose size
+A mesh with ``device_ids`` (a permutation of its devices) places values by position: the
+block at mesh position k (row-major) is distir's rank k, held by device ``device_ids[k]``;
+inside a manual computation ``partition_id`` gives that id and ``replica_groups`` /
+``source_target_pairs`` name device ids, mapped to positions. A function may use several
+meshes that differ only in their device order (Shardy's collective permute between
+them keeps the logical value; each mesh's positions are its ranks); partial sums
+(``unreduced``) in such a function are rejected, as they would have to follow their
+devices from one order to the other. An axis that is not in the mesh, an axis used twice, a dim whose size
 the axes do not divide, or a sharding of the wrong rank is a diagnostic at the sharding.
 
 ========================================  ==========================================
@@ -60,8 +66,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import FunctionType, ModuleOp, UnrealizedConversionCastOp
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import FunctionType, IntegerAttr, IntegerType, ModuleOp, UnrealizedConversionCastOp, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import ParseError
 from xdsl.utils.lexer import Span
@@ -70,7 +76,8 @@ from distir.dialects import coll, dist, layout
 from distir.dialects.collectives.permute import check_pairs
 from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
-from distir.frontends import stablehlo
+from distir.frontends import device_values, stablehlo
+from distir.frontends.device_values import DevVal
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.stablehlo import Translator, Val, shape_of
 
@@ -117,6 +124,7 @@ class Mesh:
     axes: list[tuple[str, int]]
     span: Span
     cuts: dict[str, set[int]] = field(default_factory=dict)
+    device_ids: list[int] | None = None
 
     def size(self, axis: str) -> int | None:
         for n, s in self.axes:
@@ -162,14 +170,7 @@ def _axis_ref(r: Reader) -> AxisRef:
 
 def _axis_set(r: Reader) -> tuple[AxisRef, ...]:
     r.expect("{")
-    out: list[AxisRef] = []
-    if not r.accept("}"):
-        while True:
-            out.append(_axis_ref(r))
-            if r.accept("}"):
-                break
-            r.expect(",", " or '}' in an axis list")
-    return tuple(out)
+    return tuple(r.items("}", lambda: _axis_ref(r), " or '}' in an axis list"))
 
 
 def parse_sharding_body(r: Reader, start: int) -> Sharding:
@@ -181,13 +182,7 @@ def parse_sharding_body(r: Reader, start: int) -> Sharding:
         raise r.error("expected a mesh symbol (@mesh); inline meshes are not supported")
     r.expect(",", " after the mesh")
     r.expect("[", " to open the dim shardings")
-    dims: list[DimSharding] = []
-    if not r.accept("]"):
-        while True:
-            dims.append(_dim_sharding(r))
-            if r.accept("]"):
-                break
-            r.expect(",", " or ']' between dim shardings")
+    dims: list[DimSharding] = r.items("]", lambda: _dim_sharding(r), " or ']' between dim shardings")
     replicated: tuple[AxisRef, ...] = ()
     unreduced: tuple[AxisRef, ...] = ()
     while r.accept(","):
@@ -227,16 +222,15 @@ def _sharding_attr(r: Reader, start: int) -> Sharding:
     return parse_sharding_body(r, start)
 
 
+def _sharding_list(r: Reader) -> list[Sharding]:
+    """``[<@m, [..]>, ...]`` (``[]`` allowed)."""
+    r.expect("[")
+    return r.items("]", lambda: parse_sharding_body(r, r.peek().start))
+
+
 def _sharding_per_value(r: Reader, start: int) -> list[Sharding]:
     r.expect("<")
-    r.expect("[")
-    out: list[Sharding] = []
-    if not r.accept("]"):
-        while True:
-            out.append(parse_sharding_body(r, r.peek().start))
-            if r.accept("]"):
-                break
-            r.expect(",")
+    out = _sharding_list(r)
     r.expect(">")
     return out
 
@@ -284,8 +278,9 @@ def _device_ids(r: Reader, node: OpNode, axes: list[tuple[str, int]]) -> None:
     r.keyword("device_ids")
     r.expect("=")
     ids = r.int_list("the device ids")
-    if ids != list(range(len(ids))):
-        raise r.error("meshes with device_ids other than 0, 1, ... are not supported (distir numbers ranks row-major)", t.start, r.pos)
+    n = math.prod(s for _, s in axes)
+    if sorted(ids) != list(range(n)):
+        raise r.error(f"device_ids must name each of the mesh's {n} devices 0 .. {n - 1} once, got {ids}", t.start, r.pos)
     node.attrs["device_ids"] = ids
 
 
@@ -364,15 +359,7 @@ def _manual(r: Reader, node: OpNode) -> None:
     for key in ("in_shardings", "out_shardings"):
         r.keyword(key)
         r.expect("=")
-        r.expect("[")
-        lst: list[Sharding] = []
-        if not r.accept("]"):
-            while True:
-                lst.append(parse_sharding_body(r, r.peek().start))
-                if r.accept("]"):
-                    break
-                r.expect(",")
-        node.attrs[key] = lst
+        node.attrs[key] = _sharding_list(r)
     r.keyword("manual_axes")
     r.expect("=")
     node.attrs["manual_axes"] = _axis_set(r)
@@ -447,6 +434,16 @@ class MeshMap:
 
     def sizes(self) -> tuple[int, ...]:
         return tuple(s for _, s, _, _ in self.axes)
+
+    def device_ids(self) -> list[int]:
+        """The device id at each position of the mesh (row-major), which is the rank that
+        holds a value's block there (``device_ids``, or 0, 1, ...)."""
+        return list(self.mesh.device_ids or range(math.prod(self.sizes())))
+
+    def same_devices_as(self, other: MeshMap) -> bool:
+        """Whether ``other`` has the same axes (a mesh over the same devices, in another
+        order: its values are placed by position, as on this one)."""
+        return self.mesh.axes == other.mesh.axes and self.axes == other.axes
 
     def expand(self, ref: AxisRef, error) -> list[int]:
         """The dist axes (indices) an axis reference covers, major first."""
@@ -580,7 +577,7 @@ class SdyImport:
             if node.name == "sdy.mesh":
                 if node.sym in self.meshes:
                     raise self.error(f"mesh @{node.sym} is defined twice", node.span.start, node.span.end)
-                self.meshes[node.sym or ""] = Mesh(node.sym or "", node.attrs["axes"], node.span)
+                self.meshes[node.sym or ""] = Mesh(node.sym or "", node.attrs["axes"], node.span, device_ids=node.attrs.get("device_ids"))
             elif node.name != "func.func":
                 raise self.error(f"unsupported op '{node.name}' at module level", node.span.start, node.span.end)
         for s in self._all_shardings():
@@ -634,10 +631,12 @@ class SdyImport:
     def mesh_of(self, node: OpNode) -> MeshMap:
         """The mesh a function's shardings use (one per function)."""
         names: set[str] = set()
+        shardings: list[Sharding] = []
 
         def visit(ops: list[OpNode]) -> None:
             for op in ops:
                 for v in list(op.attrs.values()) + [x for d in op.arg_attrs + op.res_attrs for x in d.values()]:
+                    shardings.extend(_shardings_in(v))
                     names.update(s.mesh for s in _shardings_in(v))
                 if op.name in ("func.call", "call") and op.sym and op.sym not in seen:
                     seen.add(op.sym)
@@ -651,10 +650,22 @@ class SdyImport:
         funcs = {n.sym: n for n in self.ast.ops if n.name == "func.func"}
         seen: set[str] = set()
         visit([node])
-        if len(names) > 1:
-            raise self.error(f"@{node.sym} uses several meshes ({', '.join('@' + n for n in sorted(names))}); one mesh per function is supported", node.span.start, node.span.end)
-        if names:
-            return self.maps[names.pop()]
+        used = [self.maps[n] for n in self.maps if n in names]
+        if any(not used[0].same_devices_as(m) for m in used[1:]):
+            raise self.error(
+                f"@{node.sym} uses meshes of different axes ({', '.join('@' + n for n in sorted(names))}); one mesh per function "
+                "is supported (or meshes that differ only in their device order)",
+                node.span.start,
+                node.span.end,
+            )
+        if len({tuple(m.device_ids()) for m in used}) > 1:
+            # values are placed by position on each mesh; partial sums would have to follow
+            # their devices from one order to the other
+            for s in shardings:
+                if s.unreduced:
+                    raise self.error("unreduced axes in a function whose meshes differ in device order are not supported", s.start, s.end)
+        if used:
+            return used[0]
         if len(self.maps) == 1:
             return next(iter(self.maps.values()))
         if not self.maps:
@@ -710,7 +721,7 @@ class SdyImport:
         return f
 
     def placements(self, mm: MeshMap, s: Sharding, shape: Sequence[int]) -> list[Placement]:
-        if s.mesh != mm.mesh.name:
+        if s.mesh != mm.mesh.name and not (s.mesh in self.maps and mm.same_devices_as(self.maps[s.mesh])):
             raise self.error(f"sharding on mesh @{s.mesh} in a function on mesh @{mm.mesh.name}", s.start, s.end)
         return mm.placements(s, shape, self.sharding_error(s))
 
@@ -1045,7 +1056,10 @@ def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
             raise ParseError(v.span, f"body argument %{v.name} is {tt}, but each device holds a {stablehlo._fmt(local)} block of operand {i}")
         lt = pt.with_(shape=local, placements=[LOCAL] * mm.naxes)
         args.append(tr.emit(dist.ToLocalOp.make([placed], [lt])).results[0])
-    inner = ManualTranslator(tr)
+    meshes = {sh.mesh for sh in [*ins, *outs]}
+    if len(meshes) > 1:
+        raise tr.error(f"the shardings of 'sdy.manual_computation' name several meshes ({', '.join('@' + m for m in sorted(meshes))})", node)
+    inner = ManualTranslator(tr, tr.imp.maps[meshes.pop()] if meshes else mm)
     results = inner.translate_body(body, args)
     tr.node = node
     if len(results) != len(node.results):
@@ -1074,19 +1088,120 @@ class ManualTranslator(Translator):
     """The body of a manual computation: every value ``local`` on the (manual) mesh axes,
     StableHLO's collectives over ``replica_groups`` of device ids."""
 
-    def __init__(self, outer: SdyTranslator):
+    def __init__(self, outer: SdyTranslator, mesh: MeshMap):
         super().__init__(outer.module, outer.mesh, outer.naxes, outer.spans, MANUAL_HANDLERS)
+        self.device_ids = mesh.device_ids()
+        self.rank_of = {d: r for r, d in enumerate(self.device_ids)}
         for name in SDY_HANDLERS:
             self.handlers.pop(name, None)
         self.block = outer.block
         self.outer = outer
         self.grid = layout.base_grid(outer.mesh, outer.mm.sizes())
+        self._rank: SSAValue | None = None
+        self._scalars: dict[tuple, SSAValue] = {}
 
     def fresh_type(self, shape: Sequence[int], elt) -> TensorType:
         return TensorType(tuple(shape), elt, self.mesh, [LOCAL] * self.naxes)
 
     def sizes(self) -> tuple[int | None, ...] | None:
         return self.outer.mm.sizes()
+
+    def rank_value(self) -> SSAValue:
+        """Each device's rank (row-major over the mesh) as a 0-d ``i64`` local value: its
+        block of ``dist.iota`` over all devices (made once per manual computation)."""
+        if self._rank is None:
+            sizes = self.outer.mm.sizes()
+            ps: list[Placement] = [Sliced(0, k) if len(sizes) > 1 else Sliced(0) for k in range(len(sizes))]
+            whole = TensorType((math.prod(sizes),), i64, self.mesh, ps)
+            io = self.emit(dist.IotaOp.make([], [whole], dim=0)).results[0]
+            one = self.emit(dist.ToLocalOp.make([io], [whole.with_(shape=(1,), placements=[LOCAL] * self.naxes)])).results[0]
+            self._rank = self.reshape(one, ())
+            self._rank.name_hint = "rank"
+        return self._rank
+
+    def device_scalar(self, v: DevVal) -> SSAValue:
+        """A per-device value as a 0-d local value: a ``dist.map`` of the device's rank,
+        ``b + sum(a_k * coord_k)`` when the values are affine in the device's coordinates
+        (what axis_index and block offsets are), else a select per rank."""
+        elt = self.elt(v.elt) if v.elt in stablehlo.ELEMENT else None
+        if elt is None:
+            raise self.error(f"a per-device value of type {v.elt} is used by '{self.node.name if self.node else '?'}': convert it to a signed type first (as JAX's axis_index does)")
+        key = (v.values, v.elt)
+        if key in self._scalars:
+            return self._scalars[key]
+        sizes = self.outer.mm.sizes()
+        form = device_values.affine(v.values, sizes)
+        strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+
+        def body(args: list[SSAValue]) -> list[Operation]:
+            rank = args[0]
+            ops: list[Operation] = []
+
+            def const(x: int | float | bool, e) -> SSAValue:
+                ops.append(self.const_op(x, e))
+                return ops[-1].results[0]
+
+            if form is not None:
+                b, a = form
+                acc = const(b, i64) if b or not any(a) else None
+                for k, ak in enumerate(a):
+                    if ak:
+                        q = rank
+                        if strides[k] != 1:
+                            ops.append(arith.DivSIOp(rank, const(strides[k], i64)))
+                            q = ops[-1].results[0]
+                        ops.append(arith.RemSIOp(q, const(sizes[k], i64)))
+                        if ak != 1:
+                            ops.append(arith.MuliOp(ops[-1].results[0], const(ak, i64)))
+                        term = ops[-1].results[0]
+                        if acc is not None:
+                            ops.append(arith.AddiOp(acc, term))
+                        acc = ops[-1].results[0]
+                assert acc is not None
+                return ops + _from_i64(acc, elt)
+            acc = const(v.values[-1], elt)
+            for r in range(len(v.values) - 2, -1, -1):
+                if v.values[r] == v.values[-1]:
+                    continue
+                eq = arith.CmpiOp(rank, const(r, i64), "eq")
+                sel = arith.SelectOp(eq.results[0], const(v.values[r], elt), acc)
+                ops += [eq, sel]
+                acc = sel.results[0]
+            return ops
+
+        x = self.map_op([self.rank_value()], [i64], (), elt, body)
+        self._scalars[key] = x
+        return x
+
+    def device_slice(self, x: SSAValue, dims: list[tuple[int, tuple[int, ...], int]]) -> SSAValue:
+        """Each device's block: on each listed dim the device starts at its rank in a group
+        of mesh axes times the size (the group's values must agree there, as a
+        ``dist.take_slice`` of a replicated value needs: ``dist.from_local`` replicated on
+        those axes, ``dist.take_slice`` per axis, outermost first, ``dist.to_local``)."""
+        sizes = self.outer.mm.sizes()
+        t = x.type
+        assert isinstance(t, TensorType)
+        shape = t.get_shape()
+        plan: list[tuple[int, list[int]]] = []
+        used: set[int] = set()
+        for d, starts, size in dims:
+            axes = _block_axes(starts, size, shape[d], sizes, used)
+            if axes is None:
+                raise self.error(
+                    f"'stablehlo.dynamic_slice' starts dim {d} at {list(starts)} on the devices: not each device's block of "
+                    "a group of mesh axes (distir reads per-device offsets only as a device taking its block)"
+                )
+            plan.append((d, axes))
+            used.update(axes)
+        ps: list[Placement] = [REPLICATED if a in used else LOCAL for a in range(self.naxes)]
+        y = self.emit(dist.FromLocalOp.make([x], [t.with_(placements=ps)])).results[0]
+        for d, axes in plan:
+            for a in axes:
+                y = self.emit_checked(lambda: dist.TakeSliceOp.of(y, dim=d, axis=a)).results[0]
+        yt = y.type
+        assert isinstance(yt, TensorType)
+        local = layout.local_shape(shape, yt.get_placements(), sizes)
+        return self.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
 
     def group_axes(self, node: OpNode) -> list[int]:
         """The mesh axes whose rank groups are the op's ``replica_groups``."""
@@ -1102,9 +1217,9 @@ class ManualTranslator(Translator):
             return list(range(self.naxes))
         import itertools
 
-        want = sorted(tuple(g) for g in groups)
         if sorted(x for g in groups for x in g) != list(range(n)):
             raise self.error(f"replica_groups of '{node.name}' must cover the {n} devices once", node)
+        want = sorted(tuple(self.rank_of[x] for x in g) for g in groups)
         for k in range(0, self.naxes + 1):
             for axes in itertools.permutations(range(self.naxes), k):
                 if sorted(tuple(g) for g in self.grid.groups(list(axes))) == want:
@@ -1141,8 +1256,54 @@ class ManualTranslator(Translator):
         return self.emit(dist.FromLocalOp.make([x], [t.with_(shape=shape, placements=ps)])).results[0]
 
 
+def _from_i64(x: SSAValue, elt) -> list[Operation]:
+    """``x`` (i64) as ``elt`` (nothing for i64 itself)."""
+    if elt == i64:
+        return []
+    if isinstance(elt, IntegerType) and elt.width.data == 1:
+        z = arith.ConstantOp(IntegerAttr(0, i64))
+        return [z, arith.CmpiOp(x, z.results[0], "ne")]
+    if isinstance(elt, IntegerType):
+        return [arith.TruncIOp(x, elt)]
+    return [arith.SIToFPOp(x, elt)]
+
+
+def _block_axes(starts: Sequence[int], size: int, extent: int, sizes: Sequence[int], used: set[int]) -> list[int] | None:
+    """The mesh axes (outermost first) such that each device starts at its rank in its
+    group over them (row-major) times ``size``, covering ``extent``; None if none do."""
+    import itertools
+
+    free = [a for a in range(len(sizes)) if a not in used and sizes[a] > 1]
+    for k in range(1, len(free) + 1):
+        for axes in itertools.permutations(free, k):
+            if math.prod(sizes[a] for a in axes) * size != extent:
+                continue
+            ok = True
+            for r, s in enumerate(starts):
+                coords = layout.at_digits(r, sizes)
+                g = 0
+                for a in axes:
+                    g = g * sizes[a] + coords[a]
+                if g * size != s:
+                    ok = False
+                    break
+            if ok:
+                return list(axes)
+    return None
+
+
 MANUAL_HANDLERS: dict[str, stablehlo.Handler] = {}
 _manual = stablehlo.registers(MANUAL_HANDLERS)
+
+
+@_manual("stablehlo.partition_id")
+def _m_partition_id(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    """Each device's id (its rank, row-major over the mesh), known at import time per
+    device: a ``DevVal`` that the arithmetic after it folds (``device_values``)."""
+    t = stablehlo._result(tr, node)
+    if t.shape != () or t.elt not in ("ui32", "i32", "ui64", "i64"):
+        raise tr.error(f"'stablehlo.partition_id' gives a tensor<ui32>, its type says {t}", node)
+    return [DevVal(tuple(tr.device_ids), t.elt, ())]
 
 
 def _reduction(tr: ManualTranslator, node: OpNode) -> str:
@@ -1217,10 +1378,22 @@ def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
     ``plan_permute`` (over the one axis the pairs move along, or every axis)."""
     x = tr.collective_input(node)
     handle = re.search(r"handle\s*=\s*(-?\d+)", str(getattr(node.attrs.get("channel_handle"), "text", "")))
-    if handle is None or int(handle.group(1)) <= 0:
-        raise tr.error("'stablehlo.collective_permute' without a channel_handle of positive handle permutes replicas, not the mesh's devices: not supported", node)
     sizes = tuple(tr.outer.mm.sizes())
     pairs = _source_target_pairs(tr, node)
+    if handle is None or int(handle.group(1)) <= 0:
+        replicas = _module_count(tr, "mhlo.num_replicas")
+        partitions = _module_count(tr, "mhlo.num_partitions")
+        if replicas == 1 and all(p == (0, 0) for p in pairs):  # each device its own group
+            return [x] if pairs else [tr.materialize(stablehlo.Const(0, stablehlo.elt_name(x.type.element_type), shape_of(x)))]  # type: ignore[attr-defined]
+        if not (partitions == 1 and replicas == math.prod(sizes)):
+            raise tr.error(
+                "'stablehlo.collective_permute' without a channel_handle of positive handle permutes replicas: distir reads it "
+                "where the module makes the mesh's devices its replicas (mhlo.num_partitions = 1, mhlo.num_replicas = "
+                f"{math.prod(sizes)}), or gives one replica per device and pairs [[0, 0]] (mhlo.num_replicas = 1); "
+                f"this module says num_replicas = {replicas}, num_partitions = {partitions}",
+                node,
+            )
+    pairs = [(tr.rank_of.get(a, a), tr.rank_of.get(b, b)) for a, b in pairs]  # device ids -> ranks
     try:
         check_pairs(pairs, math.prod(sizes))  # the devices as the ranks of one group
     except RuleError as e:
@@ -1232,6 +1405,13 @@ def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
     if options.get("offset") == 0:
         return [x]
     return [tr.emit_checked(lambda: coll.PermuteOp.of(x, sizes=sizes, axes=axes, **options)).results[0]]
+
+
+def _module_count(tr: ManualTranslator, key: str) -> int | None:
+    """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of the module (None if absent)."""
+    v = tr.module.attrs.get(key)
+    v = getattr(v, "value", v)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _source_target_pairs(tr: ManualTranslator, node: OpNode) -> list[tuple[int, int]]:

@@ -41,13 +41,22 @@ StableHLO op (custom form printed)    dist IR
   binary op)
 ``iota dim = d``                      ``dist.iota``
 ``slice x [a:b:s, ...]``              ``dist.extract_slice``
+``dynamic_slice x, i.., sizes = [..]``  constant starts: ``dist.extract_slice``; starts that
+                                      differ per device (from ``partition_id``) and are
+                                      each device's block of a group of mesh axes:
+                                      ``dist.take_slice`` (``sdy.py``); clamped as StableHLO
+``gather`` (row lookups)              ``dist.embedding_bag`` of bags of one row, indices
+                                      clamped into the table (``_h_gather``)
+``partition_id`` (manual bodies)      a value known per device (``device_values.py``):
+                                      the scalar arithmetic on it is evaluated at import
 ``concatenate a, b, dim = d``         ``dist.concat``
 ``func.call @f(...)`` / ``call``      the body of the private ``@f``, inlined
 ``func.return`` / ``return``          the function's results
 ====================================  ==============================================
 
 Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
-f16, bf16, f32, f64, i1, i8, i16, i32, i64.
+f16, bf16, f32, f64, i1, i8, i16, i32, i64; unsigned ones in 0-d tensors only (the
+arithmetic on ``partition_id``).
 """
 
 from __future__ import annotations
@@ -82,6 +91,8 @@ from xdsl.utils.lexer import Span
 from distir.dialects import dist
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import UNPLACED
+from distir.frontends import device_values
+from distir.frontends.device_values import DevVal, FoldError
 from distir.frontends.mlir_text import Block as AstBlock
 from distir.frontends.mlir_text import (
     Dense,
@@ -99,6 +110,9 @@ from distir.frontends.mlir_text import (
 bf16 = BFloat16Type()
 
 ELEMENT = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i1": i1, "i8": i8, "i16": i16, "i32": i32, "i64": i64}
+UNSIGNED = ("ui8", "ui16", "ui32", "ui64")
+"""Read in constants and per-device values only (``partition_id`` is ``ui32``); a tensor of
+them is a diagnostic."""
 
 
 # ======================================================================================
@@ -194,19 +208,25 @@ def _iota(r: Reader, node: OpNode) -> None:
     r.check_counts(node)
 
 
-def _concatenate(r: Reader, node: OpNode) -> None:
+def _operands_then(r: Reader, node: OpNode, keyword: str, key: str, read: Callable[[], Any], form: str) -> None:
+    """``%a, %b, .., KEYWORD = X : (..) -> T``: the operands, X (read by ``read``) as
+    attribute ``key``, the type."""
     node.operands = [r.value()]
     while r.accept(","):
         if r.peek().kind == "ssa":
             node.operands.append(r.value())
             continue
-        r.keyword("dim")
+        r.keyword(keyword)
         r.expect("=")
-        node.attrs["dimension"] = r.integer("the concatenation dim")
+        node.attrs[key] = read()
         break
-    if "dimension" not in node.attrs:
-        raise r.error("expected ', dim = N' in 'stablehlo.concatenate'")
+    if key not in node.attrs:
+        raise r.error(f"expected '{form}' in '{node.name}'")
     _typed(r, node)
+
+
+def _concatenate(r: Reader, node: OpNode) -> None:
+    _operands_then(r, node, "dim", "dimension", lambda: r.integer("the concatenation dim"), ", dim = N")
 
 
 def _slice(r: Reader, node: OpNode) -> None:
@@ -224,6 +244,18 @@ def _slice(r: Reader, node: OpNode) -> None:
             r.expect(",", " or ']' between slice ranges")
     node.attrs.update(start_indices=start, limit_indices=limit, strides=stride)
     _typed(r, node)
+
+
+def _dynamic_slice(r: Reader, node: OpNode) -> None:
+    """``%x, %i0, %i1, sizes = [..] : (T, tensor<i32>, ..) -> U``."""
+    _operands_then(r, node, "sizes", "slice_sizes", lambda: r.int_list("the slice sizes"), ", sizes = [..]")
+
+
+def _nullary(r: Reader, node: OpNode) -> None:
+    """``: T`` (partition_id)."""
+    r.expect(":", f" before the type of '{node.name}'")
+    node.out_types = [r.type()]
+    r.check_counts(node)
 
 
 def _dims_pair(r: Reader) -> tuple[list[int], list[int]]:
@@ -385,6 +417,8 @@ HOOKS: dict[str, Callable[[Reader, OpNode], None]] = {
     "stablehlo.iota": _iota,
     "stablehlo.concatenate": _concatenate,
     "stablehlo.slice": _slice,
+    "stablehlo.dynamic_slice": _dynamic_slice,
+    "stablehlo.partition_id": _nullary,
     "stablehlo.dot_general": _dot_general,
     "stablehlo.dot": _dot,
     "stablehlo.reduce": _reduce,
@@ -470,7 +504,7 @@ class Bcast:
     shape: tuple[int, ...]
 
 
-Val = SSAValue | Const | Bcast
+Val = SSAValue | Const | Bcast | DevVal
 
 
 class ImportError_(Exception):
@@ -478,7 +512,7 @@ class ImportError_(Exception):
 
 
 def shape_of(v: Val) -> tuple[int, ...]:
-    if isinstance(v, (Const, Bcast)):
+    if isinstance(v, (Const, Bcast, DevVal)):
         return v.shape
     t = v.type
     return t.get_shape() if isinstance(t, TensorType) else ()
@@ -506,12 +540,12 @@ def decode_scalar(value: Any, elt: str) -> float | int | bool:
         return int(value, 16)
     if elt == "i1":
         return bool(value)
-    if elt.startswith("i"):
+    if elt.startswith(("i", "ui")):
         if isinstance(value, float):
             raise ValueError(f"{value} is not an integer")
-        width = int(elt[1:])
+        width = int(elt.removeprefix("u")[1:])
         v = int(value)
-        if not -(2 ** (width - 1)) <= v < 2**width:
+        if not (0 if elt.startswith("u") else -(2 ** (width - 1))) <= v < 2**width:
             raise ValueError(f"{v} is out of range for {elt}")
         return v
     if isinstance(value, bool):
@@ -625,7 +659,12 @@ class Translator:
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
-        if isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
+        if isinstance(v, (Const, DevVal)):
+            if v.elt in UNSIGNED and node.name.removeprefix("stablehlo.") not in (*FOLDABLE, "dynamic_slice"):
+                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} is {v.elt}: unsigned values are read only in scalar arithmetic on partition_id")
+            if isinstance(t, TensorT) and v.elt != t.elt:
+                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {v.elt}, the op's type says {t}")
+        elif isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
         return v
 
@@ -633,6 +672,9 @@ class Translator:
         """A dist value for ``v`` (a constant or a lazy broadcast becomes a ``dist.map``)."""
         if isinstance(v, SSAValue):
             return v
+        if isinstance(v, DevVal):
+            x = self.device_scalar(v)
+            return x if v.shape == () else self.materialize(Bcast(x, (), v.shape))
         if isinstance(v, Const):
             elt = self.elt(v.elt)
             return self.map_op([], [], v.shape, elt, lambda args: [self.const_op(v.value, elt)])
@@ -658,6 +700,14 @@ class Translator:
         for i, d in enumerate(dims):
             new[d - lo] = src_shape[i]
         return self.reshape(src, new)
+
+    def device_scalar(self, v: DevVal) -> SSAValue:
+        """A per-device value as a 0-d dist value (only manual computations have them)."""
+        raise self.error(f"'{self.node.name if self.node else '?'}' uses a per-device value outside a manual computation")
+
+    def device_slice(self, x: SSAValue, dims: list[tuple[int, tuple[int, ...], int]]) -> SSAValue:
+        """``x`` sliced at per-device offsets: (dim, start on each rank, size) per dim."""
+        raise self.error("'stablehlo.dynamic_slice' at per-device offsets outside a manual computation")
 
     # ------------------------------------------------------------------ dist builders
     def const_op(self, value: float | int | bool, elt: Attribute) -> Operation:
@@ -731,6 +781,10 @@ class Translator:
                     outs = [self.lookup_typed(node, i) for i in range(len(node.operands))]
                     return outs
                 self.node = node
+                folded = fold_device(self, node)
+                if folded is not None:
+                    self.bind(node, folded)
+                    continue
                 handler = self.handlers.get(node.name)
                 if handler is None:
                     raise self.error(f"unsupported op '{node.name}'" + _hint(node.name), node)
@@ -821,7 +875,8 @@ def _attr_ints(tr: Translator, node: OpNode, key: str, default: list[int] | None
 def _h_constant(tr: Translator, node: OpNode) -> list[Val]:
     d = node.attrs.get("value")
     t = _result(tr, node)
-    tr.elt(t.elt, node)
+    if t.elt not in UNSIGNED:
+        tr.elt(t.elt, node)
     if not isinstance(d, Dense) or d.value is None:
         raise tr.error("'stablehlo.constant' needs a dense value", node)
     items = flat(d.value)
@@ -860,6 +915,11 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
         if isinstance(v, Const):
             slots.append(("const", v))
             continue
+        if isinstance(v, DevVal) and v.uniform():
+            slots.append(("const", Const(v.values[0], v.elt, v.shape)))
+            continue
+        if isinstance(v, DevVal):
+            v = tr.device_scalar(v)
         if isinstance(v, Bcast) and isinstance(v.src, Const):  # pragma: no cover - consts broadcast to consts
             slots.append(("const", v.src))
             continue
@@ -872,7 +932,7 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
         slots.append(("arg", len(operands)))
         operands.append(x)
         arg_elts.append(x.type.element_type if isinstance(x.type, TensorType) else x.type)  # type: ignore[attr-defined]
-    in_elts = [tr.elt(v.elt) if isinstance(v, Const) else _elt_of(v) for v in vals]
+    in_elts = [tr.elt(v.elt, node) if isinstance(v, (Const, DevVal)) else _elt_of(v) for v in vals]
 
     def body(args: list[SSAValue]) -> list[Operation]:
         ops: list[Operation] = []
@@ -1024,9 +1084,14 @@ def _minmax(mx: type[Operation], mn: type[Operation], a: list[SSAValue]) -> list
 @handles("stablehlo.convert")
 def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
     t = _result(tr, node)
-    elt = tr.elt(t.elt, node)
     v = tr.operand(node, 0)
+    if isinstance(v, Const) and (t.elt in UNSIGNED or v.elt in UNSIGNED):
+        try:
+            return [Const(device_values.convert(v.value, v.elt, t.elt), t.elt, v.shape)]
+        except FoldError as e:
+            raise tr.error(f"bad conversion of a constant: {e}", node) from None
     if isinstance(v, Const):
+        tr.elt(t.elt, node)
         value = v.value
         if t.elt == "i1":
             value = bool(value)
@@ -1037,6 +1102,7 @@ def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
         else:
             value = float(value)
         return [Const(value, t.elt, v.shape)]
+    elt = tr.elt(t.elt, node)
     if _elt_of(v) == elt:
         return [v]
     x = tr.materialize(v)
@@ -1290,6 +1356,181 @@ def _is_identity(kind: str, v: float | int | bool) -> bool:
     if kind == "min":
         return v == float("inf") or (isinstance(v, int) and not isinstance(v, bool) and v >= 2**31 - 1)
     return False
+
+
+# ------------------------------------------------------------------ per-device values
+
+FOLDABLE = (*device_values.UNARY, *device_values.BINARY, "compare", "select", "clamp", "convert", "broadcast_in_dim", "reshape")
+"""Ops evaluated on per-device values; any other op gets them as a ``dist.map`` of the
+device's rank (``Translator.device_scalar``)."""
+
+
+def fold_device(tr: Translator, node: OpNode) -> list[Val] | None:
+    """The op evaluated device by device (``device_values``) when one of its operands is
+    a per-device value and all are known at import time; None for any other op (its
+    handler materialises per-device operands, or rejects them)."""
+    kind = node.name.removeprefix("stablehlo.")
+    if kind not in FOLDABLE or not node.name.startswith("stablehlo.") or not node.operands:
+        return None
+    known = [tr.env.get(v.name) for v in node.operands]
+    if not any(isinstance(v, DevVal) for v in known) or not all(isinstance(v, (Const, DevVal)) for v in known):
+        return None
+    vals: list[Const | DevVal] = [tr.operand(node, i) for i in range(len(node.operands))]  # type: ignore[misc]
+    t = _result(tr, node)
+    if t.elt not in ELEMENT and t.elt not in UNSIGNED:
+        raise tr.error(f"element type '{t.elt}' is not supported", node)
+    cols = [v.values if isinstance(v, DevVal) else (v.value,) for v in vals]
+    try:
+        if kind == "convert":
+            out = tuple(device_values.convert(x, vals[0].elt, t.elt) for x in cols[0])
+        elif kind in ("broadcast_in_dim", "reshape"):
+            src = shape_of(vals[0])
+            if kind == "reshape" and pymath.prod(src) != pymath.prod(t.shape):
+                raise tr.error(f"reshape of {_fmt(src)} to {t}: the element counts differ", node)
+            if kind == "broadcast_in_dim":
+                dims = _attr_ints(tr, node, "broadcast_dimensions")
+                if len(dims) != len(src) or any(not 0 <= d < t.rank or s not in (1, t.shape[d]) for d, s in zip(dims, src)):
+                    raise tr.error(f"broadcast dims {dims} do not fit operand {_fmt(src)} and result {t}", node)
+            out = cols[0]
+        elif kind == "compare":
+            direction = node.attrs.get("comparison_direction")
+            if isinstance(direction, Opaque):
+                direction = direction.text.rstrip(">").split()[-1]
+            out = device_values.elementwise("compare", cols, "i1", str(direction))
+        else:
+            out = device_values.elementwise(kind, cols, t.elt)
+    except FoldError as e:
+        raise tr.error(f"'{node.name}' of per-device values: {e}", node) from None
+    n = max(len(c) for c in cols)
+    return [DevVal(tuple(out) * (n // len(out)), t.elt, t.shape)]
+
+
+@handles("stablehlo.dynamic_slice")
+def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
+    """``dynamic_slice`` at offsets known at import time: constants (``dist.extract_slice``)
+    or per-device values that are each device's block of a group of mesh axes
+    (``dist.take_slice``, ``device_slice``). StableHLO clamps each start into
+    ``[0, dim - size]``."""
+    t = _result(tr, node)
+    v = tr.operand(node, 0)
+    shape = shape_of(v)
+    sizes = _attr_ints(tr, node, "slice_sizes")
+    starts = [tr.operand(node, i) for i in range(1, len(node.operands))]
+    if not len(starts) == len(sizes) == len(shape):
+        raise tr.error(f"'stablehlo.dynamic_slice' needs one start index and one size per dim of {_fmt(shape)}", node)
+    if tuple(sizes) != t.shape or any(not 0 <= s <= n for s, n in zip(sizes, shape)):
+        raise tr.error(f"slice sizes {sizes} do not fit {_fmt(shape)} and the result {t}", node)
+    offsets: list[int] = []
+    per_device: list[tuple[int, tuple[int, ...], int]] = []
+    for d, st in enumerate(starts):
+        if shape_of(st) != () or not isinstance(st, (Const, DevVal)) or isinstance(st.values[0] if isinstance(st, DevVal) else st.value, float):
+            raise ParseError(node.operands[d + 1].span, "a start index of 'stablehlo.dynamic_slice' must be an integer scalar known at import time (a constant, or computed from partition_id)")
+        hi = shape[d] - sizes[d]
+        if isinstance(st, DevVal) and not st.uniform():
+            per_device.append((d, tuple(min(max(int(x), 0), hi) for x in st.values), sizes[d]))
+            offsets.append(0)
+        else:
+            offsets.append(min(max(int(st.values[0] if isinstance(st, DevVal) else st.value), 0), hi))
+    if isinstance(v, Const):
+        return [Const(v.value, v.elt, t.shape)]
+    x = tr.materialize(v)
+    if per_device:
+        x = tr.device_slice(x, per_device)
+    if tuple(offsets) == (0,) * len(shape) and shape_of(x) == t.shape:
+        return [x]
+    return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, offsets, list(sizes), [1] * len(sizes))).results[0]]
+
+
+def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
+    import re
+
+    dn = node.attrs.get("dimension_numbers")
+    text = dn.text if isinstance(dn, Opaque) else ""
+    if not text.startswith("#stablehlo.gather<"):
+        raise tr.error("'stablehlo.gather' needs dimension_numbers = #stablehlo.gather<...>", node)
+    out: dict[str, Any] = {}
+    for key in ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"):
+        m = re.search(r"\b" + key + r"\s*=\s*\[([0-9,\s]*)\]", text)
+        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
+    m = re.search(r"index_vector_dim\s*=\s*(\d+)", text)
+    out["index_vector_dim"] = int(m.group(1)) if m else None
+    return out
+
+
+GATHER_SUBSET = (
+    "distir reads row lookups: one collapsed dim that the indices select (start_index_map = "
+    "collapsed_slice_dims = [g]) of a 2-d table, or of a 3-d table whose dim 0 is a batching dim "
+    "of the indices' dim 0, every other dim taken whole, the index vector dim last"
+)
+
+
+@handles("stablehlo.gather")
+def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
+    """Row lookups (``jnp.take(table, idx, axis=g)``, ``table[idx]``, the sdy export of
+    ``dist.embedding_bag``) as ``dist.embedding_bag`` of bags of one row: the indices
+    clamped into the table (StableHLO's rule for a start index), flattened to ``[N, 1]``
+    (``[T, N, 1]`` with a batching dim), the bags ``[N, D]`` reshaped to the indices'
+    shape and the row moved to the offset dim. Any other gather is a diagnostic."""
+    if len(node.operands) != 2:
+        raise tr.error("'stablehlo.gather' takes a table and indices", node)
+    t = _result(tr, node)
+    table, idx = tr.operand(node, 0), tr.operand(node, 1)
+    ts, ish = shape_of(table), shape_of(idx)
+    nums = _gather_numbers(tr, node)
+    sizes = _attr_ints(tr, node, "slice_sizes")
+    batch = nums["operand_batching_dims"]
+    lead = len(batch)
+    g = nums["start_index_map"]
+    ivd = nums["index_vector_dim"]
+    idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
+    ok = (
+        len(ts) == 2 + lead
+        and batch in ([], [0])
+        and nums["start_indices_batching_dims"] == batch
+        and len(g) == 1
+        and nums["collapsed_slice_dims"] == g
+        and g[0] >= lead
+        and len(sizes) == len(ts)
+        and all(sizes[d] == 1 for d in (*batch, g[0]))
+        and all(sizes[d] == ts[d] for d in range(len(ts)) if d not in (*batch, g[0]))
+        and ivd is not None
+        and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
+        and len(nums["offset_dims"]) == 1
+        and isinstance(idx_elt, IntegerType)
+        and idx_elt != i1
+    )
+    bshape = tuple(ish[:ivd])
+    if ok:
+        ok = nums["offset_dims"][0] <= len(bshape) and (not lead or (bshape and bshape[0] == ts[0]))
+    if not ok:
+        raise tr.error(f"this form of 'stablehlo.gather' is not supported ({GATHER_SUBSET})", node)
+    width_dim = next(d for d in range(len(ts)) if d not in (*batch, g[0]))
+    rows, width = ts[g[0]], ts[width_dim]
+    want = list(bshape)
+    want.insert(nums["offset_dims"][0], width)
+    if tuple(want) != t.shape:
+        raise tr.error(f"the gather gives {_fmt(want)}, the result type says {t}", node)
+    tab = tr.materialize(table)
+    if g[0] != len(ts) - 2:  # the looked-up dim second to last
+        tab = tr.transpose(tab, [*range(lead), g[0], width_dim])
+    n = pymath.prod(bshape[lead:])
+    flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
+    elt = _elt_of(flat_idx)
+
+    def clamp(a: list[SSAValue]) -> list[Operation]:
+        lo, hi = tr.const_op(0, elt), tr.const_op(rows - 1, elt)
+        up = arith.MaxSIOp(a[0], lo.results[0])
+        return [lo, hi, up, arith.MinSIOp(up.results[0], hi.results[0])]
+
+    safe = tr.map_op([flat_idx], [elt], shape_of(flat_idx), elt, clamp)
+    bags = tr.emit_checked(lambda: dist.EmbeddingBagOp.of(tab, safe, mode="sum", sizes=tr.sizes())).results[0]
+    y = tr.reshape(bags, (*bshape, width))
+    k = nums["offset_dims"][0]
+    if k != len(bshape):
+        perm = list(range(len(bshape)))
+        perm.insert(k, len(bshape))
+        y = tr.transpose(y, perm)
+    return [y]
 
 
 @handles("func.call", "call")

@@ -470,6 +470,12 @@ def _copy(ex: RankExecutor, op: rt.CopyOp) -> None:
         ex.device.copy(src, dst, s, stream_from)
 
 
+@handles(rt.CopyBlocksOp)
+def _copy_blocks(ex: RankExecutor, op: rt.CopyBlocksOp) -> None:
+    src, dst, s = (ex.v(a) for a in op.args)
+    ex.device.copy_blocks(src, dst, op.option("from"), op.option("to"), op.option("count"), s)
+
+
 @handles(rt.LaunchOp)
 def _launch(ex: RankExecutor, op: rt.LaunchOp) -> None:
     args = [ex.v(a) for a in op.args]

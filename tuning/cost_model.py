@@ -5,8 +5,8 @@ ranks (``lowering/pipeline.py``) and returns its time on a ``Topology`` at every
 One model, with no case for any schedule; a schedule's time comes out of the ops its
 lowering emits:
 
-* **kernels** (``rt.launch``, ``rt.copy``, ``rt.matmul``, ``rt.reduce_tensor``,
-  ``rt.embedding_bag``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
+* **kernels** (``rt.launch``, ``rt.copy``, ``rt.copy_blocks``, ``rt.matmul``,
+  ``rt.reduce_tensor``, ``rt.embedding_bag``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
   the sizes of the buffers a kernel reads and writes, flops its arithmetic ops per
   element (``FLOPS`` weighs the expensive ones) times its iteration space, or 2·M·N·K
   for a matmul, at the device's peak for the element type;
@@ -137,7 +137,7 @@ FLOPS: dict[str, float] = {
     "math.erf": 8.0,
 }
 FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
-_WORK = (rt.LaunchOp, rt.CopyOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
+_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
 
 
 @dataclass(frozen=True)
@@ -505,9 +505,10 @@ class _Walker:
         launch = self.runtime.launch_s + self.runtime.argument_s * extra_arguments(op)
         if isinstance(op, rt.LaunchOp):
             moved, flops, dtype = self.kernel_work(op, fused)
-        elif isinstance(op, rt.CopyOp):
+        elif isinstance(op, (rt.CopyOp, rt.CopyBlocksOp)):
             src = op.args[0]
-            moved, flops, dtype = self._copy_bytes(self._bytes(src), op.option("stream_from")), ZERO, _dtype(self._mem(src).element_type)
+            stream_from = op.option("stream_from") if isinstance(op, rt.CopyOp) else None
+            moved, flops, dtype = self._copy_bytes(self._bytes(src), stream_from), ZERO, _dtype(self._mem(src).element_type)
             self._shape(op.args[1])
         elif isinstance(op, rt.MatmulOp):
             a, b, c = op.args[:3]

@@ -95,6 +95,19 @@ def programs():
 
     add("embedding", embedding, mesh(4), (P(), P("x", None)), P(), [rng.integers(0, 32, 8).astype(np.int32), R(32, 16)])
 
+    # Embedding lookups as JAX writes them (stablehlo.gather): indexing a row-sliced table
+    # (negative ids count from the end), and bags of a column-sliced table by row-sliced
+    # ids, out-of-range ids clipped.
+    def take_rows(ids, table):
+        return table[ids]
+
+    add("take_rows", take_rows, mesh(4), (P(), P("x", None)), P(), [rng.integers(-32, 32, 8).astype(np.int32), R(32, 16)])
+
+    def take_bags(ids, table):
+        return jnp.take(table, ids, axis=0, mode="clip").sum(axis=1)
+
+    add("take_bags", take_bags, mesh(4), (P("x", None), P(None, "x")), P("x", None), [rng.integers(-4, 36, (8, 3)).astype(np.int32), R(32, 16)])
+
     # The rest of the subset: concatenate, slice, transpose, iota, compare/select, integer ops.
     def misc(x, y, i):
         a = jnp.concatenate([x, y], axis=1)[1:7:2, :]

@@ -9,12 +9,11 @@ the ``interpret`` backend, and on ``local`` for the examples, cases and random p
 The command line itself (``distir-opt --emit sdy``, ``distir-import``, then ``distir-run
 --compare`` on both backends) is run on two examples at 4 ranks.
 
-A program whose export uses a StableHLO op the importer does not read yet is an
-expected failure, checked to fail for exactly that reason (``IMPORTER_GAPS``): the
-device's coordinates (``partition_id``, for a take_slice of a computed value or dropout
-and embedding bags on sliced values), ``gather`` (embedding bags) and
-``collective_permute`` (``coll.send`` and ``coll.permute``: the importer does not map it
-to ``coll.permute`` yet).
+Every export re-imports, the device's coordinates (``partition_id``: a take_slice of a
+computed value, dropout, iotas and embedding bags on sliced values), ``gather``
+(embedding bags) and ``collective_permute`` (``coll.send``, ``coll.permute``) included.
+One program is an expected failure, checked to fail for exactly that reason
+(``VIEW_STACKING``): a ``local`` argument on a view mesh.
 """
 
 import functools
@@ -32,13 +31,23 @@ from distir.frontends.program import import_program
 from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
 from distir.runtime.equivalence import equivalent
 
-IMPORTER_GAPS = {
-    "stablehlo.partition_id": "the device's coordinates (a take_slice of a computed value; dropout and embedding bags on sliced values)",
-    "stablehlo.gather": "dist.embedding_bag",
-    "stablehlo.collective_permute": "coll.send and coll.permute: no handler maps it to coll.permute yet",
-}
+IMPORTER_GAPS: dict[str, str] = {}
 """StableHLO ops the sdy export writes and ``distir-import`` does not read yet, with what
-needs them."""
+needs them (none left: ``partition_id``, ``dynamic_slice``, ``gather`` and
+``collective_permute`` all re-import)."""
+
+VIEW_STACKING = {("case/view", 4)}
+"""Programs with a ``local`` argument on a view mesh: ``distir-run`` stacks its values by
+the view's shape (4), the export declares the root mesh only, so the re-imported
+argument is stacked by the root's (2x2): the two signatures differ, which ``--compare``
+reports before running. Checked to fail for exactly that reason."""
+
+
+def compare(name: str, ranks: int, report) -> None:
+    if (name, ranks) in VIEW_STACKING:
+        assert not report and "signatures differ" in report.message, report.message
+        pytest.xfail("a local argument on a view mesh is stacked by the root mesh's shape after the round trip")
+    assert report, report.message
 
 RUNS = [(n, f, r) for n, f, r in runs() if n in RANDOM or r in (1, 2, 4) or n.startswith("imported/")]
 LOCAL = [(n, f, r) for n, f, r in RUNS if not n.startswith(("schedules/", "imported/"))]
@@ -80,22 +89,21 @@ def reimported(name: str, ranks: int):
 def test_reimported_export_computes_the_same_on_interpret(name, func, ranks):
     module, back = reimported(name, ranks)
     report = equivalent(module, back, ranks, trials=1, seed=3, func_a=func, func_b=func)
-    assert report, report.message
+    compare(name, ranks, report)
 
 
 @pytest.mark.parametrize("name,func,ranks", LOCAL, ids=[f"{n}:{f}:{r}" for n, f, r in LOCAL])
 def test_reimported_export_computes_the_same_on_local(name, func, ranks):
     module, back = reimported(name, ranks)
     report = equivalent(module, back, ranks, trials=1, seed=3, func_a=func, func_b=func, backend_a="local", backend_b="local")
-    assert report, report.message
+    compare(name, ranks, report)
 
 
-def test_most_programs_round_trip():
-    """The expected failures stay the exception: three in five runs re-import (114 of 165
-    when this was written; the gaps are ``IMPORTER_GAPS``, nothing else: a failure of
-    any other kind raises here)."""
+def test_every_program_round_trips():
+    """Every export re-imports (``IMPORTER_GAPS`` is empty: a failure of any other kind
+    raises here)."""
     imported = sum(_round_trip(name, ranks)[2] is None for name, _, ranks in RUNS)
-    assert 5 * imported >= 3 * len(RUNS), f"{imported} of {len(RUNS)} exports re-import"
+    assert imported == len(RUNS), f"{imported} of {len(RUNS)} exports re-import"
 
 
 CLI_EXAMPLES = ["adam", "megatron_mlp"]  # the command line; the programs are all checked above

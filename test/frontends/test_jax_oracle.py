@@ -17,7 +17,7 @@ from distir.frontends.sdy import sdy_import
 from distir.runtime import interpret
 from distir.runtime.local import run_local
 
-PROGRAMS = ["tp_mlp_4", "gelu_mlp", "attention", "dp_adam", "zero_adam", "layernorm", "embedding", "misc", "tp_dp_mlp", "shard_map", "shard_map_2d"]
+PROGRAMS = ["tp_mlp_4", "gelu_mlp", "attention", "dp_adam", "zero_adam", "layernorm", "embedding", "take_rows", "take_bags", "misc", "tp_dp_mlp", "shard_map", "shard_map_2d"]
 PPERMUTE = ["ppermute_ring", "ppermute_reverse", "ppermute_partial", "ppermute_2d", "ring_allreduce", "ring_matmul"]
 
 

@@ -1,6 +1,7 @@
 """Imported programs under ``mpiexec -n 4``: ``distir-run --backend mpi`` of JAX's files
-(as written and after a fused schedule) computes JAX's results, and Shardy's and MLIR
-shard's collectives hold device by device."""
+(every JAX-oracle program: MLP, attention, LayerNorm, embedding lookups, shard_map,
+permutes; as written and after a fused schedule) computes JAX's results, and Shardy's and
+MLIR shard's collectives hold device by device."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def mpirun(path: Path, func: str, inputs: dict[str, np.ndarray], tmp_path: Path)
         return [f[f"result{i}"] for i in range(len(f.files))]
 
 
-@pytest.mark.parametrize("name", ["tp_mlp_4", "attention", "shard_map", "ppermute_partial", "ppermute_2d", "ring_matmul"])
+@pytest.mark.parametrize("name", ["tp_mlp_4", "attention", "layernorm", "embedding", "take_rows", "shard_map", "ppermute_partial", "ppermute_2d", "ring_matmul"])
 def test_jax_program_on_mpi(jax_dir, tmp_path, name):
     text, inputs, want = load(jax_dir, name)
     path = tmp_path / f"{name}.mlir"
@@ -82,3 +83,13 @@ def test_shard_shift_send_recv_per_device_on_mpi(tmp_path):
     got = mpirun(HERE / "shard-permute.mlir", "shift_grid", {"x": x.reshape(2, 2, 4)[..., :3]}, tmp_path)[0].reshape(4, 3)
     for d, want in enumerate(permute_model("shift_grid", x[:, :3])[0]):
         np.testing.assert_allclose(got[d], want, rtol=1e-6, err_msg=f"device {d}")
+
+
+def test_reversed_device_order_on_mpi(tmp_path):
+    """A manual computation on a mesh with device_ids [3, 2, 1, 0] (partition_id, a ring
+    permute and a gather over device ids) under mpiexec (test_device_order.py)."""
+    t = np.arange(16, dtype=np.float32).reshape(8, 2)
+    blocks = [t[2 * p : 2 * p + 2] + (3 - p) for p in range(4)]
+    got = mpirun(HERE / "sdy-device-order.mlir", "reversed", {"arg0": t}, tmp_path)
+    np.testing.assert_array_equal(got[0], np.concatenate([blocks[(p + 1) % 4] for p in range(4)]))
+    np.testing.assert_array_equal(got[1], np.concatenate([t[4:6]] * 4))

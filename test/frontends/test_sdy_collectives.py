@@ -188,9 +188,8 @@ BAD_PERMUTES = {
         '  %0 = sdy.collective_permute %arg0 out_sharding=<@m, [{"x", "y"}, {}]> : tensor<4x8xf32>\n  return %0 : tensor<4x8xf32>\n}\n',
         r"3:\d+.*splits dim 0 in 2 block\(s\) before and 4 after",
     ),
-    # Shardy's executable test without self loops permutes between meshes of different
-    # device orders; distir numbers devices row-major and rejects such a mesh.
-    "mesh with device_ids": ('sdy.mesh @mesh_b = <["x"=4], device_ids=[1, 2, 3, 0]>\n', r"1:\d+.*device_ids other than 0, 1, \.\.\. are not supported"),
+    # device orders are read (test_device_order.py); device_ids must name each device once
+    "device_ids not a permutation": ('sdy.mesh @mesh_b = <["x"=4], device_ids=[1, 2, 3, 1]>\n', r"1:\d+.*device_ids must name each of the mesh's 4 devices"),
 }
 
 

@@ -158,6 +158,8 @@ class MeshSim:
             m = re.match(r"dense<([^>]*)>", text)
             value = (m.group(1) if m else text.split(" : ")[0]).strip()
             shape, dt = outs[0]
+            if value == "" and shape is not None and 0 in shape:  # dense<> : tensor<0xi64>
+                return [np.zeros(shape, dtype=dt)]
             if value.startswith("["):  # a non-splat (tensor.reshape's shape operand)
                 return [np.array([_number(x, dt) for x in re.findall(r"-?[\w.+]+", value)], dtype=dt).reshape(shape)]
             v = {"true": 1, "false": 0}.get(value)
