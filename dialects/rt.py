@@ -11,7 +11,8 @@ description of the ranks. ``rt`` holds everything that is not a library call to 
   the axes), ``rt.group_rank`` (this rank's index in such a group, optionally shifted),
   ``rt.holds`` (whether this rank holds a value placed ``at<r>``);
 * buffers: ``rt.alloc``, ``rt.block`` (a view of one of ``count`` equal blocks along a
-  dim), ``rt.copy``;
+  dim), ``rt.copy``, ``rt.copy_blocks`` (blocks along one dim to blocks along another,
+  one op whatever their number);
 * streams and events: ``rt.stream``, ``rt.event_record``, ``rt.stream_wait``,
   ``rt.stream_sync`` (CUDA's model; host backends run stream 0 in order on the rank's
   thread and other streams asynchronously);
@@ -566,13 +567,48 @@ class CopyOp(RtOp):
     args = var_operand_def()
 
     def verify_types(self) -> None:
-        _stream_last(self)
-        if len(self.args) != 3:
-            fail(self, "takes a source, a destination and a stream")
-        a = need_memref(self, self.args[0].type, "source")
-        b = need_memref(self, self.args[1].type, "destination")
-        if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
-            fail(self, f"source {a} and destination {b} must have the same element count and type")
+        _copy_operands(self)
+
+
+def _copy_operands(op: IRDLOperation) -> tuple[MemRefType, MemRefType]:
+    """The source and destination of a copy (``%src, %dst, %stream``): memrefs of one
+    element type and count."""
+    _stream_last(op)
+    if len(op.operands) != 3:
+        fail(op, "takes a source, a destination and a stream")
+    a = need_memref(op, op.operands[0].type, "source")
+    b = need_memref(op, op.operands[1].type, "destination")
+    if memref_count(a) != memref_count(b) or a.element_type != b.element_type:
+        fail(op, f"source {a} and destination {b} must have the same element count and type")
+    return a, b
+
+
+@irdl_op_definition
+class CopyBlocksOp(RtOp):
+    """``rt.copy_blocks %src, %dst, %s from d to e count n``: for every j < n, ``rt.copy``
+    block j of n along dim ``d`` of ``%src`` into block j of n along dim ``e`` of ``%dst``
+    (row-major within each block), as one copy: packing the strided blocks of a buffer
+    side by side for a collective (``e`` = 0 of a ``[n, ..]`` buffer), or spreading them
+    back. The element counts and types must agree; both dims must divide into ``n``.
+
+    ``rt.copy_blocks %x, %t, %s from 1 to 0 count 4 : (memref<8x16xf32>, memref<4x8x4xf32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.copy_blocks"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("from", "int"), Kw("to", "int"), Kw("count", "int"))
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        a, b = _copy_operands(self)
+        n = self.option("count")
+        if n < 1:
+            fail(self, f"count must be at least 1, got {n}")
+        for what, t, d in (("source", a, self.option("from")), ("destination", b, self.option("to"))):
+            shape = t.get_shape()
+            if not 0 <= d < len(shape):
+                fail(self, f"dim {d} is out of range for the {what} {t}")
+            if shape[d] % n:
+                fail(self, f"dim {d} of the {what} (size {shape[d]}) is not divisible into {n} blocks")
 
 
 # ======================================================================================
@@ -844,6 +880,10 @@ TRANSPORT = Kw("transport", "word", None, ("shared", "messages"))
 """``transport shared|messages`` (``plan-execution``) of a fused tile operator: tiles
 stored straight into the destination rank's buffers (ranks that share memory) or sent
 as point-to-point messages on the communication stream; absent (not planned), messages."""
+TRANSPORT_ELSE = Kw("else", "word", None, ("messages",))
+"""``transport shared else messages`` (``plan-execution``, on targets whose ranks may be
+given buffers their peers cannot see): a run over such buffers sends the tiles as
+messages, alike on every rank. Without it, such a run fails."""
 
 
 def tile_order(order: str, n: int, me: int) -> list[int]:
@@ -931,6 +971,8 @@ class TiledCollectiveOp(RtOp):
             if not (isinstance(v.type, MemRefType) or v.type == INDEX):
                 fail(self, f"operand {i} must be a memref, got {v.type}")
         self.verify_producer()
+        if self.option("else") is not None and self.option("transport") != "shared":
+            fail(self, "'else messages' belongs to 'transport shared'")
         if self.option("tiles") < 1:
             fail(self, f"tiles must be at least 1, got {self.option('tiles')}")
         p = self.producer_shape()
@@ -961,7 +1003,7 @@ class MatmulReduceOp(TiledCollectiveOp):
     its output (the paper's two-phase direct AllReduce)."""
 
     KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("tiles", "int"), Kw("order", "word", REQUIRED, TILE_ORDERS), TRANSPORT)
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("tiles", "int"), Kw("order", "word", REQUIRED, TILE_ORDERS), TRANSPORT, TRANSPORT_ELSE)
     HAS_RED: ClassVar[bool] = True
 
     def producer_shape(self) -> tuple[int, ...]:
@@ -1044,6 +1086,7 @@ class TiledAllToAllOp(TiledCollectiveOp):
         Kw("tiles", "int"),
         Kw("order", "word", REQUIRED, TILE_ORDERS),
         TRANSPORT,
+        TRANSPORT_ELSE,
     )
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
@@ -1239,7 +1282,7 @@ class AssembleOp(IRDLOperation):
 
 @irdl_op_definition
 class FusedOp(IRDLOperation):
-    """``rt.fused [zero_copy reduce R gather [G, ..] | sequential] { .. }``: the calls of
+    """``rt.fused [zero_copy reduce R gather [G, ..] [else sequential] | sequential] { .. }``: the calls of
     one fused collective (CoCoNet's FusedAllReduce): a ``nccl.reduce_scatter``, the
     kernel on this rank's slice, and the in-place ``nccl.all_gather`` of the results to
     gather. The ops mean exactly what they say, in order; ``plan-execution`` decides how
@@ -1254,7 +1297,11 @@ class FusedOp(IRDLOperation):
       group of that shape (checked here): the reduce-scatter first, then ``rt.block``,
       ``rt.group_rank`` and ``arith`` ops, one ``rt.launch`` whose space is the
       reduce-scatter's output, then in-place all-gathers of launch outputs on the same
-      communicator.
+      communicator. The buffers the group touches must be where every peer sees them
+      (a run that gives it others fails, naming the op), unless the plan adds
+      ``else sequential``: then a run whose buffers a peer cannot see (a step's
+      caller's arrays outside the shared memory) runs the group sequentially, on every
+      rank of the group alike.
 
     Unplanned (no clause), the group runs sequentially.
 
@@ -1272,6 +1319,7 @@ class FusedOp(IRDLOperation):
     execution = opt_prop_def(StringAttr)
     reduce = opt_prop_def(IntegerAttr)
     gather = opt_prop_def(DenseArrayBase)
+    fallback = opt_prop_def(StringAttr)
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
 
@@ -1291,9 +1339,15 @@ class FusedOp(IRDLOperation):
     def gather_params(self) -> tuple[int, ...]:
         return tuple(self.gather.get_values()) if self.gather is not None else ()  # type: ignore[arg-type]
 
-    def plan(self, mode: str | None, reduce: int | None = None, gather: Sequence[int] = ()) -> None:
+    @property
+    def falls_back(self) -> bool:
+        """Whether a ``zero_copy`` group runs sequentially over buffers a peer cannot see
+        (``else sequential``) rather than failing."""
+        return self.fallback is not None
+
+    def plan(self, mode: str | None, reduce: int | None = None, gather: Sequence[int] = (), falls_back: bool = False) -> None:
         """Record how the group runs (``plan-execution``)."""
-        for k in ("execution", "reduce", "gather"):
+        for k in ("execution", "reduce", "gather", "fallback"):
             self.properties.pop(k, None)
         if mode is None:
             return
@@ -1302,11 +1356,14 @@ class FusedOp(IRDLOperation):
             assert reduce is not None
             self.properties["reduce"] = IntegerAttr(reduce, i64)
             self.properties["gather"] = DenseArrayBase.from_list(i64, list(gather))
+            if falls_back:
+                self.properties["fallback"] = StringAttr("sequential")
 
     @classmethod
     def parse(cls, parser: Parser) -> FusedOp:
         mode = reduce = None
         gather: list[int] = []
+        falls_back = False
         pos = parser.pos
         word = parser.parse_optional_identifier()
         if word is not None:
@@ -1318,9 +1375,12 @@ class FusedOp(IRDLOperation):
                 reduce = parse_int(parser, " after 'reduce'")
                 parser.parse_keyword("gather")
                 gather = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser), " after 'gather'")
+                if parser.parse_optional_keyword("else") is not None:
+                    parser.parse_keyword("sequential")
+                    falls_back = True
         region = parser.parse_region()
         op = cls.build(regions=[region])
-        op.plan(mode, reduce, gather)
+        op.plan(mode, reduce, gather, falls_back)
         op.attributes.update(parser.parse_optional_attr_dict())
         return op
 
@@ -1328,6 +1388,8 @@ class FusedOp(IRDLOperation):
         mode = self.mode
         if mode == "zero_copy":
             printer.print_string(f" zero_copy reduce {self.reduce_param} gather [{', '.join(map(str, self.gather_params))}]")
+            if self.falls_back:
+                printer.print_string(" else sequential")
         elif mode is not None:
             printer.print_string(f" {mode}")
         printer.print_string(" ")
@@ -1338,9 +1400,11 @@ class FusedOp(IRDLOperation):
         mode = self.mode
         if mode is not None and mode not in self.EXECUTIONS:
             fail(self, f"execution must be one of {', '.join(self.EXECUTIONS)}, got '{mode}'")
+        if self.fallback is not None and self.fallback.data != "sequential":
+            fail(self, f"a zero_copy group falls back to sequential, not '{self.fallback.data}'")
         if mode != "zero_copy":
-            if self.reduce is not None or self.gather is not None:
-                fail(self, "reduce and gather belong to a zero_copy group")
+            if self.reduce is not None or self.gather is not None or self.fallback is not None:
+                fail(self, "reduce, gather and else belong to a zero_copy group")
             return
         got = self.zero_copy_layout()
         if isinstance(got, str):
@@ -1606,6 +1670,7 @@ Rt = Dialect(
         AllocOp,
         BlockOp,
         CopyOp,
+        CopyBlocksOp,
         KernelOp,
         LaunchOp,
         CallOp,

@@ -746,17 +746,17 @@ class FuncLowering:
         self.unpack(tmp, recv, dim, n)
 
     def pack(self, buf: SSAValue, dim: int, n: int) -> SSAValue:
-        """A contiguous copy of ``buf`` whose block j is block j of ``buf`` along ``dim``."""
+        """A contiguous copy of ``buf`` whose block j is block j of ``buf`` along ``dim``
+        (one ``rt.copy_blocks``, whatever ``n``)."""
         dims = list(shape(buf))
         dims[dim] //= n
         tmp = self.alloc(MemRefType(element(buf), [n, *dims]))
-        for j in range(n):
-            self.copy(self.block(buf, self.const(j), dim, n), self.block(tmp, self.const(j), 0, n))
+        self.emit(rt.CopyBlocksOp.make([buf, tmp, self.stream], [], **{"from": dim, "to": 0, "count": n}))
         return tmp
 
     def unpack(self, tmp: SSAValue, buf: SSAValue, dim: int, n: int) -> None:
-        for j in range(n):
-            self.copy(self.block(tmp, self.const(j), 0, n), self.block(buf, self.const(j), dim, n))
+        """Block j of ``tmp`` (along dim 0) into block j of ``buf`` along ``dim``."""
+        self.emit(rt.CopyBlocksOp.make([tmp, buf, self.stream], [], **{"from": 0, "to": dim, "count": n}))
 
     # ------------------------------------------------------------------ fused collectives
     def _fused(self, op: coll.FusedCollectiveOp) -> None:

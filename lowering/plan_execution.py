@@ -16,9 +16,15 @@ The rules, for ``target`` (``lowering/target.py``):
   thread: the kernel reads its peers' buffers while they wait), its reduction is over
   f32 or f64 (the generated reduction loop; f16/bf16 kernel outputs are widened copies,
   not the peers' buffers), and no buffer it touches is a scattered argument (pieces are
-  no single buffer a peer can index); ``sequential`` otherwise.
-* Fused tile operators get ``transport shared`` when the target has shared memory,
-  ``transport messages`` otherwise.
+  no single buffer a peer can index); ``sequential`` otherwise. On a target whose
+  ranks may be given buffers their peers cannot see (every shared-memory target but
+  ``local``'s threads: ``EVERY_BUFFER_SHARED``), the group is ``zero_copy .. else
+  sequential``: a run over such buffers runs it sequentially (the runtime learns where
+  the buffers are from the buffer exchange, alike on every rank); on ``local`` it is
+  plain ``zero_copy`` and a run that breaks the promise fails.
+* Fused tile operators get ``transport shared`` when the target has shared memory
+  (``transport shared else messages`` where a run may give buffers the peers cannot
+  see, as for zero-copy groups), ``transport messages`` otherwise.
 * ``nccl.all_gather`` gets ``in_place`` when its input is this rank's block of its
   output (every target: NCCL and MPI take it as their in-place form too).
 * Copies get ``stream_from N`` (the target's threshold) when the target streams: every
@@ -64,7 +70,7 @@ from distir.dialects.diagnostics import InputRejected
 from distir.dialects.rt import TARGET, TargetAttr
 from distir.lowering.common import fail
 from distir.lowering.lower_collectives import ARENAS
-from distir.lowering.target import get_target, planned_target
+from distir.lowering.target import EVERY_BUFFER_SHARED, get_target, planned_target
 
 PASS = "plan-execution"
 SCATTERED = "rt.scattered"
@@ -180,16 +186,19 @@ def plan_function(f: func.FuncOp, target: TargetAttr) -> None:
     """Write the decisions for ``target`` into a lowered function (module doc)."""
     scattered = scattered_arguments(f)
     in_zero_copy: set[Operation] = set()
+    falls_back = target.target_name not in EVERY_BUFFER_SHARED
     for op in f.walk():
         if isinstance(op, rt.FusedOp):
             layout = zero_copy(op, target, scattered)
             if layout is None:
                 op.plan("sequential")
             else:
-                op.plan("zero_copy", *layout)
+                op.plan("zero_copy", *layout, falls_back=falls_back)
                 in_zero_copy.update(op.body.block.ops)
         elif isinstance(op, rt.TiledCollectiveOp):
             op.properties["transport"] = rt.TRANSPORT.to_attr("shared" if target.shared_memory else "messages")
+            if target.shared_memory and falls_back:
+                op.properties["else"] = rt.TRANSPORT_ELSE.to_attr("messages")
     stream_from = target.stream_from
     for op in f.walk():
         if isinstance(op, nccl.AllGatherOp) and rt.in_place_block(op.buffers[0], op.buffers[1], op.count, op.comm):

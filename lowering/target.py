@@ -40,6 +40,12 @@ TARGETS: dict[str, TargetAttr] = {
     "gpu": TargetAttr("gpu", False, (), None),
 }
 
+EVERY_BUFFER_SHARED = frozenset({"local"})
+"""The targets whose ranks see every buffer of each other (the rank threads of one
+process). Elsewhere a run may give a program buffers its peers cannot see (a step's
+caller's arrays outside the node's shared memory), and ``plan-execution`` plans a
+zero-copy group ``else sequential`` for them."""
+
 BACKEND_TARGETS = {"local": "local", "mpi": "shared-memory", "nccl": "gpu"}
 """The target each backend plans for (``mpi``: ``messages`` when its ranks are not all
 on one node)."""

@@ -158,6 +158,13 @@ class CudaDevice:
         blocks, threads = grid_for(total)
         self._run(ck.copy_kernel(src_k.ndim, dst_k.ndim), blocks, threads, stream, src_k, dst_k, total)
 
+    def copy_blocks(self, src, dst, src_dim: int, dst_dim: int, count: int, stream) -> None:
+        total = math.prod(dst.shape)
+        if total == 0:
+            return
+        blocks, threads = grid_for(total)
+        self._run(ck.copy_blocks_kernel(src.ndim, dst.ndim, src_dim, dst_dim), blocks, threads, stream, src, dst, total, count)
+
     # ------------------------------------------------------------------ streams
     def stream(self, index: int) -> CudaStream:
         return CudaStream(index)

@@ -128,6 +128,18 @@ def copy(src, dst, total):
 {body}
 """
 
+COPY_BLOCKS = """
+from numba import cuda
+
+
+def copy_blocks(src, dst, total, count):
+    per = total // count
+    for flat in range(cuda.grid(1), total, cuda.gridsize(1)):
+        j = flat // per
+        g = flat % per
+{body}
+"""
+
 REDUCE = """
 import math
 import numba
@@ -283,6 +295,29 @@ def copy_source(src_ndim: int, dst_ndim: int) -> str:
 
 def copy_kernel(src_ndim: int, dst_ndim: int):
     return _compile(("copy", src_ndim, dst_ndim), copy_source(src_ndim, dst_ndim), "copy")
+
+
+def copy_blocks_source(src_ndim: int, dst_ndim: int, src_dim: int, dst_dim: int) -> str:
+    """``rt.copy_blocks``: thread element ``g`` of block ``j`` reads the ``g``-th element of
+    block ``j`` of ``src`` along ``src_dim`` and writes it to the same of ``dst``."""
+    body = []
+
+    def unravel(prefix: str, ndim: int, arr: str, dim: int) -> str:
+        def extent(d: int) -> str:
+            return f"({arr}.shape[{d}] // count)" if d == dim else f"{arr}.shape[{d}]"
+
+        body.extend(f"        {x}" for x in cg.unravel(ndim, extent, prefix, f"{prefix}r"))
+        body.append(f"        {prefix}{dim} += j * {extent(dim)}")
+        return ", ".join(f"{prefix}{d}" for d in range(ndim))
+
+    si = unravel("s", src_ndim, "src", src_dim)
+    di = unravel("d", dst_ndim, "dst", dst_dim)
+    body.append(f"        dst[{di}] = src[{si}]")
+    return COPY_BLOCKS.format(body="\n".join(body))
+
+
+def copy_blocks_kernel(src_ndim: int, dst_ndim: int, src_dim: int, dst_dim: int):
+    return _compile(("copy_blocks", src_ndim, dst_ndim, src_dim, dst_dim), copy_blocks_source(src_ndim, dst_ndim, src_dim, dst_dim), "copy_blocks")
 
 
 _REDUCTIONS = {

@@ -470,6 +470,12 @@ def _copy(ex: RankExecutor, op: rt.CopyOp) -> None:
         ex.device.copy(src, dst, s, stream_from)
 
 
+@handles(rt.CopyBlocksOp)
+def _copy_blocks(ex: RankExecutor, op: rt.CopyBlocksOp) -> None:
+    src, dst, s = (ex.v(a) for a in op.args)
+    ex.device.copy_blocks(src, dst, op.option("from"), op.option("to"), op.option("count"), s)
+
+
 @handles(rt.LaunchOp)
 def _launch(ex: RankExecutor, op: rt.LaunchOp) -> None:
     args = [ex.v(a) for a in op.args]
@@ -631,9 +637,14 @@ def _fused(ex: RankExecutor, op: rt.FusedOp) -> None:
     kernel = ex.program.kernels[group.launch.kernel_name]
     if not run(comm, kernel, args, op.reduce_param, op.gather_params, send, fulls, group.rs.option("op"), group.rs.count, s):
         # the buffers of this run are not all where the peers see them (a step's caller's
-        # arrays outside the shared memory; every rank of the group learns it alike):
-        # the group's ops, as they read
-        ex.block(op.body.block)
+        # arrays outside the shared memory; every rank of the group learns it alike)
+        if not op.falls_back:
+            raise ExecutionFailed(
+                f"rank {ex.rank}: 'rt.fused' is planned zero_copy without 'else sequential', but a buffer it touches is not "
+                "where its peers see it (allocate the step's buffers with Step.empty / Step.empty_together, or plan the "
+                "program for a target whose groups fall back)"
+            )
+        ex.block(op.body.block)  # the plan's 'else sequential': the group's ops, as they read
 
 
 def _block_op(self: RankExecutor, op: Operation) -> None:

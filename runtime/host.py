@@ -88,6 +88,15 @@ class HostDevice:
             return
         stream.submit(lambda: _copy(src, dst, stream_from))
 
+    def copy_blocks(self, src: np.ndarray, dst: np.ndarray, src_dim: int, dst_dim: int, count: int, stream) -> None:
+        """``rt.copy_blocks``: one numpy copy between views of both buffers as ``count``
+        blocks (a buffer passed in pieces: block by block)."""
+        if isinstance(src, ScatteredArray) or isinstance(dst, ScatteredArray):
+            for j in range(count):
+                self.copy(self.block(src, j, src_dim, count), self.block(dst, j, dst_dim, count), stream)
+            return
+        stream.submit(lambda: _copy_blocks(src, dst, src_dim, dst_dim, count))
+
     # ------------------------------------------------------------------ streams
     def stream(self, index: int):
         if index == 0:
@@ -202,7 +211,8 @@ class HostDevice:
         stream; what it cannot know is where the buffers a run is given live: when a peer
         cannot see one of them (a step's caller's buffer outside the shared memory) it
         returns False on every rank of the group, having run nothing, and the executor
-        runs the group's ops as they read."""
+        does what the plan says for that case (``else sequential``: the group's ops as
+        they read; otherwise it fails)."""
         exchange = getattr(comm, "peer_buffers", None)
         if exchange is None:
             raise RuntimeError("'rt.fused' is planned zero_copy, but this communicator does not share buffers between ranks")
@@ -291,6 +301,20 @@ def _copy(src: np.ndarray, dst: np.ndarray, stream_from: int | None) -> None:
         bulk.copy(dst.reshape(-1), src.reshape(-1), stream_from)
         return
     dst[...] = src.reshape(dst.shape)
+
+
+def blocks_view(a: np.ndarray, dim: int, count: int) -> np.ndarray:
+    """A view of ``a`` as ``count`` blocks along ``dim``, stacked first: ``[count,
+    *block shape]`` (writes go to ``a``)."""
+    step = a.shape[dim] // count
+    shape = (count, *a.shape[:dim], step, *a.shape[dim + 1 :])
+    strides = (a.strides[dim] * step, *a.strides[:dim], a.strides[dim], *a.strides[dim + 1 :])
+    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=True)
+
+
+def _copy_blocks(src: np.ndarray, dst: np.ndarray, src_dim: int, dst_dim: int, count: int) -> None:
+    out = blocks_view(dst, dst_dim, count)
+    out[...] = blocks_view(src, src_dim, count).reshape(out.shape)
 
 
 def _assign(out: np.ndarray, value: np.ndarray) -> None:

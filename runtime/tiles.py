@@ -312,8 +312,17 @@ def run(ex, op: rt.TiledCollectiveOp) -> None:
         run_gpu(ex, op, state, producer, comm, out, red, s0, s1)
         return
     s0.synchronize()
-    if op.option("transport") == "shared" and run_shared(ex, op, state, producer, comm, out, red):
-        return
+    if op.option("transport") == "shared":
+        if run_shared(ex, op, state, producer, comm, out, red):
+            return
+        if op.option("else") != "messages":
+            from distir.dialects.diagnostics import ExecutionFailed
+
+            raise ExecutionFailed(
+                f"rank {ex.rank}: '{op.name}' is planned 'transport shared' without 'else messages', but its buffers or "
+                "tile flags are not where its peers see them (allocate the step's buffers with Step.empty, or plan the "
+                "program for a target whose operators fall back)"
+            )
     run_messages(ex, op, state, producer, comm, out, red, s0, s1)
 
 
@@ -322,8 +331,8 @@ def run(ex, op: rt.TiledCollectiveOp) -> None:
 
 def run_shared(ex, op, state: TileState, producer: Producer, comm, out, red) -> bool:
     """The zero-copy execution (module doc); False when the communicator cannot share
-    buffers (then every rank of the group takes the message path: the decision is
-    made from data all ranks see alike)."""
+    these buffers (every rank of the group learns it alike; the plan says what then:
+    ``else messages``, the message path, or a failure)."""
     share = getattr(comm, "peer_buffers", None)
     flags_of = getattr(comm, "tile_flags", None)
     if share is None or flags_of is None:

@@ -250,12 +250,30 @@ def size_rows(result, size: int, top: int | None) -> tuple[list[Row], int]:
     return shown, len(ordered) - len(running)
 
 
+LONG_PIPELINE = 160
+"""A pipeline longer than this many characters is abridged in the default table."""
+
+_TARGETS = re.compile(r"\btargets=([^ }]*)")
+
+
+def abridged(pipeline: str) -> str:
+    """``pipeline`` with each ``targets=`` list longer than one name replaced by its
+    count (``targets=<64 names>``): a whole model's pipeline names every tensor."""
+
+    def count(m: re.Match) -> str:
+        names = m.group(1).split(",")
+        return m.group(0) if len(names) == 1 else f"targets=<{len(names)} names>"
+
+    return _TARGETS.sub(count, pipeline)
+
+
 def render_table(result, top: int | None = 10, width: int | None = None) -> str:
     """Per size: the best (``*``), the ``top`` fastest families and the program as
-    written, by time, with the speedup over the program as written and the pipeline;
-    the schedules that do not run at the size counted in one line; then one ``best``
-    line per size. ``top=None`` lists every schedule. Plain text (rich's layout, no
-    escape codes)."""
+    written, by time, with the speedup over the program as written and the pipeline
+    (one longer than ``LONG_PIPELINE`` characters with its ``targets`` lists counted,
+    ``abridged``); the schedules that do not run at the size counted in one line; then
+    one ``best`` line per size. ``top=None`` lists every schedule, every pipeline whole.
+    Plain text (rich's layout, no escape codes)."""
     import io
 
     from rich.console import Console
@@ -263,6 +281,7 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
 
     out = io.StringIO()
     console = Console(file=out, width=width or 100_000, color_system=None, force_terminal=False, soft_wrap=False, highlight=False, emoji=False, markup=False)
+    shortened = False
     for size in result.sizes:
         rows, missing = size_rows(result, size, top)
         table = Table(box=None, pad_edge=False, padding=(0, 1))
@@ -276,7 +295,10 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
             sp = result.speedup(s, size)
             mark = "*" if any(result.best.get(size) == m.name for m in row.members) else ""
             shown_time = "not predicted" if row.time is None and all(t is None for t in s.times.values()) else format_time(row.time)
-            table.add_row(mark, row.name, shown_time, f"{sp:.2f}x" if sp else "-", s.pipeline or "(as written)")
+            pipeline = s.pipeline or "(as written)"
+            if top is not None and len(pipeline) > LONG_PIPELINE:
+                pipeline, shortened = abridged(pipeline), True
+            table.add_row(mark, row.name, shown_time, f"{sp:.2f}x" if sp else "-", pipeline)
         shown = sum(len(r.members) for r in rows)
         console.print(f"size {format_size(size)} ({size}): {len(result.schedules)} schedules evaluated, {shown} shown")
         console.print(table)
@@ -292,6 +314,8 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
         sp = result.speedup(s, size)
         t = s.times.get(size)
         console.print(f"best: {format_size(size)}: {name}  {format_time(t) if t is not None else '(not predicted)'}" + (f"  {sp:.2f}x over the program as written" if sp else ""))
+    if shortened:
+        console.print("(targets=<N names>: a list of N value names, abridged; --all or --json gives every pipeline whole)")
     text = out.getvalue()
     return "\n".join(line.rstrip() for line in text.splitlines())
 

@@ -5,7 +5,14 @@ Calibration times small distir programs on each backend (``timing.py``: warm-up,
 interleaved rounds) and fits the parameters the cost model (``cost_model.py``) needs:
 
 * the host's costs (``Runtime``): a fixed cost per step of a program and a dispatch
-  cost per op, from programs of 1 and 8 tiny kernels;
+  cost per op, from programs of 1 and 8 tiny kernels, and what each array argument of a
+  kernel beyond two adds to its launch, from 8 kernels of 8 arrays (``k8w``: numba's
+  dispatch and the runtime's alias check look at every argument; 2-5 us each here,
+  against 10-15 us for a whole launch of two arrays). Fitting views and launches apart
+  (a program of 16 views against one of 1: a view costs a fifth of a launch) was tried
+  and not kept: the step's fixed cost then came out larger and the ops cheaper, and
+  small steps were predicted 15-25% faster than with one cost per op, further from
+  their measured times (2^16: median error 22% against 8%);
 * the memory bandwidth, from an element-wise kernel that updates a large buffer in
   place (read two, write one back), every rank at once (so the bandwidth is each rank's
   share), and on rank 0 alone (what a kernel only some ranks run gets). A store to
@@ -90,20 +97,29 @@ def update_program(n: int, placement: str = "local") -> str:
     )
 
 
-def kernels_program(count: int) -> str:
-    """``count`` tiny kernels of different shapes (so that none fuse)."""
+def kernels_program(count: int, arrays: int = 2) -> str:
+    """``count`` tiny kernels of different shapes (so that none fuse), each over
+    ``arrays`` arrays (``arrays - 1`` inputs and its output)."""
     args, body, rets = [], [], []
     for i in range(count):
         t = _t(64 + i, "local")
-        args.append(f"%a{i}: {t}")
+        ins = [f"%a{i}_{j}" for j in range(arrays - 1)]
+        args += [f"{x}: {t}" for x in ins]
+        params = ", ".join(f"%x{j}: f32" for j in range(len(ins)))
+        adds = "".join(f"    %r{j} = arith.addf %r{j - 1}, %x{j} : f32\n" for j in range(1, len(ins)))
         body.append(
-            f"  %c{i} = dist.map(%a{i}) : ({t}) -> {t} {{\n  ^bb0(%x: f32):\n    %r = arith.addf %x, %x : f32\n    dist.yield %r : f32\n  }}\n"
+            f"  %c{i} = dist.map({', '.join(ins)}) : ({', '.join([t] * len(ins))}) -> {t} {{\n  ^bb0({params}):\n"
+            f"    %r0 = arith.addf %x0, %x0 : f32\n{adds}    dist.yield %r{len(ins) - 1} : f32\n  }}\n"
         )
         rets.append((f"%c{i}", t))
     sig = ", ".join(t for _, t in rets)
     return _MESH + (
         f"func.func @kernels({', '.join(args)}) -> ({sig}) {{\n" + "".join(body) + f"  func.return {', '.join(v for v, _ in rets)} : {sig}\n}}\n"
     )
+
+
+WIDE = 8
+"""Arrays of each kernel of the ``k8w`` program (the others have two)."""
 
 
 def flops_program(n: int, fmas: int = 64) -> str:
@@ -180,6 +196,7 @@ def programs() -> dict[str, str]:
             programs["mm_f32"] = matmul_program(512, "f32")
         if n == 1 << 14:
             programs["mm_f16"] = matmul_program(128, "f16")
+    programs["k8w"] = kernels_program(8, WIDE)
     programs["k8"] = kernels_program(8)
     programs["k1"] = kernels_program(1)
     return programs
@@ -222,12 +239,9 @@ def _line(xs: list[float], ys: list[float], scale: list[float] | None = None) ->
 
 def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
     """The parameters from the measured step times ``t`` (seconds by program name)."""
-    ops1, ops8 = _op_count(kernels_program(1), ranks), _op_count(kernels_program(8), ranks)
-    # (clamped so that one noisy program cannot give a host cost above a whole step)
-    dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
-    step = max(0.0, t["k1"] - ops1 * dispatch)
-    runtime = Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step)
-    overhead = step + _op_count(update_program(BANDWIDTH_SIZES[0]), ranks) * dispatch
+    runtime = _host_costs(t, ranks)
+    host = lambda text: host_time(text, ranks, runtime)  # noqa: E731
+    overhead = host(update_program(BANDWIDTH_SIZES[0]))
     # the update reads two buffers and writes one of them back: 12 bytes per element
     _, per_byte = _line([12.0 * n for n in BANDWIDTH_SIZES], [t[f"update_{n}"] for n in BANDWIDTH_SIZES])
     bandwidth = 1 / max(per_byte, 1e-13)
@@ -251,7 +265,7 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
             # of n / ranks)
             block = 4.0 * n / (ranks if kind == "all_gather" else 1)
             xs.append(4.0 * n * (float(copy_traffic(block)) if kind in COPY_KINDS and backend == "local" else 1.0))
-            ys.append(t[f"{kind}_{n}"] - step - _op_count(collective_program(kind, n), ranks) * dispatch)
+            ys.append(t[f"{kind}_{n}"] - host(collective_program(kind, n)))
         _, beta = _line(xs, ys, [t[f"{kind}_{n}"] for n in COLLECTIVE_SIZES])
         # alpha where the bytes cost least, from the two smallest sizes (16 and 64 KiB:
         # their bytes are a few us, so an error in beta hardly moves it): the line's
@@ -275,16 +289,44 @@ def fit(t: dict[str, float], ranks: int, backend: str) -> dict:
     }
 
 
-def _op_count(text: str, ranks: int) -> int:
-    """Ops a rank executes in one step of the lowered program."""
-    from xdsl.dialects import func
+def _host_costs(t: dict[str, float], ranks: int) -> Runtime:
+    """The host's costs (module doc) from the step times of the ``k*`` programs: one
+    cost per op (the tiny kernels' launches and their buffers' ops alike), and what each
+    array argument of a kernel beyond two adds (``k8w``; none for a calibration measured
+    before that program existed)."""
+    count = lambda text: host_ops(text, ranks)  # noqa: E731
+    k1, k8 = count(kernels_program(1)), count(kernels_program(8))
+    ops1, ops8 = sum(k1[:2]), sum(k8[:2])
+    # (clamped so that one noisy program cannot give a host cost above a whole step)
+    dispatch = min(max(1e-7, (t["k8"] - t["k1"]) / max(1, ops8 - ops1)), t["k1"] / max(1, ops1))
+    step = max(0.0, t["k1"] - ops1 * dispatch)
+    argument = 0.0
+    if "k8w" in t:
+        argument = max(0.0, (t["k8w"] - t["k8"]) / max(1, count(kernels_program(8, WIDE))[2] - k8[2]))
+    return Runtime(launch_s=dispatch, dispatch_s=dispatch, synchronous=True, concurrent_streams=False, step_s=step, argument_s=argument)
+
+
+def host_ops(text: str, ranks: int) -> tuple[int, int, int]:
+    """(ops issued as a kernel, copy or communication call, other ops, array arguments of
+    the kernels beyond two each) of one step of the lowered program, as the cost model
+    charges them (``launch_s``, ``dispatch_s``, ``argument_s``)."""
+    from xdsl.dialects import func, scf
 
     from distir.dialects.context import parse_module
     from distir.lowering.pipeline import lower
+    from distir.tuning.cost_model import extra_arguments, issues_work
 
     lowered = lower(parse_module(text), ranks)
     f = next(o for o in lowered.ops if isinstance(o, func.FuncOp))
-    return sum(1 for _ in f.walk()) - 1
+    ops = [o for o in f.walk() if o is not f and not isinstance(o, (func.ReturnOp, scf.IfOp, scf.YieldOp))]
+    launches = [o for o in ops if issues_work(o)]
+    return len(launches), len(ops) - len(launches), sum(extra_arguments(o) for o in launches)
+
+
+def host_time(text: str, ranks: int, runtime: Runtime) -> float:
+    """Host seconds of one step of the program (``host_ops``) on ``runtime``."""
+    launches, others, arguments = host_ops(text, ranks)
+    return runtime.step_s + launches * runtime.launch_s + others * runtime.dispatch_s + arguments * runtime.argument_s
 
 
 def problems(fit_: dict) -> list[str]:

@@ -5,8 +5,8 @@ ranks (``lowering/pipeline.py``) and returns its time on a ``Topology`` at every
 One model, with no case for any schedule; a schedule's time comes out of the ops its
 lowering emits:
 
-* **kernels** (``rt.launch``, ``rt.copy``, ``rt.matmul``, ``rt.reduce_tensor``,
-  ``rt.embedding_bag``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
+* **kernels** (``rt.launch``, ``rt.copy``, ``rt.copy_blocks``, ``rt.matmul``,
+  ``rt.reduce_tensor``, ``rt.embedding_bag``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
   the sizes of the buffers a kernel reads and writes, flops its arithmetic ops per
   element (``FLOPS`` weighs the expensive ones) times its iteration space, or 2·M·N·K
   for a matmul, at the device's peak for the element type;
@@ -34,6 +34,9 @@ lowering emits:
 * **fused collectives** (``rt.fused``) are one launch, and the buffer that passes from
   their first collective to their computation is never stored nor reloaded (the
   kernel's loads of it are free); their lowered IR has no other intermediate buffer.
+  Planned ``zero_copy``, the collectives do not store that buffer either (nor read it
+  first, on a machine that write-allocates) and the all-gathers do not read their
+  inputs (the kernel stores the gathered elements itself).
 
 Ranks with different roles (``scf.if`` on ``rt.holds``: pipeline stages, roots) are
 simulated as classes of identical ranks; a collective or a transfer starts when every
@@ -55,8 +58,8 @@ the bandwidth of a rank streaming alone, their stores to memory a kernel did not
 read cost a read too (write-allocate; copies of ``runtime/bulk.py``'s streaming size
 do not, and on ``local`` the AllGathers, Broadcasts and sends, which are such copies,
 cost their beta per byte of a streamed copy: ``copy_traffic``), and their ``Runtime`` says how the host issues ops (the ``local`` backend
-runs stream 0 on the rank's thread, a Python dispatch per op, and its streams share
-the rank's core).
+runs stream 0 on the rank's thread, a Python dispatch per op, a launch per kernel that
+costs more per array argument, and its streams share the rank's core).
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ FLOPS: dict[str, float] = {
     "math.erf": 8.0,
 }
 FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
-_WORK = (rt.LaunchOp, rt.CopyOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
+_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,9 @@ class Runtime:
     (a GPU's copy engines and SMs) rather than one after the other (a CPU core);
     ``device_s``: device time of every kernel, copy or communication call besides its
     work (a CUDA launch's latency on the stream; a collective's synchronisation);
-    ``step_s``: fixed host time of one step of a program (starting the rank threads)."""
+    ``step_s``: fixed host time of one step of a program (starting the rank threads);
+    ``argument_s``: host time a kernel launch takes per array argument beyond two (the
+    ``local`` backend's dispatch looks at every argument; ``extra_arguments``)."""
 
     launch_s: float
     dispatch_s: float = 0.0
@@ -156,6 +161,7 @@ class Runtime:
     concurrent_streams: bool = True
     device_s: float = 0.0
     step_s: float = 0.0
+    argument_s: float = 0.0
 
 
 GPU_RUNTIME = Runtime(launch_s=4e-6, device_s=3e-6)
@@ -496,12 +502,13 @@ class _Walker:
             active = int(np.isin(self.class_of, classes).sum())
             if 0 < active < self.ranks:
                 bw = min(alone, dev.memory_bandwidth_GBps * self.ranks / active) * 1e9
-        launch = self.runtime.launch_s
+        launch = self.runtime.launch_s + self.runtime.argument_s * extra_arguments(op)
         if isinstance(op, rt.LaunchOp):
             moved, flops, dtype = self.kernel_work(op, fused)
-        elif isinstance(op, rt.CopyOp):
+        elif isinstance(op, (rt.CopyOp, rt.CopyBlocksOp)):
             src = op.args[0]
-            moved, flops, dtype = self._copy_bytes(self._bytes(src), op.option("stream_from")), ZERO, _dtype(self._mem(src).element_type)
+            stream_from = op.option("stream_from") if isinstance(op, rt.CopyOp) else None
+            moved, flops, dtype = self._copy_bytes(self._bytes(src), stream_from), ZERO, _dtype(self._mem(src).element_type)
             self._shape(op.args[1])
         elif isinstance(op, rt.MatmulOp):
             a, b, c = op.args[:3]
@@ -677,9 +684,11 @@ class _Walker:
         if fused is not None and kind == "reduce_scatter":
             fused.setdefault("free", []).append(recv)
         if fused is not None and fused.get("zero_copy"):
-            # the passed buffer (reduce-scatter output, all-gather input) is not stored or
-            # reloaded by the collective either (a combined group runs its calls one by one)
-            saved = self._bytes(recv if kind == "reduce_scatter" else send).scale(1 / (self.topo.device.memory_bandwidth_GBps * 1e9))
+            # the passed buffer is not stored (reduce-scatter output: nor first read, where
+            # the machine write-allocates, as the calibrated reduce-scatter's output is) or
+            # reloaded (all-gather input) by the collective either
+            stored = 2.0 if kind == "reduce_scatter" and isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate else 1.0
+            saved = self._bytes(recv if kind == "reduce_scatter" else send).scale(stored / (self.topo.device.memory_bandwidth_GBps * 1e9))
             full = cost
             cost = lambda r, full=full, saved=saved: np.maximum(full(r) - saved(r), 0.0)  # noqa: E731
         if fused is not None:
@@ -791,6 +800,22 @@ class _Walker:
         """A fused group: one kernel in shared memory when the program says ``zero_copy``
         (``plan-execution``), its calls one by one otherwise."""
         self.block(op.body.block, classes, {"launched": False, "zero_copy": op.mode == "zero_copy"})
+
+
+def issues_work(op: Operation) -> bool:
+    """Whether the host issues ``op`` as a kernel, copy or communication call
+    (``Runtime.launch_s``) rather than dispatching it (``dispatch_s``): what the walker
+    charges, outside fused groups."""
+    if isinstance(op, (nccl.GroupStartOp, nccl.SendOp, nccl.RecvOp)):
+        return False
+    return isinstance(op, (*_WORK, rt.TiledCollectiveOp, nccl.NcclOp, nccl.GroupEndOp))
+
+
+def extra_arguments(op: Operation) -> int:
+    """Array arguments of a kernel launch beyond two (``Runtime.argument_s``)."""
+    if not isinstance(op, rt.LaunchOp):
+        return 0
+    return max(0, sum(1 for a in op.args[:-1] if isinstance(a.type, MemRefType)) - 2)
 
 
 COPY_KINDS = ("all_gather", "broadcast", "send")

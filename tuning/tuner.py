@@ -120,8 +120,9 @@ Progress = Callable[[str, int, int], None]
 @dataclass
 class Limits:
     """When the search stops early, keeping the best schedule found so far:
-    ``max_schedules`` evaluated (lowered and predicted, or timed), the monotonic clock
-    past ``deadline``, or ``interrupted()`` (the first Ctrl-C of ``distir-tune``)."""
+    ``max_schedules`` evaluated (lowered and predicted, or timed), ``clock()`` (the
+    monotonic clock) past ``deadline``, or ``interrupted()`` (the first Ctrl-C of
+    ``distir-tune``)."""
 
     max_schedules: int | None = None
     deadline: float | None = None
@@ -129,17 +130,24 @@ class Limits:
     evaluated: int = 0
     reason: str | None = None
     """Why the search stopped early (None: it did not)."""
+    clock: Callable[[], float] = time.monotonic
 
     @classmethod
-    def of(cls, max_schedules: int | None = None, time_budget: float | None = None, interrupted: Callable[[], bool] | None = None) -> Limits:
-        deadline = None if time_budget is None else time.monotonic() + time_budget
-        return cls(max_schedules, deadline, interrupted or (lambda: False))
+    def of(
+        cls,
+        max_schedules: int | None = None,
+        time_budget: float | None = None,
+        interrupted: Callable[[], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Limits:
+        deadline = None if time_budget is None else clock() + time_budget
+        return cls(max_schedules, deadline, interrupted or (lambda: False), clock=clock)
 
     def stop(self) -> bool:
         if self.reason is None:
             if self.interrupted():
                 self.reason = "interrupted"
-            elif self.deadline is not None and time.monotonic() >= self.deadline:
+            elif self.deadline is not None and self.clock() >= self.deadline:
                 self.reason = "the time budget ran out"
             elif self.max_schedules is not None and self.evaluated >= self.max_schedules:
                 self.reason = f"{self.max_schedules} schedules evaluated"
@@ -400,13 +408,17 @@ def _tune_units(
     (the heaviest first), then the whole program under each size's class schedules
     composed into one pipeline, against the program as written, then with larger
     buckets. Cut short (``limits``), a class not tuned keeps its first schedule
-    (``fuse-maps``) and a whole program not predicted gets the sum of its parts'
-    predictions."""
+    (``fuse-maps``), a composed pipeline is not applied (or not further: ``limits``
+    is checked between its passes) and a whole program not predicted gets the sum of
+    its parts' predictions. What every outcome needs (the program as written, its
+    values' printed names) is prepared first, inside the budget."""
     from distir.dialects.context import make_context
 
     seconds: dict[str, float] = {}
     ctx = make_context()
     t0 = time.perf_counter()
+    written = module.clone()
+    whole = printed_names(module)
     results: list[TuneResult | None] = [None] * len(parts)
     programs = [cls.first.program(module, f) for cls in parts]
     for done, k in enumerate(sorted(range(len(parts)), key=lambda k: -_weight(parts[k], programs[k]))):
@@ -425,7 +437,6 @@ def _tune_units(
     seconds["classes"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    whole = printed_names(module)
     renames = [units.names(module, f, cls, whole) for cls in parts]
     firsts = [_first_choice(r, prog, ctx) for r, prog in zip(results, programs)]
     small = [units.combinable(prog) for prog in programs]
@@ -440,14 +451,13 @@ def _tune_units(
                 combos.append((f"{names.pop()} (every part)" if len(names) == 1 else what, combo))
     bugs: list[str] = []
     # the program as written first: every speedup is over it
-    cands: list[Candidate] = [Candidate(module.clone(), (), "(as written)", original=True, check="ok")]
+    cands: list[Candidate] = [Candidate(written, (), "(as written)", original=True, check="ok")]
     estimates: list[dict[int, float | None]] = [
         _by_parts(sizes, [((r.baseline.times if r is not None else {}), len(cls.units)) for r, cls in zip(results, parts)])
     ]
     chosen: list[tuple[str, ...]] = [()]
-    build = not limits.stop()
     for name, combo in combos:
-        cand = _compose(module, name, combo, renames, ctx, bugs, build)
+        cand = _compose(module, name, combo, renames, ctx, bugs, limits.stop)
         if cand is not None:
             cands.append(cand)
             chosen.append(tuple(c.name for c in combo))
@@ -576,11 +586,13 @@ def _by_parts(sizes: Sequence[int], parts: Sequence[tuple[dict[int, float | None
     return out
 
 
-def _compose(module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx, bugs: list[str], build: bool = True) -> Candidate | None:
+def _compose(
+    module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx, bugs: list[str], stop: Callable[[], bool] = lambda: False
+) -> Candidate | None:
     """The whole program under one class schedule per class (``units.compose``),
-    checked to do on every unit what its class's schedule does; with ``build`` False
-    (the search was cut short) only the pipeline (``Tuned.module`` is built when
-    asked for)."""
+    checked to do on every unit what its class's schedule does; once ``stop()`` (the
+    search was cut short; asked before each pass) only the pipeline (``Tuned.module``
+    is built when asked for)."""
     from distir.passes.pipeline import parse_pipeline
 
     try:
@@ -588,11 +600,14 @@ def _compose(module: ModuleOp, name: str, combo: Sequence[_Choice], renames, ctx
     except ValueError as e:
         bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
         return None
-    if not build:
-        return Candidate(None, passes, name, check="ok")  # type: ignore[arg-type]
+    unbuilt = Candidate(None, passes, name, check="ok")  # type: ignore[arg-type]
+    if stop():
+        return unbuilt
     out = module.clone()
     try:
         for p in passes:
+            if stop():
+                return unbuilt
             p.apply(ctx, out)
         out.verify()
     except (PassFailedException, VerifyException, InputRejected) as e:

@@ -20,9 +20,8 @@ from distir.dialects.collectives.base import (
     is_contiguous_block,
     shape,
 )
-from distir.dialects.dist import _innermost
 from distir.dialects.format import Kw
-from distir.dialects.placements import REPLICATED, Replicated, Sliced
+from distir.dialects.placements import Replicated, Sliced
 
 
 @collective
@@ -44,11 +43,6 @@ class AllGatherOp(CollectiveOp):
     PHASES: ClassVar[tuple[str, str] | None] = ("join", "repl")
     TRANSITION: ClassVar[tuple[type, type] | None] = (Sliced, Replicated)
     LOWERS_INTO_VIEWS: ClassVar[bool] = True
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _innermost(t, axes)
-        return layout.replace_axes(t.get_placements(), axes, REPLICATED)
 
     @classmethod
     def exchange(cls, buffers, options, group):

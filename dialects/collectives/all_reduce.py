@@ -6,21 +6,12 @@ from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition
 
-from distir.dialects import layout, nccl
+from distir.dialects import nccl
 from distir.dialects.collectives.all_gather import AllGatherOp
-from distir.dialects.collectives.base import (
-    AXES,
-    DIM,
-    GATHER,
-    CollectiveOp,
-    FusedCollectiveOp,
-    collective,
-    count,
-    need_all,
-)
+from distir.dialects.collectives.base import AXES, DIM, GATHER, CollectiveOp, FusedCollectiveOp, collective, count
 from distir.dialects.collectives.reduce_scatter import ReduceScatterOp
 from distir.dialects.format import Kw
-from distir.dialects.placements import REPLICATED, Local, Replicated
+from distir.dialects.placements import Local, Replicated
 
 
 @collective
@@ -41,11 +32,6 @@ class AllReduceOp(CollectiveOp):
     TOKEN: ClassVar[str] = "AR"
     PHASES: ClassVar[tuple[str, str] | None] = ("reduce", "repl")
     TRANSITION: ClassVar[tuple[type, type] | None] = (Local, Replicated)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        need_all(t, axes, Local)
-        return layout.replace_axes(t.get_placements(), axes, REPLICATED)
 
     @classmethod
     def exchange(cls, buffers, options, group):

@@ -8,18 +8,10 @@ import numpy as np
 from xdsl.irdl import irdl_op_definition
 
 from distir.dialects import layout, nccl
-from distir.dialects.collectives.base import (
-    AXES,
-    DIM,
-    CollectiveOp,
-    FusedCollectiveOp,
-    collective,
-    concat,
-    count,
-)
-from distir.dialects.dist import RuleError, _innermost, check_dim
+from distir.dialects.collectives.base import AXES, DIM, CollectiveOp, FusedCollectiveOp, collective, concat, count
+from distir.dialects.dist import RuleError
 from distir.dialects.format import Kw
-from distir.dialects.placements import REPLICATED, Sliced
+from distir.dialects.placements import Sliced
 
 
 @collective
@@ -42,13 +34,6 @@ class AllToAllOp(CollectiveOp):
     PHASES: ClassVar[tuple[str, str] | None] = ("join", "slice")
     TRANSITION: ClassVar[tuple[type, type] | None] = (Sliced, Sliced)
     LOWERS_INTO_VIEWS: ClassVar[bool] = True
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        _innermost(t, axes)
-        check_dim(options["dim"], t)
-        joined = layout.replace_axes(t.get_placements(), axes, REPLICATED)
-        return layout.add_slicing(joined, options["dim"], axes)
 
     @classmethod
     def exchange(cls, buffers, options, group):

@@ -13,11 +13,13 @@ fact                          used by
 ``name``, ``KIND``,           the textual syntax (``dialects/format.py``)
 ``KEYWORDS``
 ``rule``                      the verifier and the builders: the placements of the
-                              result on the collective's axes
+                              result on the collective's axes (by default from
+                              ``TRANSITION``)
 ``PHASES``, ``RANK_OPTION``   ``expand-collectives`` (and ``form-collectives``
                               backwards): the definition in functional primitives
 ``TRANSITION``                ``canonicalize``: the collective of a placement change
 ``exchange``                  the reference interpreter: what each group member gets
+                              (``store_at`` for a ``store`` second phase)
 ``lower``                     ``lower-collectives``: the ``nccl``/``rt`` calls, which
                               every backend runs through its ``Comm`` (local, mpi,
                               nccl; the cost model times the same calls)
@@ -59,7 +61,9 @@ from distir.dialects.dist import (
     DistOp,
     RuleError,
     TensorType,
+    _innermost,
     check_axes,
+    check_dim,
     check_tensor,
     expect_type,
     group_rank_digits,
@@ -67,7 +71,7 @@ from distir.dialects.dist import (
     need_tensor,
 )
 from distir.dialects.format import Kw
-from distir.dialects.placements import REPLICATED, At, Placement
+from distir.dialects.placements import REPLICATED, At, Placement, Replicated, Sliced
 
 AXES = Kw("axes", "ints", (0,))
 DIM = Kw("dim", "int")
@@ -231,6 +235,8 @@ class CollectiveOp(DistOp):
     is no composition of the primitives (``expand-collectives`` keeps it)."""
     RANK_OPTION: ClassVar[str | None] = None
     """With a ``store`` second phase: the option giving the group rank stored at."""
+    RANK_NAME: ClassVar[str | None] = None
+    """How diagnostics name that rank (None: the option's name)."""
     TRANSITION: ClassVar[tuple[type[Placement], type[Placement]] | None] = None
     """The placement change on each axis of ``axes`` (operand kind, result kind), for
     the canonicalizer to find the collective of a change; None when it changes none."""
@@ -253,8 +259,31 @@ class CollectiveOp(DistOp):
     @classmethod
     def rule(cls, t: TensorType, axes: Sequence[int], sizes, options: dict[str, Any]) -> list[Placement]:
         """The result's placements for an operand of type ``t`` (``sizes``: the mesh's,
-        None where unknown); raises ``RuleError`` when the operand breaks the rule."""
-        raise NotImplementedError
+        None where unknown); raises ``RuleError`` when the operand breaks the rule.
+
+        By default the ``TRANSITION`` on every axis of ``axes``: the operand must be
+        placed as its first kind there (``sliced``: the innermost slicing of one dim), a
+        ``dim`` option must be a dim of the operand, and the result is ``replicated``,
+        ``at<r>`` (the group rank of ``RANK_OPTION``) or ``sliced<dim>`` (nested inside
+        the axes already slicing ``dim``) there."""
+        if cls.TRANSITION is None:
+            raise NotImplementedError(f"{cls.name} changes no placement kind: it gives its own rule")
+        src, dst = cls.TRANSITION
+        if src is Sliced:
+            _innermost(t, axes)
+        else:
+            need_all(t, axes, src)
+        if "dim" in options:
+            check_dim(options["dim"], t)
+        if dst is At:
+            assert cls.RANK_OPTION is not None
+            return place_at(t, axes, sizes, options[cls.RANK_OPTION], cls.RANK_NAME or cls.RANK_OPTION)
+        placements = t.get_placements()
+        if dst is Replicated:
+            return layout.replace_axes(placements, axes, REPLICATED)
+        assert dst is Sliced
+        joined = layout.replace_axes(placements, axes, REPLICATED) if src is Sliced else list(placements)
+        return layout.add_slicing(joined, options["dim"], axes)
 
     @classmethod
     def exchange(cls, buffers: list[np.ndarray | None], options: dict[str, Any], group: Group) -> list[np.ndarray | None]:
@@ -276,6 +305,17 @@ class CollectiveOp(DistOp):
         cut the same way, and whether the chunks are logical ones (rank r holds block r
         of chunk k); raises ``RuleError`` when the collective cannot run chunk by chunk."""
         return dim, False
+
+    @classmethod
+    def store_at(cls, value: np.ndarray, options: dict[str, Any], n: int) -> list[np.ndarray | None]:
+        """``exchange``'s result for a ``store`` second phase: ``value`` at the group rank
+        of ``RANK_OPTION`` (checked against the group size ``n``), nothing elsewhere."""
+        assert cls.RANK_OPTION is not None
+        rank = options[cls.RANK_OPTION]
+        check_group_rank(rank, n, cls.RANK_NAME or cls.RANK_OPTION)
+        out: list[np.ndarray | None] = [None] * n
+        out[rank] = value
+        return out
 
     def moves_nothing(self) -> bool:
         """Whether each rank's result is its own operand value when the result type is the

@@ -6,20 +6,11 @@ from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition
 
-from distir.dialects import layout, nccl
-from distir.dialects.collectives.base import (
-    AXES,
-    GATHER,
-    CollectiveOp,
-    FusedCollectiveOp,
-    collective,
-    count,
-    group_rank_of,
-    need_all,
-)
+from distir.dialects import nccl
+from distir.dialects.collectives.base import AXES, GATHER, CollectiveOp, FusedCollectiveOp, collective, count, group_rank_of
 from distir.dialects.dist import TensorType
 from distir.dialects.format import Kw
-from distir.dialects.placements import REPLICATED, At, Replicated
+from distir.dialects.placements import At, Replicated
 
 
 @collective
@@ -40,11 +31,6 @@ class BroadcastOp(CollectiveOp):
     TOKEN: ClassVar[str] = "Bcast"
     PHASES: ClassVar[tuple[str, str] | None] = ("load", "repl")
     TRANSITION: ClassVar[tuple[type, type] | None] = (At, Replicated)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        need_all(t, axes, At)
-        return layout.replace_axes(t.get_placements(), axes, REPLICATED)
 
     def root(self) -> int:
         """The group rank holding the operand."""

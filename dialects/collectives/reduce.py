@@ -7,16 +7,7 @@ from typing import ClassVar
 from xdsl.irdl import irdl_op_definition
 
 from distir.dialects import nccl
-from distir.dialects.collectives.base import (
-    AXES,
-    CollectiveOp,
-    FusedCollectiveOp,
-    check_group_rank,
-    collective,
-    count,
-    need_all,
-    place_at,
-)
+from distir.dialects.collectives.base import AXES, CollectiveOp, FusedCollectiveOp, collective, count
 from distir.dialects.format import Kw
 from distir.dialects.placements import At, Local
 
@@ -42,17 +33,8 @@ class ReduceOp(CollectiveOp):
     TRANSITION: ClassVar[tuple[type, type] | None] = (Local, At)
 
     @classmethod
-    def rule(cls, t, axes, sizes, options):
-        need_all(t, axes, Local)
-        return place_at(t, axes, sizes, options["root"], "root")
-
-    @classmethod
     def exchange(cls, buffers, options, group):
-        root = options["root"]
-        check_group_rank(root, len(buffers), "root")
-        out = [None] * len(buffers)
-        out[root] = group.reduce(buffers, options["op"])
-        return out
+        return cls.store_at(group.reduce(buffers, options["op"]), options, len(buffers))
 
     @classmethod
     def lower(cls, lw, call):

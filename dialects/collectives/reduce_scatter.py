@@ -7,19 +7,8 @@ from typing import ClassVar
 import numpy as np
 from xdsl.irdl import irdl_op_definition
 
-from distir.dialects import layout, nccl
-from distir.dialects.collectives.base import (
-    AXES,
-    DIM,
-    CollectiveOp,
-    FusedCollectiveOp,
-    collective,
-    count,
-    is_contiguous_block,
-    need_all,
-    shape,
-)
-from distir.dialects.dist import check_dim
+from distir.dialects import nccl
+from distir.dialects.collectives.base import AXES, DIM, CollectiveOp, FusedCollectiveOp, collective, count, is_contiguous_block, shape
 from distir.dialects.format import Kw
 from distir.dialects.placements import Local, Sliced
 
@@ -43,12 +32,6 @@ class ReduceScatterOp(CollectiveOp):
     TOKEN: ClassVar[str] = "RS"
     PHASES: ClassVar[tuple[str, str] | None] = ("reduce", "slice")
     TRANSITION: ClassVar[tuple[type, type] | None] = (Local, Sliced)
-
-    @classmethod
-    def rule(cls, t, axes, sizes, options):
-        need_all(t, axes, Local)
-        check_dim(options["dim"], t)
-        return layout.add_slicing(t.get_placements(), options["dim"], axes)
 
     @classmethod
     def exchange(cls, buffers, options, group):

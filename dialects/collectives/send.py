@@ -7,16 +7,7 @@ from typing import ClassVar
 from xdsl.irdl import irdl_op_definition
 
 from distir.dialects import nccl
-from distir.dialects.collectives.base import (
-    AXES,
-    CollectiveOp,
-    check_group_rank,
-    collective,
-    count,
-    group_rank_of,
-    need_all,
-    place_at,
-)
+from distir.dialects.collectives.base import AXES, CollectiveOp, collective, count, group_rank_of
 from distir.dialects.format import Kw
 from distir.dialects.placements import At
 
@@ -38,20 +29,12 @@ class SendOp(CollectiveOp):
     TOKEN: ClassVar[str] = "P2P"
     PHASES: ClassVar[tuple[str, str] | None] = ("load", "store")
     RANK_OPTION: ClassVar[str | None] = "to"
+    RANK_NAME: ClassVar[str | None] = "target rank"
     TRANSITION: ClassVar[tuple[type, type] | None] = (At, At)
 
     @classmethod
-    def rule(cls, t, axes, sizes, options):
-        need_all(t, axes, At)
-        return place_at(t, axes, sizes, options["to"], "target rank")
-
-    @classmethod
     def exchange(cls, buffers, options, group):
-        to = options["to"]
-        check_group_rank(to, len(buffers), "to")
-        out = [None] * len(buffers)
-        out[to] = buffers[group.holder]
-        return out
+        return cls.store_at(buffers[group.holder], options, len(buffers))
 
     @classmethod
     def lower(cls, lw, call):

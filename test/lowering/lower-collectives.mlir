@@ -18,15 +18,13 @@ func.func @all_reduce(%x: !dist.tensor<16xf32, @world, [local]>) -> !dist.tensor
   func.return %y : !dist.tensor<16xf32, @world, [replicated]>
 }
 
-// Blocks along dim 1 are not contiguous: they are packed before the reduce-scatter.
+// Blocks along dim 1 are not contiguous: they are packed side by side (one copy of the
+// strided blocks) before the reduce-scatter.
 // CHECK-LABEL: func.func @reduce_scatter_dim1
 // CHECK-SAME: (%[[X:.*]]: memref<4x8xf32>) -> memref<4x2xf32>
 // CHECK: %[[P:.*]] = rt.alloc : () -> memref<4x4x2xf32>
-// CHECK: %[[B0:.*]] = rt.block %[[X]], %{{.*}} dim 1 count 4 : (memref<4x8xf32>, index) -> memref<4x2xf32>
-// CHECK: %[[D0:.*]] = rt.block %[[P]], %{{.*}} dim 0 count 4 : (memref<4x4x2xf32>, index) -> memref<1x4x2xf32>
-// CHECK: rt.copy %[[B0]], %[[D0]]
-// CHECK-COUNT-3: rt.copy
-// CHECK: nccl.reduce_scatter sum %[[P]], %{{.*}} count 8 : (memref<4x4x2xf32>, memref<4x2xf32>, !rt.comm, !rt.stream) -> ()
+// CHECK: rt.copy_blocks %[[X]], %[[P]], %{{.*}} from 1 to 0 count 4 : (memref<4x8xf32>, memref<4x4x2xf32>, !rt.stream) -> ()
+// CHECK-NEXT: nccl.reduce_scatter sum %[[P]], %{{.*}} count 8 : (memref<4x4x2xf32>, memref<4x2xf32>, !rt.comm, !rt.stream) -> ()
 func.func @reduce_scatter_dim1(%x: !dist.tensor<4x8xf32, @world, [local]>) -> !dist.tensor<4x8xf32, @world, [sliced<1>]> {
   %y = coll.reduce_scatter sum %x dim 1 : !dist.tensor<4x8xf32, @world, [local]> -> !dist.tensor<4x8xf32, @world, [sliced<1>]>
   func.return %y : !dist.tensor<4x8xf32, @world, [sliced<1>]>

@@ -99,3 +99,20 @@
     memref.store %b_1, %p1_s_out[%i0] : memref<32xf32>
     memref.store %b, %m1_s_out[%i0] : memref<32xf32>
   }
+
+// -----
+
+// A fused tile operator falls back to messages only from the shared transport.
+// CHECK: 'rt.matmul_all_reduce' op 'else messages' belongs to 'transport shared'
+  dist.mesh @world shape = [2]
+  func.func @else_without_shared(%x: memref<4x32xf32>, %w: memref<32x64xf32>) -> memref<4x64xf32> attributes {rt.dist_type = (!dist.tensor<4x64xf32, @world, [sliced<1>]>, !dist.tensor<64x64xf32, @world, [sliced<0>]>) -> !dist.tensor<4x64xf32, @world, [replicated]>} {
+    %s = rt.stream 0 : !rt.stream
+    %0 = rt.comm @world axes [0] : !rt.comm
+    %s1 = rt.stream 1 : !rt.stream
+    %y = rt.alloc : () -> memref<4x64xf32>
+    %y_red = rt.alloc : () -> memref<2x4x32xf32>
+    rt.matmul_all_reduce sum %x, %w, %y, %y_red, %0, %s, %s1 dim 1 tiles 4 order remote_first transport messages else messages : (memref<4x32xf32>, memref<32x64xf32>, memref<4x64xf32>, memref<2x4x32xf32>, !rt.comm, !rt.stream, !rt.stream) -> ()
+    rt.stream_sync %s : !rt.stream -> ()
+    rt.stream_sync %s1 : !rt.stream -> ()
+    func.return %y : memref<4x64xf32>
+  }

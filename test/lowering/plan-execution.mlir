@@ -2,6 +2,7 @@
 // RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=gpu}' | filecheck %s --check-prefix=GPU
 // RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=messages}' | filecheck %s --check-prefix=MSG
 // RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=local}' | distir-opt | filecheck %s --check-prefix=LOCAL
+// RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=2},lower-to-kernels,lower-collectives,plan-execution{target=shared-memory}' | distir-opt | filecheck %s --check-prefix=SHM
 // plan-execution writes every execution decision into the IR: the module's target, a
 // fused group's zero_copy layout (or sequential), in_place all-gathers, the streamed
 // copies (stream_from) and the transport of fused tile operators. The planned text
@@ -12,10 +13,15 @@ dist.mesh @world shape = [?]
 // The fused RS-SGD-AG group: one zero-copy kernel where ranks share memory (the kernel
 // reads the reduced slice through parameter 1 and gathers parameters 6 and 5 in place),
 // its calls one by one on a GPU and between processes that only exchange messages.
+// Between processes that share memory, the caller may give buffers outside it: the group
+// falls back to its calls one by one there (else sequential); rank threads see every
+// buffer (local: no fallback).
 // The gathers of a zero-copy group stream nothing: the kernel stores them.
 // LOCAL: builtin.module attributes {rt.target = #rt.target<"local", shared_memory, host_copies [all_gather, broadcast, send, recv], stream_from 4194304>}
 // LOCAL-LABEL: func.func @sgd
 // LOCAL: rt.fused zero_copy reduce 1 gather [6, 5] {
+// SHM-LABEL: func.func @sgd
+// SHM: rt.fused zero_copy reduce 1 gather [6, 5] else sequential {
 // LOCAL: nccl.reduce_scatter avg
 // LOCAL: rt.launch @[[K:k[0-9]+]](
 // LOCAL-NOT: stream_from

@@ -54,3 +54,30 @@ func.func @launch_types(%a: memref<8xf32>) {
   rt.launch @k(%a, %s) : (memref<8xf32>, !rt.stream) -> ()
   func.return
 }
+
+// -----
+
+func.func @copy_blocks_indivisible(%a: memref<8x6xf32>, %b: memref<4x12xf32>) {
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: 'rt.copy_blocks' op dim 1 of the source (size 6) is not divisible into 4 blocks
+  rt.copy_blocks %a, %b, %s from 1 to 0 count 4 : (memref<8x6xf32>, memref<4x12xf32>, !rt.stream) -> ()
+  func.return
+}
+
+// -----
+
+func.func @copy_blocks_dim(%a: memref<8x8xf32>, %b: memref<4x16xf32>) {
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: 'rt.copy_blocks' op dim 2 is out of range for the destination memref<4x16xf32>
+  rt.copy_blocks %a, %b, %s from 1 to 2 count 4 : (memref<8x8xf32>, memref<4x16xf32>, !rt.stream) -> ()
+  func.return
+}
+
+// -----
+
+func.func @copy_blocks_count(%a: memref<8x8xf32>, %b: memref<4x8xf32>) {
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: 'rt.copy_blocks' op source memref<8x8xf32> and destination memref<4x8xf32> must have the same element count and type
+  rt.copy_blocks %a, %b, %s from 1 to 0 count 4 : (memref<8x8xf32>, memref<4x8xf32>, !rt.stream) -> ()
+  func.return
+}

@@ -70,5 +70,9 @@ func.func @calls(%g: memref<1024xf32>, %p: memref<1024xf32>, %lr: f32) -> memref
   // CHECK-NEXT: rt.copy %[[RS]], %[[T]], %[[S]] : (memref<256xf32>, memref<1x256xf32>, !rt.stream) -> ()
   %t = rt.alloc : () -> memref<1x256xf32>
   rt.copy %rs, %t, %s : (memref<256xf32>, memref<1x256xf32>, !rt.stream) -> ()
+  // CHECK-NEXT: %[[U:.*]] = rt.alloc : () -> memref<4x1x64xf32>
+  // CHECK-NEXT: rt.copy_blocks %[[T]], %[[U]], %[[S]] from 1 to 0 count 4 : (memref<1x256xf32>, memref<4x1x64xf32>, !rt.stream) -> ()
+  %u = rt.alloc : () -> memref<4x1x64xf32>
+  rt.copy_blocks %t, %u, %s from 1 to 0 count 4 : (memref<1x256xf32>, memref<4x1x64xf32>, !rt.stream) -> ()
   func.return %p : memref<1024xf32>
 }

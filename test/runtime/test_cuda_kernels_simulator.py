@@ -1,7 +1,8 @@
 """The fixed CUDA kernels of the runtime, run in numba's CUDA simulator against numpy: the
 tiled matmul in a permuted tile order with its per-chunk ready flags, the flag wait,
-strided copies, tensor reductions and embedding bags. Each check runs in a subprocess
-(the simulator must be chosen before numba.cuda is imported)."""
+strided copies, block copies (``rt.copy_blocks``), tensor reductions and embedding bags.
+Each check runs in a subprocess (the simulator must be chosen before numba.cuda is
+imported)."""
 
 from __future__ import annotations
 
@@ -177,6 +178,25 @@ def test_strided_copies():
         dev.copy(dev.block(src, 1, 1, 2), dev.block(dst, 1, 0, 2), s)   # columns 3..5 into dst[1]
         got = dev.to_host(dst)
         assert np.array_equal(got[1], x[:, 3:6]) and not got[0].any()
+        print("OK")
+        """
+    )
+
+
+def test_copy_blocks():
+    """``rt.copy_blocks``: pack the blocks along dim 1 of a buffer side by side, spread
+    them back into a strided view (one kernel each)."""
+    simulate(
+        """
+        x = rng.random((6, 8), dtype=np.float32)
+        packed = dev.alloc((4, 6, 2), np.float32)
+        dev.copy_blocks(dev.from_host(x), packed, 1, 0, 4, s)
+        want = np.stack(np.split(x, 4, axis=1))
+        assert np.array_equal(dev.to_host(packed), want)
+        wide = dev.alloc((6, 16), np.float32)
+        dev.copy_blocks(packed, wide[:, ::2], 0, 1, 4, s)
+        got = dev.to_host(wide)
+        assert np.array_equal(got[:, ::2], x) and not got[:, 1::2].any()
         print("OK")
         """
     )

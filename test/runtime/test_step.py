@@ -90,6 +90,96 @@ def test_fused_step_runs_zero_copy_and_builds_once(monkeypatch):
     assert calls == [True] * 8
 
 
+def _unshared(monkeypatch):
+    """Rank threads whose buffer exchange answers as an MPI window does for buffers
+    outside it: None on every rank (after exchanging, as the real one does)."""
+    from distir.runtime.local import LocalComm
+
+    def peer_buffers(self, arrays):
+        self._publish(arrays)
+        self._sync()
+        return None
+
+    monkeypatch.setattr(LocalComm, "peer_buffers", peer_buffers)
+
+
+def _fused_steps(program, calls: int = 2):
+    """Each rank's fused Adam steps on its own buffers (or the exception it raised)."""
+    comms = step.local_comms(2)
+    rng = np.random.default_rng(7)
+    g = rng.standard_normal((2, 4096)).astype(np.float32)
+
+    def rank(r):
+        s = step.Step(program, comms[r])
+        G, P, M, V = (s.empty(x) for x in "gpmv")
+        G[...] = g[r]
+        for t in range(1, calls + 1):
+            s(G, P, M, V, *SCALARS.values(), float(t))
+        return P.copy()
+
+    return g, on_threads(2, rank)
+
+
+def test_a_zero_copy_group_over_buffers_its_peers_cannot_see_fails_unless_the_plan_falls_back(monkeypatch):
+    """Planned for rank threads (``local``: every buffer is shared), the fused group is
+    plain ``zero_copy``: a run whose buffers the peers cannot see fails on every rank with
+    a diagnostic naming the op, it does not quietly run another way. Planned for processes
+    sharing memory (``shared-memory``), the IR says ``else sequential``, and the same run
+    runs the group's calls one by one, with the interpreter's results."""
+    _unshared(monkeypatch)
+    local = step.compile(ADAM, ranks=2, pipeline=FUSED)
+    _, outs = _fused_steps(local)
+    assert all(isinstance(o, Exception) for o in outs), outs  # no rank goes on (nor hangs)
+    assert any(isinstance(o, step.ExecutionFailed) and "'rt.fused' is planned zero_copy without 'else sequential'" in str(o) for o in outs), outs
+    assert "else sequential" not in str(local.module)
+
+    shared = step.compile(ADAM, ranks=2, pipeline=FUSED)
+    shared.ensure_planned("shared-memory")
+    assert "rt.fused zero_copy reduce" in str(shared.module) and "else sequential" in str(shared.module)
+    tried = []
+    real = host.HostDevice.zero_copy_fused
+    monkeypatch.setattr(host.HostDevice, "zero_copy_fused", lambda self, *a: tried.append(real(self, *a)) or tried[-1])
+    g, outs = _fused_steps(shared)
+    p, _, _ = reference(g, np.zeros(4096, np.float32), np.zeros(4096, np.float32), np.zeros(4096, np.float32), 2, 2)
+    for P in outs:
+        np.testing.assert_allclose(P, p, rtol=1e-6, atol=1e-7)
+    assert tried == [False] * 4  # the zero-copy kernel was tried on every call and rank, and ran nothing
+
+
+GEMV = (ROOT / "test" / "lowering" / "plan-execution-tiles.mlir").read_text()
+
+
+def test_a_shared_tile_transport_over_buffers_its_peers_cannot_see_fails_unless_the_plan_falls_back(monkeypatch):
+    """The same for a fused tile operator (GEMV + AllReduce): ``transport shared``
+    planned for rank threads fails on buffers the peers cannot see; planned for
+    processes sharing memory it is ``transport shared else messages`` and sends the
+    tiles as messages, with the interpreter's result."""
+    _unshared(monkeypatch)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    (want,) = interpret(GEMV, None, {"x": x, "w": w}, 2)
+
+    def run(program):
+        comms = step.local_comms(2)
+
+        def rank(r):
+            s = step.Step(program, comms[r])
+            (y,) = s(np.ascontiguousarray(x[:, 32 * r : 32 * (r + 1)]), w[32 * r : 32 * (r + 1)].copy())
+            return y.copy()
+
+        return on_threads(2, rank)
+
+    outs = run(step.compile(GEMV, ranks=2))
+    assert all(isinstance(o, Exception) for o in outs), outs
+    assert any(isinstance(o, step.ExecutionFailed) and "'transport shared' without 'else messages'" in str(o) for o in outs), outs
+    shared = step.compile(GEMV, ranks=2)
+    shared.ensure_planned("shared-memory")
+    assert "transport shared else messages" in str(shared.module)
+    for y in run(shared):
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
 def test_accepts_dlpack_and_buffer_protocol():
     torch = pytest.importorskip("torch")
     program = step.compile(ADAM, ranks=1)

@@ -1,4 +1,5 @@
-"""Runs of distir programs that tests share: many programs on the ``mpi`` backend in one
+"""Runs of distir programs that tests share: one program on the ``local`` backend against
+the reference interpreter, many programs on the ``mpi`` backend in one
 ``mpiexec`` job per rank count (``runtime/mpi_batch.py``), and the NCCL calls each rank
 issues (a ``RecordingComm`` around the local backend's communicator: the calls the
 ``nccl`` backend makes, checked without a GPU)."""
@@ -14,11 +15,20 @@ from distir.dialects.context import parse_module
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.executor import LoweredProgram
 from distir.runtime.interpreter import interpret
-from distir.runtime.local import LocalRunner
+from distir.runtime.local import LocalBackend, LocalRunner
 from distir.runtime.mpi import mpiexec_path
 from distir.runtime.recording import RecordingComm
 
 MPI_BATCH = Path(__file__).resolve().parents[1] / "runtime" / "mpi_batch.py"
+
+
+def agree_on_local(module, func: str, ranks: int) -> None:
+    """``func`` of ``module`` computes on the ``local`` backend what the reference
+    interpreter computes (random inputs, seeded by ``ranks``)."""
+    want = interpret(module, func, None, ranks, seed=ranks)
+    got = LocalBackend().run(module, func, {}, ranks, seed=ranks)
+    c = compare_outputs(want, got, "interpret", "local")
+    assert c.ok, c.message
 
 
 def run_mpi_batch(jobs: list[dict], workdir: Path) -> dict[str, dict]:

@@ -16,8 +16,10 @@ from distir.tuning.calibrate import (
     BANDWIDTH_SIZES,
     COLLECTIVE_SIZES,
     KINDS,
+    WIDE,
     collective_program,
     fit,
+    host_ops,
     kernels_program,
     update_program,
 )
@@ -25,15 +27,17 @@ from distir.tuning.cost_model import CalibratedTopology
 from distir.tuning.timing import time_programs
 from distir.tuning.topology import get_topology
 
-STEP, DISPATCH, BW, PEAK, ALONE = 100e-6, 10e-6, 10e9, 20e9, 15e9
+STEP, DISPATCH, ARGUMENT, BW, PEAK, ALONE = 100e-6, 10e-6, 3e-6, 10e9, 20e9, 15e9
 ALPHA = {k: (10 + i) * 1e-6 for i, k in enumerate(KINDS)}
 BETA = {k: (100 + 10 * i) * 1e-12 for i, k in enumerate(KINDS)}
 
 
 def synthetic(ranks: int = 2) -> dict[str, float]:
-    ops = lambda text: calibrate._op_count(text, ranks)  # noqa: E731
-    host = lambda text: STEP + ops(text) * DISPATCH  # noqa: E731
-    t = {"k1": host(kernels_program(1)), "k8": host(kernels_program(8))}
+    def host(text):
+        launches, others, arguments = host_ops(text, ranks)
+        return STEP + (launches + others) * DISPATCH + arguments * ARGUMENT
+
+    t = {"k1": host(kernels_program(1)), "k8": host(kernels_program(8)), "k8w": host(kernels_program(8, WIDE))}
     for n in BANDWIDTH_SIZES:
         t[f"update_{n}"] = host(update_program(n)) + 12 * n / BW
         t[f"update_alone_{n}"] = host(update_program(n, "at<0>")) + 12 * n / ALONE
@@ -58,6 +62,8 @@ def moved(kind: str, n: int, ranks: int = 2) -> float:
 def test_fit_recovers_the_parameters():
     f = fit(synthetic(), 2, "local")
     assert f["runtime"]["dispatch_s"] == pytest.approx(DISPATCH, rel=1e-6)
+    assert f["runtime"]["launch_s"] == pytest.approx(DISPATCH, rel=1e-6)
+    assert f["runtime"]["argument_s"] == pytest.approx(ARGUMENT, rel=1e-6)
     assert f["runtime"]["step_s"] == pytest.approx(STEP, rel=1e-6)
     assert f["memory_bandwidth_GBps"] == pytest.approx(BW / 1e9, rel=1e-6)
     assert f["memory_bandwidth_alone_GBps"] == pytest.approx(ALONE / 1e9, rel=1e-6)

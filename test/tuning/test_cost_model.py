@@ -344,3 +344,23 @@ def test_a_kernel_one_rank_runs_alone_gets_the_machines_memory(where, bandwidth)
     prepared = prepare(parse_module(text), "f", _calibrated(), 2, Scaling(n, 2**61 - 1))
     moved = n * 4 * (2 + 2)  # two loads, one store to unread memory (write-allocate)
     assert float(predict(prepared, [n])[0]) == pytest.approx(moved / bandwidth * 1e-9)
+
+
+def test_a_kernel_launch_costs_its_host_time_per_array_argument():
+    """The ``local`` backend's launch looks at every argument (numba's dispatch, the
+    alias check): on a calibrated runtime with ``argument_s``, a kernel over 8 arrays
+    costs 6 arguments' host time more than one over 2 (the calibration's tiny kernels);
+    views and other ops cost ``dispatch_s``, the launch itself ``launch_s``."""
+    from distir.tuning.calibrate import kernels_program
+
+    runtime = Runtime(launch_s=10e-6, dispatch_s=1e-6, synchronous=True, concurrent_streams=False, argument_s=3e-6)
+    topo = dataclasses.replace(_calibrated(), runtime=runtime)
+
+    def host(arrays: int) -> float:
+        lowered = lower(parse_module(kernels_program(1, arrays)), 2)
+        return float(predict(prepare(lowered, "kernels", topo, 2, Scaling(64, 2**61 - 1)), [64])[0])
+
+    # the 64 elements' bytes and flops are the same per array at 1 byte per ns: taken out
+    bytes_per_array = 64 * 4 * 1e-9
+    assert host(8) - host(2) - 6 * bytes_per_array == pytest.approx(6 * 3e-6, rel=1e-6)
+    assert host(2) - 3 * bytes_per_array == pytest.approx(10e-6 + 3 * 1e-6, rel=0.01)  # stream, alloc, sync

@@ -244,6 +244,36 @@ def test_the_default_table_is_short_and_all_lists_everything(tmp_path):
     assert sum(1 for line in p.stdout.splitlines() if line.startswith("   ") or line.startswith("*  ")) >= 2 * len(found.candidates)
 
 
+def test_a_whole_models_pipeline_is_abridged_in_the_table_only():
+    """A program of many parts: its composed pipeline names every tensor; the default
+    table counts the names (one row stays readable), ``--all`` (top None) prints it
+    whole, and the JSON keeps it whole (it is built from the same result)."""
+    from distir.tools.tune import LONG_PIPELINE, abridged, render_table, result_json
+    from distir.tuning.tuner import Tuned, TuneResult
+
+    names = ",".join(f"avg16_layers_{i}_gate_proj" for i in range(40))
+    whole = f"fuse-maps,split-allreduce{{dim=0 targets={names}}},reorder-allgather{{targets={names}}},slice-state{{targets=m}}"
+    assert len(whole) > LONG_PIPELINE
+    short = "fuse-maps,split-allreduce{dim=0 targets=<40 names>},reorder-allgather{targets=<40 names>},slice-state{targets=m}"
+    assert abridged(whole) == short
+    result = TuneResult(
+        [1024], 0,
+        [Tuned("(as written)", "", {1024: 2.0}, False, "ok", None, original=True),  # type: ignore[arg-type]
+         Tuned("each part's best", whole, {1024: 1.0}, False, "ok", None, parts=("AR-C", "RS-C-AG"))],  # type: ignore[arg-type]
+        {1024: "each part's best"}, 16, "model dgx2",
+    )
+    table = render_table(result)
+    assert short in table and names not in table
+    assert max(len(line) for line in table.splitlines()) < 200
+    assert "--all or --json" in table
+    everything = render_table(result, None)
+    assert whole in everything and "targets=<" not in everything
+    assert result_json(result)["schedules"][1]["pipeline"] == whole
+    # a short pipeline is never abridged
+    result.schedules[1].pipeline = "split-allreduce{targets=a,b}"
+    assert "targets=a,b" in render_table(result) and "abridged" not in render_table(result)
+
+
 def test_bounds_cut_the_search_short_with_the_best_so_far(tmp_path):
     from distir.examples.optimizer_step import llama_parameters, optimizer_step
 

@@ -115,3 +115,80 @@ def test_targets_made_by_earlier_passes_are_renamed_and_never_dropped():
         for step in s.pipeline.split("},"):
             if step.startswith(("fuse-allreduce", "reorder-allgather", "slice-state")):
                 assert "targets=" in step, s.pipeline
+
+
+class _Clock:
+    """A fake monotonic clock: it stands still until a test moves it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _tune_with_clock(monkeypatch, expire_at: str):
+    """Tune the Llama step with a 10 s budget on a fake clock that runs out when the
+    compose phase reaches ``expire_at``: ``"built"`` once the first composed program is
+    built (its check starts), ``"pass"`` after the first pass applied to the whole
+    program, ``"start"`` as composing starts. Returns the result and how many composed
+    programs were built and checked."""
+    from distir.passes.fuse_maps import FuseMapsPass
+    from distir.tuning.tuner import Limits
+
+    clock = _Clock()
+    built = []
+    real_compose, real_realized, real_fuse = units.compose, units.realized, FuseMapsPass.apply
+    composing = []
+
+    def compose(per_class):
+        composing.append(True)
+        if expire_at == "start":
+            clock.now = 100.0
+        return real_compose(per_class)
+
+    def realized(out, modules):
+        built.append(out)
+        if expire_at == "built":
+            clock.now = 100.0
+        return real_realized(out, modules)
+
+    def fuse(self, ctx, op):
+        real_fuse(self, ctx, op)
+        if composing and expire_at == "pass":
+            clock.now = 100.0
+
+    monkeypatch.setattr(units, "compose", compose)
+    monkeypatch.setattr(units, "realized", realized)
+    monkeypatch.setattr(FuseMapsPass, "apply", fuse)
+    r = tune(parse_module(llama_text(1)), 16, model=get_topology("dgx2", 1), limits=Limits.of(time_budget=10.0, clock=clock))
+    return r, len(built)
+
+
+@pytest.mark.parametrize("expire_at", ["start", "pass", "built"])
+def test_the_time_budget_ends_the_compose_phase_with_the_best_so_far(monkeypatch, expire_at):
+    r, built = _tune_with_clock(monkeypatch, expire_at)
+    assert r.cut_short == "the time budget ran out"
+    assert any("cut short" in n for n in r.notes)
+    assert len(r.parts) == 5  # every class was tuned before the clock ran out
+    composed = [s for s in r.schedules if not s.original]
+    assert composed and all(s.pipeline for s in composed)
+    # nothing is built or checked once the budget is spent: only the first composed
+    # program, when the clock ran out during its check
+    assert built == (1 if expire_at == "built" else 0)
+    assert [s.module is not None for s in composed] == [expire_at == "built"] + [False] * (len(composed) - 1)
+    # the answer is a pipeline for every size, built when asked for
+    size = r.sizes[0]
+    assert r.best[size] is not None
+    assert r.best_module(size) is not None
+
+
+def test_the_time_budget_is_read_from_the_clock_it_is_given():
+    from distir.tuning.tuner import Limits
+
+    clock = _Clock()
+    limits = Limits.of(time_budget=5.0, clock=clock)
+    clock.now = 4.9
+    assert not limits.stop()
+    clock.now = 5.0
+    assert limits.stop() and limits.reason == "the time budget ran out"
