@@ -2,17 +2,15 @@
 train_gpt.py``) trained data-parallel with distir's optimizers and with the reference
 (DDP's gradient averaging + ``torch.optim``), in threads or as one rank of a launched job.
 
-    python test/support/torch_training.py OUT.json ALGORITHMS STEPS [RUNS]   # under torchrun / mpiexec
+    python test/support/torch_training.py OUT.json ALGORITHMS STEPS   # under torchrun / mpiexec
 
-runs every algorithm of ALGORITHMS (comma-separated: adamw, adam, sgd, lamb) with each of
-RUNS (comma-separated, default ``ddp,distir``: DDP + ``torch.optim``, and distir's
-optimizer) on this job's ranks and writes, on rank 0, the losses and the final parameters
-of each run.
+runs every algorithm of ALGORITHMS (comma-separated: adamw, adam, sgd, lamb) with
+``--optimizer ddp`` and ``distir`` on this job's ranks and writes, on rank 0, the losses
+and the final parameters of each run.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -160,25 +158,6 @@ def reference(algorithm: str, ranks: int, steps: int, corpus=None):
     return np.array(ddp_steps(net, opt, corpus, range(steps), ranks)), net
 
 
-@functools.lru_cache(maxsize=None)
-def shared_reference(algorithm: str, ranks: int, steps: int):
-    """``reference(algorithm, ranks, steps)`` on ``data()``, run once per process for every
-    test that compares with it (the thread tests and the launched jobs): read it, never
-    train its model further."""
-    return reference(algorithm, ranks, steps)
-
-
-def torch_state_bytes(algorithm: str) -> int:
-    """Bytes of the state ``torch.optim`` (or the reference LAMB) keeps for the tiny GPT
-    after a step (the tensors other than ``step``)."""
-    net = model()
-    opt = torch_optimizer(algorithm, groups(net, algorithm))
-    for p in net.parameters():
-        p.grad = p.detach().clone()
-    opt.step()
-    return sum(v.numel() * v.element_size() for st in opt.state.values() for k, v in st.items() if k != "step" and torch.is_tensor(v))
-
-
 def distir_threads(algorithm: str, ranks: int, steps: int, corpus=None, schedule=None, timeout: float = 600):
     """distir's optimizer on ``ranks`` threads: (losses per step and rank, rank models,
     rank optimizers)."""
@@ -245,14 +224,13 @@ def launched_run(algorithm: str, which: str, steps: int, launcher: str, rank: in
 
 def main(argv: list[str]) -> int:
     out, algorithms, steps = argv[0], argv[1].split(","), int(argv[2])
-    runs = argv[3].split(",") if len(argv) > 3 else ["ddp", "distir"]
     torch.set_num_threads(1)
     launcher, rank, ranks = T.launched()
     T.init_process_group(launcher, rank, ranks)
     corpus = data()
     report = {}
     for a in algorithms:
-        for which in runs:
+        for which in ("ddp", "distir"):
             report[f"{a}-{which}"] = launched_run(a, which, steps, launcher, rank, ranks, corpus)
     if rank == 0:
         with open(out, "w") as f:
@@ -264,14 +242,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def compare_with_reference(run: dict, ref_losses: np.ndarray, ref: torch.nn.Module, algorithm: str, tol: float = 1e-5) -> None:
-    """One launched run (rank 0's losses and final parameters) agrees with the reference
-    (``reference``: losses per step and rank, model) within ``tol``."""
-    la, lb = ref_losses[:, 0], np.array(run["losses"])
+def compare(report: dict, algorithm: str, tol: float = 1e-5) -> None:
+    a, b = report[f"{algorithm}-ddp"], report[f"{algorithm}-distir"]
+    la, lb = np.array(a["losses"]), np.array(b["losses"])
     rel = np.abs(la - lb) / np.abs(la)
     assert rel.max() <= tol, f"{algorithm}: loss differs by {rel.max():.3g} relative at step {int(rel.argmax())}"
-    for name, q in ref.named_parameters():
-        params_agree(f"{algorithm}: parameter {name}", np.array(run["params"][name]), q.detach().numpy(), tol)
+    for name in a["params"]:
+        pa, pb = np.array(a["params"][name]), np.array(b["params"][name])
+        params_agree(f"{algorithm}: parameter {name}", pb, pa, tol)
 
 
 if __name__ == "__main__":
