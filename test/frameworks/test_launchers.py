@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support import torch_training as tt
 
@@ -56,11 +57,16 @@ def test_distir_equals_ddp_under_the_launcher(launcher, ranks, algorithms, tmp_p
 @pytest.mark.parametrize("launcher", ["torchrun", "mpiexec"])
 def test_train_gpt_prints_loss_time_and_sliced_state(launcher, tmp_path):
     tiny = ["--layers", "1", "--width", "32", "--heads", "2", "--context", "16", "--batch", "2", "--steps", "5", "--quiet"]
-    state = {}
+    state, losses = {}, {}
     for opt in ("ddp", "distir"):
         proc = launch(launcher, 2, [str(TRAIN), "--optimizer", opt, *tiny, "--json", str(tmp_path / f"{opt}.json")])
         m = re.search(r"final loss ([\d.]+)\s+step time ([\d.]+) ms .*optimizer state (\d+) bytes", proc.stdout)
         assert m, proc.stdout
         state[opt] = int(m.group(3))
-        assert json.loads((tmp_path / f"{opt}.json").read_text())["state_bytes"] == state[opt]
+        written = json.loads((tmp_path / f"{opt}.json").read_text())
+        assert written["state_bytes"] == state[opt]
+        losses[opt] = np.array(written["losses"])
     assert state["ddp"] / 2 <= state["distir"] <= state["ddp"] / 2 * 1.1
+    # train_gpt.py's own DDP (gloo's all-reduce of the gradients) and distir's AdamW train alike
+    rel = np.abs(losses["distir"] - losses["ddp"]) / np.abs(losses["ddp"])
+    assert rel.max() <= 1e-5, (losses["ddp"], losses["distir"])
