@@ -48,6 +48,11 @@ def main(cases: str) -> int:
             print(f"{case}: rank {rank} ran", flush=True)
         except InputRejected as e:
             print(f"{case}: rank {rank} rejected: {e}", flush=True)
+    if comm is None:
+        import torch.distributed as dist
+
+        dist.barrier()  # as train_gpt.py: no rank tears gloo down while a peer still exchanges
+        dist.destroy_process_group()
     return 0
 
 

@@ -101,6 +101,7 @@ def main(argv: list[str]) -> int:
     dist.all_gather_object(every, out)
     if dist.get_rank() == 0:
         Path(argv[0]).write_text(json.dumps(every))
+    dist.barrier()  # as train_gpt.py: no rank tears gloo down while a peer still exchanges
     dist.destroy_process_group()
     return 0
 
