@@ -35,6 +35,7 @@ that of the narrowest float type any value of either function has
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,9 +43,10 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects.diagnostics import ResultsDiffer
+from distir.dialects.dist import TensorType
 from distir.runtime import npz
 from distir.runtime.backend import get_backend
-from distir.runtime.values import BFLOAT16
+from distir.runtime.values import BFLOAT16, local_axes, value_dtype
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-2, 1e-3),
@@ -200,15 +202,60 @@ class EquivalenceReport:
         return self.message
 
 
+def _holders(t, grids) -> tuple[tuple[int, ...], ...] | None:
+    """For a value stacked over the ranks of its ``local`` axes: the global ranks that
+    hold each block, in the npz array's row-major order of blocks; None otherwise."""
+    if not isinstance(t, TensorType):
+        return None
+    axes = local_axes(t.get_placements())
+    if not axes:
+        return None
+    grid = npz.grid_of(grids, t)
+    others = [a for a in range(len(grid.sizes)) if a not in axes]
+    blocks = grid.grid.transpose(list(axes) + others).reshape(math.prod(grid.sizes[a] for a in axes), -1)
+    return tuple(tuple(sorted(map(int, b))) for b in blocks)
+
+
+def restacked(ta, tb, grids_a, grids_b) -> bool:
+    """Whether values of types ``ta`` and ``tb`` are the same per-rank blocks stacked over
+    differently shaped meshes (a view ``[4]`` and its root ``[2, 2]``): the same element
+    type and block shape, and the same ranks holding each block in row-major order, so
+    that one npz array is a reshape of the other."""
+    if not (isinstance(ta, TensorType) and isinstance(tb, TensorType)):
+        return False
+    if ta.get_shape() != tb.get_shape() or value_dtype(ta) != value_dtype(tb):
+        return False
+    ha = _holders(ta, grids_a)
+    return ha is not None and ha == _holders(tb, grids_b)
+
+
+def inputs_for(fb, grids_b, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """The input arrays of the first function (by position) as ``fb``'s inputs, each
+    reshaped to ``fb``'s stacking where the two differ (``restacked``)."""
+    out = {}
+    for (name, t), a in zip(npz.signature(fb), arrays):
+        shape = npz.expected_array(t, grids_b)[0]
+        out[name] = a if np.shape(a) == shape else np.reshape(a, shape)
+    return out
+
+
+def outputs_as(fa, fb, grids_a, grids_b, outs_a: Sequence[np.ndarray], outs_b: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``fb``'s outputs, each restacked like ``fa``'s where the two are ``restacked``."""
+    return [
+        b.reshape(a.shape) if np.shape(a) != np.shape(b) and restacked(ta, tb, grids_a, grids_b) else b
+        for a, b, ta, tb in zip(outs_a, outs_b, npz.result_types(fa), npz.result_types(fb))
+    ]
+
+
 def signature_mismatch(fa, fb, grids_a, grids_b) -> str | None:
-    """Why two functions cannot run on the same inputs (argument arrays by position,
-    result count), or None."""
+    """Why two functions cannot run on the same inputs (argument arrays by position, up
+    to ``restacked``; result count), or None."""
     sa, sb = npz.signature(fa), npz.signature(fb)
     if len(sa) != len(sb):
         return f"@{fa.sym_name.data} takes {len(sa)} arguments, @{fb.sym_name.data} takes {len(sb)}"
     for i, ((na, ta), (nb, tb)) in enumerate(zip(sa, sb)):
         ea, eb = npz.expected_array(ta, grids_a), npz.expected_array(tb, grids_b)
-        if ea != eb:
+        if ea != eb and not restacked(ta, tb, grids_a, grids_b):
             return (
                 f"argument {i} differs: '{na}' takes a {npz._fmt_shape(ea[0])} {ea[1].name} array, "
                 f"'{nb}' a {npz._fmt_shape(eb[0])} {eb[1].name} array"
@@ -257,12 +304,13 @@ def equivalent(
     worst, tol = 0.0, "exact"
     for trial in range(trials):
         inputs = npz.prepare_inputs(ma, fa, ranks, None, seed + trial, grids=grids_a, bounds=bounds)
-        inputs_b = {nb: inputs[na] for na, nb in zip(names_a, names_b)}
+        inputs_b = inputs_for(fb, grids_b, [inputs[na] for na in names_a])
         try:
             outs_a = run_a.run(ma, fa.sym_name.data, inputs, ranks, seed + trial)
             outs_b = run_b.run(mb, fb.sym_name.data, inputs_b, ranks, seed + trial)
         except ResultsDiffer as e:
             return EquivalenceReport(False, f"trial {trial} (seed {seed + trial}): {e}", trial + 1)
+        outs_b = outputs_as(fa, fb, grids_a, grids_b, outs_a, outs_b)
         c = compare_outputs(outs_a, outs_b, label_a, label_b, precision)
         if not c:
             return EquivalenceReport(False, f"trial {trial} (seed {seed + trial}): {c.message}", trial + 1, c.max_abs_diff, c.tolerance)

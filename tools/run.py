@@ -273,7 +273,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
     from distir.passes.pipeline import did_you_mean
     from distir.runtime import npz
     from distir.runtime.backend import BACKENDS, default_backend_name, get_backend
-    from distir.runtime.equivalence import compare_outputs, program_precision, signature_mismatch
+    from distir.runtime.equivalence import compare_outputs, inputs_for, outputs_as, program_precision, signature_mismatch
 
     phase = ["reading the program and inputs"]
     prepared = None
@@ -395,8 +395,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
 
     if compare is not None:
         other_module, other_func = compare
-        names_b = npz.argument_names(other_func)
-        inputs_b = {nb: a for nb, a in zip(names_b, inputs.values())}
+        inputs_b = inputs_for(other_func, other_grids, list(inputs.values()))
         other_backend = get_backend(args.compare_backend) if args.compare_backend else backend
         prepared = None
         phase[0] = "the run of the comparison"
@@ -406,6 +405,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
         if args.compare_backend:
             label_a, label_b = f"{label_a} on {backend_name}", f"{label_b} on {args.compare_backend}"
         precision = program_precision(source_func, other_func)
+        other_outputs = outputs_as(func, other_func, grids, other_grids, outputs, other_outputs)
         c = compare_outputs(outputs, other_outputs, label_a, label_b, precision)
         if not c:
             if quiet:

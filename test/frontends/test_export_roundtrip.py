@@ -12,8 +12,10 @@ The command line itself (``distir-opt --emit sdy``, ``distir-import``, then ``di
 Every export re-imports, the device's coordinates (``partition_id``: a take_slice of a
 computed value, dropout, iotas and embedding bags on sliced values), ``gather``
 (embedding bags) and ``collective_permute`` (``coll.send``, ``coll.permute``) included.
-One program is an expected failure, checked to fail for exactly that reason
-(``VIEW_STACKING``): a ``local`` argument on a view mesh.
+A ``local`` argument on a view mesh (``case/view``) is stacked by the view's shape (4)
+in distir and by the root mesh's (2x2) after the round trip (the export declares the root
+mesh only): the same blocks on the same ranks, which ``equivalent`` and ``--compare``
+accept as a reshape (``restacked``).
 """
 
 import functools
@@ -36,18 +38,6 @@ IMPORTER_GAPS: dict[str, str] = {}
 needs them (none left: ``partition_id``, ``dynamic_slice``, ``gather`` and
 ``collective_permute`` all re-import)."""
 
-VIEW_STACKING = {("case/view", 4)}
-"""Programs with a ``local`` argument on a view mesh: ``distir-run`` stacks its values by
-the view's shape (4), the export declares the root mesh only, so the re-imported
-argument is stacked by the root's (2x2): the two signatures differ, which ``--compare``
-reports before running. Checked to fail for exactly that reason."""
-
-
-def compare(name: str, ranks: int, report) -> None:
-    if (name, ranks) in VIEW_STACKING:
-        assert not report and "signatures differ" in report.message, report.message
-        pytest.xfail("a local argument on a view mesh is stacked by the root mesh's shape after the round trip")
-    assert report, report.message
 
 RUNS = [(n, f, r) for n, f, r in runs() if n in RANDOM or r in (1, 2, 4) or n.startswith("imported/")]
 LOCAL = [(n, f, r) for n, f, r in RUNS if not n.startswith(("schedules/", "imported/"))]
@@ -89,14 +79,14 @@ def reimported(name: str, ranks: int):
 def test_reimported_export_computes_the_same_on_interpret(name, func, ranks):
     module, back = reimported(name, ranks)
     report = equivalent(module, back, ranks, trials=1, seed=3, func_a=func, func_b=func)
-    compare(name, ranks, report)
+    assert report, report.message
 
 
 @pytest.mark.parametrize("name,func,ranks", LOCAL, ids=[f"{n}:{f}:{r}" for n, f, r in LOCAL])
 def test_reimported_export_computes_the_same_on_local(name, func, ranks):
     module, back = reimported(name, ranks)
     report = equivalent(module, back, ranks, trials=1, seed=3, func_a=func, func_b=func, backend_a="local", backend_b="local")
-    compare(name, ranks, report)
+    assert report, report.message
 
 
 def test_every_program_round_trips():

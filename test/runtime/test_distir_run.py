@@ -200,6 +200,33 @@ def test_a_function_without_body_is_rejected(capsys, tmp_path, backend):
     assert "is a declaration without a body" in capsys.readouterr().err
 
 
+RESTACK = """dist.mesh @hw shape = [2, 2] axes = ["node", "gpu"]
+{mesh}
+func.func @f(%x: !dist.tensor<8xf32, {t}>) -> !dist.tensor<8xf32, @hw, [replicated, replicated]> {{
+  %h = dist.remesh %x : !dist.tensor<8xf32, {t}> -> !dist.tensor<8xf32, @hw, [local, local]>
+  %r = coll.all_reduce sum %h axes [0, 1] : !dist.tensor<8xf32, @hw, [local, local]> -> !dist.tensor<8xf32, @hw, [replicated, replicated]>
+  func.return %r : !dist.tensor<8xf32, @hw, [replicated, replicated]>
+}}
+"""
+
+
+def test_compare_accepts_the_same_blocks_stacked_by_a_view(capsys, tmp_path):
+    """A ``local`` argument on the view ``[4]`` of a ``[2, 2]`` mesh takes a 4x8 array, the
+    same argument on the root mesh a 2x2x8 one: the same blocks on the same ranks when the
+    view flattens the root row-major, so ``--compare`` reshapes; a view in the other
+    order holds the blocks on other ranks, and the signatures differ."""
+    root = tmp_path / "root.mlir"
+    root.write_text(RESTACK.format(mesh="", t="@hw, [local, local]"))
+    for order, agrees in (("[[0, 1]]", True), ("[[1, 0]]", False)):
+        view = tmp_path / f"view{order[3]}.mlir"
+        view.write_text(RESTACK.format(mesh=f"dist.mesh @flat shape = [4] view @hw {order}", t="@flat, [local]"))
+        code, out, err = run(capsys, view, "--ranks", 4, "--compare", root)
+        if agrees:
+            assert code == 0 and "results agree" in out, err
+        else:
+            assert code == 1 and "signatures differ" not in err and "argument 0 differs: 'x' takes a 4x8 float32 array, 'x' a 2x2x8" in err, err
+
+
 def test_backend_choice(capsys):
     from distir.runtime import backend
 
