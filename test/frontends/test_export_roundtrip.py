@@ -25,19 +25,12 @@ from pathlib import Path
 
 import pytest
 from export_programs import RANDOM, runs, text_of
-from xdsl.utils.exceptions import ParseError
 
 from distir.dialects.context import make_context, parse_module
 from distir.frontends.export import export_module
 from distir.frontends.program import import_program
 from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
 from distir.runtime.equivalence import equivalent
-
-IMPORTER_GAPS: dict[str, str] = {}
-"""StableHLO ops the sdy export writes and ``distir-import`` does not read yet, with what
-needs them (none left: ``partition_id``, ``dynamic_slice``, ``gather`` and
-``collective_permute`` all re-import)."""
-
 
 RUNS = [(n, f, r) for n, f, r in runs() if n in RANDOM or r in (1, 2, 4) or n.startswith("imported/")]
 LOCAL = [(n, f, r) for n, f, r in RUNS if not n.startswith(("schedules/", "imported/"))]
@@ -53,25 +46,15 @@ def exported(name: str, ranks: int):
 
 @functools.lru_cache(maxsize=None)
 def _round_trip(name: str, ranks: int):
-    """(the program with its meshes fixed, what distir-import reads from its export or
-    None, the op of ``IMPORTER_GAPS`` it stopped at or None); read once per run for the
-    tests below."""
+    """(the program with its meshes fixed, what distir-import reads from its export); read
+    once per run for the tests below (an export the importer cannot read raises)."""
     module, text = exported(name, ranks)
-    try:
-        return module, import_program(text, f"{name}.sdy.mlir").module, None
-    except ParseError as e:
-        gap = next((op for op in IMPORTER_GAPS if f"'{op}'" in str(e)), None)
-        if gap is None:
-            raise
-        return module, None, gap
+    return module, import_program(text, f"{name}.sdy.mlir").module
 
 
 def reimported(name: str, ranks: int):
-    """(the program with its meshes fixed, the program distir-import reads from its export);
-    an expected failure when the export needs an op of ``IMPORTER_GAPS``."""
-    module, back, gap = _round_trip(name, ranks)
-    if gap is not None:
-        pytest.xfail(f"distir-import does not read '{gap}' yet ({IMPORTER_GAPS[gap]})")
+    """Copies of ``_round_trip``'s pair, for a test to run."""
+    module, back = _round_trip(name, ranks)
     return module.clone(), back.clone()
 
 
@@ -90,9 +73,8 @@ def test_reimported_export_computes_the_same_on_local(name, func, ranks):
 
 
 def test_every_program_round_trips():
-    """Every export re-imports (``IMPORTER_GAPS`` is empty: a failure of any other kind
-    raises here)."""
-    imported = sum(_round_trip(name, ranks)[2] is None for name, _, ranks in RUNS)
+    """Every export re-imports (an export the importer cannot read raises here)."""
+    imported = sum(_round_trip(name, ranks)[1] is not None for name, _, ranks in RUNS)
     assert imported == len(RUNS), f"{imported} of {len(RUNS)} exports re-import"
 
 
