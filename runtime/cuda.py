@@ -149,6 +149,10 @@ class CudaDevice:
         step = buf.shape[dim] // count
         return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
 
+    def span(self, buf, dim: int, lo: int, n: int):
+        """Elements ``lo .. lo + n`` of ``buf`` along ``dim`` (a view)."""
+        return buf[(slice(None),) * dim + (slice(lo, lo + n),)]
+
     def copy(self, src, dst, stream) -> None:
         total = math.prod(dst.shape)
         if total == 0:
@@ -230,7 +234,7 @@ class CudaDevice:
         if not c.is_c_contiguous():
             self.copy(c3.reshape(*tuple(c.shape)), c, stream)
 
-    def reduce_tensor(self, kind: str, a, out, dims: Sequence[int], stream) -> None:
+    def reduce_tensor(self, kind: str, a, out, dims: Sequence[int], stream, count: float | None = None) -> None:
         cuda = _cuda()
         x = self.contiguous(a, stream)
         shape = list(a.shape)
@@ -250,6 +254,7 @@ class CudaDevice:
             arr([strides[d] for d in kept] if kept else [0]),
             arr([shape[d] for d in dims]),
             arr([strides[d] for d in dims] if dims else [0]),
+            np.float64(count if count is not None else max(total_red, 1)),
         )
         if flat_out is not out:
             self.copy(flat_out, out, stream)

@@ -147,7 +147,7 @@ import numpy as np
 from numba import cuda
 
 
-def reduce(x, out, total_out, total_red, kept_shape, kept_strides, red_shape, red_strides):
+def reduce(x, out, total_out, total_red, kept_shape, kept_strides, red_shape, red_strides, divisor):
     # x: flat contiguous input; out: flat output; one thread per output element.
     for o in range(cuda.grid(1), total_out, cuda.gridsize(1)):
         base = 0
@@ -322,7 +322,7 @@ def copy_blocks_kernel(src_ndim: int, dst_ndim: int, src_dim: int, dst_dim: int)
 
 _REDUCTIONS = {
     "sum": ("numba.{acc}(0)", "acc += v", ""),
-    "avg": ("numba.{acc}(0)", "acc += v", "acc = acc / total_red"),
+    "avg": ("numba.{acc}(0)", "acc += v", "acc = acc / divisor"),
     "prod": ("numba.{acc}(1)", "acc *= v", ""),
     "max": ("numba.{acc}(-math.inf)", "acc = v if v > acc or v != v else acc", ""),
     "min": ("numba.{acc}(math.inf)", "acc = v if v < acc or v != v else acc", ""),
@@ -336,7 +336,7 @@ def reduce_source(kind: str, dtype_name: str) -> str:
         init = "numba.int64(-(2**62))" if kind == "max" else "numba.int64(2**62)"
         combine = "acc = v if v > acc else acc" if kind == "max" else "acc = v if v < acc else acc"
     if acc == "int64" and kind == "avg":
-        finish = "acc = numba.int64(abs(acc) // total_red) * (1 if acc >= 0 else -1)"
+        finish = "acc = numba.int64(abs(acc) // divisor) * (1 if acc >= 0 else -1)"
     src = REDUCE.format(init=init.format(acc=acc), combine=combine, finish=finish or "pass", acc=acc, cast=cast(dtype_name), load=load(dtype_name))
     return _with_bf16(dtype_name, src)
 

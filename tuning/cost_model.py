@@ -137,7 +137,7 @@ FLOPS: dict[str, float] = {
     "math.erf": 8.0,
 }
 FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
-_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
+_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.PadBlocksOp, rt.UnpadBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
 
 
 @dataclass(frozen=True)
@@ -364,6 +364,7 @@ class _Walker:
         self.target: TargetAttr = target
         self.kernels = {k.kernel_name: k for k in module.ops if isinstance(k, rt.KernelOp)}
         self.env: dict[SSAValue, Any] = {}
+        self.bounds: dict[SSAValue, tuple[int, ...]] = {}  # rt.prefix of a rank's count: its buffer's shape
         self.steps: list[Step] = []
         self.divisors: set[int] = set()
         self.events = 0
@@ -398,7 +399,7 @@ class _Walker:
         return t
 
     def _shape(self, v: SSAValue) -> tuple[int, ...]:
-        shape = tuple(self._mem(v).get_shape())
+        shape = self.bounds.get(v) or tuple(self._mem(v).get_shape())
         for d in shape:
             if d % self.scaling.q == 0:
                 self.divisors.add(self.scaling.d_ref // d)
@@ -444,6 +445,15 @@ class _Walker:
             self.env[op.result] = op.number
         elif isinstance(op, rt.CommOp):
             self.env[op.result] = (op.mesh_name, op.axis_list)
+        elif isinstance(op, rt.SpanOp):
+            grid = self.grids[op.mesh_name]
+            counts = [grid.sizes[a] for a in op.axis_list]
+            spans = [layout.dim_block(op.size_value, counts, [grid.coords(r)[a] for a in op.axis_list]) for r in range(self.ranks)]
+            self.env[op.offset] = np.array([o for o, _ in spans], dtype=np.int64)
+            self.env[op.length] = np.array([n for _, n in spans], dtype=np.int64)
+        elif isinstance(op, rt.PrefixOp) and len(op.args) == 2:
+            # a rank's part of a padded buffer: at most the buffer (the largest block)
+            self.bounds[op.result] = self.bounds.get(op.args[0]) or tuple(self._mem(op.args[0]).get_shape())
         elif isinstance(op, rt.GroupRankOp):
             grid = self.grids[op.mesh_name]
             vals = np.zeros(self.ranks, dtype=np.int64)
@@ -505,6 +515,10 @@ class _Walker:
         launch = self.runtime.launch_s + self.runtime.argument_s * extra_arguments(op)
         if isinstance(op, rt.LaunchOp):
             moved, flops, dtype = self.kernel_work(op, fused)
+        elif isinstance(op, (rt.PadBlocksOp, rt.UnpadBlocksOp)):
+            # the blocks of a short outer block moved between padded places
+            src = op.args[0 if isinstance(op, rt.PadBlocksOp) else 1]
+            moved, flops, dtype = self._copy_bytes(self._bytes(src), None), ZERO, _dtype(self._mem(src).element_type)
         elif isinstance(op, (rt.CopyOp, rt.CopyBlocksOp)):
             src = op.args[0]
             stream_from = op.option("stream_from") if isinstance(op, rt.CopyOp) else None
