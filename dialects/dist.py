@@ -425,9 +425,12 @@ def resolve_grids(module: Operation, ranks: int) -> dict[str, layout.MeshGrid]:
             try:
                 grids[op.mesh_name] = op.grid(ranks)
             except layout.LayoutError as e:
+                hint = ""
+                if op.declared_sizes == (1,) * op.rank and op.view is None:
+                    hint = " (a program for one device, as a plain jax.jit lowering imports, runs on 1 rank; distir-plan distributes it)"
                 raise InputRejected(
                     f"--ranks {ranks} does not fit mesh @{op.mesh_name} of shape "
-                    f"{layout.format_sizes(op.declared_sizes)}: {e}"
+                    f"{layout.format_sizes(op.declared_sizes)}: {e}{hint}"
                 ) from None
     return grids
 
