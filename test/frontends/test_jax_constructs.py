@@ -18,8 +18,8 @@ from distir.frontends.program import import_program
 from distir.runtime import interpret
 from distir.runtime.local import run_local
 
-CONSTRUCTS = ["mlp"]
-NAMES = [c + s for c in CONSTRUCTS for s in (ONE_DEVICE, SHARDED)]
+CONSTRUCTS = ["mlp", "floats", "ints", "xent", "take_fill", "dus", "causal"]
+NAMES = [c + s for c in CONSTRUCTS for s in (ONE_DEVICE, SHARDED)] + ["xent_vocab" + SHARDED]
 
 
 def ranks_of(name: str) -> int:
