@@ -1449,8 +1449,6 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
 
 
 def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
-    import re
-
     out: dict[str, list[int]] = {}
     for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
         m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
@@ -1592,10 +1590,10 @@ def _reduce_bools(tr: Translator, x: Val, init: Val, dims: list[int], shape: tup
     return tr.map_op(operands, elts, shape, i1, body)
 
 
-def _reducer_kind(tr: Translator, node: OpNode) -> tuple[str, Span | None]:
+def _reducer_kind(tr: Translator, node: OpNode, what: str = "reduce") -> tuple[str, Span | None]:
     """The op of a ``reducer`` region that returns OP(a, b) of its two arguments."""
     if not node.regions or len(node.regions[0]) != 1:
-        raise tr.error("'stablehlo.reduce' needs a reducer body", node)
+        raise tr.error(f"'stablehlo.{what}' needs a region combining two values", node)
     body = node.regions[0][0]
     ops = body.ops
     args = [v.name for v, _ in body.args]
@@ -1604,7 +1602,7 @@ def _reducer_kind(tr: Translator, node: OpNode) -> tuple[str, Span | None]:
         names = sorted(v.name for v in op.operands)
         if names == sorted(args) and len(ret.operands) == 1 and op.results and ret.operands[0].name == op.results[0].name:
             return op.name, op.span
-    raise tr.error("only a reducer body of one binary op (add, multiply, maximum, minimum) is supported", node)
+    raise tr.error(f"only a '{what}' region of one binary op (add, multiply, maximum, minimum, and, or) is supported", node)
 
 
 def _is_identity(kind: str, v: float | int | bool) -> bool:
@@ -1757,20 +1755,39 @@ def paste(tr: Translator, x: SSAValue, u: SSAValue, offsets: Sequence[int], d: i
     return tr.emit_checked(lambda: dist.ConcatOp.of(*pieces, dim=d)).results[0]
 
 
-def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
-    import re
-
-    dn = node.attrs.get("dimension_numbers")
+def dimension_numbers(tr: Translator, node: OpNode, attr: str, kind: str, lists: Sequence[str], ints: Sequence[str] = ("index_vector_dim",)) -> dict[str, Any]:
+    """``#stablehlo.KIND<key = [..], key = N, ..>`` (attribute ``attr``) as a dict: every
+    key of ``lists`` (absent: []) and ``ints`` (absent: None); any other key, or a key
+    given twice, is a diagnostic (a misspelled key would otherwise change the meaning)."""
+    dn = node.attrs.get(attr)
     text = dn.text if isinstance(dn, Opaque) else ""
-    if not text.startswith("#stablehlo.gather<"):
-        raise tr.error("'stablehlo.gather' needs dimension_numbers = #stablehlo.gather<...>", node)
-    out: dict[str, Any] = {}
-    for key in ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"):
-        m = re.search(r"\b" + key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    m = re.search(r"index_vector_dim\s*=\s*(\d+)", text)
-    out["index_vector_dim"] = int(m.group(1)) if m else None
+    head = f"#stablehlo.{kind}<"
+    if not (text.startswith(head) and text.endswith(">")):
+        raise tr.error(f"'{node.name}' needs {attr} = {head}...>", node)
+    out: dict[str, Any] = {k: [] for k in lists} | {k: None for k in ints}
+    seen: set[str] = set()
+    for m in re.finditer(r"\s*([A-Za-z_]\w*)\s*=\s*(\[[0-9,\s]*\]|-?\d+)\s*(,|$)", text[len(head) : -1]):
+        key, value = m.group(1), m.group(2)
+        if key in seen or (key not in lists and key not in ints):
+            what = "given twice" if key in seen else f"not a key of #stablehlo.{kind} ({', '.join([*lists, *ints])})"
+            raise tr.error(f"'{key}' in {attr} is {what}", node)
+        seen.add(key)
+        if value.startswith("["):
+            if key not in lists:
+                raise tr.error(f"'{key}' in {attr} takes an integer, got {value}", node)
+            out[key] = [int(x) for x in value[1:-1].replace(" ", "").split(",") if x]
+        else:
+            if key not in ints:
+                raise tr.error(f"'{key}' in {attr} takes a list, got {value}", node)
+            out[key] = int(value)
+    rest = re.sub(r"\s*([A-Za-z_]\w*)\s*=\s*(\[[0-9,\s]*\]|-?\d+)\s*(,|$)", "", text[len(head) : -1])
+    if rest.strip():
+        raise tr.error(f"cannot read '{rest.strip()}' in {attr}", node)
     return out
+
+
+def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
+    return dimension_numbers(tr, node, "dimension_numbers", "gather", ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"))
 
 
 GATHER_SUBSET = (
@@ -1857,6 +1874,86 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
         perm.insert(k, len(bshape))
         y = tr.transpose(y, perm)
     return [y]
+
+
+SCATTER_SUBSET = (
+    "distir reads additions into rows (the gradient of a row lookup, table.at[ids].add(u)): one "
+    "inserted dim that the indices select (scatter_dims_to_operand_dims = inserted_window_dims = [g]) "
+    "of a 1-d or 2-d operand, or of a 2-d or 3-d operand whose dim 0 is a batching dim of the indices' "
+    "dim 0, updates holding whole rows, the index vector dim last, an add region"
+)
+
+
+@handles("stablehlo.scatter")
+def _h_scatter(tr: Translator, node: OpNode) -> list[Val]:
+    """Additions into rows as ``dist.scatter_add`` (the adjoint of ``embedding_bag``): the
+    indices flattened to ``[N, 1]`` (``[T, N, 1]`` with a batching dim), the updates to
+    ``[N, D]`` with the row last, an operand without a row width seen as rows of width
+    1; indices outside the operand add nothing (StableHLO: such updates are skipped);
+    the operand added unless it is a zero constant (the usual gradient). Any other
+    scatter is a diagnostic."""
+    if len(node.operands) != 3 or len(node.results) != 1:
+        raise tr.error("'stablehlo.scatter' of several operands at once is not supported (one operand, indices, updates)", node)
+    kind, span = _reducer_kind(tr, node, "scatter")
+    if kind != "stablehlo.add":
+        raise tr.error(f"'stablehlo.scatter' combining by '{kind}' is not supported (add: the gradient of a lookup)", node, span)
+    t = _result(tr, node)
+    operand, idx, upd = (tr.operand(node, i) for i in range(3))
+    os_, ish, us = shape_of(operand), shape_of(idx), shape_of(upd)
+    nums = dimension_numbers(tr, node, "scatter_dimension_numbers", "scatter", ("update_window_dims", "inserted_window_dims", "input_batching_dims", "scatter_indices_batching_dims", "scatter_dims_to_operand_dims"))
+    batch = nums["input_batching_dims"]
+    lead = len(batch)
+    g = nums["scatter_dims_to_operand_dims"]
+    ivd = nums["index_vector_dim"]
+    idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
+    has_width = len(os_) == lead + 2
+    bshape = tuple(ish[:ivd]) if ivd is not None else ()
+    window = nums["update_window_dims"]
+    ok = (
+        len(os_) in (lead + 1, lead + 2)
+        and batch in ([], [0])
+        and nums["scatter_indices_batching_dims"] == batch
+        and len(g) == 1
+        and nums["inserted_window_dims"] == g
+        and g[0] >= lead
+        and ivd is not None
+        and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
+        and len(window) == (1 if has_width else 0)
+        and isinstance(idx_elt, IntegerType)
+        and idx_elt != i1
+        and (not lead or (bshape and bshape[0] == os_[0]))
+        and t.shape == os_
+    )
+    if ok:
+        width_dim = next((d for d in range(len(os_)) if d not in (*batch, g[0])), None)
+        want = list(bshape)
+        if has_width:
+            ok = window[0] <= len(bshape)
+            want.insert(window[0], os_[width_dim])
+        ok = ok and tuple(want) == us
+    if not ok:
+        raise tr.error(f"this form of 'stablehlo.scatter' is not supported ({SCATTER_SUBSET})", node)
+    elt = tr.elt(t.elt, node)
+    n = pymath.prod(bshape[lead:])
+    u = tr.materialize(upd)
+    if has_width and window[0] != len(bshape):  # the row width last
+        u = tr.transpose(u, [d for d in range(len(us)) if d != window[0]] + [window[0]])
+    width = os_[width_dim] if has_width else 1
+    u = tr.reshape(u, (*bshape[:lead], n, width))
+    flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
+    rows = os_[g[0]]
+    placed = (*os_[:lead], rows, width)
+    ty = tr.new_type_like([u], placed, elt)
+    y = tr.emit_checked(lambda: dist.ScatterAddOp.make([flat_idx, u], [ty])).results[0]
+    if not has_width:
+        y = tr.reshape(y, os_)
+    elif g[0] != len(os_) - 2:  # the row dim back where the operand has it
+        y = tr.transpose(y, [*range(lead), lead + 1, lead])
+    if isinstance(operand, Const) and operand.value == 0 and pymath.copysign(1, operand.value) > 0:
+        return [y]  # scatter_add starts from +0, as the zeros of a gradient do
+    add = arith.AddfOp if _is_float(elt) else arith.AddiOp
+    base = tr.materialize(operand)
+    return [tr.map_op([base, y], [elt, elt], os_, elt, lambda a: [add(a[0], a[1])])]
 
 
 @handles("func.call", "call")

@@ -117,6 +117,24 @@ def programs(jax, jnp, np, rng, mesh) -> dict[str, tuple]:
     # clamped start (7, 100); StableHLO clamps it to (5, 12), as distir does.)
     both("dus", dus, [R(8, 16), R(3, 4)], (P("x", None), P()), (P("x", None), P("x", None)))
 
+    # Scatters: the gradient of an embedding lookup (stablehlo.scatter with add into
+    # zeros), with the table sliced by rows (vocabulary parallel: each device adds into
+    # the rows it holds) or the batch sliced (data parallel: partial sums, one
+    # all-reduce); table.at[ids].add(u) into a table (out-of-range ids dropped, negative
+    # ones from the end); a 1-d histogram.
+    def emb_grad(table, ids, w):
+        return jax.grad(lambda t: (jnp.tanh(t[ids]) * w).sum())(table)
+
+    emb_args = [R(32, 16), rng.integers(-32, 32, 12).astype(np.int32), R(12, 16)]
+    both("emb_grad", emb_grad, emb_args, (P("x", None), P(), P()), P("x", None))
+    out["emb_grad_dp" + SHARDED] = (jax.jit(emb_grad, in_shardings=tuple(NamedSharding(mesh(4), s) for s in (P(), P("x"), P("x", None))), out_shardings=NamedSharding(mesh(4), P())), emb_args)
+
+    def scatter_add(table, ids, u, hist_ids):
+        return table.at[ids].add(u), jnp.zeros(10, jnp.float32).at[hist_ids].add(1.0)
+
+    sc_args = [R(32, 16), rng.integers(-40, 40, 12).astype(np.int32), R(12, 16), rng.integers(0, 12, 20).astype(np.int32)]
+    both("scatter_add", scatter_add, sc_args, (P("x", None), P(), P(), P()), (P("x", None), P()))
+
     # Masks from iota (causal attention: iota, compare, select), jnp.tril, jnp.all/any.
     def causal(q, k):
         s = q @ k.T

@@ -7,6 +7,12 @@ job, the one-device ones in one process of their own)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from jax_constructs import ONE_DEVICE, SHARDED
 from oracle import assert_matches, load
@@ -18,8 +24,8 @@ from distir.frontends.program import import_program
 from distir.runtime import interpret
 from distir.runtime.local import run_local
 
-CONSTRUCTS = ["mlp", "floats", "ints", "xent", "take_fill", "dus", "causal"]
-NAMES = [c + s for c in CONSTRUCTS for s in (ONE_DEVICE, SHARDED)] + ["xent_vocab" + SHARDED]
+CONSTRUCTS = ["mlp", "floats", "ints", "xent", "take_fill", "dus", "causal", "emb_grad", "scatter_add"]
+NAMES = [c + s for c in CONSTRUCTS for s in (ONE_DEVICE, SHARDED)] + ["xent_vocab" + SHARDED, "emb_grad_dp" + SHARDED]
 
 
 def ranks_of(name: str) -> int:
@@ -58,3 +64,25 @@ def test_one_device_program_on_several_ranks_says_it_runs_on_one(jax_dir):
     module = import_program(text, "mlp.mlir").module
     with pytest.raises(InputRejected, match=r"one device.*1 rank.*distir-plan"):
         interpret(module, "main", inputs, ranks=4)
+
+
+SIMULATED = ["floats_4", "ints_4", "emb_grad_4", "emb_grad_dp_4", "scatter_add_1"]
+
+
+def test_constructs_on_the_simulated_cuda_device(jax_dir, tmp_path):
+    """The ``nccl`` backend's device code for the new ops (the scalar ops of the map
+    bodies in generated CUDA kernels, ``rt.scatter_add``'s kernel) in numba's CUDA
+    simulator equals the interpreter (``test/runtime/cuda_sim_batch.py``, one process)."""
+    pytest.importorskip("numba.cuda", reason="the GPU extra (numba-cuda) is not installed")
+    jobs = []
+    for name in SIMULATED:
+        text, _, _ = load(jax_dir, name)
+        jobs.append({"id": name, "text": str(import_program(text, f"{name}.mlir").module), "func": "main", "ranks": ranks_of(name), "seed": 3})
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONWARNINGS="ignore")
+    script = Path(__file__).parents[1] / "runtime" / "cuda_sim_batch.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "jobs.json"), str(tmp_path / "report.json")], env=env, capture_output=True, text=True, timeout=600)
+    assert (tmp_path / "report.json").exists(), proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    for name in SIMULATED:
+        assert report[name]["ok"], f"{name}: {report[name]['message']}"
