@@ -245,9 +245,23 @@ def _f_embedding_bag(op: dist.EmbeddingBagOp) -> list[Factor]:
     return out
 
 
+def _f_scatter_add(op: dist.ScatterAddOp) -> list[Factor]:
+    """The table dim (of 3-d operands), the result's rows (a result sliced on them adds
+    only the rows each rank holds), the row width, and the bags as a summed factor
+    (bags sliced over ranks leave partial sums)."""
+    i, u, r = op.indices, op.updates, op.result
+    lead = len(_tensor_shape(i) or ()) - 2
+    out = [Factor([(i, 0), (u, 0), (r, 0)])] if lead else []
+    out.append(Factor([(r, lead)]))
+    out.append(Factor([(u, lead + 1), (r, lead + 1)]))
+    out.append(Factor([(i, lead), (u, lead)], reduce="sum"))
+    return out
+
+
 FACTORS = {
     dist.MapOp: _f_map,
     dist.EmbeddingBagOp: _f_embedding_bag,
+    dist.ScatterAddOp: _f_scatter_add,
     dist.CastOp: _f_same,
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,
@@ -760,12 +774,16 @@ def _user_name(q: SSAValue) -> str:
 
 def result_types(op: Operation, in_types: list[Attribute], target, part: Partitioner) -> list[Attribute]:
     """The result types of ``op`` on operands of ``in_types``: the op's rule (``infer``),
-    or for a ``dist.map`` the target placements (its operands were placed to match)."""
-    if isinstance(op, (dist.MapOp, dist.IotaOp)):
+    or for a ``dist.map`` (``iota``, ``scatter_add``) the target placements (its operands
+    were placed to match; the op's verifier checks the rule)."""
+    if isinstance(op, (dist.MapOp, dist.IotaOp, dist.ScatterAddOp)):
         rt_ = op.results[0].type
         assert isinstance(rt_, TensorType)
         ps = target(op.results[0]) if target is not None else [REPLICATED] * len(rt_.get_placements())
-        return [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        types = [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        if isinstance(op, dist.ScatterAddOp):
+            dist.ScatterAddOp.check(in_types[0], in_types[1], types[0])
+        return types
     if isinstance(op, dist.CastOp):
         t = in_types[0]
         assert isinstance(t, TensorType)
