@@ -12,7 +12,7 @@ primitives of CoCoNet change the placement on one mesh axis (``axis``, default 0
 
 and the local ops compute without communication: ``dist.map``, ``dist.take_slice``,
 ``dist.matmul``, ``dist.reduce_tensor``, ``dist.cast``, ``dist.dropout``,
-``dist.embedding_bag`` and ``dist.remesh``, and the layout ops the front ends need for
+``dist.embedding_bag``, ``dist.scatter_add`` and ``dist.remesh``, and the layout ops the front ends need for
 StableHLO: ``dist.transpose``, ``dist.reshape``, ``dist.iota``, ``dist.extract_slice``
 and ``dist.concat``. ``dist.to_local`` and ``dist.from_local`` see the same per-rank
 buffers as another placement (for per-device programs). Every op verifies shapes, element types,
@@ -425,9 +425,12 @@ def resolve_grids(module: Operation, ranks: int) -> dict[str, layout.MeshGrid]:
             try:
                 grids[op.mesh_name] = op.grid(ranks)
             except layout.LayoutError as e:
+                hint = ""
+                if op.declared_sizes == (1,) * op.rank and op.view is None:
+                    hint = " (a program for one device, as a plain jax.jit lowering imports, runs on 1 rank; distir-plan distributes it)"
                 raise InputRejected(
                     f"--ranks {ranks} does not fit mesh @{op.mesh_name} of shape "
-                    f"{layout.format_sizes(op.declared_sizes)}: {e}"
+                    f"{layout.format_sizes(op.declared_sizes)}: {e}{hint}"
                 ) from None
     return grids
 
@@ -1164,6 +1167,75 @@ class EmbeddingBagOp(DistOp):
 
 
 @irdl_op_definition
+class ScatterAddOp(DistOp):
+    """``scatter_add``: the adjoint of ``embedding_bag`` sum. ``indices[..., B, L]`` and
+    ``updates[..., B, D]`` -> ``[..., R, D]`` (R from the result type): row ``r`` of the
+    result is the sum of ``updates[..., b, :]`` over the ``(b, l)`` with
+    ``indices[..., b, l] == r``, in the order of ``(b, l)``; an index outside ``[0, R)``
+    adds nothing (StableHLO's ``scatter`` skips it); an optional leading dim indexes
+    several tables. It is the gradient of an embedding lookup (``jnp.take``'s, the
+    ``table.at[ids].add(u)`` of JAX).
+
+    Placements per axis (indices, updates -> result): equal replicated, unplaced or
+    at<r> placements are kept; replicated indices and updates -> also sliced on the
+    result's rows (each rank adds the updates of the rows it holds: the gradient of a
+    vocabulary-sliced table); both sliced on the leading dim -> sliced on it; replicated
+    indices, updates sliced on their last dim -> sliced on the last dim; both sliced on
+    the bag dim -> ``local`` (each rank adds its own bags: partial sums).
+
+    ``%g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [replicated]>, !dist.tensor<32x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.scatter_add"
+    INFER: ClassVar[bool] = False
+    indices = operand_def(TensorType)
+    updates = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        self.check(self.indices.type, self.updates.type, self.result.type)
+
+    @classmethod
+    def check(cls, i: Attribute, u: Attribute, r: Attribute) -> None:
+        """Raise ``RuleError`` unless ``r`` is a result of indices ``i`` and updates ``u``."""
+        i, u, r = need_tensor(i, "indices"), need_tensor(u, "updates"), need_tensor(r, "result")
+        same_mesh([i, u, r])
+        si, su, sr = i.get_shape(), u.get_shape(), r.get_shape()
+        if len(si) not in (2, 3) or len(su) != len(si) or len(sr) != len(si):
+            raise RuleError(f"indices, updates and result must all be 2-d or all 3-d, got {i.format_shape()}, {u.format_shape()} and {r.format_shape()}")
+        lead = len(si) - 2
+        if si[:-1] != su[:-1] or sr[:lead] != si[:lead] or sr[-1] != su[-1]:
+            raise RuleError(f"indices [.., B, L] and updates [.., B, D] give a result [.., R, D]: got {i.format_shape()}, {u.format_shape()} and {r.format_shape()}")
+        if not isinstance(i.element_type, IntegerType):
+            raise RuleError(f"indices must have an integer element type, got {i.element_type}")
+        if u.element_type != r.element_type:
+            raise RuleError(f"result element type must be the updates' {u.element_type}, got {r.element_type}")
+        pi, pu, pr = i.get_placements(), u.get_placements(), r.get_placements()
+        for axis, (x, y, z) in enumerate(zip(pi, pu, pr)):
+            if not cls._rule(x, y, z, lead):
+                raise RuleError(f"no scatter_add placement rule for indices {x}, updates {y} and result {z} on axis {axis}")
+        for d in [0, lead + 1] if lead else [1]:  # the table dim and the row width
+            if layout.slicing_axes(pu, d) != layout.slicing_axes(pr, d):
+                raise RuleError(f"dim {d} must be sliced by the same axes in the same order in the updates and the result")
+
+    @staticmethod
+    def _rule(x: Placement, y: Placement, z: Placement, lead: int) -> bool:
+        xs = x.dim.data if isinstance(x, Sliced) else None
+        ys = y.dim.data if isinstance(y, Sliced) else None
+        zs = z.dim.data if isinstance(z, Sliced) else None
+        if isinstance(x, (Replicated, Unplaced, At)) and x == y:
+            return z == x or (isinstance(x, Replicated) and zs == lead)
+        if lead and xs == 0 and ys == 0:
+            return zs == 0
+        if isinstance(x, Replicated) and ys == lead + 1:
+            return zs == lead + 1
+        if xs == lead and ys == lead:
+            return isinstance(z, Local)
+        return False
+
+
+@irdl_op_definition
 class RemeshOp(DistOp):
     """``remesh``: see a value on a view of its mesh, or on the parent of a view. No data
     moves: the layout on the common parent mesh must be the same (``local``,
@@ -1648,6 +1720,7 @@ Dist = Dialect(
         CastOp,
         DropoutOp,
         EmbeddingBagOp,
+        ScatterAddOp,
         RemeshOp,
         TransposeOp,
         ReshapeOp,

@@ -571,6 +571,43 @@ def _embedding_bag(it: Interpreter, op: dist.EmbeddingBagOp, args: list[Value]) 
     return list(it.local([t], args, fn, key=lambda r: table.block(r)[row_dim].start))
 
 
+def scatter_add(indices: np.ndarray, updates: np.ndarray, row0: int, held: int, dtype: np.dtype) -> np.ndarray:
+    """The rows ``row0 .. row0 + held`` of ``scatter_add(indices, updates)``: each update
+    row added to the row its index names, in the order of the (bag, position) pairs;
+    indices outside the rows held add nothing. In compute_dtype, rounded once."""
+    cdt = compute_dtype(dtype)
+    lead = indices.ndim - 2
+    loc = indices.astype(np.int64) - row0
+    valid = (loc >= 0) & (loc < held)
+    shape = (*updates.shape[:lead], held, updates.shape[-1])
+    out = np.zeros(shape, cdt)
+    rows = np.broadcast_to(updates[..., :, None, :], (*indices.shape, updates.shape[-1])).astype(cdt)
+    if lead:
+        t = np.broadcast_to(np.arange(indices.shape[0])[:, None, None], indices.shape)
+        np.add.at(out, (t[valid], loc[valid]), rows[valid])
+    else:
+        np.add.at(out, loc[valid], rows[valid])
+    return out.astype(dtype, copy=False)
+
+
+@handles(dist.ScatterAddOp)
+def _scatter_add(it: Interpreter, op: dist.ScatterAddOp, args: list[Value]) -> list[Value]:
+    t: TensorType = op.result.type  # type: ignore[assignment]
+    grid = it.grid(t)
+    coords = rank_coords(grid)
+    row_dim = t.rank - 2
+    dt = numpy_dtype(t.element_type)
+
+    def block(r: int) -> slice:
+        return layout.block(t.get_shape(), t.get_placements(), grid.sizes, coords[r])[row_dim]
+
+    def fn(b: list[np.ndarray], r: int) -> list[np.ndarray]:
+        rs = block(r)  # indices outside it (or outside the table) add nothing
+        return [scatter_add(b[0], b[1], rs.start, rs.stop - rs.start, dt)]
+
+    return list(it.local([t], args, fn, key=lambda r: block(r).start))
+
+
 @handles(dist.RemeshOp)
 def _remesh(it: Interpreter, op: dist.RemeshOp, args: list[Value]) -> list[Value]:
     # The same global rank keeps the same buffer; only its coordinates change.

@@ -72,11 +72,19 @@ func.func @f(%g: !dist.tensor<10xf32, @world, [local]>, %p: !dist.tensor<10xf32,
   func.return %q : !dist.tensor<10xf32, @world, [replicated]>
 }
 """,
+    "scatter_add": """dist.mesh @world shape = [?]
+func.func @f(%i: !dist.tensor<6x2xi32, @world, [replicated]>, %u: !dist.tensor<6x4xf32, @world, [replicated]>) -> !dist.tensor<11x4xf32, @world, [replicated]> {
+  %g = dist.scatter_add %i, %u : (!dist.tensor<6x2xi32, @world, [replicated]>, !dist.tensor<6x4xf32, @world, [replicated]>) -> !dist.tensor<11x4xf32, @world, [sliced<0>]>
+  %r = coll.all_gather %g : !dist.tensor<11x4xf32, @world, [sliced<0>]> -> !dist.tensor<11x4xf32, @world, [replicated]>
+  func.return %r : !dist.tensor<11x4xf32, @world, [replicated]>
+}
+""",
 }
 """``all_gather``/``all_to_all`` of 7 x 5; reduce-scatters along dims 0 and 1 (13 of
 them); matmul, embedding, dropout, iota and reductions over 13 and 11 rows; nested
 reduce-scatters and all-gathers of 11 over a [2, n/2] mesh; a fused all-reduce updating
-10 elements in place."""
+10 elements in place; an embedding gradient (scatter_add) into 11 rows sliced over
+the ranks."""
 
 LOCAL_RANKS = [1, 3, 5, 8]
 
