@@ -75,7 +75,7 @@ from xdsl.utils.lexer import Span
 from distir.dialects import coll, dist, layout
 from distir.dialects.collectives.permute import check_pairs
 from distir.dialects.dist import RuleError, TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
+from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Local, Placement, Replicated, Sliced
 from distir.frontends import device_values, stablehlo
 from distir.frontends.device_values import DevVal
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
@@ -750,7 +750,7 @@ class SdyTranslator(Translator):
         if isinstance(shardings, list) and node.name not in SDY_HANDLERS:
             if len(shardings) != len(values):
                 raise self.error(f"'{node.name}' has {len(values)} result(s) but {len(shardings)} sharding(s)", node)
-            values = [constrain(self, self.materialize(v), s, "the op's sdy.sharding") for v, s in zip(values, shardings)]
+            values = [v if isinstance(v, stablehlo.Const) else constrain(self, self.materialize(v), s, "the op's sdy.sharding") for v, s in zip(values, shardings)]
         super().bind(node, values)
         if isinstance(shardings, list):
             self.shardings.update((r.name, s) for r, s in zip(node.results, shardings) if isinstance(s, Sharding))
@@ -772,7 +772,10 @@ _sdy = stablehlo.registers(SDY_HANDLERS)
 
 @_sdy("sdy.sharding_constraint", "sdy.reshard")
 def _h_constraint(tr: SdyTranslator, node: OpNode) -> list[Val]:
-    x = tr.materialize(tr.operand(node, 0))
+    v = tr.operand(node, 0)
+    if isinstance(v, stablehlo.Const):  # a constant is made wherever it is needed
+        return [v]
+    x = tr.materialize(v)
     return [constrain(tr, x, node.attrs["sharding"], f"'{node.name}'")]
 
 
@@ -1036,7 +1039,7 @@ def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
     mm = tr.mm
     manual = set(_dist_axes_list(tr, node, node.attrs["manual_axes"]))
     if manual != set(range(mm.naxes)):
-        raise tr.error("manual computations over some of the mesh axes are not supported (make every axis manual)", node)
+        return _partly_manual(tr, node, sorted(manual))
     ins, outs = node.attrs["in_shardings"], node.attrs["out_shardings"]
     body = node.regions[0][0]
     if len(ins) != len(node.operands) or len(body.args) != len(node.operands):
@@ -1080,6 +1083,95 @@ def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
     return out_vals
 
 
+def _partly_manual(tr: SdyTranslator, node: OpNode, manual: list[int]) -> list[Val]:
+    """A manual computation over some of the mesh axes (``shard_map(.., axis_names=..)``):
+    the body is per device on the manual axes and global on the free ones, which the
+    partitioner places as it places the rest of the program. Each operand is pinned to its
+    in_sharding's manual axes (``dist.slice``/``dist.repl``) and seen as each device's
+    block there (``dist.to_local``: ``local`` on the manual axes, ``unplaced`` on the
+    others); each result is the blocks seen as one value (``dist.from_local``) and freed
+    (``dist.join``/``dist.drop``). The free axes of the in/out shardings are constraints
+    on the operands and results, outside the body."""
+    mm = tr.mm
+    ins, outs = node.attrs["in_shardings"], node.attrs["out_shardings"]
+    body = node.regions[0][0]
+    if len(ins) != len(node.operands) or len(body.args) != len(node.operands):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.operands)} operand(s), {len(ins)} in_sharding(s) and {len(body.args)} body argument(s)", node)
+    if len(outs) != len(node.results):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.results)} result(s) and {len(outs)} out_sharding(s)", node)
+    meshes = {sh.mesh for sh in [*ins, *outs]}
+    if len(meshes) > 1:
+        raise tr.error(f"the shardings of 'sdy.manual_computation' name several meshes ({', '.join('@' + m for m in sorted(meshes))})", node)
+    sizes = mm.sizes()
+    free = [a for a in range(mm.naxes) if a not in manual]
+
+    def split(s: Sharding, shape: Sequence[int], what: str) -> tuple[list[Placement], Sharding | None]:
+        """The sharding's placements on the manual axes, and its constraint on the free
+        axes (None when it names none of them)."""
+        pl = tr.imp.placements(mm, s, shape)
+        if any(isinstance(pl[a], Local) for a in manual):
+            raise tr.error(f"{what}: unreduced manual axes in a manual computation over some of the mesh axes are not supported", node)
+        names = {ax for _, _, ax, _ in (mm.axes[a] for a in free)}
+        keep = lambda refs: tuple(r for r in refs if r.name in names)  # noqa: E731
+        dims = tuple(DimSharding(keep(d.axes), d.open) for d in s.dims)
+        fs = Sharding(s.mesh, dims, keep(s.replicated), keep(s.unreduced), s.start, s.end)
+        named = any(d.axes for d in dims) or fs.replicated or fs.unreduced
+        return pl, (fs if named else None)
+
+    args = []
+    for i, ((v, t), s) in enumerate(zip(body.args, ins)):
+        x = tr.materialize(tr.operand(node, i))
+        pl, constraint = split(s, shape_of(x), f"operand {i}")
+        if constraint is not None:
+            x = constrain(tr, x, constraint, f"the in_sharding of operand {i} of 'sdy.manual_computation'")
+        y = x
+        target = [pl[a] if a in manual else UNPLACED for a in range(mm.naxes)]
+        for d in layout.sliced_dims(target):
+            for a in layout.slicing_axes(target, d):
+                y = tr.emit(dist.SliceOp.of(y, dim=d, axis=a)).results[0]
+        for a in manual:
+            if isinstance(target[a], Replicated):
+                y = tr.emit(dist.ReplOp.of(y, axis=a)).results[0]
+        yt = y.type
+        assert isinstance(yt, TensorType)
+        local = layout.local_shape(yt.get_shape(), yt.get_placements(), sizes)
+        tt = tr.tensor_t(t, f"body argument %{v.name}", node)
+        if tuple(tt.shape) != tuple(local):
+            raise ParseError(v.span, f"body argument %{v.name} is {tt}, but each device holds a {stablehlo._fmt(local)} block of operand {i}")
+        body_ps = [LOCAL if a in manual else UNPLACED for a in range(mm.naxes)]
+        args.append(tr.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=body_ps)])).results[0])
+    inner = ManualTranslator(tr, tr.imp.maps[meshes.pop()] if meshes else mm, manual)
+    results = inner.translate_body(body, args)
+    tr.node = node
+    if len(results) != len(node.results):
+        raise tr.error(f"the body returns {len(results)} value(s) for {len(node.results)} result(s)", node)
+    out_vals: list[Val] = []
+    for i, (r, s, t) in enumerate(zip(results, outs, node.out_types)):
+        rv = inner.materialize(r)
+        gt = tr.tensor_t(t, f"result {i}", node)
+        pl, constraint = split(s, gt.shape, f"result {i}")
+        target = [pl[a] if a in manual else UNPLACED for a in range(mm.naxes)]
+        rt_ = rv.type
+        assert isinstance(rt_, TensorType)
+        want = layout.local_shape(gt.shape, target, sizes)
+        if tuple(want) != rt_.get_shape():
+            raise tr.error(f"the body returns {rt_.format_shape()} per device as result {i}, its out_sharding needs {stablehlo._fmt(want)}", node)
+        y = tr.emit(dist.FromLocalOp.make([rv], [rt_.with_(shape=gt.shape, placements=target)])).results[0]
+        for a in manual:
+            if isinstance(target[a], Replicated):
+                y = tr.emit(dist.DropOp.of(y, axis=a)).results[0]
+        while True:
+            ps = y.type.get_placements()  # type: ignore[attr-defined]
+            dims = sorted(layout.sliced_dims(ps))
+            if not dims:
+                break
+            y = tr.emit(dist.JoinOp.of(y, axis=layout.slicing_axes(ps, dims[0])[-1])).results[0]
+        if constraint is not None:
+            y = constrain(tr, y, constraint, f"the out_sharding of result {i} of 'sdy.manual_computation'")
+        out_vals.append(y)
+    return out_vals
+
+
 def _dist_axes_list(tr: SdyTranslator, node: OpNode, refs: Sequence[AxisRef]) -> list[int]:
     return [a for r in refs for a in tr.mm.expand(r, lambda msg: tr.error(msg, node))]
 
@@ -1088,33 +1180,66 @@ class ManualTranslator(Translator):
     """The body of a manual computation: every value ``local`` on the (manual) mesh axes,
     StableHLO's collectives over ``replica_groups`` of device ids."""
 
-    def __init__(self, outer: SdyTranslator, mesh: MeshMap):
+    def __init__(self, outer: SdyTranslator, mesh: MeshMap, manual: Sequence[int] | None = None):
         super().__init__(outer.module, outer.mesh, outer.naxes, outer.spans, MANUAL_HANDLERS)
+        self.manual = list(range(outer.naxes)) if manual is None else list(manual)
+        """The manual axes (every axis unless ``shard_map(.., axis_names=..)`` names some):
+        body values are ``local`` on them and ``unplaced`` (global) on the others."""
         self.device_ids = mesh.device_ids()
         self.rank_of = {d: r for r, d in enumerate(self.device_ids)}
         for name in SDY_HANDLERS:
-            self.handlers.pop(name, None)
+            if name not in MANUAL_HANDLERS:
+                self.handlers.pop(name, None)
         self.block = outer.block
         self.outer = outer
         self.grid = layout.base_grid(outer.mesh, outer.mm.sizes())
         self._rank: SSAValue | None = None
         self._scalars: dict[tuple, SSAValue] = {}
 
+    def body_placements(self) -> list[Placement]:
+        """A body value's placements: ``local`` on the manual axes, ``unplaced`` on the
+        free ones."""
+        return [LOCAL if a in self.manual else UNPLACED for a in range(self.naxes)]
+
     def fresh_type(self, shape: Sequence[int], elt) -> TensorType:
-        return TensorType(tuple(shape), elt, self.mesh, [LOCAL] * self.naxes)
+        return TensorType(tuple(shape), elt, self.mesh, self.body_placements())
 
     def sizes(self) -> tuple[int | None, ...] | None:
         return self.outer.mm.sizes()
+
+    def manual_sizes(self) -> tuple[int, ...]:
+        sizes = self.outer.mm.sizes()
+        return tuple(sizes[a] for a in self.manual)
+
+    def manual_values(self, values: Sequence[Any], what: str) -> tuple[Any, ...]:
+        """Per-device values as one per device of the manual axes (row-major over them):
+        they must not differ along the free axes, whose devices the body does not tell
+        apart."""
+        sizes = self.outer.mm.sizes()
+        if len(self.manual) == self.naxes:
+            return tuple(values)
+        msizes = self.manual_sizes()
+        out: dict[int, Any] = {}
+        for r, x in enumerate(values):
+            coords = layout.at_digits(r, sizes)
+            m = 0
+            for a in self.manual:
+                m = m * sizes[a] + coords[a]
+            if out.setdefault(m, x) != x:
+                raise self.error(f"{what} differs between devices along the free axes of a manual computation over some of the mesh axes")
+        return tuple(out[m] for m in range(math.prod(msizes)))
 
     def rank_value(self) -> SSAValue:
         """Each device's rank (row-major over the mesh) as a 0-d ``i64`` local value: its
         block of ``dist.iota`` over all devices (made once per manual computation)."""
         if self._rank is None:
-            sizes = self.outer.mm.sizes()
-            ps: list[Placement] = [Sliced(0, k) if len(sizes) > 1 else Sliced(0) for k in range(len(sizes))]
+            sizes = self.manual_sizes()
+            ps: list[Placement] = list(self.body_placements())
+            for k, a in enumerate(self.manual):
+                ps[a] = Sliced(0, k) if len(self.manual) > 1 else Sliced(0)
             whole = TensorType((math.prod(sizes),), i64, self.mesh, ps)
             io = self.emit(dist.IotaOp.make([], [whole], dim=0)).results[0]
-            one = self.emit(dist.ToLocalOp.make([io], [whole.with_(shape=(1,), placements=[LOCAL] * self.naxes)])).results[0]
+            one = self.emit(dist.ToLocalOp.make([io], [whole.with_(shape=(1,), placements=self.body_placements())])).results[0]
             self._rank = self.reshape(one, ())
             self._rank.name_hint = "rank"
         return self._rank
@@ -1129,8 +1254,9 @@ class ManualTranslator(Translator):
         key = (v.values, v.elt)
         if key in self._scalars:
             return self._scalars[key]
-        sizes = self.outer.mm.sizes()
-        form = device_values.affine(v.values, sizes)
+        sizes = self.manual_sizes()
+        values = self.manual_values(v.values, f"a per-device value used by '{self.node.name if self.node else '?'}'")
+        form = device_values.affine(values, sizes)
         strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
 
         def body(args: list[SSAValue]) -> list[Operation]:
@@ -1159,12 +1285,12 @@ class ManualTranslator(Translator):
                         acc = ops[-1].results[0]
                 assert acc is not None
                 return ops + _from_i64(acc, elt)
-            acc = const(v.values[-1], elt)
-            for r in range(len(v.values) - 2, -1, -1):
-                if v.values[r] == v.values[-1]:
+            acc = const(values[-1], elt)
+            for r in range(len(values) - 2, -1, -1):
+                if values[r] == values[-1]:
                     continue
                 eq = arith.CmpiOp(rank, const(r, i64), "eq")
-                sel = arith.SelectOp(eq.results[0], const(v.values[r], elt), acc)
+                sel = arith.SelectOp(eq.results[0], const(values[r], elt), acc)
                 ops += [eq, sel]
                 acc = sel.results[0]
             return ops
@@ -1185,7 +1311,8 @@ class ManualTranslator(Translator):
         plan: list[tuple[int, list[int]]] = []
         used: set[int] = set()
         for d, starts, size in dims:
-            axes = _block_axes(starts, size, shape[d], sizes, used)
+            found = _block_axes(self.manual_values(starts, "a start index of 'stablehlo.dynamic_slice'"), size, shape[d], self.manual_sizes(), {self.manual.index(a) for a in used})
+            axes = None if found is None else [self.manual[k] for k in found]
             if axes is None:
                 raise self.error(
                     f"'stablehlo.dynamic_slice' starts dim {d} at {list(starts)} on the devices: not each device's block of "
@@ -1193,7 +1320,7 @@ class ManualTranslator(Translator):
                 )
             plan.append((d, axes))
             used.update(axes)
-        ps: list[Placement] = [REPLICATED if a in used else LOCAL for a in range(self.naxes)]
+        ps: list[Placement] = [REPLICATED if a in used else p for a, p in enumerate(self.body_placements())]
         y = self.emit(dist.FromLocalOp.make([x], [t.with_(placements=ps)])).results[0]
         for d, axes in plan:
             for a in axes:
@@ -1201,7 +1328,7 @@ class ManualTranslator(Translator):
         yt = y.type
         assert isinstance(yt, TensorType)
         local = layout.local_shape(shape, yt.get_placements(), sizes)
-        return self.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
+        return self.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=self.body_placements())])).results[0]
 
     def group_axes(self, node: OpNode) -> list[int]:
         """The mesh axes whose rank groups are the op's ``replica_groups``."""
@@ -1223,6 +1350,9 @@ class ManualTranslator(Translator):
         for k in range(0, self.naxes + 1):
             for axes in itertools.permutations(range(self.naxes), k):
                 if sorted(tuple(g) for g in self.grid.groups(list(axes))) == want:
+                    if any(a not in self.manual for a in axes):
+                        names = ", ".join(self.outer.mm.axes[a][0] for a in axes if a not in self.manual)
+                        raise self.error(f"'{node.name}' is a collective over {names}, which the manual computation leaves automatic", node)
                     return list(axes)
         raise self.error(f"replica_groups of '{node.name}' are not the groups of any mesh axes", node)
 
@@ -1235,7 +1365,7 @@ class ManualTranslator(Translator):
         t = y.type
         assert isinstance(t, TensorType)
         local = layout.local_shape(t.get_shape(), t.get_placements(), self.outer.mm.sizes())
-        out = self.emit(dist.ToLocalOp.make([y], [t.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
+        out = self.emit(dist.ToLocalOp.make([y], [t.with_(shape=local, placements=self.body_placements())])).results[0]
         res = node.out_types[0] if node.out_types else None
         if isinstance(res, TensorT) and tuple(res.shape) != tuple(local):
             raise self.error(f"'{node.name}' gives {stablehlo._fmt(local)} per device, its type says {res}", node)
@@ -1250,7 +1380,7 @@ class ManualTranslator(Translator):
         n = math.prod(self.outer.mm.sizes()[a] for a in axes)
         shape = list(t.get_shape())
         shape[dim] *= n
-        ps: list[Placement] = [LOCAL] * self.naxes
+        ps: list[Placement] = self.body_placements()
         for k, a in enumerate(axes):
             ps[a] = Sliced(dim, k) if len(axes) > 1 else Sliced(dim)
         return self.emit(dist.FromLocalOp.make([x], [t.with_(shape=shape, placements=ps)])).results[0]
@@ -1294,6 +1424,66 @@ def _block_axes(starts: Sequence[int], size: int, extent: int, sizes: Sequence[i
 
 MANUAL_HANDLERS: dict[str, stablehlo.Handler] = {}
 _manual = stablehlo.registers(MANUAL_HANDLERS)
+
+
+@_manual("sdy.sharding_constraint", "sdy.reshard")
+def _m_constraint(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    """A constraint in a manual computation over some of the mesh axes: the value placed
+    as the sharding says on the free axes there (the manual axes stay each device's own:
+    the sharding cannot name them). A sharding that names no axis and leaves every dim
+    open constrains nothing (JAX writes ``<@mesh, [{?}, {?}]>`` after each op)."""
+    v = tr.operand(node, 0)
+    s: Sharding = node.attrs["sharding"]
+    if isinstance(v, (stablehlo.Const, DevVal)) or (not any(d.axes or not d.open for d in s.dims) and not s.replicated and not s.unreduced):
+        return [v]
+    x = tr.materialize(v)
+    if len(tr.manual) == tr.naxes:
+        raise tr.error(f"'{node.name}' inside a manual computation over every mesh axis constrains nothing that can be placed", node)
+    mm = tr.outer.mm
+    pl = tr.outer.imp.placements(mm, s, shape_of(x))
+    for r in [r for d in s.dims for r in d.axes] + list(s.replicated) + list(s.unreduced):
+        if any(a in tr.manual for a in mm.expand(r, lambda msg: tr.error(msg, node))):
+            raise tr.error(f"'{node.name}' in a manual computation names its manual axis {r.text()}", node)
+    if any(isinstance(pl[a], Local) for a in range(tr.naxes) if a not in tr.manual):
+        raise tr.error(f"'{node.name}' with unreduced axes inside a manual computation is not supported", node)
+    target = [p if a not in tr.manual else LOCAL for a, p in enumerate(pl)]
+    y = x
+    for d in layout.sliced_dims(target):
+        for a in layout.slicing_axes(target, d):
+            y = tr.emit(dist.SliceOp.of(y, dim=d, axis=a)).results[0]
+    for a, p in enumerate(target):
+        if isinstance(p, Replicated):
+            y = tr.emit(dist.ReplOp.of(y, axis=a)).results[0]
+    for a, p in enumerate(target):
+        if isinstance(p, Replicated):
+            y = tr.emit(dist.DropOp.of(y, axis=a)).results[0]
+    while True:
+        ps = y.type.get_placements()  # type: ignore[attr-defined]
+        dims = sorted(layout.sliced_dims(ps))
+        if not dims:
+            return [y]
+        y = tr.emit(dist.JoinOp.of(y, axis=layout.slicing_axes(ps, dims[0])[-1])).results[0]
+
+
+@_manual("sdy.manual_computation")
+def _m_nested_manual(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    """A manual computation inside one over some of the axes, over (some of) the others:
+    what JAX writes for ``axis_index`` of a manual axis there (``partition_id`` arithmetic
+    in a body without operands). Its results are values known per device, used as such by
+    the enclosing body; anything else is a diagnostic."""
+    mm = tr.outer.mm
+    nested = set(_dist_axes_list(tr.outer, node, node.attrs["manual_axes"]))
+    if nested & set(tr.manual):
+        raise tr.error("a nested 'sdy.manual_computation' names an axis that is already manual", node)
+    if node.operands:
+        raise tr.error("a nested 'sdy.manual_computation' with operands is not supported (only the per-device index computations JAX writes for axis_index)", node)
+    inner = ManualTranslator(tr.outer, tr.outer.imp.maps.get(mm.mesh.name, mm), sorted(set(tr.manual) | nested))
+    inner.block = tr.block
+    results = inner.translate_body(node.regions[0][0], [])
+    tr.node = node
+    if len(results) != len(node.results) or not all(isinstance(r, (stablehlo.Const, DevVal)) for r in results):
+        raise tr.error("a nested 'sdy.manual_computation' must compute values known per device (partition_id arithmetic, as JAX's axis_index)", node)
+    return results
 
 
 @_manual("stablehlo.partition_id")
@@ -1404,6 +1594,8 @@ def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
     axes, options = plan_permute(pairs, sizes)
     if options.get("offset") == 0:
         return [x]
+    if any(a not in tr.manual for a in axes):
+        raise tr.error("'stablehlo.collective_permute' moves values along mesh axes that the manual computation leaves automatic", node)
     return [tr.emit_checked(lambda: coll.PermuteOp.of(x, sizes=sizes, axes=axes, **options)).results[0]]
 
 

@@ -52,6 +52,8 @@ StableHLO op (custom form printed)    dist IR
 ``concatenate a, b, dim = d``         ``dist.concat``
 ``func.call @f(...)`` / ``call``      the body of the private ``@f``, inlined
 ``func.return`` / ``return``          the function's results
+``while``, ``case``, ``if``,          unrolled / chosen or selected at import
+``dynamic_update_slice``              (``control_flow.py``)
 ====================================  ==============================================
 
 Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
@@ -64,7 +66,7 @@ from __future__ import annotations
 import math as pymath
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import arith
@@ -504,7 +506,36 @@ class Bcast:
     shape: tuple[int, ...]
 
 
-Val = SSAValue | Const | Bcast | DevVal
+@dataclass(eq=False)
+class Patched:
+    """``dynamic_update_slice`` at offsets known at import time, kept lazy: ``base`` with
+    the blocks ``patches[start] = (size, value)`` written along ``dim`` (each block spans
+    every other dim). A scan's stacked outputs are such values; a ``dynamic_slice`` that
+    reads one block back takes it directly, anything else gets one ``dist.concat``
+    (``Translator.materialize``), so a loop of L iterations writes O(L) data, not O(L^2)."""
+
+    base: Any
+    dim: int
+    shape: tuple[int, ...]
+    elt: Attribute
+    patches: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)  # sorted keys of ``patches``
+
+    def block(self, starts: Sequence[int], sizes: Sequence[int]) -> Any:
+        """The written block that a slice at ``starts`` of ``sizes`` reads whole (a scan
+        reading back what an earlier scan wrote), or None."""
+        d = self.dim
+        hit = self.patches.get(starts[d])
+        if hit is None or hit[0] != sizes[d]:
+            return None
+        if any(starts[k] != 0 or sizes[k] != self.shape[k] for k in range(len(self.shape)) if k != d):
+            return None
+        return hit[1]
+
+
+Val = SSAValue | Const | Bcast | DevVal | Patched
+LAZY_USERS = ("stablehlo.return", "func.return", "return", "sdy.return", "func.call", "call", "stablehlo.while", "stablehlo.optimization_barrier")
+"""Ops that take a ``Patched`` operand as it is (the others get it materialised)."""
 
 
 class ImportError_(Exception):
@@ -512,7 +543,7 @@ class ImportError_(Exception):
 
 
 def shape_of(v: Val) -> tuple[int, ...]:
-    if isinstance(v, (Const, Bcast, DevVal)):
+    if isinstance(v, (Const, Bcast, DevVal, Patched)):
         return v.shape
     t = v.type
     return t.get_shape() if isinstance(t, TensorType) else ()
@@ -586,6 +617,8 @@ class Translator:
         self.node: OpNode | None = None
         self.inlining: list[str] = []
         self.depth = 0
+        self.visited = 0  # source ops translated (loops count each iteration: control_flow.py)
+        self._patched: dict[Patched, SSAValue] = {}
 
     # ------------------------------------------------------------------ diagnostics
     def error(self, msg: str, node: OpNode | None = None, span: Span | None = None) -> ParseError:
@@ -656,6 +689,8 @@ class Translator:
 
     def operand(self, node: OpNode, i: int) -> Val:
         v = self.lookup(node.operands[i])
+        if isinstance(v, Patched) and node.name not in LAZY_USERS and not (node.name in ("stablehlo.dynamic_update_slice", "stablehlo.dynamic_slice") and i == 0):
+            v = self.materialize(v)
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
@@ -672,6 +707,8 @@ class Translator:
         """A dist value for ``v`` (a constant or a lazy broadcast becomes a ``dist.map``)."""
         if isinstance(v, SSAValue):
             return v
+        if isinstance(v, Patched):
+            return self.materialize_patched(v)
         if isinstance(v, DevVal):
             x = self.device_scalar(v)
             return x if v.shape == () else self.materialize(Bcast(x, (), v.shape))
@@ -683,6 +720,41 @@ class Translator:
         operand = self.broadcastable(v)
         elt = _elt_of(v)
         return self.map_op([operand], [elt], v.shape, elt, lambda args: [args[0]])
+
+    def materialize_patched(self, v: Patched) -> SSAValue:
+        """The blocks of ``v`` and the parts of its base between them, concatenated along
+        ``v.dim`` (one ``dist.concat``, made once per value)."""
+        done = self._patched.get(v)
+        if done is not None:
+            return done
+        pieces: list[SSAValue] = []
+        pos = 0
+
+        def base_part(lo: int, hi: int) -> None:
+            if lo >= hi:
+                return
+            shape = list(v.shape)
+            shape[v.dim] = hi - lo
+            if isinstance(v.base, Const):
+                pieces.append(self.materialize(Const(v.base.value, v.base.elt, tuple(shape))))
+                return
+            b = self.materialize(v.base)
+            offsets = [lo if d == v.dim else 0 for d in range(len(shape))]
+            pieces.append(self.emit_checked(lambda: dist.ExtractSliceOp.get(b, offsets, shape, [1] * len(shape))).results[0])
+
+        for start in v.starts:
+            size, value = v.patches[start]
+            base_part(pos, start)
+            pieces.append(self.materialize(value))
+            pos = start + size
+        base_part(pos, v.shape[v.dim])
+        if len(pieces) == 1:
+            out = pieces[0]
+        else:
+            xs = self.unify(pieces, v.shape)
+            out = self.emit_checked(lambda: dist.ConcatOp.of(*xs, dim=v.dim)).results[0]
+        self._patched[v] = out
+        return out
 
     def broadcastable(self, v: Bcast) -> SSAValue:
         """``v.src`` in a shape that numpy broadcasting takes to ``v.shape``."""
@@ -768,20 +840,34 @@ class Translator:
 
     # ------------------------------------------------------------------ functions
     def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
-        """Translate a body whose block arguments are ``args``; the values it returns."""
+        """Translate a function body whose block arguments are ``args``; the values it
+        returns. The body sees only its arguments (a function is isolated from above)."""
         saved = self.env
         self.env = {}
+        try:
+            return self.translate_region(body, args)
+        finally:
+            self.env = saved
+
+    def translate_region(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
+        """Translate a region that also sees the values defined around it (a loop body,
+        a branch); the names it defines are forgotten after it, so that it can be
+        translated again (each iteration of an unrolled loop) at a cost linear in its
+        size."""
+        own = [v.name for v, _ in body.args] + [r.name for node in body.ops for r in node.results]
         for (v, _), a in zip(body.args, args):
             if v.name in self.env:
                 raise ParseError(v.span, f"%{v.name} is defined twice")
             self.env[v.name] = a
         try:
             for node in body.ops:
+                self.visited += 1
                 if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
-                    outs = [self.lookup_typed(node, i) for i in range(len(node.operands))]
-                    return outs
+                    return [self.lookup_typed(node, i) for i in range(len(node.operands))]
                 self.node = node
                 folded = fold_device(self, node)
+                if folded is None:
+                    folded = fold_constant(self, node)
                 if folded is not None:
                     self.bind(node, folded)
                     continue
@@ -791,7 +877,8 @@ class Translator:
                 self.bind(node, handler(self, node))
             raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
         finally:
-            self.env = saved
+            for name in own:
+                self.env.pop(name, None)
 
     def lookup_typed(self, node: OpNode, i: int) -> Val:
         self.node = node
@@ -953,6 +1040,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
 def _elt_of(v: Val) -> Attribute:
     if isinstance(v, Const):
         return ELEMENT[v.elt]
+    if isinstance(v, Patched):
+        return v.elt
     if isinstance(v, Bcast):
         return v.src.type.element_type  # type: ignore[attr-defined]
     t = v.type
@@ -1338,10 +1427,16 @@ def _reducer_kind(tr: Translator, node: OpNode) -> tuple[str, Span | None]:
     body = node.regions[0][0]
     ops = body.ops
     args = [v.name for v, _ in body.args]
+    aliases: dict[str, str] = {}
+    if len(ops) == 3 and ops[1].name == "sdy.sharding_constraint" and ops[0].results and ops[1].operands and ops[1].results:
+        # JAX constrains the combined scalar in a shard_map's reducer: no meaning here
+        aliases[ops[1].results[0].name] = ops[1].operands[0].name
+        ops = [ops[0], ops[2]]
     if len(ops) == 2 and len(args) == 2 and ops[1].name in ("stablehlo.return", "func.return", "return"):
         op, ret = ops
         names = sorted(v.name for v in op.operands)
-        if names == sorted(args) and len(ret.operands) == 1 and op.results and ret.operands[0].name == op.results[0].name:
+        returned = aliases.get(ret.operands[0].name, ret.operands[0].name) if len(ret.operands) == 1 else None
+        if names == sorted(args) and len(ret.operands) == 1 and op.results and returned == op.results[0].name:
             return op.name, op.span
     raise tr.error("only a reducer body of one binary op (add, multiply, maximum, minimum) is supported", node)
 
@@ -1405,6 +1500,43 @@ def fold_device(tr: Translator, node: OpNode) -> list[Val] | None:
     return [DevVal(tuple(out) * (n // len(out)), t.elt, t.shape)]
 
 
+INTEGER_FOLDABLE = (*device_values.UNARY, *device_values.BINARY, "compare", "select", "clamp")
+"""Ops evaluated at import time when every operand is an integer or boolean splat constant:
+a loop's counter and its condition (``control_flow.py``) are known so."""
+
+
+def fold_constant(tr: Translator, node: OpNode) -> list[Val] | None:
+    """The op evaluated at import time (StableHLO's integer semantics, ``device_values``)
+    when all its operands are splat constants of integer or boolean type (a comparison's
+    may be floats: comparing is exact); a ``select`` whose predicate is such a constant
+    is the operand it picks. None for any other op."""
+    kind = node.name.removeprefix("stablehlo.")
+    if kind not in INTEGER_FOLDABLE or not node.name.startswith("stablehlo.") or not node.operands:
+        return None
+    known = [tr.env.get(v.name) for v in node.operands]
+    if kind == "select" and isinstance(known[0], Const) and len(known) == 3 and node.out_types:
+        t = _result(tr, node)
+        picked = tr.operand(node, 1 if known[0].value else 2)
+        return [picked] if shape_of(picked) == t.shape else None
+    if not all(isinstance(v, Const) for v in known):
+        return None
+    t = _result(tr, node)
+    ints = lambda e: e == "i1" or device_values.is_int(e)  # noqa: E731
+    if not ints(t.elt) or not all(ints(v.elt) or kind == "compare" for v in known):  # type: ignore[union-attr]
+        return None
+    vals: list[Const] = [tr.operand(node, i) for i in range(len(node.operands))]  # type: ignore[misc]
+    direction = None
+    if kind == "compare":
+        direction = node.attrs.get("comparison_direction")
+        if isinstance(direction, Opaque):
+            direction = direction.text.rstrip(">").split()[-1]
+    try:
+        (value,) = device_values.elementwise(kind, [(v.value,) for v in vals], t.elt, None if direction is None else str(direction))
+    except FoldError as e:
+        raise tr.error(f"'{node.name}' of constants: {e}", node) from None
+    return [Const(value, t.elt, t.shape)]
+
+
 @handles("stablehlo.dynamic_slice")
 def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
     """``dynamic_slice`` at offsets known at import time: constants (``dist.extract_slice``)
@@ -1433,6 +1565,10 @@ def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
             offsets.append(min(max(int(st.values[0] if isinstance(st, DevVal) else st.value), 0), hi))
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Patched) and not per_device:
+        block = v.block(offsets, sizes)
+        if block is not None:
+            return [block]
     x = tr.materialize(v)
     if per_device:
         x = tr.device_slice(x, per_device)
@@ -1559,3 +1695,6 @@ def _h_call(tr: Translator, node: OpNode) -> list[Val]:
         if isinstance(t, TensorT) and shape_of(o) != t.shape:
             raise tr.error(f"@{node.sym} returns {_fmt(shape_of(o))} as result {i}, its type says {t}", node)
     return outs
+
+
+from distir.frontends import control_flow  # noqa: E402,F401  (registers while, case, if: its handlers and custom form)
