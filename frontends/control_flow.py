@@ -48,7 +48,6 @@ need anyway.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 
 from xdsl.dialects import arith
@@ -106,14 +105,7 @@ def _while(r: Reader, node: OpNode) -> None:
     r.check_counts(node)
 
 
-def _operands_typed(r: Reader, node: OpNode) -> None:
-    """``%x, %u, %i0, .. : (T, ..) -> U`` (dynamic_update_slice)."""
-    node.operands = r.values()
-    stablehlo._typed(r, node)
-
-
 stablehlo.HOOKS["stablehlo.while"] = _while
-stablehlo.HOOKS.setdefault("stablehlo.dynamic_update_slice", _operands_typed)
 stablehlo.HOOKS["stablehlo.optimization_barrier"] = stablehlo._elementwise
 
 
@@ -285,69 +277,31 @@ def _known_starts(tr: Translator, node: OpNode, first: int, shape: Sequence[int]
     return out
 
 
-@handles("stablehlo.dynamic_update_slice")
+@handles("stablehlo.dynamic_update_slice")  # in place of stablehlo._h_dynamic_update_slice, which it calls
 def _h_dynamic_update_slice(tr: Translator, node: OpNode) -> list[Val]:
-    """``x`` with ``update`` written at the starts (known at import). A block that spans
-    every dim but one is kept lazy (``Patched``); any other update is the concatenation of
-    the parts of ``x`` around it and ``update``."""
-    t = stablehlo._result(tr, node)
-    if len(node.operands) < 2:
-        raise tr.error("'stablehlo.dynamic_update_slice' takes an operand, an update and start indices", node)
-    x, u = tr.operand(node, 0), tr.operand(node, 1)
-    shape, usz = shape_of(x), shape_of(u)
-    if len(node.operands) != 2 + len(shape) or len(usz) != len(shape):
-        raise tr.error(f"'stablehlo.dynamic_update_slice' needs an update of rank {len(shape)} and one start index per dim", node)
-    if shape != t.shape or any(b > a for a, b in zip(shape, usz)):
-        raise tr.error(f"an update of {stablehlo._fmt(usz)} does not fit {stablehlo._fmt(shape)} and the result {t}", node)
-    starts = _known_starts(tr, node, 2, shape, usz)
-    if starts is None:
-        raise tr.error("'stablehlo.dynamic_update_slice' at start indices computed at run time is not supported (distir reads starts known at import: constants, loop counters)", node)
-    if usz == shape:
-        return [u]
-    elt = tr.elt(t.elt, node)
-    partial = [d for d in range(len(shape)) if usz[d] != shape[d]]
-    if len(partial) == 1:
-        return [_patch(tr, x, u, partial[0], starts[partial[0]], usz[partial[0]], elt)]
-    return [_update_by_concat(tr, tr.materialize(x), u, starts, 0)]
+    """``x`` with ``update`` written at starts known at import: a block that spans every
+    dim but one is kept lazy (``Patched``); any other update is
+    ``stablehlo._h_dynamic_update_slice`` (the parts around it and the update,
+    concatenated)."""
+    if len(node.operands) >= 2 and node.out_types:
+        t = stablehlo._result(tr, node)
+        x, u = tr.operand(node, 0), tr.operand(node, 1)
+        shape, usz = shape_of(x), shape_of(u)
+        fits = len(node.operands) == 2 + len(shape) and len(usz) == len(shape) and shape == t.shape and all(b <= a for a, b in zip(shape, usz))
+        partial = [d for d in range(len(shape)) if usz[d] != shape[d]]
+        if fits and len(partial) == 1 and stablehlo._elt_of(x) == stablehlo._elt_of(u):
+            starts = _known_starts(tr, node, 2, shape, usz)
+            if starts is not None:
+                d = partial[0]
+                return [_patch(tr, x, u, d, starts[d], usz[d], stablehlo._elt_of(x))]
+    return stablehlo._h_dynamic_update_slice(tr, node)
 
 
 def _patch(tr: Translator, x: Val, u: Val, dim: int, start: int, size: int, elt: Attribute) -> Val:
     """``x`` with block [start, start + size) along ``dim`` replaced by ``u`` (lazy)."""
     if isinstance(x, Patched) and x.dim == dim:
-        i = bisect.bisect_left(x.starts, start)
-        prev_end = x.starts[i - 1] + x.patches[x.starts[i - 1]][0] if i > 0 else 0
-        same = i < len(x.starts) and x.starts[i] == start and x.patches[start][0] == size
-        disjoint = prev_end <= start and (i == len(x.starts) or start + size <= x.starts[i])
-        if same or disjoint:
-            y = Patched(x.base, dim, x.shape, x.elt, dict(x.patches), list(x.starts))
-            if not same:
-                y.starts.insert(i, start)
-            y.patches[start] = (size, u)
+        y = x.write(start, size, u)
+        if y is not None:
             return y
     base = x if isinstance(x, (Const, SSAValue)) else tr.materialize(x)
-    return Patched(base, dim, shape_of(x), elt, {start: (size, u)}, [start])
-
-
-def _update_by_concat(tr: Translator, x: SSAValue, u: Val, starts: list[int], d: int) -> SSAValue:
-    """``x`` with ``u`` written at ``starts``, dims ``d``.. still to split: the part of
-    ``x`` before the block on dim d, the block (recursively on the next dims), the part
-    after, concatenated along d."""
-    shape, usz = shape_of(x), shape_of(u)
-    if d == len(shape):
-        return tr.materialize(u)
-    if usz[d] == shape[d]:
-        return _update_by_concat(tr, x, u, starts, d + 1)
-
-    def part(lo: int, hi: int) -> SSAValue:
-        offs = [lo if k == d else 0 for k in range(len(shape))]
-        size = [hi - lo if k == d else shape[k] for k in range(len(shape))]
-        return tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, offs, size, [1] * len(shape))).results[0]
-
-    s = starts[d]
-    middle = _update_by_concat(tr, part(s, s + usz[d]), u, starts, d + 1)
-    pieces = ([part(0, s)] if s > 0 else []) + [middle] + ([part(s + usz[d], shape[d])] if s + usz[d] < shape[d] else [])
-    if len(pieces) == 1:
-        return pieces[0]
-    xs = tr.unify(pieces, shape)
-    return tr.emit_checked(lambda: dist.ConcatOp.of(*xs, dim=d)).results[0]
-
+    return Patched(base, dim, shape_of(x), elt).write(start, size, u)  # type: ignore[return-value]
