@@ -108,6 +108,7 @@ class AxisRef:
 class DimSharding:
     axes: tuple[AxisRef, ...]
     open: bool = False
+    priority: int | None = None  # ``p<N>``: Shardy's propagation order (no meaning in distir)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,13 @@ class Mesh:
         total = self.size(axis) or 1
         cuts = sorted({1, total, *self.cuts.get(axis, set())})
         return [(a, b // a) for a, b in zip(cuts, cuts[1:])]
+
+    def refinable(self, axis: str) -> bool:
+        """Whether the sub-axes used of ``axis`` split it in factors that refine one
+        another (each cut divides the next: distir's factor axes)."""
+        total = self.size(axis) or 1
+        cuts = sorted({1, total, *self.cuts.get(axis, set())})
+        return all(b % a == 0 for a, b in zip(cuts, cuts[1:]))
 
     def refined(self) -> list[tuple[str, int, str, int]]:
         """The parent mesh's axes: (dist axis name, size, Shardy axis, pre). A mesh without
@@ -193,12 +201,22 @@ def parse_sharding_body(r: Reader, start: int) -> Sharding:
     dims: list[DimSharding] = r.items("]", lambda: _dim_sharding(r), " or ']' between dim shardings")
     replicated: tuple[AxisRef, ...] = ()
     unreduced: tuple[AxisRef, ...] = ()
+    seen: set[str] = set()
     while r.accept(","):
+        t = r.peek()
         key = r.ident("'replicated' or 'unreduced'")
+        if key in seen:
+            raise r.error(f"the sharding gives '{key}' twice", t.start, t.end)
+        seen.add(key)
         r.expect("=")
         if key == "replicated":
             replicated = _axis_set(r)
         elif key == "unreduced":
+            t = r.peek()
+            if t.kind == "ident":  # the reduction of the unreduced axes: `unreduced=max{"z"}`
+                r.next()
+                if t.text != "sum":
+                    raise r.error(f"unreduced axes reduced by '{t.text}' are not supported (distir's unreduced values are partial sums)", t.start, t.end)
             unreduced = _axis_set(r)
         else:
             raise r.error(f"unknown sharding clause '{key}'")
@@ -221,9 +239,18 @@ def _dim_sharding(r: Reader) -> DimSharding:
                 break
             r.expect(",", " or '}' in a dim sharding")
     t = r.peek()
+    priority = None
     if t.kind == "ident" and t.text.startswith("p") and t.text[1:].isdigit():
-        r.next()  # priority: propagation order in Shardy, no meaning here
-    return DimSharding(tuple(axes), is_open)
+        r.next()  # priority: propagation order in Shardy, no meaning here, but Shardy's rules
+        digits = t.text[1:]
+        if len(digits) > 1 and digits.startswith("0"):
+            raise r.error(f"priority {t.text} has leading zeros (Shardy writes p<N>, e.g. p1)", t.start, t.end)
+        priority = int(digits)
+        if priority >= 2**63:
+            raise r.error(f"priority {t.text} does not fit a 64-bit integer", t.start, t.end)
+        if not axes and not is_open:
+            raise r.error(f"a closed dim sharding without axes cannot have a priority ({t.text})", t.start, t.end)
+    return DimSharding(tuple(axes), is_open, priority)
 
 
 def _sharding_attr(r: Reader, start: int) -> Sharding:
@@ -231,9 +258,16 @@ def _sharding_attr(r: Reader, start: int) -> Sharding:
 
 
 def _sharding_list(r: Reader) -> list[Sharding]:
-    """``[<@m, [..]>, ...]`` (``[]`` allowed)."""
+    """``[<@m, [..]>, ...]`` (``[]`` allowed; each may be spelled ``#sdy.sharding<..>``)."""
     r.expect("[")
-    return r.items("]", lambda: parse_sharding_body(r, r.peek().start))
+
+    def one() -> Sharding:
+        start = r.peek().start
+        if r.peek().kind == "hash" and r.peek().text == "#sdy.sharding":
+            r.next()
+        return parse_sharding_body(r, start)
+
+    return r.items("]", one)
 
 
 def _sharding_per_value(r: Reader, start: int) -> list[Sharding]:
@@ -244,6 +278,63 @@ def _sharding_per_value(r: Reader, start: int) -> list[Sharding]:
 
 
 ATTR_HOOKS = {"#sdy.sharding": _sharding_attr, "#sdy.sharding_per_value": _sharding_per_value}
+
+
+# ======================================================================================
+# Shardy's rules for axis references and shardings (its verifier, ``verifiers.cc``)
+# ======================================================================================
+
+
+def axis_span(ref: AxisRef, size: int) -> tuple[int, int]:
+    """(pre-size, next pre-size) of an axis reference on an axis of ``size``."""
+    return (ref.pre, ref.pre * ref.size) if ref.size else (1, size)
+
+
+def check_axis_ref(ref: AxisRef, mesh: Mesh, error) -> None:
+    """A sub-axis ``"a":(pre)size`` of an axis of size n: pre >= 1, size > 1, pre * size
+    divides n, and it is not the whole axis (which is written ``"a"``)."""
+    n = mesh.size(ref.name)
+    if n is None or not ref.size:  # an axis not in the mesh: MeshMap.expand says so, where it is used
+        return
+    if ref.pre < 1:
+        raise error(f"sub-axis {ref.text()}: its pre-size must be at least 1")
+    if ref.size <= 1:
+        raise error(f"sub-axis {ref.text()}: its size must be greater than 1")
+    if n % (ref.pre * ref.size):
+        raise error(f'sub-axis {ref.text()} does not divide axis "{ref.name}" of size {n}')
+    if ref.size == n:
+        raise error(f'sub-axis {ref.text()} is the whole axis "{ref.name}": write "{ref.name}"')
+
+
+def check_axis_list(refs: Sequence[AxisRef], mesh: Mesh, error) -> None:
+    """Each reference valid, no two consecutive sub-axes of one axis that are one
+    sub-axis (``"x":(1)2, "x":(2)2`` is ``"x"`` on an axis of 4)."""
+    for ref in refs:
+        check_axis_ref(ref, mesh, error)
+    for a, b in zip(refs, refs[1:]):
+        if a.name == b.name and a.size and b.size and a.pre * a.size == b.pre:
+            raise error(f"consecutive sub-axes {a.text()}, {b.text()} are one sub-axis: write them as one")
+
+
+def mesh_order(mesh: Mesh, ref: AxisRef) -> tuple[int, int, int]:
+    """Shardy's order of axis references: the mesh's axis order, then the sub-axes."""
+    index = next((i for i, (n, _) in enumerate(mesh.axes) if n == ref.name), len(mesh.axes))
+    n = mesh.size(ref.name) or 1
+    pre, nxt = axis_span(ref, n)
+    return index, pre, nxt
+
+
+def check_sharding(s: Sharding, mesh: Mesh, error) -> None:
+    """Shardy's rules for a sharding (besides those ``MeshMap.placements`` checks: axes
+    used twice, dims the axes do not divide): valid axis lists, and replicated and
+    unreduced axes in the mesh's order."""
+    for d in s.dims:
+        check_axis_list(d.axes, mesh, error)
+    for what, refs in (("replicated", s.replicated), ("unreduced", s.unreduced)):
+        check_axis_list(refs, mesh, error)
+        keys = [mesh_order(mesh, r) for r in refs]
+        if keys != sorted(keys):
+            raise error(f"the {what} axes {{{', '.join(r.text() for r in refs)}}} are not in the mesh's order")
 
 
 # ======================================================================================
@@ -307,6 +398,10 @@ def _sharded_value(r: Reader, node: OpNode) -> None:
 def _collective(kind: str):
     def hook(r: Reader, node: OpNode) -> None:
         start = r.peek().start
+        if kind in ("all_reduce", "reduce_scatter") and r.peek().kind == "ident":
+            t = r.next()  # the reduction (Shardy's newest syntax: `sdy.all_reduce max {"y"} ..`)
+            if t.text != "sum":
+                raise r.error(f"'sdy.{kind}' with reduction '{t.text}' is not supported (distir's unreduced values are partial sums)", t.start, t.end)
         if kind in ("all_gather", "all_slice", "reduce_scatter"):
             r.expect("[", f" to open the axes of 'sdy.{kind}'")
             per_dim: list[tuple[AxisRef, ...]] = []
@@ -592,10 +687,21 @@ class SdyImport:
             mesh = self.meshes.get(s.mesh)
             if mesh is None:
                 raise self.error(f"unknown mesh @{s.mesh}", s.start, s.end)
+            check_sharding(s, mesh, self.sharding_error(s))
             for ref in [r for d in s.dims for r in d.axes] + list(s.replicated) + list(s.unreduced):
                 size = mesh.size(ref.name)
                 if ref.size and size is not None and ref.pre >= 1 and ref.size >= 1 and size % (ref.pre * ref.size) == 0:
                     mesh.cuts.setdefault(ref.name, set()).update({ref.pre, ref.pre * ref.size})
+        for m in self.meshes.values():
+            for axis, _ in m.axes:
+                if not m.refinable(axis):
+                    used = ", ".join(f'"{axis}":({a})' for a in sorted(m.cuts.get(axis, set())))
+                    raise self.error(
+                        f'the sub-axes of "{axis}" used in this module split it in factors that do not refine one another (cuts at {used}); '
+                        "distir needs one factorisation of each axis",
+                        m.span.start,
+                        m.span.end,
+                    )
         self.maps = {n: MeshMap(m) for n, m in self.meshes.items()}
         out = ModuleOp([])
         for name, m in self.maps.items():
@@ -697,6 +803,8 @@ class SdyImport:
         for i, ((v, t), attrs) in enumerate(zip(body.args, node.arg_attrs)):
             tt = tr.tensor_t(t, f"argument %{v.name}", node)
             s = attrs.get("sdy.sharding")
+            if s is not None and not isinstance(s, Sharding):
+                raise ParseError(v.span, f"the sdy.sharding of argument %{v.name} must be one #sdy.sharding<..>")
             placements = self.placements(mm, s, tt.shape) if isinstance(s, Sharding) else [REPLICATED] * mm.naxes
             ty = TensorType(tt.shape, tr.elt(tt.elt, node), mm.name, placements)
             if isinstance(s, Sharding):
@@ -717,6 +825,8 @@ class SdyImport:
                 raise self.error(f"@{node.sym} returns {stablehlo._fmt(shape_of(o))} as result {i}, its type says {tt}", node.span.start, node.span.end)
             x = tr.materialize(o)
             s = attrs.get("sdy.sharding")
+            if s is not None and not isinstance(s, Sharding):
+                raise self.error(f"the sdy.sharding of result {i} of @{node.sym} must be one #sdy.sharding<..>", node.span.start, node.span.end)
             if isinstance(s, Sharding):
                 x = from_global(tr, x, self.placements(mm, s, tt.shape), f"result {i}")
             results.append(x)
@@ -755,6 +865,8 @@ class SdyTranslator(Translator):
 
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         shardings = node.attrs.get("sdy.sharding")
+        if shardings is not None and not isinstance(shardings, list):
+            raise self.error(f"the sdy.sharding of '{node.name}' must be #sdy.sharding_per_value<[..]> (one sharding per result)", node)
         if isinstance(shardings, list) and node.name not in SDY_HANDLERS:
             if len(shardings) != len(values):
                 raise self.error(f"'{node.name}' has {len(values)} result(s) but {len(shardings)} sharding(s)", node)
@@ -858,6 +970,88 @@ def _explicit(tr: SdyTranslator, node: OpNode, in_sharding: Sharding, steps) -> 
     return [to_global(tr, y)]
 
 
+# Shardy's rules for its collectives (``verifiers.cc``), checked against the operand's
+# sharding as Shardy records it: a collective must turn it into its out_sharding.
+
+
+def operand_sharding(tr: SdyTranslator, node: OpNode, rank: int, required: bool) -> Sharding:
+    """The sharding Shardy records for the collective's operand (its argument's, its
+    op's ``sdy.sharding``, a collective's out_sharding); ``required``: its absence is a
+    diagnostic (all_gather, all_to_all, collective_permute), else fully replicated."""
+    out: Sharding = node.attrs["sharding"]
+    src = tr.shardings.get(node.operands[0].name)
+    if src is None:
+        if required:
+            raise tr.error(f"'{node.name}' of %{node.operands[0].name}, which has no sharding: Shardy requires one on the operand of this collective", node)
+        return Sharding(out.mesh, tuple(DimSharding(()) for _ in range(rank)))
+    if node.name != "sdy.collective_permute" and src.mesh != out.mesh:
+        raise tr.error(f"'{node.name}': the out_sharding's mesh @{out.mesh} is not the operand's @{src.mesh}", node)
+    if len(src.dims) != rank or len(out.dims) != rank:
+        raise tr.error(f"'{node.name}': the operand's sharding has {len(src.dims)} dim(s), the out_sharding {len(out.dims)}, the tensor {rank}", node)
+    return src
+
+
+def _canon(mesh: Mesh, name: str, pre: int, nxt: int) -> AxisRef:
+    n = mesh.size(name) or 1
+    return AxisRef(name) if pre == 1 and nxt == n else AxisRef(name, pre, nxt // pre)
+
+
+def _span(mesh: Mesh, ref: AxisRef) -> tuple[int, int]:
+    return axis_span(ref, mesh.size(ref.name) or 1)
+
+
+def _fmt_axes(refs: Sequence[AxisRef]) -> str:
+    return "{" + ", ".join(r.text() for r in refs) + "}"
+
+
+def gathered(tr: SdyTranslator, node: OpNode, mesh: Mesh, axes: Sequence[AxisRef], gathering: Sequence[AxisRef], dim: int, what: str) -> list[AxisRef]:
+    """``axes`` (a dim's sharding) without ``gathering``, which must be its innermost
+    axes (a sub-axis may end one)."""
+    out = [_canon(mesh, r.name, *_span(mesh, r)) for r in axes]
+    for g in reversed(gathering):
+        gp, gn = _span(mesh, g)
+        if not out or out[-1].name != g.name or not (_span(mesh, out[-1])[0] <= gp and _span(mesh, out[-1])[1] == gn):
+            raise tr.error(f"'{node.name}' {what} axis {g.text()} of dim {dim}, but the operand's dim {dim} is sharded {_fmt_axes(axes)}: it must end with that axis", node)
+        sp, _ = _span(mesh, out.pop())
+        if gp > sp:
+            out.append(_canon(mesh, g.name, sp, gp))
+    return out
+
+
+def sliced(mesh: Mesh, axes: Sequence[AxisRef], slicing: Sequence[AxisRef]) -> list[AxisRef]:
+    """``axes`` with ``slicing`` appended (a sub-axis that continues the last one merges
+    with it)."""
+    out = [_canon(mesh, r.name, *_span(mesh, r)) for r in axes]
+    for a in slicing:
+        ap, an = _span(mesh, a)
+        if out and out[-1].name == a.name and out[-1].size and a.size and _span(mesh, out[-1])[1] == ap:
+            out[-1] = _canon(mesh, a.name, _span(mesh, out[-1])[0], an)
+        else:
+            out.append(_canon(mesh, a.name, ap, an))
+    return out
+
+
+def check_result(tr: SdyTranslator, node: OpNode, mesh: Mesh, dim: int, expected: Sequence[AxisRef]) -> None:
+    out: Sharding = node.attrs["sharding"]
+    got = [_canon(mesh, r.name, *_span(mesh, r)) for r in out.dims[dim].axes]
+    if list(expected) != got:
+        raise tr.error(f"'{node.name}' gives dim {dim} the sharding {_fmt_axes(expected)} from its operand's, but its out_sharding says {_fmt_axes(got)}", node)
+
+
+def check_collective_axes(tr: SdyTranslator, node: OpNode, mesh: Mesh, per_dim: Sequence[Sequence[AxisRef]]) -> None:
+    """The op's axes: valid, each used once over all dims."""
+    s, e = node.attrs["axes_span"]
+    error = lambda msg: tr.imp.error(msg, s, e)  # noqa: E731
+    seen: list[AxisRef] = []
+    for refs in per_dim:
+        check_axis_list(refs, mesh, error)
+        for r in refs:
+            rp, rn = _span(mesh, r)
+            if any(q.name == r.name and rp < _span(mesh, q)[1] and _span(mesh, q)[0] < rn for q in seen):
+                raise error(f"'{node.name}' names axis {r.text()} twice")
+            seen.append(r)
+
+
 @_sdy("sdy.all_gather")
 def _h_all_gather(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
@@ -865,6 +1059,11 @@ def _h_all_gather(tr: SdyTranslator, node: OpNode) -> list[Val]:
     per_dim = _per_dim_axes(tr, node, rank)
     if len(out.dims) != rank:
         raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, per_dim)
+    src = operand_sharding(tr, node, rank, required=True)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, gathered(tr, node, mesh, src.dims[d].axes, per_dim[d], d, "gathers"))
     in_s = _with_dims(out, [out.dims[d].axes + per_dim[d] for d in range(rank)])
 
     return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.AllGatherOp.of(y, axes=[a]), True))
@@ -875,6 +1074,11 @@ def _h_all_slice(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     rank = len(shape_of(tr.operand(node, 0)))
     per_dim = _per_dim_axes(tr, node, rank)
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, per_dim)
+    src = operand_sharding(tr, node, rank, required=False)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, sliced(mesh, src.dims[d].axes, per_dim[d]))
     in_s = _with_dims(out, _without(tr, node, out, per_dim, "sliced"))
 
     return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: dist.TakeSliceOp.of(y, dim=d, axis=a)))
@@ -888,6 +1092,7 @@ def _h_all_to_all(tr: SdyTranslator, node: OpNode) -> list[Val]:
         raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
     dims = [list(out.dims[d].axes) for d in range(rank)]
     moves = node.attrs["moves"]
+    check_all_to_all(tr, node, rank)
     for axes, src, tgt in reversed(moves):
         if not (0 <= src < rank and 0 <= tgt < rank) or src == tgt:
             raise tr.error(f"all_to_all move {src}->{tgt} is not between two dims of a tensor of rank {rank}", node)
@@ -906,19 +1111,85 @@ def _h_all_to_all(tr: SdyTranslator, node: OpNode) -> list[Val]:
     return _explicit(tr, node, in_s, steps)
 
 
+def check_all_to_all(tr: SdyTranslator, node: OpNode, rank: int) -> None:
+    """Shardy's all_to_all: at least one move; source and target dims in range, each dim
+    in one move at most, sources ascending; each move's axes end its source dim's
+    sharding in the operand and are appended to its target dim's; other dims kept."""
+    out: Sharding = node.attrs["sharding"]
+    moves = node.attrs["moves"]
+    mesh = tr.imp.meshes[out.mesh]
+    if not moves:
+        raise tr.error("'sdy.all_to_all' moves nothing (its parameter list is empty)", node)
+    seen: set[int] = set()
+    prev = -1
+    for axes, src, tgt in moves:
+        for what, d in (("source", src), ("target", tgt)):
+            if not 0 <= d < rank:
+                raise tr.error(f"'sdy.all_to_all': {what} dim {d} is out of range for a tensor of rank {rank}", node)
+        for d in (src, tgt):
+            if d in seen:
+                raise tr.error(f"'sdy.all_to_all': dim {d} is the source or target of two moves (or both of one)", node)
+            seen.add(d)
+        if src <= prev:
+            raise tr.error(f"'sdy.all_to_all': source dims must ascend ({src} comes after {prev})", node)
+        prev = src
+    check_collective_axes(tr, node, mesh, [a for a, _, _ in moves])
+    op_s = operand_sharding(tr, node, rank, required=True)
+    for axes, src, tgt in moves:
+        check_result(tr, node, mesh, src, gathered(tr, node, mesh, op_s.dims[src].axes, axes, src, "moves"))
+        check_result(tr, node, mesh, tgt, sliced(mesh, op_s.dims[tgt].axes, axes))
+    for d in range(rank):
+        if d not in seen:
+            check_result(tr, node, mesh, d, op_s.dims[d].axes)
+
+
 @_sdy("sdy.reduce_scatter")
 def _h_reduce_scatter(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     rank = len(shape_of(tr.operand(node, 0)))
     per_dim = _per_dim_axes(tr, node, rank)
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, per_dim)
+    src = operand_sharding(tr, node, rank, required=False)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, sliced(mesh, src.dims[d].axes, per_dim[d]))
     in_s = _with_dims(out, _without(tr, node, out, per_dim, "scattered"), tuple(r for d in per_dim for r in d))
     return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.ReduceScatterOp.of(y, op="sum", dim=d, axes=[a])))
+
+
+def check_all_reduce(tr: SdyTranslator, node: OpNode) -> None:
+    """Shardy's all_reduce: the out_sharding's dims are the operand's; the reduction axes
+    valid and in the mesh's order, slicing no dim of the operand, not replicated in it,
+    and not unreduced in the result."""
+    out: Sharding = node.attrs["sharding"]
+    refs: tuple[AxisRef, ...] = node.attrs["axes"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, [refs])
+    keys = [mesh_order(mesh, r) for r in refs]
+    if keys != sorted(keys):
+        raise tr.error(f"'sdy.all_reduce': its axes {_fmt_axes(refs)} are not in the mesh's order", node)
+    src = operand_sharding(tr, node, rank, required=False)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, src.dims[d].axes)
+
+    def overlaps(r: AxisRef, q: AxisRef) -> bool:
+        rp, rn = _span(mesh, r)
+        qp, qn = _span(mesh, q)
+        return r.name == q.name and rp < qn and qp < rn
+
+    for r in refs:
+        if any(overlaps(r, q) for d in src.dims for q in d.axes) or any(overlaps(r, q) for q in src.replicated):
+            raise tr.error(f"'sdy.all_reduce' over {r.text()}, which slices or replicates its operand (a reduction axis must be unreduced there)", node)
+        if any(overlaps(r, q) for q in out.unreduced):
+            raise tr.error(f"'sdy.all_reduce' over {r.text()}, which its out_sharding leaves unreduced", node)
 
 
 @_sdy("sdy.all_reduce")
 def _h_all_reduce(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     refs = node.attrs["axes"]
+    check_all_reduce(tr, node)
     in_s = _with_dims(out, [d.axes for d in out.dims], tuple(refs))
 
     def steps(y: SSAValue) -> SSAValue:
@@ -935,12 +1206,18 @@ def _h_collective_permute(tr: SdyTranslator, node: OpNode) -> list[Val]:
     ``coll.permute`` of the devices' blocks (``dist.to_local``, ``coll.permute``,
     ``dist.from_local``). Shardy requires every dim to keep its number of blocks, so each
     device sends one block and receives one. The operand's sharding is the one Shardy
-    records for it (its argument's, its op's ``sdy.sharding`` or out_sharding); without
-    one, or with unreduced axes, the op is a reshard that ``partition`` plans."""
+    records for it (its argument's, its op's ``sdy.sharding`` or out_sharding; without one
+    it is a diagnostic, as in Shardy); with unreduced axes, the op is a reshard that
+    ``partition`` plans."""
     x = tr.materialize(tr.operand(node, 0))
     out: Sharding = node.attrs["sharding"]
-    src = tr.shardings.get(node.operands[0].name)
-    if src is None or src.unreduced or out.unreduced:
+    src = operand_sharding(tr, node, len(shape_of(x)), required=True)
+    a, b = tr.imp.meshes[src.mesh], tr.imp.meshes[out.mesh]
+    if a.axes != b.axes:
+        raise tr.error(f"'sdy.collective_permute' from mesh @{src.mesh} to @{out.mesh}, whose axes differ", node)
+    if src.mesh != out.mesh and (a.device_ids or list(range(math.prod(n for _, n in a.axes)))) == (b.device_ids or list(range(math.prod(n for _, n in b.axes)))):
+        raise tr.error(f"'sdy.collective_permute' from mesh @{src.mesh} to @{out.mesh}, which has the same devices in the same order (use one mesh)", node)
+    if src.unreduced or out.unreduced:
         return [constrain(tr, x, out, "the out_sharding of 'sdy.collective_permute'")]
     sizes = tr.mm.sizes()
     shape = shape_of(x)
@@ -1046,6 +1323,18 @@ def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
     its out_sharding says (``dist.from_local``)."""
     mm = tr.mm
     manual = set(_dist_axes_list(tr, node, node.attrs["manual_axes"]))
+    names = {r.name for r in node.attrs["manual_axes"]}
+    for what, shardings in (("operand", node.attrs["in_shardings"]), ("result", node.attrs["out_shardings"])):
+        for i, sh in enumerate(shardings):
+            for d, ds in enumerate(sh.dims):
+                first_free = next((k for k, r in enumerate(ds.axes) if r.name not in names), len(ds.axes))
+                if any(r.name in names for r in ds.axes[first_free:]):
+                    raise tr.imp.error(
+                        f"the sharding of {what} {i} of 'sdy.manual_computation' names a free axis before a manual one in dim {d} "
+                        f"({_fmt_axes(ds.axes)}): the manual axes come first",
+                        sh.start,
+                        sh.end,
+                    )
     if manual != set(range(mm.naxes)):
         return _partly_manual(tr, node, sorted(manual))
     ins, outs = node.attrs["in_shardings"], node.attrs["out_shardings"]
@@ -1203,6 +1492,18 @@ class ManualTranslator(Translator):
         self.grid = layout.base_grid(outer.mesh, outer.mm.sizes())
         self._rank: SSAValue | None = None
         self._scalars: dict[tuple, SSAValue] = {}
+
+    def bind(self, node: OpNode, values: Sequence[Val]) -> None:
+        """An op's ``sdy.sharding`` inside the body may name only free axes (a hint
+        here: the partitioner places the free axes)."""
+        shardings = node.attrs.get("sdy.sharding")
+        if isinstance(shardings, list):
+            mm = self.outer.mm
+            for sh in shardings:
+                for r in [r for d in sh.dims for r in d.axes] + list(sh.replicated) + list(sh.unreduced):
+                    if mm.mesh.size(r.name) is not None and any(a in self.manual for a in mm.expand(r, lambda msg: self.error(msg, node))):
+                        raise self.error(f"the sdy.sharding of '{node.name}' names {r.text()}, a manual axis of the enclosing manual computation", node)
+        super().bind(node, values)
 
     def body_placements(self) -> list[Placement]:
         """A body value's placements: ``local`` on the manual axes, ``unplaced`` on the

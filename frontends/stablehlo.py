@@ -1501,6 +1501,8 @@ def _h_reshape(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"reshape of {_fmt(shape_of(v))} to {t}: the element counts differ", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if pymath.prod(t.shape) == 0:  # no element to move: a constant of the new shape
+        return [Const(0, t.elt, t.shape)]
     return [tr.reshape(tr.materialize(v), t.shape)]
 
 
