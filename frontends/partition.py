@@ -655,6 +655,8 @@ class Partitioner:
             assert isinstance(t, TensorType)
             self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}"))
         y = op.results[0]
+        if y.name_hint is None:
+            y.name_hint = op.name.rsplit(".", 1)[-1]  # %all_reduce: a name a pipeline's targets can give
         if x in self.kinds:
             self.kinds[y] = {a: k for a, k in self.kinds[x].items() if isinstance(y.type.get_placements()[a], Local)}  # type: ignore[attr-defined]
         return y

@@ -691,8 +691,8 @@ class Translator:
             if r.name in self.env:
                 raise ParseError(r.span, f"%{r.name} is defined twice")
             self.env[r.name] = v
-            if isinstance(v, SSAValue) and v.name_hint is None and _valid_hint(r.name):
-                v.name_hint = r.name
+            if isinstance(v, SSAValue) and v.name_hint is None:
+                v.name_hint = value_name(r.name, node.name)
 
     def operand(self, node: OpNode, i: int) -> Val:
         v = self.lookup(node.operands[i])
@@ -840,6 +840,18 @@ class Translator:
 
 def _valid_hint(name: str) -> bool:
     return bool(name) and (name[0].isalpha() or name[0] == "_") and "#" not in name
+
+
+def value_name(source: str, op_name: str) -> str | None:
+    """The name an imported value prints with: its name in the source when that reads
+    as a name (``%cst``, ``%arg0``), else the kind of op that computed it
+    (``stablehlo.dot_general`` gives ``%dot_general``, the printer numbers repeats:
+    ``%dot_general_1``), so that pipelines name values as ``targets=dot_general_1``
+    rather than by a number that the next pass renumbers."""
+    if _valid_hint(source):
+        return source
+    kind = op_name.rsplit(".", 1)[-1]
+    return kind if _valid_hint(kind) and kind.replace("_", "").isalnum() else None
 
 
 def _fmt(shape: Sequence[int]) -> str:
