@@ -1517,8 +1517,10 @@ def dot_general(
 
 @handles("stablehlo.reduce")
 def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    if len(node.operands) == 4 and len(node.results) == 2:
+        return _arg_reduce(tr, node)
     if len(node.operands) != 2 or len(node.results) != 1:
-        raise tr.error("'stablehlo.reduce' of several operands at once (e.g. argmax) is not supported", node)
+        raise tr.error("'stablehlo.reduce' of several operands at once is supported only as argmax/argmin (values and their indices)", node)
     kind_op = node.attrs.get("applies")
     span = None
     if kind_op is None:
@@ -1554,6 +1556,172 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
         return [tr.map_op([r], [elt], t.shape, elt, lambda a: [c := tr.const_op(init.value, elt), cls(a[0], c.results[0])])]
     iv = tr.materialize(init)
     return [tr.map_op([r, iv], [elt, elt], t.shape, elt, lambda a: [cls(a[0], a[1])])]
+
+
+# ------------------------------------------------------------------ regions as expressions
+# The regions of variadic reduce and sort are small functions; the ones JAX writes for
+# argmax, argmin and jnp.sort are recognised by their expression trees (block argument k
+# is ("arg", k); and/or are commutative), never by running them.
+
+
+def region_exprs(tr: Translator, node: OpNode) -> list[tuple]:
+    """The values a one-block region returns, as expression trees over its arguments."""
+    if not node.regions or len(node.regions[0]) != 1:
+        raise tr.error(f"'{node.name}' needs a region of one block", node)
+    body = node.regions[0][0]
+    env: dict[str, tuple] = {v.name: ("arg", k) for k, (v, _) in enumerate(body.args)}
+
+    def get(v: Value) -> tuple:
+        if v.name not in env:
+            raise ParseError(v.span, f"%{v.name} is not defined in the region of '{node.name}'")
+        return env[v.name]
+
+    for op in body.ops:
+        if op.name in ("stablehlo.return", "func.return", "return"):
+            return [get(v) for v in op.operands]
+        args = [get(v) for v in op.operands]
+        kind = op.name.removeprefix("stablehlo.")
+        if kind == "constant" and isinstance(op.attrs.get("value"), Dense) and op.out_types:
+            t = op.out_types[0]
+            value = flat(op.attrs["value"].value)
+            e: tuple = ("const", repr(decode_scalar(value[0], t.elt)) if isinstance(t, TensorT) and len(value) == 1 else repr(value))
+        elif kind == "compare":
+            d, ct = (x.text.rstrip(">").split()[-1] if isinstance(x, Opaque) else x for x in (op.attrs.get("comparison_direction"), op.attrs.get("compare_type")))
+            e = ("compare", d, ct, *args)
+        elif kind in ("and", "or", "add", "multiply", "maximum", "minimum") and len(args) == 2:
+            e = (kind, *sorted(args, key=repr))
+        else:
+            e = (kind, *args)
+        for r in op.results:
+            env[r.name] = e
+    raise tr.error(f"the region of '{node.name}' does not end with a return", node)
+
+
+def _argmax_exprs(direction: str, ctype: str) -> list[tuple]:
+    """JAX's argmax (GT) / argmin (LT) reducer over (value, index) pairs: the first value
+    wins when it is greater (smaller) or NaN, the smaller index on ties."""
+    xa, ia, xb, ib = (("arg", k) for k in range(4))
+
+    def both(kind: str, a: tuple, b: tuple) -> tuple:
+        return (kind, *sorted([a, b], key=repr))
+
+    pick = both("or", ("compare", direction, ctype, xa, xb), ("compare", "NE", ctype, xa, xa))
+    tie = both("and", ("compare", "EQ", ctype, xa, xb), ("compare", "LT", "SIGNED", ia, ib))
+    return [("select", pick, xa, xb), ("select", both("or", pick, tie), ia, ib)]
+
+
+def _arg_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    """argmax/argmin as JAX writes them (a reduce of values and their indices): the
+    max (min) over the dims (NaN wins: maximumf), then the smallest index whose value
+    equals it (or is NaN), each combined with the init pair as one more candidate."""
+    x, ix, v0, i0 = (tr.operand(node, i) for i in range(4))
+    shape = shape_of(x)
+    dims = _attr_ints(tr, node, "dimensions")
+    exprs = region_exprs(tr, node)
+    elt, ielt = _elt_of(x), _elt_of(ix)
+    ctype = "FLOAT" if _is_float(elt) else "SIGNED"
+    kind = next((k for k, d in (("max", "GT"), ("min", "LT")) if exprs == _argmax_exprs(d, ctype)), None)
+    if kind is None or shape_of(ix) != shape or not isinstance(ielt, IntegerType) or ielt == i1 or elt == i1:
+        raise tr.error("a 'stablehlo.reduce' of two operands is supported as JAX's argmax/argmin (values, integer indices, its comparator region)", node)
+    if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
+        raise tr.error(f"reduced dims {dims} are not dims of {_fmt(shape)}", node)
+    keep = [d for d in range(len(shape)) if d not in dims]
+    out_shape = tuple(shape[d] for d in keep)
+    for i in range(2):
+        if _result(tr, node, i).shape != out_shape:
+            raise tr.error(f"reducing {_fmt(shape)} over {dims} does not give {_result(tr, node, i)}", node)
+    xv, iv = tr.materialize(x), tr.materialize(ix)
+    m = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xv, op=kind, dims=sorted(dims), sizes=tr.sizes())).results[0]
+    best = (1 << (ielt.width.data - 1)) - 1
+    mb = tr.broadcastable(Bcast(m, tuple(keep), shape))
+    pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
+    if not _is_float(elt):
+        pick = arith.MaxSIOp if kind == "max" else arith.MinSIOp
+
+    def hit(v: SSAValue, mv: SSAValue) -> list[Operation]:
+        eq = arith.CmpfOp(v, mv, "oeq") if _is_float(elt) else arith.CmpiOp(v, mv, "eq")
+        if not _is_float(elt):
+            return [eq]
+        nan = arith.CmpfOp(v, v, "uno")
+        return [eq, nan, arith.OrIOp(eq.results[0], nan.results[0])]
+
+    def candidate(a: list[SSAValue]) -> list[Operation]:
+        h = hit(a[0], a[1])
+        big = tr.const_op(best, ielt)
+        return [*h, big, arith.SelectOp(h[-1].results[0], a[2], big.results[0])]
+
+    cand = tr.map_op([xv, mb, iv], [elt, elt, ielt], shape, ielt, candidate)
+    idx = tr.emit_checked(lambda: dist.ReduceTensorOp.of(cand, op="min", dims=sorted(dims), sizes=tr.sizes())).results[0]
+    # the init pair: one more candidate
+    operands, elts = [m, idx], [elt, ielt]
+    inits: list[Val] = [v0, i0]
+    for v, e in zip(inits, (elt, ielt)):
+        if not isinstance(v, Const):
+            operands.append(tr.materialize(v))
+            elts.append(e)
+
+    def combine(a: list[SSAValue], index: bool) -> list[Operation]:
+        """The init pair as one more candidate: the value is pick(m, v0); the index is
+        the smaller of the two whose values reach it."""
+        ops: list[Operation] = []
+        vals, k = [], 2
+        for v, e in zip(inits, (elt, ielt)):
+            if isinstance(v, Const):
+                c = tr.const_op(v.value, e)
+                ops.append(c)
+                vals.append(c.results[0])
+            else:
+                vals.append(a[k])
+                k += 1
+        total = pick(a[0], vals[0])
+        ops.append(total)
+        if not index:
+            return ops
+        init_hit, elem_hit = hit(vals[0], total.results[0]), hit(a[0], total.results[0])
+        both = arith.MinSIOp(a[1], vals[1])
+        init_wins = arith.SelectOp(elem_hit[-1].results[0], both.results[0], vals[1])
+        return [*ops, *init_hit, *elem_hit, both, init_wins, arith.SelectOp(init_hit[-1].results[0], init_wins.results[0], a[1])]
+
+    return [tr.map_op(operands, elts, out_shape, elt, lambda a: combine(a, False)), tr.map_op(operands, elts, out_shape, ielt, lambda a: combine(a, True))]
+
+
+def _sort_key_exprs(ctype: str) -> tuple:
+    """jnp.sort's comparator of operand 0's keys (arguments 0 and 1): ``LT`` of the keys,
+    floats first made canonical (-0.0 as +0.0, every NaN as one NaN) and compared in
+    TOTALORDER; integers SIGNED."""
+    a, b = ("arg", 0), ("arg", 1)
+    if ctype == "SIGNED":
+        return ("compare", "LT", "SIGNED", a, b)
+
+    def canon(v: tuple) -> tuple:
+        zero = ("select", ("compare", "EQ", "FLOAT", v, ("const", "0.0")), ("const", "0.0"), v)
+        return ("select", ("compare", "NE", "FLOAT", v, v), ("const", "nan"), zero)
+
+    return ("compare", "LT", "TOTALORDER", canon(a), canon(b))
+
+
+@handles("stablehlo.sort")
+def _h_sort(tr: Translator, node: OpNode) -> list[Val]:
+    """``jnp.sort``/``jnp.argsort`` (the keys of operand 0, JAX's comparator; stable) as
+    ``dist.sort`` along ``dimension``. Other comparators are a diagnostic."""
+    if not node.operands or len(node.results) != len(node.operands):
+        raise tr.error("'stablehlo.sort' gives one result per operand", node)
+    dim = _attr_int(tr, node, "dimension")
+    xs = [tr.materialize(tr.operand(node, i)) for i in range(len(node.operands))]
+    shape = shape_of(xs[0])
+    if dim < 0:
+        dim += len(shape)
+    if not 0 <= dim < len(shape):
+        raise tr.error(f"sort dimension {dim} is out of range for {_fmt(shape)}", node)
+    for i, x in enumerate(xs):
+        if shape_of(x) != shape or _result(tr, node, i).shape != shape:
+            raise tr.error(f"the operands and results of 'stablehlo.sort' share the shape {_fmt(shape)}", node)
+    elt = _elt_of(xs[0])
+    (expr,) = region_exprs(tr, node) or [None]
+    if elt == i1 or expr != _sort_key_exprs("FLOAT" if _is_float(elt) else "SIGNED"):
+        raise tr.error("'stablehlo.sort' is supported with jnp.sort's comparator (ascending keys of operand 0: floats in total order with -0 = +0 and NaN last, signed integers)", node)
+    xs = tr.unify(xs, shape)
+    return list(tr.emit_checked(lambda: dist.SortOp.of(*xs, dim=dim, sizes=tr.sizes())).results)
 
 
 BOOL_REDUCE = {"sum": "or", "max": "or", "or": "or", "prod": "and", "min": "and", "and": "and"}

@@ -135,6 +135,16 @@ def programs(jax, jnp, np, rng, mesh) -> dict[str, tuple]:
     sc_args = [R(32, 16), rng.integers(-40, 40, 12).astype(np.int32), R(12, 16), rng.integers(0, 12, 20).astype(np.int32)]
     both("scatter_add", scatter_add, sc_args, (P("x", None), P(), P(), P()), (P("x", None), P()))
 
+    # argmax/argmin (a reduce of values and indices with JAX's comparator), jnp.sort and
+    # jnp.argsort along the unsliced dim of a batch-sliced operand (ties, -0.0 and NaN).
+    def arg_sort(x, i):
+        return jnp.argmax(x, -1), jnp.argmin(x, 0), jnp.argmax(i, 1), jnp.sort(x, -1), jnp.argsort(x, -1), jnp.sort(i, 1)
+
+    xs = np.round(R(8, 16) * 2) / 2
+    xs[0, :5] = [np.nan, 1.0, np.nan, -0.0, 0.0]
+    xs[1, :3] = [3.0, 3.0, -1.0]
+    both("arg_sort", arg_sort, [xs.astype(np.float32), rng.integers(-3, 3, (8, 16)).astype(np.int32)], (P("x", None), P("x", None)), (P("x"), P(), P("x"), P("x", None), P("x", None), P("x", None)))
+
     # Masks from iota (causal attention: iota, compare, select), jnp.tril, jnp.all/any.
     def causal(q, k):
         s = q @ k.T

@@ -24,7 +24,7 @@ from distir.frontends.program import import_program
 from distir.runtime import interpret
 from distir.runtime.local import run_local
 
-CONSTRUCTS = ["mlp", "floats", "ints", "xent", "take_fill", "dus", "causal", "emb_grad", "scatter_add"]
+CONSTRUCTS = ["mlp", "floats", "ints", "xent", "take_fill", "dus", "causal", "emb_grad", "scatter_add", "arg_sort"]
 NAMES = [c + s for c in CONSTRUCTS for s in (ONE_DEVICE, SHARDED)] + ["xent_vocab" + SHARDED, "emb_grad_dp" + SHARDED]
 
 
@@ -66,7 +66,7 @@ def test_one_device_program_on_several_ranks_says_it_runs_on_one(jax_dir):
         interpret(module, "main", inputs, ranks=4)
 
 
-SIMULATED = ["floats_4", "ints_4", "emb_grad_4", "emb_grad_dp_4", "scatter_add_1"]
+SIMULATED = ["floats_4", "ints_4", "emb_grad_4", "emb_grad_dp_4", "scatter_add_1", "arg_sort_4"]
 
 
 def test_constructs_on_the_simulated_cuda_device(jax_dir, tmp_path):
