@@ -68,6 +68,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
@@ -112,8 +113,21 @@ bf16 = BFloat16Type()
 
 ELEMENT = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i1": i1, "i8": i8, "i16": i16, "i32": i32, "i64": i64}
 UNSIGNED = ("ui8", "ui16", "ui32", "ui64")
-"""Read in constants and per-device values only (``partition_id`` is ``ui32``); a tensor of
-them is a diagnostic."""
+SIGNLESS = {"ui8": i8, "ui16": i16, "ui32": i32, "ui64": i64}
+"""Unsigned element types are computed on as MLIR's arith does: as the signless integers of
+their width (the same bits); the ops whose meaning depends on the sign (divide,
+remainder, maximum, minimum, convert, compare UNSIGNED) take the unsigned form
+(``divui``, ``remui``, ``maxui``, ``uitofp``, ``extui``, ``cmpi ult``, ...) from the op's
+declared types."""
+
+
+def element_of(name: str) -> Attribute | None:
+    """The dist element type of a StableHLO element type name (unsigned: signless)."""
+    return ELEMENT.get(name) or SIGNLESS.get(name)
+
+
+def signless_name(name: str) -> str:
+    return name.removeprefix("u") if name in UNSIGNED else name
 
 
 # ======================================================================================
@@ -544,7 +558,33 @@ class Bcast:
     shape: tuple[int, ...]
 
 
-Val = SSAValue | Const | Bcast | DevVal
+@dataclass(frozen=True, eq=False)
+class Literal:
+    """A constant of several values (``dense<[13, 15, 26, 6]>``), kept out of the IR while
+    the ops that only move data (slice, reshape, transpose, broadcast_in_dim, convert)
+    fold it; a slice of equal values is a ``Const``. Materialised (at most
+    ``LITERAL_LIMIT`` elements) as a ``dist.map`` of the element's flat index."""
+
+    values: tuple  # row-major
+    elt: str
+    shape: tuple[int, ...]
+
+    def array(self) -> Any:
+        return np.array(self.values, dtype=object).reshape(self.shape)
+
+    @staticmethod
+    def of(array: Any, elt: str) -> Literal | Const:
+        values = tuple(array.reshape(-1).tolist())
+        if values and all(_same_number(v, values[0]) for v in values):
+            return Const(values[0], elt, tuple(array.shape))
+        return Literal(values, elt, tuple(array.shape))
+
+
+LITERAL_LIMIT = 256
+"""The most elements of a non-splat constant that becomes a dist value (a select per
+element in a map body); larger ones are a diagnostic."""
+
+Val = SSAValue | Const | Bcast | DevVal | Literal
 
 
 class ImportError_(Exception):
@@ -552,7 +592,7 @@ class ImportError_(Exception):
 
 
 def shape_of(v: Val) -> tuple[int, ...]:
-    if isinstance(v, (Const, Bcast, DevVal)):
+    if isinstance(v, (Const, Bcast, DevVal, Literal)):
         return v.shape
     t = v.type
     return t.get_shape() if isinstance(t, TensorType) else ()
@@ -622,6 +662,7 @@ class Translator:
         self.handlers: dict[str, Handler] = dict(HANDLERS)
         self.handlers.update(extra or {})
         self.env: dict[str, Val] = {}
+        self.stype: dict[str, str] = {}  # the StableHLO element type of each name in env
         self.block: Block = Block()
         self.node: OpNode | None = None
         self.inlining: list[str] = []
@@ -639,7 +680,7 @@ class Translator:
         return TensorType(tuple(shape), elt, self.mesh, [UNPLACED] * self.naxes)
 
     def elt(self, name: str, node: OpNode | None = None) -> Attribute:
-        t = ELEMENT.get(name)
+        t = element_of(name)
         if t is None:
             raise self.error(f"element type '{name}' is not supported", node)
         return t
@@ -687,10 +728,13 @@ class Translator:
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         if len(values) != len(node.results):
             raise self.error(f"'{node.name}' gives {len(values)} value(s) for {len(node.results)} result(s)", node)
-        for r, v in zip(node.results, values):
+        for k, (r, v) in enumerate(zip(node.results, values)):
             if r.name in self.env:
                 raise ParseError(r.span, f"%{r.name} is defined twice")
             self.env[r.name] = v
+            t = node.out_types[k] if k < len(node.out_types) else None
+            if isinstance(t, TensorT):
+                self.stype[r.name] = t.elt
             if isinstance(v, SSAValue) and v.name_hint is None and _valid_hint(r.name):
                 v.name_hint = r.name
 
@@ -699,12 +743,12 @@ class Translator:
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
+        declared = self.stype.get(node.operands[i].name)
         if isinstance(v, (Const, DevVal)):
-            if v.elt in UNSIGNED and node.name.removeprefix("stablehlo.") not in (*FOLDABLE, "dynamic_slice"):
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} is {v.elt}: unsigned values are read only in scalar arithmetic on partition_id")
-            if isinstance(t, TensorT) and v.elt != t.elt:
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {v.elt}, the op's type says {t}")
-        elif isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
+            declared = v.elt
+        if isinstance(t, TensorT) and declared is not None and declared != t.elt:
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {declared}, the op's type says {t}")
+        if isinstance(t, TensorT) and not isinstance(v, (Const, DevVal)) and element_of(t.elt) is not None and elt_name(_elt_of(v)) != signless_name(t.elt):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
         return v
 
@@ -718,11 +762,34 @@ class Translator:
         if isinstance(v, Const):
             elt = self.elt(v.elt)
             return self.map_op([], [], v.shape, elt, lambda args: [self.const_op(v.value, elt)])
+        if isinstance(v, Literal):
+            return self.literal(v)
         if _only_unit_dims_added(shape_of(v.src), v.dims, v.shape):
             return self.reshape(v.src, v.shape)
         operand = self.broadcastable(v)
         elt = _elt_of(v)
         return self.map_op([operand], [elt], v.shape, elt, lambda args: [args[0]])
+
+    def literal(self, v: Literal) -> SSAValue:
+        """A non-splat constant: element k (row-major) is a select on its flat index."""
+        n = len(v.values)
+        if n > LITERAL_LIMIT:
+            raise self.error(f"non-splat constants of more than {LITERAL_LIMIT} elements are not supported (this one has {n})")
+        elt = self.elt(v.elt)
+        index = self.emit_checked(lambda: dist.IotaOp.make([], [self.fresh_type((n,), i32)], dim=0)).results[0]
+
+        def body(a: list[SSAValue]) -> list[Operation]:
+            ops: list[Operation] = [last := self.const_op(v.values[-1], elt)]
+            picked = last.results[0]
+            for k in range(n - 2, -1, -1):
+                c, kc = self.const_op(v.values[k], elt), self.const_op(k, i32)
+                eq = arith.CmpiOp(a[0], kc.results[0], "eq")
+                sel = arith.SelectOp(eq, c.results[0], picked)
+                ops += [c, kc, eq, sel]
+                picked = sel.results[0]
+            return ops
+
+        return self.reshape(self.map_op([index], [i32], (n,), elt, body), v.shape)
 
     def broadcastable(self, v: Bcast) -> SSAValue:
         """``v.src`` in a shape that numpy broadcasting takes to ``v.shape``."""
@@ -755,8 +822,11 @@ class Translator:
             return arith.ConstantOp(FloatAttr(float(value), elt))
         assert isinstance(elt, IntegerType)
         v = int(value)
-        if elt.width.data == 1:
+        w = elt.width.data
+        if w == 1:
             v = 1 if v else 0
+        else:  # an unsigned value as the signed integer of the same bits
+            v = (v + 2 ** (w - 1)) % 2**w - 2 ** (w - 1)
         return arith.ConstantOp(IntegerAttr(v, elt))
 
     def map_op(
@@ -809,12 +879,14 @@ class Translator:
     # ------------------------------------------------------------------ functions
     def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
         """Translate a body whose block arguments are ``args``; the values it returns."""
-        saved = self.env
-        self.env = {}
-        for (v, _), a in zip(body.args, args):
+        saved, saved_types = self.env, self.stype
+        self.env, self.stype = {}, {}
+        for (v, t), a in zip(body.args, args):
             if v.name in self.env:
                 raise ParseError(v.span, f"%{v.name} is defined twice")
             self.env[v.name] = a
+            if isinstance(t, TensorT):
+                self.stype[v.name] = t.elt
         try:
             for node in body.ops:
                 if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
@@ -831,7 +903,7 @@ class Translator:
                 self.bind(node, handler(self, node))
             raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
         finally:
-            self.env = saved
+            self.env, self.stype = saved, saved_types
 
     def lookup_typed(self, node: OpNode, i: int) -> Val:
         self.node = node
@@ -928,8 +1000,12 @@ def _h_constant(tr: Translator, node: OpNode) -> list[Val]:
     if len(values) not in (1, n):
         raise tr.error(f"the constant has {len(values)} values for a {t} of {n} elements", node)
     if any(not _same_number(v, values[0]) for v in values):
-        raise tr.error("only splat constants (one value repeated) are supported", node)
+        return [Literal(tuple(values), t.elt, t.shape)]
     return [Const(values[0], t.elt, t.shape)]
+
+
+def _np_array(values: Sequence[Any], shape: Sequence[int]) -> Any:
+    return np.array(list(values), dtype=object).reshape(tuple(shape))
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -960,6 +1036,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
             continue
         if isinstance(v, DevVal):
             v = tr.device_scalar(v)
+        if isinstance(v, Literal):
+            v = tr.materialize(v)
         if isinstance(v, Bcast) and isinstance(v.src, Const):  # pragma: no cover - consts broadcast to consts
             slots.append(("const", v.src))
             continue
@@ -991,8 +1069,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
 
 
 def _elt_of(v: Val) -> Attribute:
-    if isinstance(v, Const):
-        return ELEMENT[v.elt]
+    if isinstance(v, (Const, DevVal, Literal)):
+        return element_of(v.elt)  # type: ignore[return-value]
     if isinstance(v, Bcast):
         return v.src.type.element_type  # type: ignore[attr-defined]
     t = v.type
@@ -1019,12 +1097,14 @@ def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
     if cls is None:
         what = "float" if _is_float(elt) else "integer"
         raise tr.error(f"'{node.name}' on {what} elements is not supported", node)
+    unsigned = _result(tr, node).elt in UNSIGNED
     if elt == i1:
         cls = BOOL_BINARY.get(kind)
         if cls is None:
             raise tr.error(f"'{node.name}' is not defined on i1 (booleans) in StableHLO", node)
-    elif not _is_float(elt) and kind in INT_EDGES:
-        return elementwise(tr, node, lambda a, e: INT_EDGES[kind](tr, a[0], a[1], elt))
+    elif not _is_float(elt) and (unsigned and kind in UINT_EDGES or kind in INT_EDGES):
+        build = UINT_EDGES[kind] if unsigned and kind in UINT_EDGES else INT_EDGES[kind]
+        return elementwise(tr, node, lambda a, e: build(tr, a[0], a[1], elt))
     return elementwise(tr, node, lambda a, e: [cls(a[0], a[1])])
 
 
@@ -1084,6 +1164,13 @@ INT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[
     "shift_right_logical": _guarded_shift(arith.ShRUIOp, "zero"),
     "shift_right_arithmetic": _guarded_shift(arith.ShRSIOp, "sign"),
 }
+UINT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[Operation]]] = {
+    "divide": _guarded_division(arith.DivUIOp, lambda a, tr, elt: [tr.const_op(-1, elt)]),
+    "remainder": _guarded_division(arith.RemUIOp, lambda a, tr, elt: []),
+    "maximum": lambda tr, a, b, elt: [arith.MaxUIOp(a, b)],
+    "minimum": lambda tr, a, b, elt: [arith.MinUIOp(a, b)],
+}
+"""The ops on unsigned integers whose meaning is not the signed one's (x / 0 is all ones)."""
 
 
 @handles(*(f"stablehlo.{n}" for n in UNARY))
@@ -1168,8 +1255,8 @@ def _h_float_class(tr: Translator, node: OpNode) -> list[Val]:
 
 
 BITCASTS = {("f32", "i32"), ("i32", "f32"), ("f64", "i64"), ("i64", "f64")}
-"""``bitcast_convert`` pairs read (32 and 64 bits; an integer to an integer of its width
-is the value itself)."""
+"""``bitcast_convert`` pairs read (32 and 64 bits, signed or unsigned; an integer to an
+integer of its width is the value itself)."""
 
 
 @handles("stablehlo.bitcast_convert")
@@ -1179,11 +1266,11 @@ def _h_bitcast(tr: Translator, node: OpNode) -> list[Val]:
     src = tr.tensor_t(node.in_types[0], "operand 0", node) if node.in_types else None
     if src is None or src.shape != t.shape:
         raise tr.error("'stablehlo.bitcast_convert' between element types of one width keeps the shape", node)
-    pair = (src.elt, t.elt)
-    if src.elt == t.elt:
+    pair = (signless_name(src.elt), signless_name(t.elt))
+    if pair[0] == pair[1]:
         return [tr.operand(node, 0)]
     if pair not in BITCASTS:
-        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32, f64 <-> i64)", node)
+        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32/ui32, f64 <-> i64/ui64)", node)
     elt = tr.elt(t.elt, node)
     return elementwise(tr, node, lambda a, e: [arith.BitcastOp(a[0], elt)])
 
@@ -1310,6 +1397,13 @@ def _minmax(mx: type[Operation], mn: type[Operation], a: list[SSAValue]) -> list
 def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
     t = _result(tr, node)
     v = tr.operand(node, 0)
+    if isinstance(v, Literal):
+        tr.elt(t.elt, node)
+        try:
+            values = [device_values.convert(x, v.elt, t.elt) for x in v.values]
+        except FoldError as e:
+            raise tr.error(f"bad conversion of a constant: {e}", node) from None
+        return [Literal.of(_np_array(values, v.shape), t.elt)]
     if isinstance(v, Const) and (t.elt in UNSIGNED or v.elt in UNSIGNED):
         try:
             return [Const(device_values.convert(v.value, v.elt, t.elt), t.elt, v.shape)]
@@ -1328,10 +1422,27 @@ def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
             value = float(value)
         return [Const(value, t.elt, v.shape)]
     elt = tr.elt(t.elt, node)
+    src = node.in_types[0].elt if node.in_types and isinstance(node.in_types[0], TensorT) else elt_name(_elt_of(v))
     if _elt_of(v) == elt:
         return [v]
     x = tr.materialize(v)
+    unsigned_cast = _unsigned_cast(_elt_of(x), elt, src in UNSIGNED, t.elt in UNSIGNED)
+    if unsigned_cast is not None:
+        return elementwise(tr, node, lambda a, e: [unsigned_cast(a[0], elt)])
     return [tr.emit_checked(lambda: dist.CastOp.make([x], [x.type.with_(element_type=elt)])).results[0]]  # type: ignore[union-attr]
+
+
+def _unsigned_cast(src: Attribute, dst: Attribute, from_unsigned: bool, to_unsigned: bool) -> type[Operation] | None:
+    """The arith conversion where an unsigned operand or result changes its meaning from
+    ``dist.cast``'s signed one (an unsigned integer widened or made a float, a float made
+    an unsigned integer); None where the signed conversion gives the same bits."""
+    if from_unsigned and isinstance(dst, AnyFloat):
+        return arith.UIToFPOp
+    if to_unsigned and isinstance(src, AnyFloat):
+        return arith.FPToUIOp
+    if from_unsigned and isinstance(dst, IntegerType) and isinstance(src, IntegerType) and dst.width.data > src.width.data:
+        return arith.ExtUIOp
+    return None
 
 
 @handles("stablehlo.broadcast_in_dim")
@@ -1347,6 +1458,13 @@ def _h_broadcast(tr: Translator, node: OpNode) -> list[Val]:
             raise tr.error(f"operand dim {i} of size {src_shape[i]} cannot broadcast to result dim {d} of size {t.shape[d]}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        order = sorted(range(len(dims)), key=lambda i: dims[i])
+        src = v.array().transpose(order)
+        shaped = [1] * t.rank
+        for i in order:
+            shaped[dims[i]] = src_shape[i]
+        return [Literal.of(np.broadcast_to(src.reshape(shaped), t.shape), v.elt)]
     if isinstance(v, Bcast):
         return [Bcast(v.src, tuple(dims[d] for d in v.dims), t.shape)]
     if tuple(dims) == tuple(range(len(src_shape))) and src_shape == t.shape:
@@ -1362,6 +1480,8 @@ def _h_reshape(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"reshape of {_fmt(shape_of(v))} to {t}: the element counts differ", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().reshape(t.shape), v.elt)]
     return [tr.reshape(tr.materialize(v), t.shape)]
 
 
@@ -1376,6 +1496,8 @@ def _h_transpose(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"transpose of {_fmt(shape_of(v))} by {perm} does not give {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().transpose(perm), v.elt)]
     return [tr.transpose(tr.materialize(v), perm)]
 
 
@@ -1408,6 +1530,8 @@ def _h_slice(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"the slice gives {_fmt(sizes)}, the result type says {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array()[tuple(slice(a, b, c) for a, b, c in zip(start, limit, strides))], v.elt)]
     x = tr.materialize(v)
     return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, start, sizes, strides)).results[0]]
 

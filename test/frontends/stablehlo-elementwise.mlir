@@ -149,3 +149,24 @@ func.func public @argsort(%arg0: tensor<4x8xi32>) -> tensor<4x8xi32> {
   }) : (tensor<4x8xi32>, tensor<4x8xi32>) -> (tensor<4x8xi32>, tensor<4x8xi32>)
   return %1#1 : tensor<4x8xi32>
 }
+
+// Unsigned integers are their bits as signless ones: the ops whose meaning depends on
+// the sign take arith's unsigned forms; a non-splat constant is a select per element of
+// its flat index.
+// CHECK-LABEL: func.func @unsigned(%arg0: !dist.tensor<4xi32, @mesh, [replicated]>, %arg1: !dist.tensor<4xi32, @mesh, [replicated]>)
+// CHECK:         dist.map(%arg0, %arg1)
+// CHECK:           arith.divui
+// CHECK:         dist.map(%arg0)
+// CHECK:           arith.uitofp %{{.*}} : i32 to f32
+// CHECK:         %[[K:.*]] = dist.iota dim 0 : () -> !dist.tensor<4xi32
+// CHECK:         dist.map(%[[K]])
+// CHECK-DAG:       arith.constant -1 : i32
+// CHECK-DAG:       arith.constant 7 : i32
+// CHECK:           arith.select
+func.func public @unsigned(%arg0: tensor<4xui32>, %arg1: tensor<4xui32>) -> (tensor<4xui32>, tensor<4xf32>, tensor<4xui32>) {
+  %0 = stablehlo.divide %arg0, %arg1 : tensor<4xui32>
+  %1 = stablehlo.convert %arg0 : (tensor<4xui32>) -> tensor<4xf32>
+  %c = stablehlo.constant dense<[7, 4294967295, 0, 13]> : tensor<4xui32>
+  %2 = stablehlo.xor %arg0, %c : tensor<4xui32>
+  return %0, %1, %2 : tensor<4xui32>, tensor<4xf32>, tensor<4xui32>
+}
