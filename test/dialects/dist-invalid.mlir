@@ -241,6 +241,16 @@ func.func @remesh_keeps_layout(%x: !dist.tensor<64xf32, @world, [sliced<0>]>) {
 
 // -----
 
+// CHECK: 'dist.remesh' op rank 2 holds elements 4..6 of dim 0 on @flat but 4..5 on @hw: the ranks do not divide the dim (9), so its blocks over merged axes differ from its nested blocks and remesh, which moves no data, cannot relate them
+dist.mesh @hw shape = [2, 4]
+dist.mesh @flat shape = [8] view @hw [[0, 1]]
+func.func @remesh_of_uneven_blocks_over_merged_axes(%x: !dist.tensor<9xf32, @flat, [sliced<0>]>) {
+  %y = dist.remesh %x : !dist.tensor<9xf32, @flat, [sliced<0>]> -> !dist.tensor<9xf32, @hw, [sliced<0>, sliced<0>]>
+  func.return
+}
+
+// -----
+
 // CHECK: 'dist.remesh' op meshes @a and @b are not views of one mesh
 dist.mesh @a shape = [4]
 dist.mesh @b shape = [4]
