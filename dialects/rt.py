@@ -18,7 +18,7 @@ description of the ranks. ``rt`` holds everything that is not a library call to 
   thread and other streams asynchronously);
 * computation: ``rt.kernel`` (a ``gpu.func``-style element-wise kernel over memref
   arguments, translated to Numba), ``rt.launch``, and library calls ``rt.matmul``,
-  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``;
+  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``, ``rt.sort``;
 * ``rt.fused``: a group of calls forming one fused collective (reduce-scatter, kernel on
   this rank's slice, all-gather), which shared-memory backends may run as one zero-copy
   kernel.
@@ -54,7 +54,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, TypeAttribute
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -1035,6 +1035,33 @@ class ScatterAddOp(RtOp):
             fail(self, "takes indices, updates, a first-row index, an output and a stream")
 
 
+@irdl_op_definition
+class SortOp(RtOp):
+    """``rt.sort %in0, .., %out0, .., %s dim d``: each ``out_k`` set to ``in_k`` reordered
+    along ``d`` by the keys of ``in0`` (``dist.sort``: ascending, stable, NaN last).
+
+    ``rt.sort %x, %j, %y, %k, %s dim 1 : (memref<8x16xf32>, memref<8x16xi32>, memref<8x16xf32>, memref<8x16xi32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.sort"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        n = len(self.args) - 1
+        if n < 2 or n % 2:
+            fail(self, "takes inputs, as many outputs and a stream")
+        for a, b in zip(self.args[: n // 2], self.args[n // 2 : n]):
+            x, y = need_memref(self, a.type, "input"), need_memref(self, b.type, "output")
+            if x.get_shape() != y.get_shape() or x.element_type != y.element_type:
+                fail(self, f"output {y} must have its input's type {x}")
+
+    def io(self) -> tuple[list[SSAValue], list[SSAValue]]:
+        n = (len(self.args) - 1) // 2
+        return list(self.args[:n]), list(self.args[n : 2 * n])
+
+
 # ======================================================================================
 # Fused computation-collective operators (the fused-operator paper)
 # ======================================================================================
@@ -1846,6 +1873,7 @@ Rt = Dialect(
         ReduceTensorOp,
         EmbeddingBagOp,
         ScatterAddOp,
+        SortOp,
         RandomOp,
         MatmulAllReduceOp,
         MatmulReduceScatterOp,

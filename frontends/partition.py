@@ -258,10 +258,19 @@ def _f_scatter_add(op: dist.ScatterAddOp) -> list[Factor]:
     return out
 
 
+def _f_sort(op: dist.SortOp) -> list[Factor]:
+    """Every dim but the sorted one, shared by all operands and results."""
+    dim = op.option("dim")
+    vals = [*op.inputs, *op.outputs]
+    rank = len(_tensor_shape(op.outputs[0]) or ())
+    return [Factor([(v, d) for v in vals]) for d in range(rank) if d != dim]
+
+
 FACTORS = {
     dist.MapOp: _f_map,
     dist.EmbeddingBagOp: _f_embedding_bag,
     dist.ScatterAddOp: _f_scatter_add,
+    dist.SortOp: _f_sort,
     dist.CastOp: _f_same,
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,

@@ -548,6 +548,12 @@ def _scatter_add(ex: RankExecutor, op: rt.ScatterAddOp) -> None:
     ex.device.scatter_add(i, u, int(row0), out, s)
 
 
+@handles(rt.SortOp)
+def _sort(ex: RankExecutor, op: rt.SortOp) -> None:
+    ins, outs = op.io()
+    ex.device.sort([ex.v(x) for x in ins], [ex.v(x) for x in outs], op.option("dim"), ex.v(op.args[-1]))
+
+
 # ------------------------------------------------------------------ communication
 
 

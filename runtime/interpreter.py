@@ -70,6 +70,7 @@ from distir.runtime.values import (
     UnsupportedType,
     compute_dtype,
     frozen,
+    is_float,
     local_nbytes,
     numpy_dtype,
     rank_coords,
@@ -606,6 +607,22 @@ def _scatter_add(it: Interpreter, op: dist.ScatterAddOp, args: list[Value]) -> l
         return [scatter_add(b[0], b[1], rs.start, rs.stop - rs.start, dt)]
 
     return list(it.local([t], args, fn, key=lambda r: block(r).start))
+
+
+def sort_along(arrays: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
+    """``arrays`` reordered along ``dim`` by the keys of ``arrays[0]``: ascending, stable,
+    -0.0 equal to +0.0 and NaN last (numpy's order of floats), integers signed."""
+    keys = arrays[0]
+    if is_float(keys.dtype) and keys.dtype.itemsize < 4:
+        keys = keys.astype(np.float32)  # exact; numpy sorts f16/bf16 no better
+    order = np.argsort(keys, axis=dim, kind="stable")
+    return [np.take_along_axis(a, order, axis=dim) for a in arrays]
+
+
+@handles(dist.SortOp)
+def _sort(it: Interpreter, op: dist.SortOp, args: list[Value]) -> list[Value]:
+    dim = op.option("dim")
+    return list(it.local([r.type for r in op.outputs], args, lambda b, r: sort_along(b, dim)))  # type: ignore[misc]
 
 
 @handles(dist.RemeshOp)

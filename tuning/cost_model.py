@@ -6,7 +6,7 @@ One model, with no case for any schedule; a schedule's time comes out of the ops
 lowering emits:
 
 * **kernels** (``rt.launch``, ``rt.copy``, ``rt.copy_blocks``, ``rt.matmul``,
-  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
+  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``, ``rt.sort``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
   the sizes of the buffers a kernel reads and writes, flops its arithmetic ops per
   element (``FLOPS`` weighs the expensive ones) times its iteration space, or 2·M·N·K
   for a matmul, at the device's peak for the element type;
@@ -137,7 +137,7 @@ FLOPS: dict[str, float] = {
     "math.erf": 8.0,
 }
 FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
-_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.PadBlocksOp, rt.UnpadBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp, rt.ScatterAddOp)
+_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.PadBlocksOp, rt.UnpadBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp, rt.ScatterAddOp, rt.SortOp)
 
 
 @dataclass(frozen=True)
@@ -534,6 +534,12 @@ class _Walker:
             moved = self._bytes(a) + self._bytes(out)
             flops = self.scaling.count(self._shape(a))
             dtype = _dtype(self._mem(a).element_type)
+        elif isinstance(op, rt.SortOp):
+            ins, outs = op.io()
+            n = self._shape(ins[0])[op.option("dim")]
+            moved = sum((self._bytes(x) for x in ins[1:]), self._bytes(ins[0])).scale(2.0)
+            flops = self.scaling.count(self._shape(ins[0]), max(1.0, math.log2(max(n, 2))))
+            dtype = _dtype(self._mem(outs[0]).element_type)
         elif isinstance(op, rt.ScatterAddOp):
             idx, upd, _, out = op.args[:4]
             bag = self._shape(idx)[-1]
