@@ -18,7 +18,7 @@ description of the ranks. ``rt`` holds everything that is not a library call to 
   thread and other streams asynchronously);
 * computation: ``rt.kernel`` (a ``gpu.func``-style element-wise kernel over memref
   arguments, translated to Numba), ``rt.launch``, and library calls ``rt.matmul``,
-  ``rt.reduce_tensor``, ``rt.embedding_bag``;
+  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``;
 * ``rt.fused``: a group of calls forming one fused collective (reduce-scatter, kernel on
   this rank's slice, all-gather), which shared-memory backends may run as one zero-copy
   kernel.
@@ -871,6 +871,25 @@ class EmbeddingBagOp(RtOp):
             fail(self, "takes a table, indices, a first-row index, an output and a stream")
 
 
+@irdl_op_definition
+class ScatterAddOp(RtOp):
+    """``rt.scatter_add %indices, %updates, %row0, %out, %s``: ``out`` (this rank's block
+    of the result rows, the first being global row ``%row0``) set to the sum of the
+    update rows whose index (a global row number) falls in the block, in the order of
+    the (bag, position) pairs (``dist.scatter_add``).
+
+    ``rt.scatter_add %i, %u, %r0, %o, %s : (memref<32x1xi32>, memref<32x16xf32>, index, memref<25x16xf32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.scatter_add"
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        if len(self.args) != 5 or self.args[2].type != INDEX:
+            fail(self, "takes indices, updates, a first-row index, an output and a stream")
+
+
 # ======================================================================================
 # Fused computation-collective operators (the fused-operator paper)
 # ======================================================================================
@@ -1677,6 +1696,7 @@ Rt = Dialect(
         MatmulOp,
         ReduceTensorOp,
         EmbeddingBagOp,
+        ScatterAddOp,
         RandomOp,
         MatmulAllReduceOp,
         MatmulReduceScatterOp,

@@ -62,6 +62,7 @@ arithmetic on ``partition_id``).
 from __future__ import annotations
 
 import math as pymath
+import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
-from distir.dialects import dist
+from distir.dialects import dist, scalar
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import UNPLACED
 from distir.frontends import device_values
@@ -246,6 +247,12 @@ def _slice(r: Reader, node: OpNode) -> None:
     _typed(r, node)
 
 
+def _operands_typed(r: Reader, node: OpNode) -> None:
+    """``%a, %b, .. : (..) -> T`` (dynamic_update_slice)."""
+    node.operands = r.values()
+    _typed(r, node)
+
+
 def _dynamic_slice(r: Reader, node: OpNode) -> None:
     """``%x, %i0, %i1, sizes = [..] : (T, tensor<i32>, ..) -> U``."""
     _operands_then(r, node, "sizes", "slice_sizes", lambda: r.int_list("the slice sizes"), ", sizes = [..]")
@@ -336,6 +343,33 @@ def _reduce(r: Reader, node: OpNode) -> None:
         node.regions.append(body)
 
 
+def _chlo_unary(r: Reader, node: OpNode) -> None:
+    """``chlo.erfc %x : tensor<..> -> tensor<..>`` (chlo's custom form), or ``: T``."""
+    node.operands = [r.value()]
+    r.expect(":", f" before the type of '{node.name}'")
+    if r.at("("):
+        node.in_types, node.out_types = r.function_type()
+    else:
+        t = r.type()
+        node.in_types, node.out_types = [t], [r.type() if r.accept("->") else t]
+    r.check_counts(node)
+
+
+def _reduce_precision(r: Reader, node: OpNode) -> None:
+    """``%x, format = e5m10 : T``."""
+    node.operands = [r.value()]
+    r.expect(",", " after the operand")
+    r.keyword("format")
+    r.expect("=")
+    t = r.peek()
+    fmt = r.ident("a format eEmM (exponent and mantissa bits)")
+    m = re.fullmatch(r"e(\d+)m(\d+)", fmt)
+    if m is None:
+        raise r.error(f"expected a format eEmM (exponent and mantissa bits), got '{fmt}'", t.start, t.end)
+    node.attrs["exponent_bits"], node.attrs["mantissa_bits"] = int(m.group(1)), int(m.group(2))
+    _same_type_sig(r, node)
+
+
 def _return(r: Reader, node: OpNode) -> None:
     node.operands = r.values()
     if node.operands:
@@ -422,6 +456,11 @@ HOOKS: dict[str, Callable[[Reader, OpNode], None]] = {
     "stablehlo.dot_general": _dot_general,
     "stablehlo.dot": _dot,
     "stablehlo.reduce": _reduce,
+    "stablehlo.dynamic_update_slice": _operands_typed,
+    "stablehlo.is_finite": _unary_typed,
+    "stablehlo.bitcast_convert": _unary_typed,
+    "stablehlo.reduce_precision": _reduce_precision,
+    **{f"chlo.{n}": _chlo_unary for n in ("square", "erf", "erfc", "tan", "is_inf", "is_pos_inf", "is_neg_inf")},
 }
 
 FLOAT_BINARY: dict[str, type[Operation]] = {
@@ -433,6 +472,7 @@ FLOAT_BINARY: dict[str, type[Operation]] = {
     "minimum": arith.MinimumfOp,
     "power": xmath.PowFOp,
     "atan2": xmath.Atan2Op,
+    "remainder": scalar.RemFOp,
 }
 INT_BINARY: dict[str, type[Operation]] = {
     "add": arith.AddiOp,
@@ -477,7 +517,7 @@ CMPF = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "
 CMPI_SIGNED = {"EQ": "eq", "NE": "ne", "LT": "slt", "LE": "sle", "GT": "sgt", "GE": "sge"}
 CMPI_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt", "GE": "uge"}
 
-REDUCE_KINDS = {"stablehlo.add": "sum", "stablehlo.multiply": "prod", "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
+REDUCE_KINDS = {"stablehlo.add": "sum", "stablehlo.multiply": "prod", "stablehlo.maximum": "max", "stablehlo.minimum": "min", "stablehlo.and": "and", "stablehlo.or": "or"}
 
 
 # ======================================================================================
@@ -979,7 +1019,71 @@ def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
     if cls is None:
         what = "float" if _is_float(elt) else "integer"
         raise tr.error(f"'{node.name}' on {what} elements is not supported", node)
+    if elt == i1:
+        cls = BOOL_BINARY.get(kind)
+        if cls is None:
+            raise tr.error(f"'{node.name}' is not defined on i1 (booleans) in StableHLO", node)
+    elif not _is_float(elt) and kind in INT_EDGES:
+        return elementwise(tr, node, lambda a, e: INT_EDGES[kind](tr, a[0], a[1], elt))
     return elementwise(tr, node, lambda a, e: [cls(a[0], a[1])])
+
+
+BOOL_BINARY: dict[str, type[Operation]] = {
+    "add": arith.OrIOp,
+    "maximum": arith.OrIOp,
+    "multiply": arith.AndIOp,
+    "minimum": arith.AndIOp,
+    "and": arith.AndIOp,
+    "or": arith.OrIOp,
+    "xor": arith.XOrIOp,
+}
+"""StableHLO's binary ops on booleans: ``add``/``maximum`` are logical or, ``multiply``/
+``minimum`` logical and; the others are not defined on i1."""
+
+
+# StableHLO's integer ops where arith leaves the result undefined, with the values XLA
+# gives (and JAX therefore computes): x / 0 = -1, x % 0 = x (INT_MIN / -1 = INT_MIN and
+# INT_MIN % -1 = 0 wrap as arith's ops do); a shift by the bit width or more (or by a
+# negative amount) gives 0, or the sign in every bit for an arithmetic right shift. The
+# shift amount is masked to the width inside, so no backend meets an undefined shift.
+
+
+def _guarded_division(cls: type[Operation], by_zero: Callable[[SSAValue, Translator, Attribute], list[Operation]]):
+    def build(tr: Translator, a: SSAValue, b: SSAValue, elt: Attribute) -> list[Operation]:
+        zero, one = tr.const_op(0, elt), tr.const_op(1, elt)
+        is_zero = arith.CmpiOp(b, zero.results[0], "eq")
+        safe = arith.SelectOp(is_zero, one.results[0], b)
+        q = cls(a, safe)
+        edge = by_zero(a, tr, elt)
+        return [zero, one, is_zero, safe, q, *edge, arith.SelectOp(is_zero, edge[-1].results[0] if edge else a, q)]
+
+    return build
+
+
+def _guarded_shift(cls: type[Operation], beyond: str):
+    def build(tr: Translator, a: SSAValue, b: SSAValue, elt: Attribute) -> list[Operation]:
+        assert isinstance(elt, IntegerType)
+        w = elt.width.data
+        width, mask = tr.const_op(w, elt), tr.const_op(w - 1, elt)
+        inside = arith.CmpiOp(b, width.results[0], "ult")
+        amount = arith.AndIOp(b, mask.results[0])
+        shifted = cls(a, amount)
+        if beyond == "sign":
+            edge: Operation = arith.ShRSIOp(a, mask.results[0])
+        else:
+            edge = tr.const_op(0, elt)
+        return [width, mask, inside, amount, shifted, edge, arith.SelectOp(inside, shifted, edge.results[0])]
+
+    return build
+
+
+INT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[Operation]]] = {
+    "divide": _guarded_division(arith.DivSIOp, lambda a, tr, elt: [tr.const_op(-1, elt)]),
+    "remainder": _guarded_division(arith.RemSIOp, lambda a, tr, elt: []),
+    "shift_left": _guarded_shift(arith.ShLIOp, "zero"),
+    "shift_right_logical": _guarded_shift(arith.ShRUIOp, "zero"),
+    "shift_right_arithmetic": _guarded_shift(arith.ShRSIOp, "sign"),
+}
 
 
 @handles(*(f"stablehlo.{n}" for n in UNARY))
@@ -1005,6 +1109,8 @@ def _h_unary(tr: Translator, node: OpNode) -> list[Val]:
     assert isinstance(elt, IntegerType)
     if kind == "not":
         return elementwise(tr, node, lambda a, e: _not(tr, a[0], elt))
+    if elt == i1:
+        raise tr.error(f"'{node.name}' is not defined on i1 (booleans) in StableHLO", node)
     if kind == "negate":
 
         def neg(a: list[SSAValue], e: list[Attribute]) -> list[Operation]:
@@ -1017,6 +1123,125 @@ def _h_unary(tr: Translator, node: OpNode) -> list[Val]:
     if kind == "sign":
         return elementwise(tr, node, lambda a, e: _sign(tr, a[0], elt, False))
     raise tr.error(f"'{node.name}' on integer elements is not supported", node)
+
+
+@handles("chlo.square", "chlo.erf", "chlo.erfc", "chlo.tan")
+def _h_chlo_unary(tr: Translator, node: OpNode) -> list[Val]:
+    """chlo's element-wise ops JAX emits: ``square`` (``x.var()``: x * x), ``erf`` and
+    ``erfc`` (exact GELU), ``tan``."""
+    kind, elt = _arity(tr, node, 1)
+    if kind == "chlo.square":
+        mul = arith.MulfOp if _is_float(elt) else arith.MuliOp
+        if elt == i1:
+            mul = arith.AndIOp
+        return elementwise(tr, node, lambda a, e: [mul(a[0], a[0])])
+    if not _is_float(elt):
+        raise tr.error(f"'{node.name}' takes float elements", node)
+    cls = {"chlo.erf": xmath.ErfOp, "chlo.erfc": scalar.ErfcOp, "chlo.tan": xmath.TanOp}[kind]
+    return elementwise(tr, node, lambda a, e: [cls(a[0])])
+
+
+@handles("stablehlo.is_finite", "chlo.is_inf", "chlo.is_pos_inf", "chlo.is_neg_inf")
+def _h_float_class(tr: Translator, node: OpNode) -> list[Val]:
+    """``is_finite``: |x| compared (ordered, not equal) with +inf, false for NaN and
+    infinities; ``is_inf``/``is_pos_inf``/``is_neg_inf``: equal to +-inf."""
+    if len(node.operands) != 1:
+        raise tr.error(f"'{node.name}' takes one operand", node)
+    if _result(tr, node).elt != "i1":
+        raise tr.error(f"'{node.name}' gives i1 (booleans), the result type says {_result(tr, node)}", node)
+    in_elt = tr.elt(tr.tensor_t(node.in_types[0], "operand 0", node).elt, node)
+    if not _is_float(in_elt):
+        raise tr.error(f"'{node.name}' takes float elements", node)
+    kind = node.name.split(".", 1)[1]
+
+    def test(a: list[SSAValue], e: list[Attribute]) -> list[Operation]:
+        inf = tr.const_op(float("-inf") if kind == "is_neg_inf" else float("inf"), in_elt)
+        x: Operation | SSAValue = a[0]
+        ops: list[Operation] = [inf]
+        if kind in ("is_finite", "is_inf"):
+            x = xmath.AbsFOp(a[0])
+            ops.append(x)
+        xv = x.results[0] if isinstance(x, Operation) else x
+        return [*ops, arith.CmpfOp(xv, inf.results[0], "one" if kind == "is_finite" else "oeq")]
+
+    return elementwise(tr, node, test, out_elt=i1)
+
+
+BITCASTS = {("f32", "i32"), ("i32", "f32"), ("f64", "i64"), ("i64", "f64")}
+"""``bitcast_convert`` pairs read (32 and 64 bits; an integer to an integer of its width
+is the value itself)."""
+
+
+@handles("stablehlo.bitcast_convert")
+def _h_bitcast(tr: Translator, node: OpNode) -> list[Val]:
+    """The bits of each element read as another type of the same width (``arith.bitcast``)."""
+    t = _result(tr, node)
+    src = tr.tensor_t(node.in_types[0], "operand 0", node) if node.in_types else None
+    if src is None or src.shape != t.shape:
+        raise tr.error("'stablehlo.bitcast_convert' between element types of one width keeps the shape", node)
+    pair = (src.elt, t.elt)
+    if src.elt == t.elt:
+        return [tr.operand(node, 0)]
+    if pair not in BITCASTS:
+        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32, f64 <-> i64)", node)
+    elt = tr.elt(t.elt, node)
+    return elementwise(tr, node, lambda a, e: [arith.BitcastOp(a[0], elt)])
+
+
+@handles("stablehlo.reduce_precision")
+def _h_reduce_precision(tr: Translator, node: OpNode) -> list[Val]:
+    """Each element rounded to ``mantissa_bits`` (to nearest, ties to even) and to the
+    range of ``exponent_bits`` (beyond it: +-inf; below its smallest normal: +-0), as a
+    float of its own type; NaN stays NaN (StableHLO's ``reduce_precision``, on the bits:
+    f32 and f64)."""
+    kind, elt = _arity(tr, node, 1)
+    e_bits, m_bits = (_attr_int(tr, node, k) for k in ("exponent_bits", "mantissa_bits"))
+    if elt not in (f32, f64):
+        raise tr.error(f"'{node.name}' of {elt_name(elt)} is not supported (f32, f64)", node)
+    width, src_e, src_m = (32, 8, 23) if elt == f32 else (64, 11, 52)
+    if e_bits < 1 or m_bits < 0:
+        raise tr.error(f"'{node.name}' needs exponent_bits >= 1 and mantissa_bits >= 0, got {e_bits} and {m_bits}", node)
+    if e_bits >= src_e and m_bits >= src_m:
+        return [tr.operand(node, 0)]
+    ielt = IntegerType(width)
+    return elementwise(tr, node, lambda a, e: _reduce_precision_body(tr, a[0], elt, ielt, e_bits, m_bits, src_e, src_m))
+
+
+def _reduce_precision_body(tr: Translator, x: SSAValue, elt: Attribute, ielt: IntegerType, e_bits: int, m_bits: int, src_e: int, src_m: int) -> list[Operation]:
+    w = ielt.width.data
+    ops: list[Operation] = []
+
+    def c(v: int) -> SSAValue:
+        v = (v + 2 ** (w - 1)) % 2**w - 2 ** (w - 1)  # the bits as a signed integer
+        op = tr.const_op(v, ielt)
+        ops.append(op)
+        return op.results[0]
+
+    def emit(op: Operation) -> SSAValue:
+        ops.append(op)
+        return op.results[0]
+
+    bits = emit(arith.BitcastOp(x, ielt))
+    if m_bits < src_m:
+        shift = src_m - m_bits
+        last = 1 << shift
+        last_bit = emit(arith.ShRUIOp(emit(arith.AndIOp(bits, c(last))), c(shift)))
+        bias = emit(arith.AddiOp(last_bit, c((last >> 1) - 1)))
+        bits = emit(arith.AndIOp(emit(arith.AddiOp(bits, bias)), c(~(last - 1))))
+    if e_bits < src_e:
+        exp_mask = ((1 << src_e) - 1) << src_m
+        src_bias, bias = (1 << (src_e - 1)) - 1, (1 << (e_bits - 1)) - 1
+        exponent = emit(arith.AndIOp(bits, c(exp_mask)))
+        over = emit(arith.CmpiOp(exponent, c((src_bias + bias) << src_m), "sgt"))
+        under = emit(arith.CmpiOp(exponent, c((src_bias - bias) << src_m), "sle"))
+        zero = emit(arith.AndIOp(bits, c(1 << (w - 1))))
+        inf = emit(arith.OrIOp(zero, c(exp_mask)))
+        bits = emit(arith.SelectOp(over, inf, emit(arith.SelectOp(under, zero, bits))))
+    y = emit(arith.BitcastOp(bits, elt))
+    if m_bits > 0:
+        nan = emit(arith.CmpfOp(x, x, "uno"))
+        y = emit(arith.SelectOp(nan, x, y))
+    return ops
 
 
 def _not(tr: Translator, x: SSAValue, elt: IntegerType) -> list[Operation]:
@@ -1224,8 +1449,6 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
 
 
 def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
-    import re
-
     out: dict[str, list[int]] = {}
     for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
         m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
@@ -1305,7 +1528,7 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
         span = Span(s[0], s[1], tr.module.source) if s else None
     kind = REDUCE_KINDS.get(kind_op)
     if kind is None:
-        raise tr.error(f"reduction by '{kind_op}' is not supported (add, multiply, maximum, minimum)", node, span)
+        raise tr.error(f"reduction by '{kind_op}' is not supported (add, multiply, maximum, minimum; and, or of booleans)", node, span)
     t = _result(tr, node)
     dims = _attr_ints(tr, node, "dimensions")
     x = tr.operand(node, 0)
@@ -1316,8 +1539,10 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
     if tuple(s for d, s in enumerate(shape) if d not in dims) != t.shape:
         raise tr.error(f"reducing {_fmt(shape)} over {dims} does not give {t}", node)
     elt = tr.elt(t.elt, node)
-    if kind in ("max", "min") and elt == i1:
-        raise tr.error("max/min reductions of i1 are not supported", node)
+    if elt == i1:
+        return [_reduce_bools(tr, x, init, dims, t.shape, BOOL_REDUCE[kind])]
+    if kind in ("and", "or"):
+        raise tr.error(f"bitwise '{kind}' reductions of integers are not supported (of booleans they are)", node, span)
     xv = tr.materialize(x)
     r = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xv, op=kind, dims=sorted(dims), sizes=tr.sizes())).results[0]
     if isinstance(init, Const) and _is_identity(kind, init.value):
@@ -1331,10 +1556,44 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
     return [tr.map_op([r, iv], [elt, elt], t.shape, elt, lambda a: [cls(a[0], a[1])])]
 
 
-def _reducer_kind(tr: Translator, node: OpNode) -> tuple[str, Span | None]:
+BOOL_REDUCE = {"sum": "or", "max": "or", "or": "or", "prod": "and", "min": "and", "and": "and"}
+"""Reductions of booleans (StableHLO's add and maximum of i1 are or, multiply and minimum
+are and): ``jnp.all``, ``jnp.any``, the bounds check of ``jnp.take``'s ``mode="fill"``."""
+
+
+def _reduce_bools(tr: Translator, x: Val, init: Val, dims: list[int], shape: tuple[int, ...], kind: str) -> SSAValue:
+    """``and``/``or`` of booleans over ``dims``: the min / max of their 0/1 values as i32
+    (``dist.reduce_tensor``, so that a sliced dim leaves partial results that an
+    all-reduce of the same kind completes), compared with 0, then combined with
+    ``init`` unless it is the identity (true for and, false for or)."""
+    xv = tr.materialize(x)
+    xi = tr.emit_checked(lambda: dist.CastOp.make([xv], [xv.type.with_(element_type=i32)])).results[0]  # type: ignore[attr-defined]
+    r = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xi, op="min" if kind == "and" else "max", dims=sorted(dims), sizes=tr.sizes())).results[0]
+    combine = arith.AndIOp if kind == "and" else arith.OrIOp
+    operands, elts = [r], [i32]
+    if not isinstance(init, Const):
+        operands.append(tr.materialize(init))
+        elts.append(i1)
+    elif bool(init.value) == (kind == "and"):
+        init = None
+
+    def body(a: list[SSAValue]) -> list[Operation]:
+        zero = tr.const_op(0, i32)
+        ne = arith.CmpiOp(a[0], zero.results[0], "ne")
+        if init is None:
+            return [zero, ne]
+        if isinstance(init, Const):
+            c = tr.const_op(init.value, i1)
+            return [zero, ne, c, combine(ne.results[0], c.results[0])]
+        return [zero, ne, combine(ne.results[0], a[1])]
+
+    return tr.map_op(operands, elts, shape, i1, body)
+
+
+def _reducer_kind(tr: Translator, node: OpNode, what: str = "reduce") -> tuple[str, Span | None]:
     """The op of a ``reducer`` region that returns OP(a, b) of its two arguments."""
     if not node.regions or len(node.regions[0]) != 1:
-        raise tr.error("'stablehlo.reduce' needs a reducer body", node)
+        raise tr.error(f"'stablehlo.{what}' needs a region combining two values", node)
     body = node.regions[0][0]
     ops = body.ops
     args = [v.name for v, _ in body.args]
@@ -1343,7 +1602,7 @@ def _reducer_kind(tr: Translator, node: OpNode) -> tuple[str, Span | None]:
         names = sorted(v.name for v in op.operands)
         if names == sorted(args) and len(ret.operands) == 1 and op.results and ret.operands[0].name == op.results[0].name:
             return op.name, op.span
-    raise tr.error("only a reducer body of one binary op (add, multiply, maximum, minimum) is supported", node)
+    raise tr.error(f"only a '{what}' region of one binary op (add, multiply, maximum, minimum, and, or) is supported", node)
 
 
 def _is_identity(kind: str, v: float | int | bool) -> bool:
@@ -1441,36 +1700,113 @@ def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
     return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, offsets, list(sizes), [1] * len(sizes))).results[0]]
 
 
-def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
-    import re
+@handles("stablehlo.dynamic_update_slice")
+def _h_dynamic_update_slice(tr: Translator, node: OpNode) -> list[Val]:
+    """``x`` with ``update`` written at start indices known at import time (constants),
+    each clamped into ``[0, dim - update dim]`` as StableHLO does: the parts of ``x``
+    around the update's box and the update, put together dim by dim
+    (``dist.extract_slice``, ``dist.concat``: data movement only, exact)."""
+    t = _result(tr, node)
+    if len(node.operands) < 2:
+        raise tr.error("'stablehlo.dynamic_update_slice' takes an operand, an update and one start index per dim", node)
+    x, u = tr.operand(node, 0), tr.operand(node, 1)
+    shape, ushape = shape_of(x), shape_of(u)
+    starts = [tr.operand(node, i) for i in range(2, len(node.operands))]
+    if not len(starts) == len(shape) == len(ushape) or t.shape != shape:
+        raise tr.error(f"'stablehlo.dynamic_update_slice' needs an update of the operand's rank, one start index per dim of {_fmt(shape)} and the operand's type as result", node)
+    if any(not 0 <= a <= b for a, b in zip(ushape, shape)):
+        raise tr.error(f"the update {_fmt(ushape)} does not fit in {_fmt(shape)}", node)
+    if _elt_of(x) != _elt_of(u):
+        raise tr.error(f"the update's element type {elt_name(_elt_of(u))} is not the operand's {elt_name(_elt_of(x))}", node)
+    offsets = []
+    for d, st in enumerate(starts):
+        value = st.values[0] if isinstance(st, DevVal) and st.uniform() else getattr(st, "value", None)
+        if shape_of(st) != () or not isinstance(value, int) or isinstance(value, bool):
+            raise ParseError(node.operands[d + 2].span, "a start index of 'stablehlo.dynamic_update_slice' must be an integer scalar known at import time (a constant)")
+        offsets.append(min(max(value, 0), shape[d] - ushape[d]))
+    if ushape == shape:
+        return [u]
+    return [paste(tr, tr.materialize(x), tr.materialize(u), offsets, 0)]
 
-    dn = node.attrs.get("dimension_numbers")
+
+def paste(tr: Translator, x: SSAValue, u: SSAValue, offsets: Sequence[int], d: int) -> SSAValue:
+    """``x`` with ``u`` at ``offsets`` in dims ``d`` and after (earlier dims already
+    match): the part before the box along d, ``u`` pasted into the box's slab, the part
+    after, concatenated along d."""
+    shape, ushape = shape_of(x), shape_of(u)
+    if d == len(shape):
+        return u
+    o, n = offsets[d], ushape[d]
+    if o == 0 and n == shape[d]:
+        return paste(tr, x, u, offsets, d + 1)
+
+    def part(lo: int, hi: int) -> SSAValue:
+        off = [0] * len(shape)
+        off[d] = lo
+        size = list(shape)
+        size[d] = hi - lo
+        return tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, off, size, [1] * len(shape))).results[0]
+
+    pieces = [part(0, o)] if o else []
+    pieces.append(paste(tr, part(o, o + n), u, offsets, d + 1))
+    if o + n < shape[d]:
+        pieces.append(part(o + n, shape[d]))
+    pieces = tr.unify(pieces, shape)
+    return tr.emit_checked(lambda: dist.ConcatOp.of(*pieces, dim=d)).results[0]
+
+
+def dimension_numbers(tr: Translator, node: OpNode, attr: str, kind: str, lists: Sequence[str], ints: Sequence[str] = ("index_vector_dim",)) -> dict[str, Any]:
+    """``#stablehlo.KIND<key = [..], key = N, ..>`` (attribute ``attr``) as a dict: every
+    key of ``lists`` (absent: []) and ``ints`` (absent: None); any other key, or a key
+    given twice, is a diagnostic (a misspelled key would otherwise change the meaning)."""
+    dn = node.attrs.get(attr)
     text = dn.text if isinstance(dn, Opaque) else ""
-    if not text.startswith("#stablehlo.gather<"):
-        raise tr.error("'stablehlo.gather' needs dimension_numbers = #stablehlo.gather<...>", node)
-    out: dict[str, Any] = {}
-    for key in ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"):
-        m = re.search(r"\b" + key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    m = re.search(r"index_vector_dim\s*=\s*(\d+)", text)
-    out["index_vector_dim"] = int(m.group(1)) if m else None
+    head = f"#stablehlo.{kind}<"
+    if not (text.startswith(head) and text.endswith(">")):
+        raise tr.error(f"'{node.name}' needs {attr} = {head}...>", node)
+    out: dict[str, Any] = {k: [] for k in lists} | {k: None for k in ints}
+    seen: set[str] = set()
+    for m in re.finditer(r"\s*([A-Za-z_]\w*)\s*=\s*(\[[0-9,\s]*\]|-?\d+)\s*(,|$)", text[len(head) : -1]):
+        key, value = m.group(1), m.group(2)
+        if key in seen or (key not in lists and key not in ints):
+            what = "given twice" if key in seen else f"not a key of #stablehlo.{kind} ({', '.join([*lists, *ints])})"
+            raise tr.error(f"'{key}' in {attr} is {what}", node)
+        seen.add(key)
+        if value.startswith("["):
+            if key not in lists:
+                raise tr.error(f"'{key}' in {attr} takes an integer, got {value}", node)
+            out[key] = [int(x) for x in value[1:-1].replace(" ", "").split(",") if x]
+        else:
+            if key not in ints:
+                raise tr.error(f"'{key}' in {attr} takes a list, got {value}", node)
+            out[key] = int(value)
+    rest = re.sub(r"\s*([A-Za-z_]\w*)\s*=\s*(\[[0-9,\s]*\]|-?\d+)\s*(,|$)", "", text[len(head) : -1])
+    if rest.strip():
+        raise tr.error(f"cannot read '{rest.strip()}' in {attr}", node)
     return out
+
+
+def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
+    return dimension_numbers(tr, node, "dimension_numbers", "gather", ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"))
 
 
 GATHER_SUBSET = (
     "distir reads row lookups: one collapsed dim that the indices select (start_index_map = "
-    "collapsed_slice_dims = [g]) of a 2-d table, or of a 3-d table whose dim 0 is a batching dim "
-    "of the indices' dim 0, every other dim taken whole, the index vector dim last"
+    "collapsed_slice_dims = [g]) of a 1-d or 2-d table, or of a 2-d or 3-d table whose dim 0 is a "
+    "batching dim of the indices' dim 0, every other dim taken whole, the index vector dim last"
 )
 
 
 @handles("stablehlo.gather")
 def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
     """Row lookups (``jnp.take(table, idx, axis=g)``, ``table[idx]``, the sdy export of
-    ``dist.embedding_bag``) as ``dist.embedding_bag`` of bags of one row: the indices
-    clamped into the table (StableHLO's rule for a start index), flattened to ``[N, 1]``
-    (``[T, N, 1]`` with a batching dim), the bags ``[N, D]`` reshaped to the indices'
-    shape and the row moved to the offset dim. Any other gather is a diagnostic."""
+    ``dist.embedding_bag``) and element lookups along a dim of each row
+    (``jnp.take_along_axis``: a table ``[B, V]`` whose dim 0 is a batching dim, no
+    offset dim) as ``dist.embedding_bag`` of bags of one row: the indices clamped into
+    the table (StableHLO's rule for a start index), flattened to ``[N, 1]`` (``[T, N,
+    1]`` with a batching dim), a table without a row width seen as rows of width 1, the
+    bags ``[N, D]`` reshaped to the indices' shape and the row moved to the offset dim.
+    Any other gather is a diagnostic."""
     if len(node.operands) != 2:
         raise tr.error("'stablehlo.gather' takes a table and indices", node)
     t = _result(tr, node)
@@ -1483,8 +1819,9 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
     g = nums["start_index_map"]
     ivd = nums["index_vector_dim"]
     idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
+    has_width = len(ts) == lead + 2
     ok = (
-        len(ts) == 2 + lead
+        len(ts) in (lead + 1, lead + 2)
         and batch in ([], [0])
         and nums["start_indices_batching_dims"] == batch
         and len(g) == 1
@@ -1495,24 +1832,28 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
         and all(sizes[d] == ts[d] for d in range(len(ts)) if d not in (*batch, g[0]))
         and ivd is not None
         and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
-        and len(nums["offset_dims"]) == 1
+        and len(nums["offset_dims"]) == (1 if has_width else 0)
         and isinstance(idx_elt, IntegerType)
         and idx_elt != i1
     )
     bshape = tuple(ish[:ivd])
     if ok:
-        ok = nums["offset_dims"][0] <= len(bshape) and (not lead or (bshape and bshape[0] == ts[0]))
+        ok = (not has_width or nums["offset_dims"][0] <= len(bshape)) and (not lead or (bshape and bshape[0] == ts[0]))
     if not ok:
         raise tr.error(f"this form of 'stablehlo.gather' is not supported ({GATHER_SUBSET})", node)
-    width_dim = next(d for d in range(len(ts)) if d not in (*batch, g[0]))
-    rows, width = ts[g[0]], ts[width_dim]
+    rows = ts[g[0]]
     want = list(bshape)
-    want.insert(nums["offset_dims"][0], width)
+    if has_width:
+        width_dim = next(d for d in range(len(ts)) if d not in (*batch, g[0]))
+        want.insert(nums["offset_dims"][0], ts[width_dim])
     if tuple(want) != t.shape:
         raise tr.error(f"the gather gives {_fmt(want)}, the result type says {t}", node)
     tab = tr.materialize(table)
-    if g[0] != len(ts) - 2:  # the looked-up dim second to last
+    if not has_width:
+        tab = tr.reshape(tab, (*ts, 1))
+    elif g[0] != len(ts) - 2:  # the looked-up dim second to last
         tab = tr.transpose(tab, [*range(lead), g[0], width_dim])
+    width = shape_of(tab)[-1]
     n = pymath.prod(bshape[lead:])
     flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
     elt = _elt_of(flat_idx)
@@ -1524,6 +1865,8 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
 
     safe = tr.map_op([flat_idx], [elt], shape_of(flat_idx), elt, clamp)
     bags = tr.emit_checked(lambda: dist.EmbeddingBagOp.of(tab, safe, mode="sum", sizes=tr.sizes())).results[0]
+    if not has_width:
+        return [tr.reshape(bags, bshape)]
     y = tr.reshape(bags, (*bshape, width))
     k = nums["offset_dims"][0]
     if k != len(bshape):
@@ -1531,6 +1874,86 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
         perm.insert(k, len(bshape))
         y = tr.transpose(y, perm)
     return [y]
+
+
+SCATTER_SUBSET = (
+    "distir reads additions into rows (the gradient of a row lookup, table.at[ids].add(u)): one "
+    "inserted dim that the indices select (scatter_dims_to_operand_dims = inserted_window_dims = [g]) "
+    "of a 1-d or 2-d operand, or of a 2-d or 3-d operand whose dim 0 is a batching dim of the indices' "
+    "dim 0, updates holding whole rows, the index vector dim last, an add region"
+)
+
+
+@handles("stablehlo.scatter")
+def _h_scatter(tr: Translator, node: OpNode) -> list[Val]:
+    """Additions into rows as ``dist.scatter_add`` (the adjoint of ``embedding_bag``): the
+    indices flattened to ``[N, 1]`` (``[T, N, 1]`` with a batching dim), the updates to
+    ``[N, D]`` with the row last, an operand without a row width seen as rows of width
+    1; indices outside the operand add nothing (StableHLO: such updates are skipped);
+    the operand added unless it is a zero constant (the usual gradient). Any other
+    scatter is a diagnostic."""
+    if len(node.operands) != 3 or len(node.results) != 1:
+        raise tr.error("'stablehlo.scatter' of several operands at once is not supported (one operand, indices, updates)", node)
+    kind, span = _reducer_kind(tr, node, "scatter")
+    if kind != "stablehlo.add":
+        raise tr.error(f"'stablehlo.scatter' combining by '{kind}' is not supported (add: the gradient of a lookup)", node, span)
+    t = _result(tr, node)
+    operand, idx, upd = (tr.operand(node, i) for i in range(3))
+    os_, ish, us = shape_of(operand), shape_of(idx), shape_of(upd)
+    nums = dimension_numbers(tr, node, "scatter_dimension_numbers", "scatter", ("update_window_dims", "inserted_window_dims", "input_batching_dims", "scatter_indices_batching_dims", "scatter_dims_to_operand_dims"))
+    batch = nums["input_batching_dims"]
+    lead = len(batch)
+    g = nums["scatter_dims_to_operand_dims"]
+    ivd = nums["index_vector_dim"]
+    idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
+    has_width = len(os_) == lead + 2
+    bshape = tuple(ish[:ivd]) if ivd is not None else ()
+    window = nums["update_window_dims"]
+    ok = (
+        len(os_) in (lead + 1, lead + 2)
+        and batch in ([], [0])
+        and nums["scatter_indices_batching_dims"] == batch
+        and len(g) == 1
+        and nums["inserted_window_dims"] == g
+        and g[0] >= lead
+        and ivd is not None
+        and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
+        and len(window) == (1 if has_width else 0)
+        and isinstance(idx_elt, IntegerType)
+        and idx_elt != i1
+        and (not lead or (bshape and bshape[0] == os_[0]))
+        and t.shape == os_
+    )
+    if ok:
+        width_dim = next((d for d in range(len(os_)) if d not in (*batch, g[0])), None)
+        want = list(bshape)
+        if has_width:
+            ok = window[0] <= len(bshape)
+            want.insert(window[0], os_[width_dim])
+        ok = ok and tuple(want) == us
+    if not ok:
+        raise tr.error(f"this form of 'stablehlo.scatter' is not supported ({SCATTER_SUBSET})", node)
+    elt = tr.elt(t.elt, node)
+    n = pymath.prod(bshape[lead:])
+    u = tr.materialize(upd)
+    if has_width and window[0] != len(bshape):  # the row width last
+        u = tr.transpose(u, [d for d in range(len(us)) if d != window[0]] + [window[0]])
+    width = os_[width_dim] if has_width else 1
+    u = tr.reshape(u, (*bshape[:lead], n, width))
+    flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
+    rows = os_[g[0]]
+    placed = (*os_[:lead], rows, width)
+    ty = tr.new_type_like([u], placed, elt)
+    y = tr.emit_checked(lambda: dist.ScatterAddOp.make([flat_idx, u], [ty])).results[0]
+    if not has_width:
+        y = tr.reshape(y, os_)
+    elif g[0] != len(os_) - 2:  # the row dim back where the operand has it
+        y = tr.transpose(y, [*range(lead), lead + 1, lead])
+    if isinstance(operand, Const) and operand.value == 0 and pymath.copysign(1, operand.value) > 0:
+        return [y]  # scatter_add starts from +0, as the zeros of a gradient do
+    add = arith.AddfOp if _is_float(elt) else arith.AddiOp
+    base = tr.materialize(operand)
+    return [tr.map_op([base, y], [elt, elt], os_, elt, lambda a: [add(a[0], a[1])])]
 
 
 @handles("func.call", "call")

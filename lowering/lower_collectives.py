@@ -101,6 +101,7 @@ class FuncLowering:
             dist.MatmulOp: self._matmul,
             dist.ReduceTensorOp: self._reduce_tensor,
             dist.EmbeddingBagOp: self._embedding_bag,
+            dist.ScatterAddOp: self._scatter_add,
             dist.TakeSliceOp: self._take_slice,
             dist.RemeshOp: self._remesh,
             dist.ToLocalOp: self._remesh,
@@ -627,6 +628,23 @@ class FuncLowering:
             op.result.type,
             lambda: self.emit(rt.EmbeddingBagOp.make([t, i, row0, c, self.stream], [], mode=op.option("mode"))),
         )
+        self.buf[op.result] = c
+
+    def _scatter_add(self, op: dist.ScatterAddOp) -> None:
+        """``rt.scatter_add`` into this rank's block of the result, whose first row is
+        global row ``row0`` (0 unless the result is sliced on its rows)."""
+        i, u = self.input(op.indices), self.input(op.updates)
+        c = self.out(op.result)
+        t: TensorType = op.result.type  # type: ignore[assignment]
+        row_dim = t.rank - 2
+        axes = layout.slicing_axes(t.get_placements(), row_dim)
+        if axes:
+            rows = local_shape(t, self.sizes(t))[row_dim]
+            g = self.group_rank(t.mesh_name, axes)
+            row0 = self.cached(("row0", g, rows), lambda: arith.MuliOp(g, self.const(rows)))
+        else:
+            row0 = self.const(0)
+        self.guarded(t, lambda: self.emit(rt.ScatterAddOp.make([i, u, row0, c, self.stream], [])))
         self.buf[op.result] = c
 
     def _take_slice(self, op: dist.TakeSliceOp) -> None:

@@ -267,6 +267,20 @@ class CudaDevice:
         if o is not out:
             self.copy(o, out, stream)
 
+    def scatter_add(self, indices, updates, row0: int, out, stream) -> None:
+        i = self.contiguous(indices, stream)
+        u = self.contiguous(updates, stream)
+        o = self.contiguous(out, stream)
+        if i.ndim == 2:
+            i, u, o3 = i.reshape(1, *tuple(i.shape)), u.reshape(1, *tuple(u.shape)), o.reshape(1, *tuple(o.shape))
+        else:
+            o3 = o
+        t_n, _, d_n = tuple(o3.shape)
+        blocks, threads = grid_for(t_n * d_n)
+        self._run(ck.scatter_add_kernel(self.dtype_name(out)), blocks, threads, stream, i, u, o3, np.int64(row0))
+        if o is not out:
+            self.copy(o, out, stream)
+
     def wait_flag(self, flags, index: int, target: int, stream: CudaStream) -> None:
         """Queue on ``stream`` a wait until ``flags[index] >= target``."""
         self._run(ck.wait_flag_kernel(), 1, 1, stream, flags, index, target)

@@ -188,6 +188,31 @@ def embedding_bag(table, indices, out, row0):
 """
 
 
+SCATTER_ADD = """
+import numba
+import numpy as np
+from numba import cuda
+
+
+def scatter_add(indices, updates, out, row0):
+    # indices [T, B, L], updates [T, B, D], out [T, R, D] (rows row0 ..); one thread per
+    # (t, d) walks the (b, l) pairs in order: the sums are deterministic.
+    t_n, r_n, d_n = out.shape
+    b_n, bag = indices.shape[1], indices.shape[2]
+    for g in range(cuda.grid(1), t_n * d_n, cuda.gridsize(1)):
+        d = g % d_n
+        t = g // d_n
+        for r in range(r_n):
+            out[t, r, d] = {cast}(0)
+        for b in range(b_n):
+            v = {load}(updates[t, b, d])
+            for l in range(bag):
+                r = indices[t, b, l] - row0
+                if r >= 0 and r < r_n:
+                    out[t, r, d] = {cast}({load}(out[t, r, d]) + v)
+"""
+
+
 EMBEDDING_TILED = """
 import numba
 import numpy as np
@@ -420,6 +445,14 @@ def _with_bf16(dtype_name: str, source: str) -> str:
     if dtype_name != "bfloat16":
         return source
     return source.replace("from numba import cuda\n", "from numba import cuda\n" + cg.BF16_HELPERS, 1)
+
+
+def scatter_add_source(dtype_name: str) -> str:
+    return _with_bf16(dtype_name, SCATTER_ADD.format(cast=cast(dtype_name), load=load(dtype_name)))
+
+
+def scatter_add_kernel(dtype_name: str):
+    return _compile(("scatter_add", dtype_name), scatter_add_source(dtype_name), "scatter_add")
 
 
 def embedding_kernel(mode: str, dtype_name: str):

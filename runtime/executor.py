@@ -500,6 +500,12 @@ def _embedding_bag(ex: RankExecutor, op: rt.EmbeddingBagOp) -> None:
     ex.device.embedding_bag(t, i, int(row0), out, op.option("mode"), s)
 
 
+@handles(rt.ScatterAddOp)
+def _scatter_add(ex: RankExecutor, op: rt.ScatterAddOp) -> None:
+    i, u, row0, out, s = (ex.v(x) for x in op.args)
+    ex.device.scatter_add(i, u, int(row0), out, s)
+
+
 # ------------------------------------------------------------------ communication
 
 

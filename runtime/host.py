@@ -189,6 +189,11 @@ class HostDevice:
         self._no_scattered("rt.embedding_bag", table, indices, out)
         stream.submit(lambda: embedding_into(table, indices, row0, out, mode))
 
+    def scatter_add(self, indices, updates, row0: int, out, stream) -> None:
+        self._no_scattered("rt.scatter_add", indices, updates, out)
+        held = out.shape[-2]
+        stream.submit(lambda: _assign(out, interpreter.scatter_add(indices, updates, row0, held, out.dtype)))
+
     # ------------------------------------------------------------------ fused tile operators
     # Synchronous pieces of the fused computation-collective operators (runtime/tiles.py):
     # each computes one tile straight into a view (which may be a peer's buffer).

@@ -352,6 +352,15 @@ def concat(buffers: Sequence[np.ndarray], dim: int) -> np.ndarray:
     return buffers[0] if len(buffers) == 1 else np.concatenate(buffers, axis=dim)
 
 
+def split(buffer: np.ndarray, n: int, dim: int) -> list[np.ndarray]:
+    """The n blocks of ``buffer`` along ``dim`` (views), as ``layout.dim_block`` cuts them:
+    the last ones may be shorter or empty (the inverse of ``concat``)."""
+    out = []
+    for lo, size in layout.dim_blocks(buffer.shape[dim], n):
+        out.append(buffer[(slice(None),) * dim + (slice(lo, lo + size),)])
+    return out
+
+
 @irdl_op_definition
 class YieldOp(IRDLOperation):
     """Terminator of the regions of fused collectives and ``coll.overlap``."""
