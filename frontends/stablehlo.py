@@ -1575,7 +1575,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     else:
         dn = node.attrs.get("dot_dimension_numbers")
         if isinstance(dn, Opaque):
-            dn = _parse_dot_numbers(tr, node, dn.text)
+            dn = dimension_numbers(tr, node, "dot_dimension_numbers", "dot", DOT_KEYS, ())
         if not isinstance(dn, dict):
             raise tr.error("'stablehlo.dot_general' needs its dimension numbers", node)
     lb, rbd = list(dn.get("lhs_batching_dimensions", [])), list(dn.get("rhs_batching_dimensions", []))
@@ -1584,12 +1584,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     return [dot_general(tr, node, a, b, lb, rbd, lc, rc, t.shape, elt)]
 
 
-def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
-        m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    return out
+DOT_KEYS = ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions")
 
 
 def dot_general(
