@@ -678,6 +678,7 @@ class Translator:
         self.handlers: dict[str, Handler] = dict(HANDLERS)
         self.handlers.update(extra or {})
         self.env: dict[str, Val] = {}
+        self.stype: dict[str, str] = {}  # the StableHLO element type of each name in env
         self.block: Block = Block()
         self.node: OpNode | None = None
         self.inlining: list[str] = []
@@ -743,10 +744,13 @@ class Translator:
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         if len(values) != len(node.results):
             raise self.error(f"'{node.name}' gives {len(values)} value(s) for {len(node.results)} result(s)", node)
-        for r, v in zip(node.results, values):
+        for k, (r, v) in enumerate(zip(node.results, values)):
             if r.name in self.env:
                 raise ParseError(r.span, f"%{r.name} is defined twice")
             self.env[r.name] = v
+            t = node.out_types[k] if k < len(node.out_types) else None
+            if isinstance(t, TensorT):
+                self.stype[r.name] = t.elt
             if isinstance(v, SSAValue) and v.name_hint is None:
                 v.name_hint = value_name(r.name, node.name)
 
@@ -755,8 +759,11 @@ class Translator:
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
-        if isinstance(v, (Const, DevVal)) and isinstance(t, TensorT) and v.elt != t.elt:
-            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {v.elt}, the op's type says {t}")
+        declared = self.stype.get(node.operands[i].name)
+        if isinstance(v, (Const, DevVal)):
+            declared = v.elt
+        if isinstance(t, TensorT) and declared is not None and declared != t.elt:
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {declared}, the op's type says {t}")
         if isinstance(t, TensorT) and not isinstance(v, (Const, DevVal)) and element_of(t.elt) is not None and elt_name(_elt_of(v)) != signless_name(t.elt):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
         return v
@@ -888,12 +895,14 @@ class Translator:
     # ------------------------------------------------------------------ functions
     def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
         """Translate a body whose block arguments are ``args``; the values it returns."""
-        saved = self.env
-        self.env = {}
-        for (v, _), a in zip(body.args, args):
+        saved, saved_types = self.env, self.stype
+        self.env, self.stype = {}, {}
+        for (v, t), a in zip(body.args, args):
             if v.name in self.env:
                 raise ParseError(v.span, f"%{v.name} is defined twice")
             self.env[v.name] = a
+            if isinstance(t, TensorT):
+                self.stype[v.name] = t.elt
         try:
             for node in body.ops:
                 if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
@@ -910,7 +919,7 @@ class Translator:
                 self.bind(node, handler(self, node))
             raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
         finally:
-            self.env = saved
+            self.env, self.stype = saved, saved_types
 
     def lookup_typed(self, node: OpNode, i: int) -> Val:
         self.node = node
