@@ -636,6 +636,17 @@ class DistCanonicalization(HasCanonicalizationPatternsTrait):
         return all_patterns()
 
 
+def tensors_along(in_types: Sequence[Attribute], dim: int) -> tuple[list[TensorType], int]:
+    """The operands of an op over a dim of its first operand (``concat``, ``sort``): at
+    least one, tensors on one mesh, ``dim`` a dim of the first."""
+    if not in_types:
+        raise RuleError("needs at least one operand")
+    ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
+    same_mesh(ts)
+    check_dim(dim, ts[0])
+    return ts, dim
+
+
 def same_mesh(types: Sequence[Attribute]) -> str | None:
     meshes = {t.mesh_name for t in types if isinstance(t, TensorType)}
     if len(meshes) > 1:
@@ -1255,13 +1266,8 @@ class SortOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         if not is_scalar_type(t0.element_type) or t0.element_type == IntegerType(1):
             raise RuleError(f"keys must be floats or integers (not i1), got {t0.element_type}")
         for i, t in enumerate(ts):
@@ -1629,13 +1635,8 @@ class ConcatOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         total = 0
         for i, t in enumerate(ts):
             s0, s = list(t0.get_shape()), list(t.get_shape())
