@@ -10,6 +10,21 @@ class InputRejected(Exception):
     """The user's input (file, option, npz) is wrong; the message says how."""
 
 
+def require_extra(module: str, extra: str, user: str):
+    """``import module`` for ``user`` (``distir.frameworks.pytorch``), or a
+    ``ModuleNotFoundError`` naming the optional dependencies that install it
+    (``pip install 'distir[torch]'``) instead of only ``No module named 'torch'``."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        if e.name != top:
+            raise
+        raise ModuleNotFoundError(f"{user} needs {top}, which is not installed: pip install 'distir[{extra}]'", name=top) from None
+
+
 MAX_RANKS = 1 << 20
 """The most ranks (devices) of a mesh or a run: 1,048,576, ten times the largest
 clusters' GPU counts. Larger meshes are diagnosed where they are read (``dist.mesh``,

@@ -12,7 +12,7 @@ primitives of CoCoNet change the placement on one mesh axis (``axis``, default 0
 
 and the local ops compute without communication: ``dist.map``, ``dist.take_slice``,
 ``dist.matmul``, ``dist.reduce_tensor``, ``dist.cast``, ``dist.dropout``,
-``dist.embedding_bag``, ``dist.scatter_add`` and ``dist.remesh``, and the layout ops the front ends need for
+``dist.embedding_bag``, ``dist.scatter_add``, ``dist.sort`` and ``dist.remesh``, and the layout ops the front ends need for
 StableHLO: ``dist.transpose``, ``dist.reshape``, ``dist.iota``, ``dist.extract_slice``
 and ``dist.concat``. ``dist.to_local`` and ``dist.from_local`` see the same per-rank
 buffers as another placement (for per-device programs). Every op verifies shapes, element types,
@@ -1240,6 +1240,48 @@ class ScatterAddOp(DistOp):
 
 
 @irdl_op_definition
+class SortOp(DistOp):
+    """``sort``: the operands reordered along ``dim`` by the keys of operand 0, ascending
+    and stable (equal keys keep their order); the other operands (an index ``iota``
+    for an argsort) move with their keys. Float keys are ordered as JAX's ``jnp.sort``
+    orders them: -0.0 equals +0.0, NaN after everything and equal to NaN; integer keys
+    are signed. All operands share shape and placements, and so do the results;
+    ``dim`` is not sliced and no axis holds partial results.
+
+    ``%s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)``
+    """
+
+    name = "dist.sort"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        if not in_types:
+            raise RuleError("needs at least one operand")
+        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
+        same_mesh(ts)
+        t0 = ts[0]
+        dim = options["dim"]
+        check_dim(dim, t0)
+        if not is_scalar_type(t0.element_type) or t0.element_type == IntegerType(1):
+            raise RuleError(f"keys must be floats or integers (not i1), got {t0.element_type}")
+        for i, t in enumerate(ts):
+            if t.get_shape() != t0.get_shape():
+                raise RuleError(f"operand {i} of shape {t.format_shape()} is not operand 0's {t0.format_shape()}")
+            if not layout.same_layout(t.get_placements(), t0.get_placements()):
+                raise RuleError(f"operands must share placements, operand {i} differs from operand 0")
+        ps = t0.get_placements()
+        if dim in layout.sliced_dims(ps):
+            raise RuleError(f"the sorted dim {dim} must not be sliced, got {layout.format_placements(ps)}")
+        if any(isinstance(p, Local) for p in ps):
+            raise RuleError(f"sort of partial results (local) is not defined, got {layout.format_placements(ps)}")
+        return list(ts)
+
+
+@irdl_op_definition
 class RemeshOp(DistOp):
     """``remesh``: see a value on a view of its mesh, or on the parent of a view. No data
     moves: the layout on the common parent mesh must be the same (``local``,
@@ -1725,6 +1767,7 @@ Dist = Dialect(
         DropoutOp,
         EmbeddingBagOp,
         ScatterAddOp,
+        SortOp,
         RemeshOp,
         TransposeOp,
         ReshapeOp,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -250,6 +251,17 @@ def describe_uneven(shape: Sequence[int], placements: Sequence[Placement], sizes
     counts = [sizes[a] for a in axes]
     spans = [dim_block(shape[dim], counts, at_digits(r, counts))[1] for r in range(math.prod(counts))]
     return f"dim {dim} of size {shape[dim]} over the {math.prod(counts)} ranks of {what}: blocks of {', '.join(map(str, spans))}"
+
+
+def avg_count(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], dims: Sequence[int]) -> Fraction:
+    """What ``reduce_tensor avg`` over ``dims`` divides a rank's sum by: the product over
+    the reduced dims of the dim's size divided by the ranks slicing it. Where the ranks
+    divide the dim that is the block's extent (the block's mean); where they do not, the
+    all-reduce avg of the partials is still the mean of the whole tensor."""
+    count = Fraction(1)
+    for d in dims:
+        count *= Fraction(shape[d], math.prod(slicing_counts(placements, sizes, d)))
+    return count
 
 
 def local_shape(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], coords: Sequence[int] | None = None) -> tuple[int, ...]:

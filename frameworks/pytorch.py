@@ -45,11 +45,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import torch
 
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, require_extra
 from distir.frameworks import optimizers as core
 from distir.runtime import step as steps
+
+torch = require_extra("torch", "torch", "distir.frameworks.pytorch")
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
 

@@ -258,10 +258,19 @@ def _f_scatter_add(op: dist.ScatterAddOp) -> list[Factor]:
     return out
 
 
+def _f_sort(op: dist.SortOp) -> list[Factor]:
+    """Every dim but the sorted one, shared by all operands and results."""
+    dim = op.option("dim")
+    vals = [*op.inputs, *op.outputs]
+    rank = len(_tensor_shape(op.outputs[0]) or ())
+    return [Factor([(v, d) for v in vals]) for d in range(rank) if d != dim]
+
+
 FACTORS = {
     dist.MapOp: _f_map,
     dist.EmbeddingBagOp: _f_embedding_bag,
     dist.ScatterAddOp: _f_scatter_add,
+    dist.SortOp: _f_sort,
     dist.CastOp: _f_same,
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,
@@ -655,6 +664,8 @@ class Partitioner:
             assert isinstance(t, TensorType)
             self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}"))
         y = op.results[0]
+        if y.name_hint is None:
+            y.name_hint = op.name.rsplit(".", 1)[-1]  # %all_reduce: a name a pipeline's targets can give
         if x in self.kinds:
             self.kinds[y] = {a: k for a, k in self.kinds[x].items() if isinstance(y.type.get_placements()[a], Local)}  # type: ignore[attr-defined]
         return y

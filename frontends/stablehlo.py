@@ -68,6 +68,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
@@ -112,8 +113,21 @@ bf16 = BFloat16Type()
 
 ELEMENT = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i1": i1, "i8": i8, "i16": i16, "i32": i32, "i64": i64}
 UNSIGNED = ("ui8", "ui16", "ui32", "ui64")
-"""Read in constants and per-device values only (``partition_id`` is ``ui32``); a tensor of
-them is a diagnostic."""
+SIGNLESS = {"ui8": i8, "ui16": i16, "ui32": i32, "ui64": i64}
+"""Unsigned element types are computed on as MLIR's arith does: as the signless integers of
+their width (the same bits); the ops whose meaning depends on the sign (divide,
+remainder, maximum, minimum, convert, compare UNSIGNED) take the unsigned form
+(``divui``, ``remui``, ``maxui``, ``uitofp``, ``extui``, ``cmpi ult``, ...) from the op's
+declared types."""
+
+
+def element_of(name: str) -> Attribute | None:
+    """The dist element type of a StableHLO element type name (unsigned: signless)."""
+    return ELEMENT.get(name) or SIGNLESS.get(name)
+
+
+def signless_name(name: str) -> str:
+    return name.removeprefix("u") if name in UNSIGNED else name
 
 
 # ======================================================================================
@@ -544,7 +558,33 @@ class Bcast:
     shape: tuple[int, ...]
 
 
-Val = SSAValue | Const | Bcast | DevVal
+@dataclass(frozen=True, eq=False)
+class Literal:
+    """A constant of several values (``dense<[13, 15, 26, 6]>``), kept out of the IR while
+    the ops that only move data (slice, reshape, transpose, broadcast_in_dim, convert)
+    fold it; a slice of equal values is a ``Const``. Materialised (at most
+    ``LITERAL_LIMIT`` elements) as a ``dist.map`` of the element's flat index."""
+
+    values: tuple  # row-major
+    elt: str
+    shape: tuple[int, ...]
+
+    def array(self) -> Any:
+        return np.array(self.values, dtype=object).reshape(self.shape)
+
+    @staticmethod
+    def of(array: Any, elt: str) -> Literal | Const:
+        values = tuple(array.reshape(-1).tolist())
+        if values and all(_same_number(v, values[0]) for v in values):
+            return Const(values[0], elt, tuple(array.shape))
+        return Literal(values, elt, tuple(array.shape))
+
+
+LITERAL_LIMIT = 256
+"""The most elements of a non-splat constant that becomes a dist value (a select per
+element in a map body); larger ones are a diagnostic."""
+
+Val = SSAValue | Const | Bcast | DevVal | Literal
 
 
 class ImportError_(Exception):
@@ -552,7 +592,7 @@ class ImportError_(Exception):
 
 
 def shape_of(v: Val) -> tuple[int, ...]:
-    if isinstance(v, (Const, Bcast, DevVal)):
+    if isinstance(v, (Const, Bcast, DevVal, Literal)):
         return v.shape
     t = v.type
     return t.get_shape() if isinstance(t, TensorType) else ()
@@ -622,6 +662,7 @@ class Translator:
         self.handlers: dict[str, Handler] = dict(HANDLERS)
         self.handlers.update(extra or {})
         self.env: dict[str, Val] = {}
+        self.stype: dict[str, str] = {}  # the StableHLO element type of each name in env
         self.block: Block = Block()
         self.node: OpNode | None = None
         self.inlining: list[str] = []
@@ -639,7 +680,7 @@ class Translator:
         return TensorType(tuple(shape), elt, self.mesh, [UNPLACED] * self.naxes)
 
     def elt(self, name: str, node: OpNode | None = None) -> Attribute:
-        t = ELEMENT.get(name)
+        t = element_of(name)
         if t is None:
             raise self.error(f"element type '{name}' is not supported", node)
         return t
@@ -687,24 +728,27 @@ class Translator:
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         if len(values) != len(node.results):
             raise self.error(f"'{node.name}' gives {len(values)} value(s) for {len(node.results)} result(s)", node)
-        for r, v in zip(node.results, values):
+        for k, (r, v) in enumerate(zip(node.results, values)):
             if r.name in self.env:
                 raise ParseError(r.span, f"%{r.name} is defined twice")
             self.env[r.name] = v
-            if isinstance(v, SSAValue) and v.name_hint is None and _valid_hint(r.name):
-                v.name_hint = r.name
+            t = node.out_types[k] if k < len(node.out_types) else None
+            if isinstance(t, TensorT):
+                self.stype[r.name] = t.elt
+            if isinstance(v, SSAValue) and v.name_hint is None:
+                v.name_hint = value_name(r.name, node.name)
 
     def operand(self, node: OpNode, i: int) -> Val:
         v = self.lookup(node.operands[i])
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
+        declared = self.stype.get(node.operands[i].name)
         if isinstance(v, (Const, DevVal)):
-            if v.elt in UNSIGNED and node.name.removeprefix("stablehlo.") not in (*FOLDABLE, "dynamic_slice"):
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} is {v.elt}: unsigned values are read only in scalar arithmetic on partition_id")
-            if isinstance(t, TensorT) and v.elt != t.elt:
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {v.elt}, the op's type says {t}")
-        elif isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
+            declared = v.elt
+        if isinstance(t, TensorT) and declared is not None and declared != t.elt:
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {declared}, the op's type says {t}")
+        if isinstance(t, TensorT) and not isinstance(v, (Const, DevVal)) and element_of(t.elt) is not None and elt_name(_elt_of(v)) != signless_name(t.elt):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
         return v
 
@@ -718,11 +762,34 @@ class Translator:
         if isinstance(v, Const):
             elt = self.elt(v.elt)
             return self.map_op([], [], v.shape, elt, lambda args: [self.const_op(v.value, elt)])
+        if isinstance(v, Literal):
+            return self.literal(v)
         if _only_unit_dims_added(shape_of(v.src), v.dims, v.shape):
             return self.reshape(v.src, v.shape)
         operand = self.broadcastable(v)
         elt = _elt_of(v)
         return self.map_op([operand], [elt], v.shape, elt, lambda args: [args[0]])
+
+    def literal(self, v: Literal) -> SSAValue:
+        """A non-splat constant: element k (row-major) is a select on its flat index."""
+        n = len(v.values)
+        if n > LITERAL_LIMIT:
+            raise self.error(f"non-splat constants of more than {LITERAL_LIMIT} elements are not supported (this one has {n})")
+        elt = self.elt(v.elt)
+        index = self.emit_checked(lambda: dist.IotaOp.make([], [self.fresh_type((n,), i32)], dim=0)).results[0]
+
+        def body(a: list[SSAValue]) -> list[Operation]:
+            ops: list[Operation] = [last := self.const_op(v.values[-1], elt)]
+            picked = last.results[0]
+            for k in range(n - 2, -1, -1):
+                c, kc = self.const_op(v.values[k], elt), self.const_op(k, i32)
+                eq = arith.CmpiOp(a[0], kc.results[0], "eq")
+                sel = arith.SelectOp(eq, c.results[0], picked)
+                ops += [c, kc, eq, sel]
+                picked = sel.results[0]
+            return ops
+
+        return self.reshape(self.map_op([index], [i32], (n,), elt, body), v.shape)
 
     def broadcastable(self, v: Bcast) -> SSAValue:
         """``v.src`` in a shape that numpy broadcasting takes to ``v.shape``."""
@@ -755,8 +822,11 @@ class Translator:
             return arith.ConstantOp(FloatAttr(float(value), elt))
         assert isinstance(elt, IntegerType)
         v = int(value)
-        if elt.width.data == 1:
+        w = elt.width.data
+        if w == 1:
             v = 1 if v else 0
+        else:  # an unsigned value as the signed integer of the same bits
+            v = (v + 2 ** (w - 1)) % 2**w - 2 ** (w - 1)
         return arith.ConstantOp(IntegerAttr(v, elt))
 
     def map_op(
@@ -809,12 +879,14 @@ class Translator:
     # ------------------------------------------------------------------ functions
     def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
         """Translate a body whose block arguments are ``args``; the values it returns."""
-        saved = self.env
-        self.env = {}
-        for (v, _), a in zip(body.args, args):
+        saved, saved_types = self.env, self.stype
+        self.env, self.stype = {}, {}
+        for (v, t), a in zip(body.args, args):
             if v.name in self.env:
                 raise ParseError(v.span, f"%{v.name} is defined twice")
             self.env[v.name] = a
+            if isinstance(t, TensorT):
+                self.stype[v.name] = t.elt
         try:
             for node in body.ops:
                 if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
@@ -831,7 +903,7 @@ class Translator:
                 self.bind(node, handler(self, node))
             raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
         finally:
-            self.env = saved
+            self.env, self.stype = saved, saved_types
 
     def lookup_typed(self, node: OpNode, i: int) -> Val:
         self.node = node
@@ -840,6 +912,18 @@ class Translator:
 
 def _valid_hint(name: str) -> bool:
     return bool(name) and (name[0].isalpha() or name[0] == "_") and "#" not in name
+
+
+def value_name(source: str, op_name: str) -> str | None:
+    """The name an imported value prints with: its name in the source when that reads
+    as a name (``%cst``, ``%arg0``), else the kind of op that computed it
+    (``stablehlo.dot_general`` gives ``%dot_general``, the printer numbers repeats:
+    ``%dot_general_1``), so that pipelines name values as ``targets=dot_general_1``
+    rather than by a number that the next pass renumbers."""
+    if _valid_hint(source):
+        return source
+    kind = op_name.rsplit(".", 1)[-1]
+    return kind if _valid_hint(kind) and kind.replace("_", "").isalnum() else None
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -928,8 +1012,12 @@ def _h_constant(tr: Translator, node: OpNode) -> list[Val]:
     if len(values) not in (1, n):
         raise tr.error(f"the constant has {len(values)} values for a {t} of {n} elements", node)
     if any(not _same_number(v, values[0]) for v in values):
-        raise tr.error("only splat constants (one value repeated) are supported", node)
+        return [Literal(tuple(values), t.elt, t.shape)]
     return [Const(values[0], t.elt, t.shape)]
+
+
+def _np_array(values: Sequence[Any], shape: Sequence[int]) -> Any:
+    return np.array(list(values), dtype=object).reshape(tuple(shape))
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -960,6 +1048,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
             continue
         if isinstance(v, DevVal):
             v = tr.device_scalar(v)
+        if isinstance(v, Literal):
+            v = tr.materialize(v)
         if isinstance(v, Bcast) and isinstance(v.src, Const):  # pragma: no cover - consts broadcast to consts
             slots.append(("const", v.src))
             continue
@@ -991,8 +1081,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
 
 
 def _elt_of(v: Val) -> Attribute:
-    if isinstance(v, Const):
-        return ELEMENT[v.elt]
+    if isinstance(v, (Const, DevVal, Literal)):
+        return element_of(v.elt)  # type: ignore[return-value]
     if isinstance(v, Bcast):
         return v.src.type.element_type  # type: ignore[attr-defined]
     t = v.type
@@ -1019,12 +1109,14 @@ def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
     if cls is None:
         what = "float" if _is_float(elt) else "integer"
         raise tr.error(f"'{node.name}' on {what} elements is not supported", node)
+    unsigned = _result(tr, node).elt in UNSIGNED
     if elt == i1:
         cls = BOOL_BINARY.get(kind)
         if cls is None:
             raise tr.error(f"'{node.name}' is not defined on i1 (booleans) in StableHLO", node)
-    elif not _is_float(elt) and kind in INT_EDGES:
-        return elementwise(tr, node, lambda a, e: INT_EDGES[kind](tr, a[0], a[1], elt))
+    elif not _is_float(elt) and (unsigned and kind in UINT_EDGES or kind in INT_EDGES):
+        build = UINT_EDGES[kind] if unsigned and kind in UINT_EDGES else INT_EDGES[kind]
+        return elementwise(tr, node, lambda a, e: build(tr, a[0], a[1], elt))
     return elementwise(tr, node, lambda a, e: [cls(a[0], a[1])])
 
 
@@ -1084,6 +1176,13 @@ INT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[
     "shift_right_logical": _guarded_shift(arith.ShRUIOp, "zero"),
     "shift_right_arithmetic": _guarded_shift(arith.ShRSIOp, "sign"),
 }
+UINT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[Operation]]] = {
+    "divide": _guarded_division(arith.DivUIOp, lambda a, tr, elt: [tr.const_op(-1, elt)]),
+    "remainder": _guarded_division(arith.RemUIOp, lambda a, tr, elt: []),
+    "maximum": lambda tr, a, b, elt: [arith.MaxUIOp(a, b)],
+    "minimum": lambda tr, a, b, elt: [arith.MinUIOp(a, b)],
+}
+"""The ops on unsigned integers whose meaning is not the signed one's (x / 0 is all ones)."""
 
 
 @handles(*(f"stablehlo.{n}" for n in UNARY))
@@ -1168,8 +1267,8 @@ def _h_float_class(tr: Translator, node: OpNode) -> list[Val]:
 
 
 BITCASTS = {("f32", "i32"), ("i32", "f32"), ("f64", "i64"), ("i64", "f64")}
-"""``bitcast_convert`` pairs read (32 and 64 bits; an integer to an integer of its width
-is the value itself)."""
+"""``bitcast_convert`` pairs read (32 and 64 bits, signed or unsigned; an integer to an
+integer of its width is the value itself)."""
 
 
 @handles("stablehlo.bitcast_convert")
@@ -1179,11 +1278,11 @@ def _h_bitcast(tr: Translator, node: OpNode) -> list[Val]:
     src = tr.tensor_t(node.in_types[0], "operand 0", node) if node.in_types else None
     if src is None or src.shape != t.shape:
         raise tr.error("'stablehlo.bitcast_convert' between element types of one width keeps the shape", node)
-    pair = (src.elt, t.elt)
-    if src.elt == t.elt:
+    pair = (signless_name(src.elt), signless_name(t.elt))
+    if pair[0] == pair[1]:
         return [tr.operand(node, 0)]
     if pair not in BITCASTS:
-        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32, f64 <-> i64)", node)
+        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32/ui32, f64 <-> i64/ui64)", node)
     elt = tr.elt(t.elt, node)
     return elementwise(tr, node, lambda a, e: [arith.BitcastOp(a[0], elt)])
 
@@ -1310,6 +1409,13 @@ def _minmax(mx: type[Operation], mn: type[Operation], a: list[SSAValue]) -> list
 def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
     t = _result(tr, node)
     v = tr.operand(node, 0)
+    if isinstance(v, Literal):
+        tr.elt(t.elt, node)
+        try:
+            values = [device_values.convert(x, v.elt, t.elt) for x in v.values]
+        except FoldError as e:
+            raise tr.error(f"bad conversion of a constant: {e}", node) from None
+        return [Literal.of(_np_array(values, v.shape), t.elt)]
     if isinstance(v, Const) and (t.elt in UNSIGNED or v.elt in UNSIGNED):
         try:
             return [Const(device_values.convert(v.value, v.elt, t.elt), t.elt, v.shape)]
@@ -1328,10 +1434,27 @@ def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
             value = float(value)
         return [Const(value, t.elt, v.shape)]
     elt = tr.elt(t.elt, node)
+    src = node.in_types[0].elt if node.in_types and isinstance(node.in_types[0], TensorT) else elt_name(_elt_of(v))
     if _elt_of(v) == elt:
         return [v]
     x = tr.materialize(v)
+    unsigned_cast = _unsigned_cast(_elt_of(x), elt, src in UNSIGNED, t.elt in UNSIGNED)
+    if unsigned_cast is not None:
+        return elementwise(tr, node, lambda a, e: [unsigned_cast(a[0], elt)])
     return [tr.emit_checked(lambda: dist.CastOp.make([x], [x.type.with_(element_type=elt)])).results[0]]  # type: ignore[union-attr]
+
+
+def _unsigned_cast(src: Attribute, dst: Attribute, from_unsigned: bool, to_unsigned: bool) -> type[Operation] | None:
+    """The arith conversion where an unsigned operand or result changes its meaning from
+    ``dist.cast``'s signed one (an unsigned integer widened or made a float, a float made
+    an unsigned integer); None where the signed conversion gives the same bits."""
+    if from_unsigned and isinstance(dst, AnyFloat):
+        return arith.UIToFPOp
+    if to_unsigned and isinstance(src, AnyFloat):
+        return arith.FPToUIOp
+    if from_unsigned and isinstance(dst, IntegerType) and isinstance(src, IntegerType) and dst.width.data > src.width.data:
+        return arith.ExtUIOp
+    return None
 
 
 @handles("stablehlo.broadcast_in_dim")
@@ -1347,6 +1470,13 @@ def _h_broadcast(tr: Translator, node: OpNode) -> list[Val]:
             raise tr.error(f"operand dim {i} of size {src_shape[i]} cannot broadcast to result dim {d} of size {t.shape[d]}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        order = sorted(range(len(dims)), key=lambda i: dims[i])
+        src = v.array().transpose(order)
+        shaped = [1] * t.rank
+        for i in order:
+            shaped[dims[i]] = src_shape[i]
+        return [Literal.of(np.broadcast_to(src.reshape(shaped), t.shape), v.elt)]
     if isinstance(v, Bcast):
         return [Bcast(v.src, tuple(dims[d] for d in v.dims), t.shape)]
     if tuple(dims) == tuple(range(len(src_shape))) and src_shape == t.shape:
@@ -1362,6 +1492,8 @@ def _h_reshape(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"reshape of {_fmt(shape_of(v))} to {t}: the element counts differ", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().reshape(t.shape), v.elt)]
     return [tr.reshape(tr.materialize(v), t.shape)]
 
 
@@ -1376,6 +1508,8 @@ def _h_transpose(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"transpose of {_fmt(shape_of(v))} by {perm} does not give {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().transpose(perm), v.elt)]
     return [tr.transpose(tr.materialize(v), perm)]
 
 
@@ -1408,6 +1542,8 @@ def _h_slice(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"the slice gives {_fmt(sizes)}, the result type says {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array()[tuple(slice(a, b, c) for a, b, c in zip(start, limit, strides))], v.elt)]
     x = tr.materialize(v)
     return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, start, sizes, strides)).results[0]]
 
@@ -1517,8 +1653,10 @@ def dot_general(
 
 @handles("stablehlo.reduce")
 def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    if len(node.operands) == 4 and len(node.results) == 2:
+        return _arg_reduce(tr, node)
     if len(node.operands) != 2 or len(node.results) != 1:
-        raise tr.error("'stablehlo.reduce' of several operands at once (e.g. argmax) is not supported", node)
+        raise tr.error("'stablehlo.reduce' of several operands at once is supported only as argmax/argmin (values and their indices)", node)
     kind_op = node.attrs.get("applies")
     span = None
     if kind_op is None:
@@ -1554,6 +1692,172 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
         return [tr.map_op([r], [elt], t.shape, elt, lambda a: [c := tr.const_op(init.value, elt), cls(a[0], c.results[0])])]
     iv = tr.materialize(init)
     return [tr.map_op([r, iv], [elt, elt], t.shape, elt, lambda a: [cls(a[0], a[1])])]
+
+
+# ------------------------------------------------------------------ regions as expressions
+# The regions of variadic reduce and sort are small functions; the ones JAX writes for
+# argmax, argmin and jnp.sort are recognised by their expression trees (block argument k
+# is ("arg", k); and/or are commutative), never by running them.
+
+
+def region_exprs(tr: Translator, node: OpNode) -> list[tuple]:
+    """The values a one-block region returns, as expression trees over its arguments."""
+    if not node.regions or len(node.regions[0]) != 1:
+        raise tr.error(f"'{node.name}' needs a region of one block", node)
+    body = node.regions[0][0]
+    env: dict[str, tuple] = {v.name: ("arg", k) for k, (v, _) in enumerate(body.args)}
+
+    def get(v: Value) -> tuple:
+        if v.name not in env:
+            raise ParseError(v.span, f"%{v.name} is not defined in the region of '{node.name}'")
+        return env[v.name]
+
+    for op in body.ops:
+        if op.name in ("stablehlo.return", "func.return", "return"):
+            return [get(v) for v in op.operands]
+        args = [get(v) for v in op.operands]
+        kind = op.name.removeprefix("stablehlo.")
+        if kind == "constant" and isinstance(op.attrs.get("value"), Dense) and op.out_types:
+            t = op.out_types[0]
+            value = flat(op.attrs["value"].value)
+            e: tuple = ("const", repr(decode_scalar(value[0], t.elt)) if isinstance(t, TensorT) and len(value) == 1 else repr(value))
+        elif kind == "compare":
+            d, ct = (x.text.rstrip(">").split()[-1] if isinstance(x, Opaque) else x for x in (op.attrs.get("comparison_direction"), op.attrs.get("compare_type")))
+            e = ("compare", d, ct, *args)
+        elif kind in ("and", "or", "add", "multiply", "maximum", "minimum") and len(args) == 2:
+            e = (kind, *sorted(args, key=repr))
+        else:
+            e = (kind, *args)
+        for r in op.results:
+            env[r.name] = e
+    raise tr.error(f"the region of '{node.name}' does not end with a return", node)
+
+
+def _argmax_exprs(direction: str, ctype: str) -> list[tuple]:
+    """JAX's argmax (GT) / argmin (LT) reducer over (value, index) pairs: the first value
+    wins when it is greater (smaller) or NaN, the smaller index on ties."""
+    xa, ia, xb, ib = (("arg", k) for k in range(4))
+
+    def both(kind: str, a: tuple, b: tuple) -> tuple:
+        return (kind, *sorted([a, b], key=repr))
+
+    pick = both("or", ("compare", direction, ctype, xa, xb), ("compare", "NE", ctype, xa, xa))
+    tie = both("and", ("compare", "EQ", ctype, xa, xb), ("compare", "LT", "SIGNED", ia, ib))
+    return [("select", pick, xa, xb), ("select", both("or", pick, tie), ia, ib)]
+
+
+def _arg_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    """argmax/argmin as JAX writes them (a reduce of values and their indices): the
+    max (min) over the dims (NaN wins: maximumf), then the smallest index whose value
+    equals it (or is NaN), each combined with the init pair as one more candidate."""
+    x, ix, v0, i0 = (tr.operand(node, i) for i in range(4))
+    shape = shape_of(x)
+    dims = _attr_ints(tr, node, "dimensions")
+    exprs = region_exprs(tr, node)
+    elt, ielt = _elt_of(x), _elt_of(ix)
+    ctype = "FLOAT" if _is_float(elt) else "SIGNED"
+    kind = next((k for k, d in (("max", "GT"), ("min", "LT")) if exprs == _argmax_exprs(d, ctype)), None)
+    if kind is None or shape_of(ix) != shape or not isinstance(ielt, IntegerType) or ielt == i1 or elt == i1:
+        raise tr.error("a 'stablehlo.reduce' of two operands is supported as JAX's argmax/argmin (values, integer indices, its comparator region)", node)
+    if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
+        raise tr.error(f"reduced dims {dims} are not dims of {_fmt(shape)}", node)
+    keep = [d for d in range(len(shape)) if d not in dims]
+    out_shape = tuple(shape[d] for d in keep)
+    for i in range(2):
+        if _result(tr, node, i).shape != out_shape:
+            raise tr.error(f"reducing {_fmt(shape)} over {dims} does not give {_result(tr, node, i)}", node)
+    xv, iv = tr.materialize(x), tr.materialize(ix)
+    m = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xv, op=kind, dims=sorted(dims), sizes=tr.sizes())).results[0]
+    best = (1 << (ielt.width.data - 1)) - 1
+    mb = tr.broadcastable(Bcast(m, tuple(keep), shape))
+    pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
+    if not _is_float(elt):
+        pick = arith.MaxSIOp if kind == "max" else arith.MinSIOp
+
+    def hit(v: SSAValue, mv: SSAValue) -> list[Operation]:
+        eq = arith.CmpfOp(v, mv, "oeq") if _is_float(elt) else arith.CmpiOp(v, mv, "eq")
+        if not _is_float(elt):
+            return [eq]
+        nan = arith.CmpfOp(v, v, "uno")
+        return [eq, nan, arith.OrIOp(eq.results[0], nan.results[0])]
+
+    def candidate(a: list[SSAValue]) -> list[Operation]:
+        h = hit(a[0], a[1])
+        big = tr.const_op(best, ielt)
+        return [*h, big, arith.SelectOp(h[-1].results[0], a[2], big.results[0])]
+
+    cand = tr.map_op([xv, mb, iv], [elt, elt, ielt], shape, ielt, candidate)
+    idx = tr.emit_checked(lambda: dist.ReduceTensorOp.of(cand, op="min", dims=sorted(dims), sizes=tr.sizes())).results[0]
+    # the init pair: one more candidate
+    operands, elts = [m, idx], [elt, ielt]
+    inits: list[Val] = [v0, i0]
+    for v, e in zip(inits, (elt, ielt)):
+        if not isinstance(v, Const):
+            operands.append(tr.materialize(v))
+            elts.append(e)
+
+    def combine(a: list[SSAValue], index: bool) -> list[Operation]:
+        """The init pair as one more candidate: the value is pick(m, v0); the index is
+        the smaller of the two whose values reach it."""
+        ops: list[Operation] = []
+        vals, k = [], 2
+        for v, e in zip(inits, (elt, ielt)):
+            if isinstance(v, Const):
+                c = tr.const_op(v.value, e)
+                ops.append(c)
+                vals.append(c.results[0])
+            else:
+                vals.append(a[k])
+                k += 1
+        total = pick(a[0], vals[0])
+        ops.append(total)
+        if not index:
+            return ops
+        init_hit, elem_hit = hit(vals[0], total.results[0]), hit(a[0], total.results[0])
+        both = arith.MinSIOp(a[1], vals[1])
+        init_wins = arith.SelectOp(elem_hit[-1].results[0], both.results[0], vals[1])
+        return [*ops, *init_hit, *elem_hit, both, init_wins, arith.SelectOp(init_hit[-1].results[0], init_wins.results[0], a[1])]
+
+    return [tr.map_op(operands, elts, out_shape, elt, lambda a: combine(a, False)), tr.map_op(operands, elts, out_shape, ielt, lambda a: combine(a, True))]
+
+
+def _sort_key_exprs(ctype: str) -> tuple:
+    """jnp.sort's comparator of operand 0's keys (arguments 0 and 1): ``LT`` of the keys,
+    floats first made canonical (-0.0 as +0.0, every NaN as one NaN) and compared in
+    TOTALORDER; integers SIGNED."""
+    a, b = ("arg", 0), ("arg", 1)
+    if ctype == "SIGNED":
+        return ("compare", "LT", "SIGNED", a, b)
+
+    def canon(v: tuple) -> tuple:
+        zero = ("select", ("compare", "EQ", "FLOAT", v, ("const", "0.0")), ("const", "0.0"), v)
+        return ("select", ("compare", "NE", "FLOAT", v, v), ("const", "nan"), zero)
+
+    return ("compare", "LT", "TOTALORDER", canon(a), canon(b))
+
+
+@handles("stablehlo.sort")
+def _h_sort(tr: Translator, node: OpNode) -> list[Val]:
+    """``jnp.sort``/``jnp.argsort`` (the keys of operand 0, JAX's comparator; stable) as
+    ``dist.sort`` along ``dimension``. Other comparators are a diagnostic."""
+    if not node.operands or len(node.results) != len(node.operands):
+        raise tr.error("'stablehlo.sort' gives one result per operand", node)
+    dim = _attr_int(tr, node, "dimension")
+    xs = [tr.materialize(tr.operand(node, i)) for i in range(len(node.operands))]
+    shape = shape_of(xs[0])
+    if dim < 0:
+        dim += len(shape)
+    if not 0 <= dim < len(shape):
+        raise tr.error(f"sort dimension {dim} is out of range for {_fmt(shape)}", node)
+    for i, x in enumerate(xs):
+        if shape_of(x) != shape or _result(tr, node, i).shape != shape:
+            raise tr.error(f"the operands and results of 'stablehlo.sort' share the shape {_fmt(shape)}", node)
+    elt = _elt_of(xs[0])
+    (expr,) = region_exprs(tr, node) or [None]
+    if elt == i1 or expr != _sort_key_exprs("FLOAT" if _is_float(elt) else "SIGNED"):
+        raise tr.error("'stablehlo.sort' is supported with jnp.sort's comparator (ascending keys of operand 0: floats in total order with -0 = +0 and NaN last, signed integers)", node)
+    xs = tr.unify(xs, shape)
+    return list(tr.emit_checked(lambda: dist.SortOp.of(*xs, dim=dim, sizes=tr.sizes())).results)
 
 
 BOOL_REDUCE = {"sum": "or", "max": "or", "or": "or", "prod": "and", "min": "and", "and": "and"}

@@ -360,6 +360,13 @@ _INT_BIN = {
     arith.ShRSIOp: "({a} >> {b})",
 }
 
+_UINT_BIN = {
+    arith.DivUIOp: "(({a} // {b}) if {y} != 0 else 0)",
+    arith.RemUIOp: "(({a} % {b}) if {y} != 0 else 0)",
+    arith.MaxUIOp: "({x} if {a} >= {b} else {y})",
+    arith.MinUIOp: "({x} if {a} <= {b} else {y})",
+}
+
 _CMPF = {
     "oeq": "({a} == {b})",
     "ogt": "({a} > {b})",
@@ -514,6 +521,11 @@ class Translator:
             t = op.results[0].type
             u = "numba.uint64" if isinstance(t, IndexType) else f"numba.uint{int_name(t).removeprefix('int')}"
             return [self.assign(op.results[0], f"{self.cast(t)}({u}({a}) >> {u}({b}))")]
+        if cls in _UINT_BIN:  # the bits as unsigned; division by zero gives 0, as arith.py
+            a, b = (self.unsigned(x) for x in op.operands)
+            t = op.results[0].type
+            expr = _UINT_BIN[cls].format(a=a, b=b, x=self.name(op.operands[0]), y=self.name(op.operands[1]))
+            return [self.assign(op.results[0], f"{self.cast(t)}({expr})")]
         if cls in _INT_BIN:
             a, b = (self.name(x) for x in op.operands)
             t = op.results[0].type
@@ -539,9 +551,15 @@ class Translator:
         if isinstance(op, (arith.ExtFOp, arith.TruncFOp)):
             # f16/bf16 compute in f32 (rounded on store), so only f64 boundaries convert.
             return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
-        if isinstance(op, (arith.SIToFPOp, arith.UIToFPOp)):
+        if isinstance(op, arith.UIToFPOp):  # the bits as unsigned
+            return [self.assign(op.results[0], f"{ft}({self.unsigned(op.operands[0])})")]
+        if isinstance(op, arith.ExtUIOp):
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.unsigned(op.operands[0])})")]
+        if isinstance(op, arith.FPToUIOp):  # through uint64: a value above the signed range wraps
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}(numba.uint64({self.name(op.operands[0])}))")]
+        if isinstance(op, arith.SIToFPOp):
             return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
-        if isinstance(op, (arith.FPToSIOp, arith.FPToUIOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp, arith.IndexCastOp)):
+        if isinstance(op, (arith.FPToSIOp, arith.ExtSIOp, arith.TruncIOp, arith.IndexCastOp)):
             return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.name(op.operands[0])})")]
         if isinstance(op, arith.BitcastOp):
             src, dst = op.operands[0].type, op.results[0].type
@@ -553,6 +571,12 @@ class Translator:
             seed, index = (self.name(x) for x in op.operands)
             return [self.assign(op.results[0], f"_bits({seed}, {index})")]
         raise UnsupportedKernel(f"'{op.name}' is not supported in kernels")
+
+    def unsigned(self, v: SSAValue) -> str:
+        """``v``'s bits as an unsigned integer of its width."""
+        t = v.type
+        w = 64 if isinstance(t, IndexType) else t.width.data  # type: ignore[attr-defined]
+        return f"numba.uint{w if w in (8, 16, 32, 64) else 64}({self.name(v)})"
 
     def assign(self, v: SSAValue, expr: str) -> str:
         n = self.fresh()

@@ -87,7 +87,6 @@ def _lower(module: ModuleOp, ranks: int, verify: bool = True) -> ModuleOp:
         ALL_PASSES["form-collectives"]()().apply(ctx, out)
     FixMeshSizesPass(ranks=ranks).apply(ctx, out)
     out.verify()  # with the mesh sizes known: the rules that depend on how blocks fall
-    _refuse_uneven(out)
     CombineCollectivesPass().apply(ctx, out)
     LowerOverlapPass().apply(ctx, out)
     LowerBucketsPass().apply(ctx, out)
@@ -96,28 +95,6 @@ def _lower(module: ModuleOp, ranks: int, verify: bool = True) -> ModuleOp:
     if verify:
         out.verify()
     return out
-
-
-def _refuse_uneven(module: ModuleOp) -> None:
-    """The lowering does not lay out blocks of different sizes yet: say so, naming the
-    first value whose sliced dim the ranks do not divide (the interpreter runs it)."""
-    from distir.dialects import layout
-    from distir.lowering.common import fail, meshes, static_sizes
-
-    by_name = meshes(module)
-    for op in module.walk():
-        values = list(op.results) + [a for r in op.regions for b in r.blocks for a in b.args]
-        for v in values:
-            t = v.type
-            if isinstance(t, dist.TensorType) and t.mesh_name in by_name:
-                sizes = static_sizes("lower-collectives", by_name[t.mesh_name])
-                for d in layout.uneven_dims(t.get_shape(), t.get_placements(), sizes):
-                    fail(
-                        "lower-collectives",
-                        f"{layout.describe_uneven(t.get_shape(), t.get_placements(), sizes, d)}; the lowering does not lay out "
-                        f"blocks of different sizes yet (run it with --backend interpret)",
-                        op if not isinstance(op, func.FuncOp) else None,
-                    )
 
 
 def dist_view(f: func.FuncOp) -> func.FuncOp:

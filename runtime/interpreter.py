@@ -47,7 +47,6 @@ that are the region's own values, and function results marked ``{dist.inplace = 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -71,6 +70,7 @@ from distir.runtime.values import (
     UnsupportedType,
     compute_dtype,
     frozen,
+    is_float,
     local_nbytes,
     numpy_dtype,
     rank_coords,
@@ -453,10 +453,13 @@ def identity(dtype: np.dtype, kind: str):
     return dtype.type(-np.inf if kind == "max" else np.inf)
 
 
-def reduce_tensor(x: np.ndarray, kind: str, dims: Sequence[int], count: Fraction | None = None) -> np.ndarray:
+def reduce_tensor(x: np.ndarray, kind: str, dims: Sequence[int], count: Fraction | float | None = None) -> np.ndarray:
     """Reduce ``x`` over ``dims`` (sum, prod, max, min, avg = mean), in compute_dtype.
-    ``avg`` divides the sum by ``count`` (default: the elements reduced)."""
+    ``avg`` divides the sum by ``count`` (default: the elements reduced; ``rt``'s float
+    counts are ratios of small integers)."""
     axis = tuple(dims)
+    if isinstance(count, float):
+        count = Fraction(count).limit_denominator(1 << 24)
     cdt = compute_dtype(x.dtype)
     with np.errstate(all="ignore"):
         if kind == "sum":
@@ -487,20 +490,8 @@ def _reduce_tensor(it: Interpreter, op: dist.ReduceTensorOp, args: list[Value]) 
     kind, dims = op.option("op"), op.option("dims")
     x = args[0]
     assert isinstance(x, DistValue)
-    count = avg_count(x.type, dims, x.grid.sizes)
+    count = layout.avg_count(x.shape, x.placements, x.grid.sizes, dims)
     return list(it.local([op.result.type], args, lambda b, r: [reduce_tensor(b[0], kind, dims, count)]))  # type: ignore[list-item]
-
-
-def avg_count(t: TensorType, dims: Sequence[int], sizes: Sequence[int]) -> Fraction:
-    """What ``reduce_tensor avg`` divides a rank's sum by: the product over the reduced
-    dims of the dim's size, divided by the ranks slicing it where it is sliced. Where the
-    ranks divide the dim that is the block's extent (the block's mean); where they do not,
-    the all-reduce avg of the partials is still the mean of the whole tensor."""
-    count = Fraction(1)
-    for d in dims:
-        n = math.prod(layout.slicing_counts(t.get_placements(), sizes, d))
-        count *= Fraction(t.get_shape()[d], n)
-    return count
 
 
 @handles(dist.CastOp)
@@ -616,6 +607,22 @@ def _scatter_add(it: Interpreter, op: dist.ScatterAddOp, args: list[Value]) -> l
         return [scatter_add(b[0], b[1], rs.start, rs.stop - rs.start, dt)]
 
     return list(it.local([t], args, fn, key=lambda r: block(r).start))
+
+
+def sort_along(arrays: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
+    """``arrays`` reordered along ``dim`` by the keys of ``arrays[0]``: ascending, stable,
+    -0.0 equal to +0.0 and NaN last (numpy's order of floats), integers signed."""
+    keys = arrays[0]
+    if is_float(keys.dtype) and keys.dtype.itemsize < 4:
+        keys = keys.astype(np.float32)  # exact; numpy sorts f16/bf16 no better
+    order = np.argsort(keys, axis=dim, kind="stable")
+    return [np.take_along_axis(a, order, axis=dim) for a in arrays]
+
+
+@handles(dist.SortOp)
+def _sort(it: Interpreter, op: dist.SortOp, args: list[Value]) -> list[Value]:
+    dim = op.option("dim")
+    return list(it.local([r.type for r in op.outputs], args, lambda b, r: sort_along(b, dim)))  # type: ignore[misc]
 
 
 @handles(dist.RemeshOp)

@@ -1174,27 +1174,53 @@ def _verdict(rank: int, info: Sequence[tuple[int, str, Mapping[str, str]]]) -> A
 
 class Watchdog:
     """``--timeout S``: if the run has not finished ``seconds`` after it started, print
-    what this process waits in (``where()``; ``label`` names the rank), wait ``grace``
-    seconds so that the other ranks of an MPI job print theirs, and end the process
-    (``stop_job``: mpiexec then ends the whole job)."""
+    what this process waits in (``where()``; ``label`` names the rank) and end the
+    process (``stop_job``: mpiexec then ends the whole job).
 
-    def __init__(self, seconds: float, label: str, where: Callable[[], str], grace: float = 0.0, code: int = 1):
+    In an MPI job (``comm``) the ranks start at different moments (a loaded machine
+    imports Python for seconds), so each rank's clock runs out at another time. The
+    first rank whose clock runs out tells every other rank (a message with tag
+    ``WATCHDOG_TAG``), and a rank told so reports at once: every rank prints where it
+    waits. A rank that has reported then waits until every other rank has reported too
+    (at most ``grace`` seconds, for a rank that cannot) before it ends the job. Without
+    ``comm`` it waits ``grace`` seconds."""
+
+    POLL = 0.02
+
+    def __init__(self, seconds: float, label: str, where: Callable[[], str], grace: float = 0.0, code: int = 1, comm=None):
         import threading
         import time
 
         self.seconds, self.label, self.where, self.grace, self.code = seconds, label, where, grace, code
         self.deadline = time.monotonic() + seconds
+        self.comm = comm
+        self._notices: list = []
+        if comm is not None:
+            me = comm.Get_rank()
+            self._peers = [r for r in range(comm.Get_size()) if r != me]
+            self._boxes = {r: np.zeros(1, np.uint8) for r in self._peers}
+            self._notices = [comm.Irecv(self._boxes[r], source=r, tag=WATCHDOG_TAG) for r in self._peers]
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._fired = False
         self._thread = threading.Thread(target=self._watch, name="distir-watchdog", daemon=True)
         self._thread.start()
 
+    def _told(self) -> bool:
+        """Whether another rank has reported its timeout."""
+        from mpi4py import MPI
+
+        return bool(self._notices) and MPI.Request.Testany(self._notices)[1]
+
     def _watch(self) -> None:
         import time
 
-        if self._done.wait(max(self.deadline - time.monotonic(), 0)):
-            return
+        while True:
+            left = self.deadline - time.monotonic()
+            if self._done.wait(max(min(left, self.POLL), 0) if self._notices else max(left, 0)):
+                return
+            if left <= 0 or self._told():
+                break
         with self._lock:
             if self._done.is_set():
                 return
@@ -1205,8 +1231,23 @@ class Watchdog:
             where = f"an unknown place ({type(e).__name__})"
         who = f"{self.label}: " if self.label else ""
         print(f"distir-run: {who}no result within {self.seconds:g} s (--timeout): waiting in {where}", file=sys.stderr, flush=True)
-        time.sleep(self.grace)
+        self._settle()
         stop_job(self.code)
+
+    def _settle(self) -> None:
+        """After this rank's report: tell the others, and wait for theirs."""
+        import time
+
+        if not self._notices:
+            time.sleep(self.grace)
+            return
+        from mpi4py import MPI
+
+        sent = [self.comm.Isend(np.ones(1, np.uint8), dest=r, tag=WATCHDOG_TAG) for r in self._peers]
+        end = time.monotonic() + self.grace
+        while not MPI.Request.Testall(self._notices) and time.monotonic() < end:
+            time.sleep(self.POLL)
+        MPI.Request.Testall(sent)
 
     def stop(self) -> None:
         """The run is over; once the timeout was reported, the process ends as the
@@ -1215,8 +1256,15 @@ class Watchdog:
         with self._lock:
             self._done.set()
             fired = self._fired
-        if fired:
-            self._thread.join()
+        self._thread.join()  # (once it has reported, it ends the process)
+        for req in self._notices:  # no rank reported: the receives wait no more
+            if not req.Test():
+                req.Cancel()
+                req.Wait()
+
+
+WATCHDOG_TAG = 27017
+"""The tag of a rank's message saying that it reached ``--timeout`` (``Watchdog``)."""
 
 
 def stop_job(code: int) -> None:

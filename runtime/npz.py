@@ -12,8 +12,8 @@ without ``%`` (``arg<i>`` for an unnamed one):
 * builtin scalars (``f32`` arguments) as 0-d arrays.
 
 Dtypes must match exactly (f16 float16, bf16 ``ml_dtypes.bfloat16``, f32 float32, f64
-float64, i1 bool, iN intN). numpy saves bfloat16 arrays as 2-byte void records; such
-records are read back as bfloat16. Arguments missing from the file are drawn at random
+float64, i1 bool, iN intN; an iN argument also takes a uintN array, as its bits). numpy
+saves bfloat16 arrays as 2-byte void records; such records are read back as bfloat16. Arguments missing from the file are drawn at random
 from the run's seed (``random_inputs``): floats uniform in [0, 1), integers uniform in
 [0, 8), indices of an ``embedding_bag`` uniform over the table's rows.
 
@@ -222,9 +222,13 @@ def _fmt_shape(shape: Sequence[int]) -> str:
 
 
 def normalise_array(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Read 2-byte void records (how numpy saves bfloat16) as bfloat16."""
+    """Read 2-byte void records (how numpy saves bfloat16) as bfloat16, and an unsigned
+    array for a signless integer argument of its width as its bits (JAX's ``uint32``
+    random keys for an imported ``tensor<2xui32>`` argument, which distir holds as i32)."""
     if dtype == BFLOAT16 and a.dtype.kind == "V" and a.dtype.itemsize == 2:
         return a.view(BFLOAT16)
+    if a.dtype.kind == "u" and dtype.kind == "i" and a.dtype.itemsize == dtype.itemsize:
+        return a.view(dtype)
     return a
 
 

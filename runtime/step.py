@@ -17,7 +17,10 @@ that updates them where they are. A ``Step`` is that call::
         s(g, p, m, v, lr, beta1, beta2, eps, t) # p, m, v updated in place
 
 A rank's buffer of an argument has the argument's per-rank shape (``Step.arguments``:
-the logical shape with sliced dims divided by the ranks) and element type; buffers may
+the lowered signature's, the logical shape with sliced dims replaced by the largest
+block, and a dim a collective cuts padded to a multiple of the group where the ranks do
+not divide it: ``lowering/padding.py``; the rank's block is at the start) and element
+type; buffers may
 be numpy arrays, anything with the buffer protocol, or DLPack objects (a CPU torch
 tensor), all taken without a copy (``__cuda_array_interface__`` objects on a CUDA device).
 A buffer of the wrong shape, type or layout is rejected (``InputRejected``) on **every**

@@ -46,6 +46,13 @@ class AllToAllOp(CollectiveOp):
         return call.recv
 
     @classmethod
+    def cut_dims(cls, t, options, axes):
+        d = layout.innermost_slicing(t.get_placements(), axes)
+        if d is None or d == options["dim"]:
+            return [], []
+        return [options["dim"]], [d]
+
+    @classmethod
     def chunk(cls, t, options, dim):
         axes = list(options.get("axes") or (0,))
         if options.get("dim") == dim or layout.innermost_slicing(t.get_placements(), axes) == dim:

@@ -26,6 +26,8 @@ fact                          used by
 ``TOKEN``                     the tuner's schedule names (``AR``, ``RS``, ...)
 ``moves_nothing``             ``canonicalize``: when the op is the identity
 ``chunk``                     ``lower-overlap``: how a chunked result maps to its operand
+``cut_dims``                  ``lower-collectives``: the dims ``lower`` cuts into one
+                              block per member (laid out padded where uneven)
 ============================  ==========================================================
 
 The interfaces the methods are written against (so that this floor imports nothing
@@ -298,6 +300,14 @@ class CollectiveOp(DistOp):
         ``call.recv``; returns the buffer holding the result (``recv``, or ``send`` when
         nothing moves)."""
         raise NotImplementedError
+
+    @classmethod
+    def cut_dims(cls, t: TensorType, options: dict[str, Any], axes: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The dims of the operand's buffer (an operand of type ``t``) and of the
+        result's buffer that ``lower`` cuts into one equal block per group member: where
+        the ranks do not divide such a dim the lowering lays the buffer out padded
+        (``lowering/padding.py``). None by default."""
+        return [], []
 
     @classmethod
     def chunk(cls, t: TensorType, options: dict[str, Any], dim: int) -> tuple[int, bool]:

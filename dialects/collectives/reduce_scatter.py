@@ -48,6 +48,10 @@ class ReduceScatterOp(CollectiveOp):
         return recv
 
     @classmethod
+    def cut_dims(cls, t, options, axes):
+        return [options["dim"]], []
+
+    @classmethod
     def chunk(cls, t, options, dim):
         return dim, options.get("dim") == dim
 

@@ -222,6 +222,15 @@ func.func @scatter_add_shapes(%i: !dist.tensor<32x1xi32, @world, [replicated]>, 
 
 // -----
 
+// CHECK: 'dist.sort' op the sorted dim 1 must not be sliced, got [sliced<1>]
+dist.mesh @world shape = [4]
+func.func @sort_along_a_sliced_dim(%x: !dist.tensor<8x16xf32, @world, [sliced<1>]>) {
+  %s = dist.sort %x dim 1 : !dist.tensor<8x16xf32, @world, [sliced<1>]> -> !dist.tensor<8x16xf32, @world, [sliced<1>]>
+  func.return
+}
+
+// -----
+
 // CHECK: 'dist.remesh' op result placements [sliced<0>, replicated] on @hw do not keep the operand's layout [sliced<0>] on @world, which is [sliced<0>, sliced<0>] on @hw
 dist.mesh @hw shape = [2, 2]
 dist.mesh @world shape = [4] view @hw [[0, 1]]
