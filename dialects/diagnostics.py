@@ -10,6 +10,21 @@ class InputRejected(Exception):
     """The user's input (file, option, npz) is wrong; the message says how."""
 
 
+def require_extra(module: str, extra: str, user: str):
+    """``import module`` for ``user`` (``distir.frameworks.pytorch``), or a
+    ``ModuleNotFoundError`` naming the optional dependencies that install it
+    (``pip install 'distir[torch]'``) instead of only ``No module named 'torch'``."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        if e.name != top:
+            raise
+        raise ModuleNotFoundError(f"{user} needs {top}, which is not installed: pip install 'distir[{extra}]'", name=top) from None
+
+
 def check_rank_count(ranks: int, tool: str = "") -> int:
     """``ranks`` when it is a rank count (at least 1), else ``InputRejected`` (prefixed
     with ``tool: `` when given): the one place every tool and API checks ``--ranks``."""

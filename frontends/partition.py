@@ -245,9 +245,32 @@ def _f_embedding_bag(op: dist.EmbeddingBagOp) -> list[Factor]:
     return out
 
 
+def _f_scatter_add(op: dist.ScatterAddOp) -> list[Factor]:
+    """The table dim (of 3-d operands), the result's rows (a result sliced on them adds
+    only the rows each rank holds), the row width, and the bags as a summed factor
+    (bags sliced over ranks leave partial sums)."""
+    i, u, r = op.indices, op.updates, op.result
+    lead = len(_tensor_shape(i) or ()) - 2
+    out = [Factor([(i, 0), (u, 0), (r, 0)])] if lead else []
+    out.append(Factor([(r, lead)]))
+    out.append(Factor([(u, lead + 1), (r, lead + 1)]))
+    out.append(Factor([(i, lead), (u, lead)], reduce="sum"))
+    return out
+
+
+def _f_sort(op: dist.SortOp) -> list[Factor]:
+    """Every dim but the sorted one, shared by all operands and results."""
+    dim = op.option("dim")
+    vals = [*op.inputs, *op.outputs]
+    rank = len(_tensor_shape(op.outputs[0]) or ())
+    return [Factor([(v, d) for v in vals]) for d in range(rank) if d != dim]
+
+
 FACTORS = {
     dist.MapOp: _f_map,
     dist.EmbeddingBagOp: _f_embedding_bag,
+    dist.ScatterAddOp: _f_scatter_add,
+    dist.SortOp: _f_sort,
     dist.CastOp: _f_same,
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,
@@ -641,6 +664,8 @@ class Partitioner:
             assert isinstance(t, TensorType)
             self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}"))
         y = op.results[0]
+        if y.name_hint is None:
+            y.name_hint = op.name.rsplit(".", 1)[-1]  # %all_reduce: a name a pipeline's targets can give
         if x in self.kinds:
             self.kinds[y] = {a: k for a, k in self.kinds[x].items() if isinstance(y.type.get_placements()[a], Local)}  # type: ignore[attr-defined]
         return y
@@ -811,12 +836,16 @@ def _user_name(q: SSAValue) -> str:
 
 def result_types(op: Operation, in_types: list[Attribute], target, part: Partitioner) -> list[Attribute]:
     """The result types of ``op`` on operands of ``in_types``: the op's rule (``infer``),
-    or for a ``dist.map`` the target placements (its operands were placed to match)."""
-    if isinstance(op, (dist.MapOp, dist.IotaOp)):
+    or for a ``dist.map`` (``iota``, ``scatter_add``) the target placements (its operands
+    were placed to match; the op's verifier checks the rule)."""
+    if isinstance(op, (dist.MapOp, dist.IotaOp, dist.ScatterAddOp)):
         rt_ = op.results[0].type
         assert isinstance(rt_, TensorType)
         ps = target(op.results[0]) if target is not None else [REPLICATED] * len(rt_.get_placements())
-        return [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        types = [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        if isinstance(op, dist.ScatterAddOp):
+            dist.ScatterAddOp.check(in_types[0], in_types[1], types[0])
+        return types
     if isinstance(op, dist.CastOp):
         t = in_types[0]
         assert isinstance(t, TensorType)

@@ -86,6 +86,11 @@ from distir.frontends.stablehlo import Translator, Val, shape_of
 # ======================================================================================
 
 
+ONE_DEVICE_AXIS = "_"
+"""The axis of the one-rank mesh of a program without ``sdy.mesh`` (or with a mesh of no
+axes): a one-device program, every value replicated on that one rank."""
+
+
 @dataclass(frozen=True)
 class AxisRef:
     """A mesh axis, or its sub-axis ``"x":(pre)size`` (the axis split in factors of sizes
@@ -139,7 +144,10 @@ class Mesh:
         return [(a, b // a) for a, b in zip(cuts, cuts[1:])]
 
     def refined(self) -> list[tuple[str, int, str, int]]:
-        """The parent mesh's axes: (dist axis name, size, Shardy axis, pre)."""
+        """The parent mesh's axes: (dist axis name, size, Shardy axis, pre). A mesh without
+        axes (``<[]>``, or none at all: a one-device program) is one axis ``_`` of size 1."""
+        if not self.axes:
+            return [(ONE_DEVICE_AXIS, 1, ONE_DEVICE_AXIS, 1)]
         out = []
         for n, s in self.axes:
             fs = self.factors(n)
@@ -598,7 +606,7 @@ class SdyImport:
                 out.body.block.add_ops([parent, view])
                 self.spans[parent] = self.spans[view] = m.mesh.span
             else:
-                op = dist.MeshOp.create_mesh(name, [s for _, s in m.mesh.axes] or [1], [n for n, _ in m.mesh.axes] or ["_"])
+                op = dist.MeshOp.create_mesh(name, list(m.sizes()), [a for a, _, _, _ in m.axes])
                 out.body.block.add_op(op)
                 self.spans[op] = m.mesh.span
         publics = [n for n in self.ast.ops if n.name == "func.func" and n.attrs.get("visibility") != "private"]
@@ -678,7 +686,7 @@ class SdyImport:
     def function(self, node: OpNode, out: ModuleOp) -> func.FuncOp:
         mm = self.mesh_of(node)
         if mm.name not in {op.sym_name.data for op in out.ops if isinstance(op, dist.MeshOp)}:
-            op = dist.MeshOp.create_mesh(mm.name, [1], ["_"])
+            op = dist.MeshOp.create_mesh(mm.name, list(mm.sizes()), [a for a, _, _, _ in mm.axes])
             out.body.block.add_op(op)
         tr = SdyTranslator(self, mm, self.ast)
         body = node.regions[0][0]

@@ -86,7 +86,7 @@ def _lower(module: ModuleOp, ranks: int, verify: bool = True) -> ModuleOp:
 
         ALL_PASSES["form-collectives"]()().apply(ctx, out)
     FixMeshSizesPass(ranks=ranks).apply(ctx, out)
-    out.verify()  # with the mesh sizes known: a sliced dim the ranks do not divide
+    out.verify()  # with the mesh sizes known: the rules that depend on how blocks fall
     CombineCollectivesPass().apply(ctx, out)
     LowerOverlapPass().apply(ctx, out)
     LowerBucketsPass().apply(ctx, out)

@@ -40,6 +40,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -595,7 +596,7 @@ def _tune(args) -> int:
         if best is None:
             raise InputRejected(f"distir-tune: no schedule runs at size {size}: nothing to write to {args.output}")
         name = result.best[size]
-        header = f"// distir-tune: best schedule at size {size} on {ranks} ranks ({result.how}): {name}\n//   distir-opt -p '{result.by_name(name).pipeline}'\n"
+        header = f"// distir-tune: best schedule at size {size} on {ranks} ranks ({result.how}): {name}\n//   distir-opt -p {shlex.quote(result.by_name(name).pipeline)}\n"
         write_output("distir-tune", args.output, header + str(best) + "\n")
     if result.cut_short == "interrupted":
         return EXIT_INTERRUPTED

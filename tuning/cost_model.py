@@ -6,7 +6,7 @@ One model, with no case for any schedule; a schedule's time comes out of the ops
 lowering emits:
 
 * **kernels** (``rt.launch``, ``rt.copy``, ``rt.copy_blocks``, ``rt.matmul``,
-  ``rt.reduce_tensor``, ``rt.embedding_bag``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
+  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``, ``rt.sort``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
   the sizes of the buffers a kernel reads and writes, flops its arithmetic ops per
   element (``FLOPS`` weighs the expensive ones) times its iteration space, or 2·M·N·K
   for a matmul, at the device's peak for the element type;
@@ -137,7 +137,7 @@ FLOPS: dict[str, float] = {
     "math.erf": 8.0,
 }
 FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
-_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
+_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.PadBlocksOp, rt.UnpadBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp, rt.ScatterAddOp, rt.SortOp)
 
 
 @dataclass(frozen=True)
@@ -367,6 +367,7 @@ class _Walker:
         self.target: TargetAttr = target
         self.kernels = {k.kernel_name: k for k in module.ops if isinstance(k, rt.KernelOp)}
         self.env: dict[SSAValue, Any] = {}
+        self.bounds: dict[SSAValue, tuple[int, ...]] = {}  # rt.prefix of a rank's count: its buffer's shape
         self.steps: list[Step] = []
         self.divisors: set[int] = set()
         self.events = 0
@@ -401,7 +402,7 @@ class _Walker:
         return t
 
     def _shape(self, v: SSAValue) -> tuple[int, ...]:
-        shape = tuple(self._mem(v).get_shape())
+        shape = self.bounds.get(v) or tuple(self._mem(v).get_shape())
         for d in shape:
             if d % self.scaling.q == 0:
                 self.divisors.add(self.scaling.d_ref // d)
@@ -447,6 +448,15 @@ class _Walker:
             self.env[op.result] = op.number
         elif isinstance(op, rt.CommOp):
             self.env[op.result] = (op.mesh_name, op.axis_list)
+        elif isinstance(op, rt.SpanOp):
+            grid = self.grids[op.mesh_name]
+            counts = [grid.sizes[a] for a in op.axis_list]
+            spans = [layout.dim_block(op.size_value, counts, [grid.coords(r)[a] for a in op.axis_list]) for r in range(self.ranks)]
+            self.env[op.offset] = np.array([o for o, _ in spans], dtype=np.int64)
+            self.env[op.length] = np.array([n for _, n in spans], dtype=np.int64)
+        elif isinstance(op, rt.PrefixOp) and len(op.args) == 2:
+            # a rank's part of a padded buffer: at most the buffer (the largest block)
+            self.bounds[op.result] = self.bounds.get(op.args[0]) or tuple(self._mem(op.args[0]).get_shape())
         elif isinstance(op, rt.GroupRankOp):
             grid = self.grids[op.mesh_name]
             vals = np.zeros(self.ranks, dtype=np.int64)
@@ -508,6 +518,10 @@ class _Walker:
         launch = self.runtime.launch_s + self.runtime.argument_s * extra_arguments(op)
         if isinstance(op, rt.LaunchOp):
             moved, flops, dtype = self.kernel_work(op, fused)
+        elif isinstance(op, (rt.PadBlocksOp, rt.UnpadBlocksOp)):
+            # the blocks of a short outer block moved between padded places
+            src = op.args[0 if isinstance(op, rt.PadBlocksOp) else 1]
+            moved, flops, dtype = self._copy_bytes(self._bytes(src), None), ZERO, _dtype(self._mem(src).element_type)
         elif isinstance(op, (rt.CopyOp, rt.CopyBlocksOp)):
             src = op.args[0]
             stream_from = op.option("stream_from") if isinstance(op, rt.CopyOp) else None
@@ -523,6 +537,18 @@ class _Walker:
             moved = self._bytes(a) + self._bytes(out)
             flops = self.scaling.count(self._shape(a))
             dtype = _dtype(self._mem(a).element_type)
+        elif isinstance(op, rt.SortOp):
+            ins, outs = op.io()
+            n = self._shape(ins[0])[op.option("dim")]
+            moved = sum((self._bytes(x) for x in ins[1:]), self._bytes(ins[0])).scale(2.0)
+            flops = self.scaling.count(self._shape(ins[0]), max(1.0, math.log2(max(n, 2))))
+            dtype = _dtype(self._mem(outs[0]).element_type)
+        elif isinstance(op, rt.ScatterAddOp):
+            idx, upd, _, out = op.args[:4]
+            bag = self._shape(idx)[-1]
+            moved = self._bytes(idx) + self._bytes(upd).scale(bag) + self._bytes(out)
+            flops = self.scaling.count(self._shape(upd), bag)
+            dtype = _dtype(self._mem(out).element_type)
         else:  # rt.EmbeddingBagOp
             table, idx, _, out = op.args[:4]
             moved, flops = self.embedding_work(idx, self._shape(out), _itemsize(self._mem(out).element_type))
