@@ -177,8 +177,9 @@ def programs():
         return jnp.tanh(acc)
 
     out["ring_matmul"] = smap(ring_matmul, m4, (P("x", None), P(None, "x")), P(None, "x"), (8, 16), (16, 8))
-    loop_programs(add, mesh, R, rng)
+    loop_programs(add, mesh, R, rng, out)
     partly_manual_programs(out, mesh, R)
+    whole_programs(out)
 
     # The constructs of the programs people write, on one device and sharded.
     import jax_constructs
@@ -187,8 +188,9 @@ def programs():
     return out
 
 
-def loop_programs(add, mesh, R, rng) -> None:
-    """Loops and branches (stablehlo.while, case, if), on a 4-device mesh."""
+def loop_programs(add, mesh, R, rng, out) -> None:
+    """Loops and branches (stablehlo.while, case, if), on a 4-device mesh and, named
+    ``NAME_1``, on one device without shardings."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -214,7 +216,24 @@ def loop_programs(add, mesh, R, rng) -> None:
     # Branches on a predicate / index known only at run time (every branch, then a select).
     add("cond_data", lambda p, x: lax.cond(p.sum() > 0, lambda x: x * 2.0, lambda x: jnp.exp(x), x), m4, (P(), P("x", None)), None, [R(4), R(8, 4)])
     add("switch_data", lambda i, x: lax.switch(i, [lambda x: x * 2.0, lambda x: x - 1.0, jnp.sin], x), m4, (P(), P("x", None)), None, [np.int32(7), R(8, 4)])
+    for name in ("scan_layers", "scan_grad", "fori", "while_static", "cond_data", "switch_data"):
+        f, args = out[name]
+        out[f"{name}_1"] = (jax.jit(f.__wrapped__ if hasattr(f, "__wrapped__") else f), [np.asarray(a) for a in args])
     del rng
+
+
+def whole_programs(out) -> None:
+    """The GPT training step of examples/jax/gpt_step.py: unsharded (one device), and with
+    Megatron's shardings on dp x tp meshes of 4 (2x2) and 8 (2x4) devices."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "jax" / "gpt_step.py"
+    spec = importlib.util.spec_from_file_location("gpt_step", path)
+    gpt = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(gpt)  # type: ignore[union-attr]
+    for name, shape in (("gpt_step_1", None), ("gpt_step_4", (2, 2)), ("gpt_step_8", (2, 4))):
+        out[name] = gpt.jitted(shape)
 
 
 def partly_manual_programs(out, mesh, R) -> None:
@@ -270,6 +289,7 @@ def pipeline(m, R, micro: int = 3):
 
 
 def main(argv: list[str]) -> int:
+    import jax
     import numpy as np
 
     outdir = argv[0]
@@ -280,9 +300,8 @@ def main(argv: list[str]) -> int:
         jf, args = progs[name]
         with open(os.path.join(outdir, f"{name}.mlir"), "w") as f:
             f.write(jf.lower(*args).as_text())
-        res = jf(*args)
-        res = res if isinstance(res, (tuple, list)) else (res,)
-        np.savez(os.path.join(outdir, f"{name}.in.npz"), **{f"arg{i}": np.asarray(a) for i, a in enumerate(args)})
+        res = jax.tree.leaves(jf(*args))  # the program's results, and arguments, flattened as JAX flattens them
+        np.savez(os.path.join(outdir, f"{name}.in.npz"), **{f"arg{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(args))})
         np.savez(os.path.join(outdir, f"{name}.out.npz"), **{f"result{i}": np.asarray(r) for i, r in enumerate(res)})
     return 0
 

@@ -33,9 +33,10 @@ BIN = Path(sys.executable).parent
 MPIEXEC = str(BIN / "mpiexec")
 HARD_TIMEOUT = 600
 JAX_PROGRAMS = ["tp_mlp_4", "attention", "layernorm", "embedding", "take_rows", "shard_map", "ppermute_partial", "ppermute_2d", "ring_matmul"]
-LOOPS = {"scan_grad": 4, "cond_data": 4, "switch_data": 4, "partial_tp": 4, "pipeline_4": 4, "pipeline_8": 8}
-"""Loops, branches and manual computations over some of the axes (test_loops.py,
-test_partly_manual.py), with the ranks each runs on."""
+LOOPS = {"scan_grad": 4, "cond_data": 4, "switch_data": 4, "partial_tp": 4, "pipeline_4": 4, "pipeline_8": 8, "gpt_step_1": 1, "gpt_step_4": 4, "gpt_step_8": 8}
+"""Loops, branches, manual computations over some of the axes and the GPT training step
+(test_loops.py, test_partly_manual.py, test_whole_programs.py), with the ranks each runs
+on."""
 FUSED = "fuse-maps,split-allreduce{strategy=rs-ag},reorder-allgather,fuse-maps,fuse-allreduce"
 
 
@@ -137,7 +138,7 @@ def test_jax_program_on_mpi(jax_dir, mpi_runs, name):
 
 
 @pytest.mark.parametrize("name", list(LOOPS))
-def test_loops_and_partly_manual_programs_on_mpi(jax_dir, mpi_runs, name):
+def test_loops_manual_computations_and_training_steps_on_mpi(jax_dir, mpi_runs, name):
     _, _, want = load(jax_dir, name)
     assert_matches(outputs(mpi_runs, name), want, f"{name} on mpi ({LOOPS[name]} ranks)")
 
