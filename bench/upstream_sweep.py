@@ -61,11 +61,11 @@ def programs(paths: list[Path]) -> list[tuple[str, int, int, str]]:
     out = []
     for f in files:
         text = f.read_text(errors="replace")
-        pos, line = 0, 1
+        pos = 0
         chunks = []
         for m in SPLIT.finditer(text):
             chunks.append((pos, text[pos : m.start()]))
-            pos = m.end()
+            pos = m.end() + (text[m.end() : m.end() + 1] == "\n")  # the program starts on the next line
         chunks.append((pos, text[pos:]))
         for i, (start, chunk) in enumerate(chunks):
             line = text.count("\n", 0, start) + 1

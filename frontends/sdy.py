@@ -907,10 +907,15 @@ def _h_constraint(tr: SdyTranslator, node: OpNode) -> list[Val]:
     return [constrain(tr, x, node.attrs["sharding"], f"'{node.name}'")]
 
 
-SDY_ATTRS = ("sdy.sharding", "sdy.sharding_rule", "sdy.sharding_origins", "sdy.propagation_edges", "sdy.sharding_group_id")
-"""Shardy's attribute names on arguments, results and ops; another ``sdy.`` name (a
-misspelling) is a diagnostic, as is a sharding under another name: either would leave
-the value replicated without a word."""
+SDY_ATTRS = (
+    "sdy.sharding", "sdy.sharding_rule", "sdy.sharding_origins", "sdy.propagation_edges", "sdy.sharding_group_id",
+    "sdy.sharding_origin_name", "sdy.block_arg_sharding_origins", "sdy.result_sharding_origins",
+    "sdy.block_arg_propagation_edges", "sdy.result_propagation_edges", "sdy.original_func_name", "sdy.func_manual_axes",
+)  # fmt: skip
+"""Shardy's attribute names on arguments, results, ops and functions (its
+``ir/constants.h``: shardings, rules, propagation metadata, the names its import passes
+record); another ``sdy.`` name (a misspelling) is a diagnostic, as is a sharding under
+another name: either would leave the value replicated without a word."""
 SHARDING_KEYS = ("sdy.sharding", "sharding", "in_shardings", "out_shardings", "out_sharding")
 
 

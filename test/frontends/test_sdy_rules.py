@@ -212,3 +212,15 @@ def test_manual_axes_come_first_in_a_manual_computations_shardings():
 def test_an_op_in_a_manual_body_cannot_shard_over_a_manual_axis():
     attr = '{sdy.sharding = #sdy.sharding_per_value<[<@m, [{"y"}, {}]>]>} '
     assert_rejected(MANUAL.format(in_dim='{"y"}', local=4, attr=attr), r"4:10\n.*names \"y\", a manual axis of the enclosing manual computation")
+
+
+def test_shardys_own_metadata_attributes_are_accepted():
+    """The names Shardy's passes record (``ir/constants.h``: the original function name,
+    a function's manual axes, propagation edges and sharding origins) are not
+    misspellings: such a program imports (67 of Shardy's test programs carry them)."""
+    text = MESH + (
+        'func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>, sdy.sharding_origins = {}}) -> tensor<8x16xf32>'
+        ' attributes {sdy.original_func_name = "f", sdy.func_manual_axes = #sdy<manual_axes{}>} {\n'
+        "  %0 = stablehlo.negate %arg0 {sdy.sharding_origin_name = \"n\"} : tensor<8x16xf32>\n  return %0 : tensor<8x16xf32>\n}\n"
+    )
+    import_program(text, "ok.mlir")
