@@ -66,6 +66,7 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
@@ -358,6 +359,9 @@ class MeshOp(IRDLOperation):
             fail(self, "mesh must have at least one axis")
         if any(s is not None and s < 1 for s in self.shape.get_values() if s != -1):  # type: ignore[operator]
             fail(self, f"mesh axis sizes must be positive or '?', got {layout.format_sizes(sizes)}")
+        devices = math.prod(s for s in sizes if s is not None)
+        if devices > MAX_RANKS:
+            fail(self, f"mesh {layout.format_sizes(sizes)} has {devices} ranks: distir handles meshes of at most {MAX_RANKS} ranks")
         if self.axis_names is not None:
             if len(self.axis_names) != len(sizes):
                 fail(self, f"mesh has {len(sizes)} axes but {len(self.axis_names)} axis names")

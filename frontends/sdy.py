@@ -74,6 +74,7 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.collectives.permute import check_pairs
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
 from distir.frontends import device_values, stablehlo, stablehlo_verify
@@ -268,6 +269,13 @@ def _mesh(r: Reader, node: OpNode) -> None:
                 if size < 1:
                     raise r.error(f"axis \"{name}\" has size {size}", t.start, r.pos)
                 axes.append((name, size))
+                if math.prod(s for _, s in axes) > MAX_RANKS:
+                    raise r.error(
+                        f"the mesh has {math.prod(s for _, s in axes)} devices with axis \"{name}\" of size {size}: "
+                        f"distir handles meshes of at most {MAX_RANKS} devices",
+                        t.start,
+                        r.pos,
+                    )
                 if r.accept("]"):
                     break
                 r.expect(",", " or ']' between axes")
