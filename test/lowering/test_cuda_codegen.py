@@ -154,7 +154,7 @@ FIXED = [
         (f"combine-{k}-{d}", ck.combine_source(k, d, 2), "combine", (nt.Array(elt(d), 2, "A"), nt.Array(elt(d), 2, "A"), nt.int64, nt.float64))
         for k, d in (("sum", "float32"), ("avg", "float32"), ("max", "float16"), ("sum", "bfloat16"))
     ],
-    ("reduce-sum-bfloat16", ck.reduce_source("sum", "bfloat16"), "reduce", (arr(nt.uint16, 1), arr(nt.uint16, 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1))),
+    ("reduce-sum-bfloat16", ck.reduce_source("sum", "bfloat16"), "reduce", (arr(nt.uint16, 1), arr(nt.uint16, 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), nt.float64)),
     ("embedding-sum-bfloat16", ck.embedding_source("sum", "bfloat16"), "embedding_bag", (arr(nt.uint16, 3), arr(nt.int32, 3), arr(nt.uint16, 3), nt.int64)),
     *[
         (f"copy-{s}-{d}", ck.copy_source(s, d), "copy", (nt.Array(nt.float32, s, "A"), nt.Array(nt.float32, d, "A"), nt.int64))
@@ -165,7 +165,7 @@ FIXED = [
             f"reduce-{k}-{d}",
             ck.reduce_source(k, d),
             "reduce",
-            (arr(getattr(nt, d), 1), arr(getattr(nt, d), 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1)),
+            (arr(getattr(nt, d), 1), arr(getattr(nt, d), 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), nt.float64),
         )
         for k in ("sum", "avg", "prod", "max", "min")
         for d in ("float32", "float16", "int32")
