@@ -238,14 +238,7 @@ class _DistirOptimizer(torch.optim.Optimizer):
         except (TypeError, ValueError) as e:  # torch's checks of the groups: reported on every rank
             problem = problem or str(e)
             self.param_groups = []
-        if problem is None:
-            problem = next((why for gi, group in enumerate(self.param_groups)
-                            for why in (_flags_problem(group, f"group {gi}"), _Group.problem(gi, list(group["params"]))) if why), None)
-        fingerprint = {"the call": f"{type(self).__name__}(...)", "schedule=": repr(schedule)}
-        for gi, group in enumerate(self.param_groups):
-            fingerprint[f"group {gi}"] = _describe(list(group["params"]))
-            fingerprint[f"group {gi} options"] = _options(group)
-        steps.agree(self.comm, problem and f"{type(self).__name__}: {problem}", fingerprint, WHAT)
+        self._check_same_groups(problem)
         self._groups: list[_Group] = []
         self._where: dict[int, tuple[_Group, int]] = {}
         self._hooks = []
@@ -261,6 +254,23 @@ class _DistirOptimizer(torch.optim.Optimizer):
                     for k, name in enumerate(self.state_names):
                         st[name] = g.state_view(k, i)
         self._wrapped = True
+
+    def _check_same_groups(self, problem: str | None = None) -> None:
+        """Collective: every rank must wrap the same parameter groups (their tensors'
+        shapes and dtypes, which are frozen, their options) with the same schedule, and
+        none may have a ``problem`` (or one found here: options distir does not
+        implement, a group unfit for an arena); else every rank raises ``InputRejected``
+        naming the ranks and what differs (``steps.agree``). At construction, and at
+        each change of the groups."""
+        if problem is None:
+            problem = next((why for gi, group in enumerate(self.param_groups)
+                            for why in (_flags_problem(group, f"group {gi}"), _Group.problem(gi, list(group["params"]))) if why), None)
+        call = f"{type(self).__name__}.add_param_group(...)" if getattr(self, "_wrapped", False) else f"{type(self).__name__}(...)"
+        fingerprint = {"the call": call, "schedule=": repr(self.schedule)}
+        for gi, group in enumerate(self.param_groups):
+            fingerprint[f"group {gi}"] = _describe(list(group["params"]))
+            fingerprint[f"group {gi} options"] = _options(group)
+        steps.agree(self.comm, problem and f"{type(self).__name__}: {problem}", fingerprint, WHAT)
 
     def _collective(self, what: str):
         """``with``: collectives the ranks agreed on; an error in them on this rank ends

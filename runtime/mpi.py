@@ -600,10 +600,10 @@ _GUARD: JobGuard | None = None
 
 class JobGuard:
     """This process's part of the guard (the comment above). ``WORDS``: per rank, waiting
-    (0/1), collectives of the job issued, left (0/1); then ``REASON`` bytes saying why
-    it left."""
+    (0/1), collectives of the job issued, left (0/1), ending the job (0/1); then
+    ``REASON`` bytes saying why it left."""
 
-    WORDS = 3
+    WORDS = 4
     REASON = 256
 
     def __init__(self, world):
@@ -643,10 +643,25 @@ class JobGuard:
         me[0] = 1
         for r, w in enumerate(self.words):
             if w[2]:
-                abort_job(
+                self.end_job(
                     f"rank {self.ranks[r]} left the job ({self._reason(r)}) while rank {self.rank} still calls distir's collectives: "
                     "every rank of the job must make the same calls; the job stops"
                 )
+
+    def end_job(self, message: str) -> None:
+        """End the job with ``message``, printed once: two ranks may find the same
+        fault at once (one leaving, one entering); the lowest of those that mark
+        themselves ending prints it and aborts, the others wait to be ended with it."""
+        import time
+
+        me = self.node_rank
+        if not any(w[3] for r, w in enumerate(self.words) if r != me):
+            self.mine[3] = 1
+            time.sleep(0.05)  # every mark made by now is seen
+            if not any(w[3] for r, w in enumerate(self.words) if r < me):
+                abort_job(message)
+        time.sleep(10)  # another rank ends the job (MPI_Abort ends this process too)
+        abort_job(message, quiet=True)
 
     def leave(self) -> None:
         """Python's exit on this rank (atexit): wait for the node's other ranks to leave,
@@ -664,8 +679,8 @@ class JobGuard:
             if all(w[2] for w in self.words):
                 return
             for r, w in enumerate(self.words):
-                if not w[2] and w[0] and w[1] > me[1]:
-                    abort_job(
+                if not w[2] and (w[0] and w[1] > me[1] or w[3]):
+                    self.end_job(
                         f"rank {self.rank} left the job ({self.why}) while rank {self.ranks[r]} waits for it in a collective: "
                         "every rank of the job must make the same calls; the job stops"
                     )
@@ -726,12 +741,13 @@ def guard_job(world=None) -> JobGuard | None:
     return _GUARD
 
 
-def abort_job(message: str, code: int = 1) -> None:
-    """End the whole MPI job now: ``distir: message`` on standard error, then
-    ``MPI_Abort`` (mpiexec ends every rank)."""
+def abort_job(message: str, code: int = 1, quiet: bool = False) -> None:
+    """End the whole MPI job now: ``distir: message`` on standard error (unless
+    ``quiet``), then ``MPI_Abort`` (mpiexec ends every rank)."""
     try:
         sys.stdout.flush()
-        print(f"distir: {message}", file=sys.stderr, flush=True)
+        if not quiet:
+            print(f"distir: {message}", file=sys.stderr, flush=True)
     finally:
         _mpi().COMM_WORLD.Abort(code)
 

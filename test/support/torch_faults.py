@@ -215,8 +215,15 @@ def leftovers(out: Path) -> list[str]:
     folder."""
     import psutil
 
-    found = [f"process {' '.join(p.info['cmdline'])}" for p in psutil.process_iter(["cmdline"])
-             if p.pid != os.getpid() and str(out) in " ".join(p.info["cmdline"] or [])]
+    def alive() -> list[str]:
+        return [f"process {' '.join(p.info['cmdline'])}" for p in psutil.process_iter(["cmdline", "status"])
+                if p.pid != os.getpid() and p.info["status"] != psutil.STATUS_ZOMBIE and str(out) in " ".join(p.info["cmdline"] or [])]
+
+    deadline = time.monotonic() + 10  # a rank the launcher killed may take a moment to go
+    found = alive()
+    while found and time.monotonic() < deadline:
+        time.sleep(0.2)
+        found = alive()
     mapped = {line.strip() for f in out.glob("shm-*.txt") for line in f.read_text().splitlines() if line.strip()}
     if not mapped:
         found.append("(the ranks recorded no /dev/shm file)")
