@@ -66,6 +66,7 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
@@ -358,6 +359,9 @@ class MeshOp(IRDLOperation):
             fail(self, "mesh must have at least one axis")
         if any(s is not None and s < 1 for s in self.shape.get_values() if s != -1):  # type: ignore[operator]
             fail(self, f"mesh axis sizes must be positive or '?', got {layout.format_sizes(sizes)}")
+        devices = math.prod(s for s in sizes if s is not None)
+        if devices > MAX_RANKS:
+            fail(self, f"mesh {layout.format_sizes(sizes)} has {devices} ranks: distir handles meshes of at most {MAX_RANKS} ranks")
         if self.axis_names is not None:
             if len(self.axis_names) != len(sizes):
                 fail(self, f"mesh has {len(sizes)} axes but {len(self.axis_names)} axis names")
@@ -634,6 +638,17 @@ class DistCanonicalization(HasCanonicalizationPatternsTrait):
         from distir.passes.canonicalize import all_patterns
 
         return all_patterns()
+
+
+def tensors_along(in_types: Sequence[Attribute], dim: int) -> tuple[list[TensorType], int]:
+    """The operands of an op over a dim of its first operand (``concat``, ``sort``): at
+    least one, tensors on one mesh, ``dim`` a dim of the first."""
+    if not in_types:
+        raise RuleError("needs at least one operand")
+    ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
+    same_mesh(ts)
+    check_dim(dim, ts[0])
+    return ts, dim
 
 
 def same_mesh(types: Sequence[Attribute]) -> str | None:
@@ -1255,13 +1270,8 @@ class SortOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         if not is_scalar_type(t0.element_type) or t0.element_type == IntegerType(1):
             raise RuleError(f"keys must be floats or integers (not i1), got {t0.element_type}")
         for i, t in enumerate(ts):
@@ -1629,13 +1639,8 @@ class ConcatOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         total = 0
         for i, t in enumerate(ts):
             s0, s = list(t0.get_shape()), list(t.get_shape())

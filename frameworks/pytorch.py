@@ -95,7 +95,7 @@ class _Group:
     values are broadcast, as DDP does at construction."""
 
     def __init__(self, kind: str, params: list[torch.Tensor], comm: Any, schedule: str | None, nesterov: bool):
-        dtype = params[0].dtype
+        self.dtype = dtype = params[0].dtype
         self.params = params
         self.shapes = [tuple(p.shape) for p in params]
         self.arena = core.ArenaGroup(kind, [p.numel() for p in params], _DTYPES[dtype], comm, schedule, nesterov)
@@ -160,7 +160,7 @@ class _Group:
         for i, p in enumerate(self.params):
             if p.data_ptr() == self.param_ptrs[i]:
                 continue
-            if p.layout != torch.strided or p.device.type != "cpu" or tuple(p.shape) != self.shapes[i] or p.dtype != self.params[i].dtype:
+            if p.layout != torch.strided or p.device.type != "cpu" or tuple(p.shape) != self.shapes[i] or p.dtype != self.dtype:
                 return moved, (
                     f"parameter {i} of group {gi} (shape {list(self.shapes[i])}) was rebound after the optimizer was made "
                     f"to a {p.layout} {p.dtype} tensor of shape {list(p.shape)} on {p.device}: rebind it to a tensor of its shape and dtype, "

@@ -74,9 +74,10 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.collectives.permute import check_pairs
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
-from distir.frontends import device_values, stablehlo
+from distir.frontends import device_values, stablehlo, stablehlo_verify
 from distir.frontends.device_values import DevVal
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.stablehlo import Translator, Val, shape_of
@@ -268,6 +269,13 @@ def _mesh(r: Reader, node: OpNode) -> None:
                 if size < 1:
                     raise r.error(f"axis \"{name}\" has size {size}", t.start, r.pos)
                 axes.append((name, size))
+                if math.prod(s for _, s in axes) > MAX_RANKS:
+                    raise r.error(
+                        f"the mesh has {math.prod(s for _, s in axes)} devices with axis \"{name}\" of size {size}: "
+                        f"distir handles meshes of at most {MAX_RANKS} devices",
+                        t.start,
+                        r.pos,
+                    )
                 if r.accept("]"):
                     break
                 r.expect(",", " or ']' between axes")
@@ -784,10 +792,37 @@ def _h_constraint(tr: SdyTranslator, node: OpNode) -> list[Val]:
     return [constrain(tr, x, node.attrs["sharding"], f"'{node.name}'")]
 
 
+SDY_ATTRS = ("sdy.sharding", "sdy.sharding_rule", "sdy.sharding_origins", "sdy.propagation_edges", "sdy.sharding_group_id")
+"""Shardy's attribute names on arguments, results and ops; another ``sdy.`` name (a
+misspelling) is a diagnostic, as is a sharding under another name: either would leave
+the value replicated without a word."""
+SHARDING_KEYS = ("sdy.sharding", "sharding", "in_shardings", "out_shardings", "out_sharding")
+
+
+def check_attributes(ops: Sequence[OpNode]) -> None:
+    """Shardy's attributes where Shardy reads them (see ``SDY_ATTRS``), in ``ops`` and
+    their regions."""
+    for op in ops:
+        for attrs in (op.attrs, *op.arg_attrs, *op.res_attrs):
+            for key, value in attrs.items():
+                sharding = bool(_shardings_in(value))
+                if key.startswith("sdy.") and key not in SDY_ATTRS:
+                    hint = " (a sharding is written 'sdy.sharding')" if sharding else ""
+                    raise ParseError(op.span, f"unknown Shardy attribute '{key}' on '{op.name}'{hint}")
+                if sharding and key not in SHARDING_KEYS:
+                    raise ParseError(op.span, f"a #sdy.sharding under '{key}' on '{op.name}': Shardy reads a sharding only as 'sdy.sharding'")
+        for region in op.regions:
+            for block in region:
+                check_attributes(block.ops)
+
+
 def sdy_import(text: str, name: str) -> tuple[ModuleOp, dict[Operation, Span]]:
     """Read StableHLO + Shardy text into a dist module (before ``partition``) and the
-    source position of every op."""
+    source position of every op; StableHLO's rules (``stablehlo_verify.py``) and
+    Shardy's attribute names are checked first."""
     ast = read_module(text, name, HOOKS, ATTR_HOOKS)
+    check_attributes(ast.ops)
+    stablehlo_verify.verify(ast)
     imp = SdyImport(ast)
     module = imp.run()
     return module, imp.spans

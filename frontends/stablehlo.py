@@ -12,10 +12,18 @@ StableHLO op (custom form printed)    dist IR
 ====================================  ==============================================
 ``constant dense<c> : T``             a splat; folded into the ``dist.map`` bodies that
                                       use it (``arith.constant``), else a ``dist.map``
-                                      without operands. Only splats are accepted.
+                                      without operands; a non-splat one is a
+                                      ``Literal`` (folded by data movement, else a
+                                      select per element of ``dist.iota``)
 ``add subtract multiply divide``      ``dist.map`` with ``arith.addf``/``addi``, ...
 ``maximum minimum power remainder``   (``maximumf``, ``maxsi``, ``math.powf``,
-``and or xor not shift_*``            ``remsi`` (integers only), ``andi``, ...)
+``and or xor not shift_*``            ``remf``, ``remsi``, ``andi``, ...); integer
+                                      division by zero and shifts beyond the width as
+                                      StableHLO gives them (``INT_EDGES``); booleans:
+                                      add/max are or, multiply/min and
+``chlo.square erf erfc tan``          ``dist.map`` with ``mulf``, ``math.erf``, ``erfc``
+``is_finite``  ``bitcast_convert``    ``cmpf one |x|, inf``; ``arith.bitcast``
+``reduce_precision``                  integer ops on the bits (f32, f64)
 ``negate abs sign exponential log``   ``dist.map`` with ``arith``/``math`` ops
 ``exponential_minus_one``             (``math.exp``, ``math.log1p``, ``math.tanh``,
 ``log_plus_one tanh logistic sqrt``   ``math.rsqrt``, ...; ``logistic`` is
@@ -23,9 +31,11 @@ StableHLO op (custom form printed)    dist IR
 ``ceil round_nearest_even``
 ``round_nearest_afz``
 ``compare DIR, a, b, TYPE``           ``dist.map`` with ``arith.cmpf``/``cmpi`` (FLOAT,
-                                      SIGNED, UNSIGNED; TOTALORDER is rejected)
+                                      SIGNED, UNSIGNED; TOTALORDER only in jnp.sort's
+                                      comparator)
 ``select p, a, b``  ``clamp lo, x, hi``  ``dist.map`` with ``arith.select`` / max+min
-``convert x``                         ``dist.cast`` (nothing when the type is the same)
+``convert x``                         ``dist.cast`` (nothing when the type is the same;
+                                      ``uitofp``/``extui``/``fptoui`` maps for unsigned)
 ``broadcast_in_dim x, dims = [..]``   kept lazy: a ``dist.map`` operand broadcasts as
                                       numpy does, after a ``dist.reshape`` (and
                                       ``dist.transpose``) when ``dims`` need it;
@@ -37,16 +47,20 @@ StableHLO op (custom form printed)    dist IR
   [..] x [..]``  ``dot a, b``         it when the dims are elsewhere or several
 ``reduce(x init: c) applies OP        ``dist.reduce_tensor`` sum / prod / max / min
   across dimensions = [..]``          (then OP with ``c`` unless ``c`` is OP's
-  (or a ``reducer`` region of one     identity)
-  binary op)
+  (or a ``reducer`` region of one     identity); of booleans: min/max of 0/1 as i32;
+  binary op)                          argmax/argmin (two operands, JAX's comparator):
+                                      max/min, then the least index reaching it
+``sort`` (jnp.sort's comparator)      ``dist.sort`` (stable, NaN last)
 ``iota dim = d``                      ``dist.iota``
 ``slice x [a:b:s, ...]``              ``dist.extract_slice``
 ``dynamic_slice x, i.., sizes = [..]``  constant starts: ``dist.extract_slice``; starts that
                                       differ per device (from ``partition_id``) and are
                                       each device's block of a group of mesh axes:
                                       ``dist.take_slice`` (``sdy.py``); clamped as StableHLO
-``gather`` (row lookups)              ``dist.embedding_bag`` of bags of one row, indices
-                                      clamped into the table (``_h_gather``)
+``gather`` (row lookups,              ``dist.embedding_bag`` of bags of one row, indices
+  ``take_along_axis``)                clamped into the table (``_h_gather``)
+``scatter`` (adding rows)             ``dist.scatter_add`` (+ the operand unless +0)
+``dynamic_update_slice``              known starts: slices and ``dist.concat``
 ``partition_id`` (manual bodies)      a value known per device (``device_values.py``):
                                       the scalar arithmetic on it is evaluated at import
 ``concatenate a, b, dim = d``         ``dist.concat``
@@ -55,8 +69,10 @@ StableHLO op (custom form printed)    dist IR
 ====================================  ==============================================
 
 Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
-f16, bf16, f32, f64, i1, i8, i16, i32, i64; unsigned ones in 0-d tensors only (the
-arithmetic on ``partition_id``).
+f16, bf16, f32, f64, i1, i8, i16, i32, i64, and ui8 .. ui64 as the signless integers of
+their width (``SIGNLESS``; the sign-dependent ops take arith's unsigned forms from the
+op's declared types). StableHLO's type rules are checked before translation
+(``stablehlo_verify.py``).
 """
 
 from __future__ import annotations
@@ -1575,7 +1591,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     else:
         dn = node.attrs.get("dot_dimension_numbers")
         if isinstance(dn, Opaque):
-            dn = _parse_dot_numbers(tr, node, dn.text)
+            dn = dimension_numbers(tr, node, "dot_dimension_numbers", "dot", DOT_KEYS, ())
         if not isinstance(dn, dict):
             raise tr.error("'stablehlo.dot_general' needs its dimension numbers", node)
     lb, rbd = list(dn.get("lhs_batching_dimensions", [])), list(dn.get("rhs_batching_dimensions", []))
@@ -1584,12 +1600,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     return [dot_general(tr, node, a, b, lb, rbd, lc, rc, t.shape, elt)]
 
 
-def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
-        m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    return out
+DOT_KEYS = ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions")
 
 
 def dot_general(

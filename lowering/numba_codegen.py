@@ -877,6 +877,10 @@ def cache_dir() -> Path:
 
 
 def _load_module(source: str, tag: str):
+    """The module of a kernel's source: a file in the cache directory (Numba caches a
+    function only when its module has one), or, when the cache cannot be written (a
+    read-only folder, a file where the folder should be), a module in memory, with a
+    warning (``cached`` is then False on it)."""
     digest = hashlib.sha256((tag + source).encode()).hexdigest()[:24]
     modname = f"distir_kernel_{digest}"
     if modname in sys.modules:
@@ -885,7 +889,7 @@ def _load_module(source: str, tag: str):
     try:
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{modname}.py"
-        if not path.exists() or path.read_text() != source:
+        if not path.exists() or path.read_text(errors="replace") != source:
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(source)
             os.replace(tmp, path)
@@ -893,13 +897,57 @@ def _load_module(source: str, tag: str):
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-    except OSError:
+        mod.cached = True
+    except OSError as e:
         import types
 
+        why = "it is a file, not a folder" if d.exists() and not d.is_dir() else e.strerror or str(e)
+        _cache_warning(f"the kernel cache {d} cannot be written ({why}): kernels are compiled in every run")
         mod = types.ModuleType(modname)
         exec(compile(source, f"<{modname}>", "exec"), mod.__dict__)
+        mod.cached = False
     sys.modules[modname] = mod
     return mod
+
+
+def _cache_warning(text: str) -> None:
+    """A warning about the kernel cache, once per process."""
+    from distir.dialects.diagnostics import warn_once
+
+    warn_once(text)
+
+
+def _robust_cache(fn):
+    """``fn`` (a Numba dispatcher with ``cache=True``) whose on-disk cache never fails a
+    run: a cached kernel that cannot be read (an empty or truncated index or data file:
+    Numba raised EOFError or UnpicklingError at every call until the cache was deleted by
+    hand) is a warning, its entries are dropped and the kernel compiled and cached again;
+    one that cannot be written is a warning."""
+    cache = getattr(fn, "_cache", None)
+    if cache is None or not hasattr(cache, "load_overload"):
+        return fn
+    load, save = cache.load_overload, cache.save_overload
+
+    def load_overload(*args, **kwargs):
+        try:
+            return load(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any damage to the files: compile again
+            _cache_warning(f"a cached kernel in {cache_dir()} could not be read ({type(e).__name__}: {e}): it is compiled and cached again")
+            try:
+                cache.flush()
+            except Exception:  # noqa: BLE001 - the index cannot even be rewritten
+                pass
+            return None
+
+    def save_overload(*args, **kwargs):
+        try:
+            return save(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the kernel runs; only the cache misses it
+            _cache_warning(f"a kernel could not be cached in {cache_dir()} ({type(e).__name__}: {e})")
+            return None
+
+    cache.load_overload, cache.save_overload = load_overload, save_overload
+    return fn
 
 
 def _quiet_numba_notes() -> None:
@@ -924,9 +972,12 @@ def compile_cpu(ks: KernelSource, parallel: bool = False, fastmath: frozenset[st
         fn = _COMPILED.get(key)
         if fn is None:
             mod = _load_module(ks.source, "cpu")
-            fn = numba.njit(
-                parallel=parallel, fastmath=set(fastmath), error_model="numpy", nogil=True, cache=True
-            )(getattr(mod, ks.name))
+            options = dict(parallel=parallel, fastmath=set(fastmath), error_model="numpy", nogil=True)
+            try:
+                fn = _robust_cache(numba.njit(**options, cache=mod.cached)(getattr(mod, ks.name)))
+            except RuntimeError as e:  # Numba finds no usable cache folder for the module
+                _cache_warning(f"kernels cannot be cached ({e}): they are compiled in every run")
+                fn = numba.njit(**options)(getattr(mod, ks.name))
             _COMPILED[key] = fn
     return fn
 

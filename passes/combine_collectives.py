@@ -17,7 +17,8 @@ ops, what another produces), which the plan guarantees: collectives are taken in
 order into the open bucket of their kind, and a bucket closes at the first op that
 reads one of its members' results; the combined op is placed there. An all_reduce is
 combined as a ``fused_all_reduce`` that slices along a dim the group divides (the
-first such dim of every member), so only once the group size is known (the default
+first such dim of every member; where none does, the one with the least padding), so
+only once the group size is known (the default
 lowering runs this pass after ``fix-mesh-sizes``); 0-d all_reduces, sends and
 collectives inside regions stay as they are. A collective larger than
 ``bucket-bytes`` on its own is left alone.
@@ -50,7 +51,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, layout
 from distir.dialects.dist import TensorType
-from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes, replace_values
+from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes, replace_values, slice_dim
 
 DEFAULT_BUCKET_BYTES = 32 * 1024 * 1024
 """Operand bytes of one combined collective (the logical size of its operands)."""
@@ -73,17 +74,14 @@ def _options_key(options: dict) -> tuple:
 
 
 def _ar_dim(op: coll.AllReduceOp) -> int | None:
-    """The dim a combined all_reduce slices: the first one the (known) group divides."""
+    """The dim a combined all_reduce slices: the first one the (known) group divides,
+    else the one with the least padding (``support.slice_dim``)."""
     t = op.input.type
     assert isinstance(t, TensorType)
     sizes = mesh_sizes(op, t)
     if sizes is None or any(sizes[a] is None for a in op.axes):
         return None
-    n = layout.group_size(sizes, list(op.axes))
-    for d, extent in enumerate(t.get_shape()):
-        if extent % n == 0:
-            return d
-    return None
+    return slice_dim(t, layout.group_size(sizes, list(op.axes)))
 
 
 def candidate(op: Operation) -> tuple[tuple, int] | None:

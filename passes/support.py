@@ -244,6 +244,21 @@ def group_size(op: Operation, t: TensorType, axes: Sequence[int]) -> int | None:
     return None if sizes is None else layout.group_size(sizes, axes)
 
 
+def slice_dim(t: TensorType, n: int | None) -> int | None:
+    """The dim to cut ``t`` along over a group of ``n`` ranks (None: not known yet) when
+    any dim will do: the first one the group divides (equal blocks, no padding), else
+    the one with the least padding (blocks of ceil(s/n): n * ceil(s/n) over s), the
+    larger on a tie; None for a 0-d tensor."""
+    shape = t.get_shape()
+    for d, extent in enumerate(shape):
+        if n is None or extent % n == 0:
+            return d
+    if not shape:
+        return None
+    assert n is not None
+    return min(range(len(shape)), key=lambda d: (n * layout.ceil_div(shape[d], n) / max(shape[d], 1), -shape[d], d))
+
+
 def inside_fused_or_overlap(op: Operation) -> bool:
     """Whether ``op`` sits in the region of a fused collective or a ``coll.overlap``."""
     from distir.dialects import coll

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, JobFailed, ResultsDiffer, Terminated
 from distir.runtime.buffers import STAGGER, STAGGER_FROM
 from distir.runtime.comm import P2P
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
@@ -992,12 +992,22 @@ class PreparedRun:
         return self.runner.executor.where()
 
     def execute(self) -> list[np.ndarray]:
+        """Run; rank 0 assembles the outputs, checking that replicas agree, and every
+        rank gets them, or the same ``ResultsDiffer`` (the peers wait for rank 0's
+        verdict: were it rank 0's alone, they would wait forever)."""
         from distir.runtime import scattered
 
         runner = self.runner
-        outs = runner.outputs(runner.step())
+        results = runner.step()
+        verdict: tuple[Any, ResultsDiffer | None]
+        try:
+            verdict = (runner.outputs(results), None)
+        except ResultsDiffer as e:
+            verdict = (None, e)
         self.backend.is_output_rank = runner.rank == 0
-        outs = runner.world.bcast(outs, root=0)
+        outs, differ = runner.world.bcast(verdict, root=0)
+        if differ is not None:
+            raise differ
         return scattered.as_pieces(self.program, outs, self.pieces) if self.scatter else outs
 
 
@@ -1267,6 +1277,68 @@ def stop_job(code: int) -> None:
         os._exit(code)
 
 
+STOP_GRACE = 10.0
+"""Seconds mpiexec has to end its ranks after SIGTERM before it gets SIGKILL."""
+
+
+def run_mpiexec(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run an ``mpiexec`` command to its end, its output captured. SIGTERM or SIGHUP to
+    this process (``timeout``, SLURM, Kubernetes: asked to stop) is passed on to mpiexec,
+    which ends its ranks; once it has ended, ``Terminated`` is raised (the caller's
+    ``with`` blocks then remove its temporary files). Past ``timeout`` seconds mpiexec
+    gets SIGTERM too and ``subprocess.TimeoutExpired`` is raised once it has ended. A
+    mpiexec that ignores SIGTERM for ``STOP_GRACE`` seconds is killed."""
+    import signal
+    import threading
+    import time
+
+    asked: list[int] = []
+
+    def forward(signum, frame) -> None:
+        asked.append(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, forward)
+    deadline = time.monotonic() + timeout
+    stopping: float | None = None
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=None if env is None else dict(env))
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if stopping is None and (asked or now > deadline):
+                    stopping = now
+                    proc.terminate()
+                elif stopping is not None and now - stopping > STOP_GRACE:
+                    proc.kill()
+            except BaseException:  # Ctrl-C: mpiexec has it too; do not leave it behind
+                proc.terminate()
+                try:
+                    proc.wait(STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if asked:
+        name = signal.Signals(asked[0]).name
+        raise Terminated(asked[0], f"stopped by {name}: mpiexec and its ranks were stopped, the job's files removed")
+    if stopping is not None:
+        raise subprocess.TimeoutExpired(cmd, timeout, out, err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: int, seed: int, scatter: Sequence[str] = (), timeout: float = 600) -> list[Any]:
     """Run on ``ranks`` processes started with ``mpiexec`` and return rank 0's outputs."""
     from distir.runtime import npz
@@ -1282,21 +1354,23 @@ def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: 
         (job / "job.json").write_text(json.dumps({"func": func, "ranks": ranks, "seed": seed, "scatter": list(scatter)}))
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.runtime.mpi_worker", str(job)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            proc = run_mpiexec(cmd, timeout)
         except subprocess.TimeoutExpired:
-            raise ExecutionFailed(f"mpiexec -n {ranks} did not finish within {timeout:.0f} s") from None
+            raise JobFailed(f"mpiexec -n {ranks} did not finish within {timeout:.0f} s: it was stopped") from None
         err = job / "error.txt"
         if err.exists():
             kind, _, msg = err.read_text().partition("\n")
             if kind == "rejected":
                 raise InputRejected(msg)
+            if kind == "differ":
+                raise ResultsDiffer(msg)
             raise ExecutionFailed(msg)
         if proc.returncode != 0 or not (job / "outputs.npz").exists():
             import re
 
             died = re.search(r"EXIT STRING: (.*)", proc.stdout + proc.stderr)
             if died:
-                raise ExecutionFailed(f"a rank of 'mpiexec -n {ranks}' died ({died.group(1).strip()}); mpiexec ended the other ranks")
+                raise JobFailed(f"a rank of 'mpiexec -n {ranks}' died ({died.group(1).strip()}); mpiexec ended the other ranks")
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
             raise ExecutionFailed(f"mpiexec -n {ranks} failed (exit {proc.returncode}): " + " | ".join(tail))
         data = npz.load_npz(str(job / "outputs.npz"))
@@ -1347,6 +1421,10 @@ def worker_main(job_dir: str) -> int:
 
             np.savez(job / "outputs.npz", **scattered.flatten_outputs(outs))
         return 0
+    except ResultsDiffer as e:  # every rank has rank 0's verdict (PreparedRun.execute)
+        if rank == 0:
+            _report(job, rank, f"differ\n{e}")
+        return 1
     except InputRejected as e:
         _report(job, rank, f"rejected\n{e}")
     except Exception as e:  # noqa: BLE001 - reported to the parent

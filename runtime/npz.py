@@ -369,10 +369,14 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         raise InputRejected(f"cannot read {path} as an npz file: {e}") from None
 
 
-def save_npz(path: str, outputs: Sequence[np.ndarray]) -> None:
-    """Write results as ``result0``, ``result1``, ..."""
+def save_npz(path: str, outputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
+    """Write results as ``result0``, ``result1``, ... (or the arrays of a mapping by
+    their names) to exactly ``path`` (``np.savez`` given a name adds ``.npz`` to one
+    that lacks it: ``--outputs res.out`` wrote ``res.out.npz``)."""
+    arrays = dict(outputs) if isinstance(outputs, Mapping) else {f"result{i}": np.asarray(a) for i, a in enumerate(outputs)}
     try:
-        np.savez(path, **{f"result{i}": np.asarray(a) for i, a in enumerate(outputs)})
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
     except OSError as e:
         raise InputRejected(f"cannot write {path}: {e.strerror or e}") from None
 
@@ -430,7 +434,8 @@ def collect(t: Attribute, grid: layout.MeshGrid | None, buffers: Mapping[int, np
                 bad = tuple(int(i) for i in np.argwhere(~_same_elements(b0, buf))[0])
                 raise ResultsDiffer(
                     f"{what}: replicas disagree: ranks {r0} and {r} hold different values at {list(bad)} "
-                    f"of their block: {b0[bad]!r} vs {buf[bad]!r}"
+                    f"of their block: {b0[bad]!r} vs {buf[bad]!r} (replicated inputs that differ between the ranks "
+                    "give such results: under mpiexec, --trust-inputs skips the check of the inputs' checksums)"
                 )
             continue
         first[key] = (r, buf)

@@ -46,6 +46,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from distir.dialects.diagnostics import Terminated
 from distir.tools.diagnostics import Exit, InputRejected, ResultsDiffer, check_text, describe, make_parser, read_input, run_tool
 
 if TYPE_CHECKING:  # the rest is imported once the arguments are parsed (--help at once)
@@ -392,7 +393,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
     quiet = not getattr(backend, "is_output_rank", True)
     if args.outputs and not quiet:
         if pieces:
-            np.savez(args.outputs, **scattered.flatten_outputs(scattered_outputs))
+            npz.save_npz(args.outputs, scattered.flatten_outputs(scattered_outputs))
         else:
             npz.save_npz(args.outputs, outputs)
     if not quiet:
@@ -433,7 +434,12 @@ def _run_tool(argv: Sequence[str] | None) -> int:
         except InputRejected as e:
             msg = str(e)
             raise InputRejected(msg if msg.startswith("distir-run:") else f"distir-run: {msg}") from None
-    except (Exit, KeyboardInterrupt, SystemExit, ResultsDiffer):
+    except ResultsDiffer as e:
+        if session is not None and session.rank != 0:
+            raise Exit(2) from None  # every rank has the verdict; rank 0 reports it
+        msg = str(e)
+        raise ResultsDiffer(msg if msg.startswith("distir-run:") else f"distir-run: {msg}") from None
+    except (Exit, KeyboardInterrupt, SystemExit, Terminated):
         raise
     except BaseException as e:
         if session is None:

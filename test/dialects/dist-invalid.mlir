@@ -352,3 +352,8 @@ func.func @matmul_contracted_nesting(%a: !dist.tensor<8x64xf32, @grid, [sliced<1
   %c = dist.matmul %a, %b : (!dist.tensor<8x64xf32, @grid, [sliced<1>, sliced<1>]>, !dist.tensor<64x16xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>) -> !dist.tensor<8x16xf32, @grid, [local, local]>
   func.return
 }
+
+// -----
+
+// CHECK: 'dist.mesh' op mesh [2048, 1024] has 2097152 ranks: distir handles meshes of at most 1048576 ranks
+dist.mesh @huge shape = [2048, 1024]

@@ -277,14 +277,15 @@ def test_a_parameter_rebound_on_one_rank_only():
     assert "the parameters rebound since the last step(): rank 0 has [], rank 1 has [(0, 0)]" in msg
 
 
-def test_a_parameter_rebound_to_another_shape():
+@pytest.mark.parametrize("new, what", [(torch.zeros(2), "torch.float32 tensor of shape [2]"), (torch.zeros(1, dtype=torch.float64), "torch.float64 tensor of shape [1]")])
+def test_a_parameter_rebound_to_another_shape_or_dtype(new, what):
     def rank(r, comm):
         m = net()
         opt = dp.AdamW(m.parameters(), comm=comm)
-        m[1].bias.data = torch.zeros(2)
+        m[1].bias.data = new.clone()
         opt.step()
 
-    assert "parameter 3 of group 0 (shape [1]) was rebound after the optimizer was made to a torch.strided torch.float32 tensor of shape [2]" in rejected_everywhere(rank)[0]
+    assert f"parameter 3 of group 0 (shape [1]) was rebound after the optimizer was made to a torch.strided {what}" in rejected_everywhere(rank)[0]
 
 
 @pytest.mark.parametrize("flag", ["maximize", "amsgrad", "capturable", "differentiable"])

@@ -11,52 +11,20 @@ here; ``bench/faults.py`` repeats it at every kill point (``torch_faults.KILL_PO
 from __future__ import annotations
 
 import functools
-import os
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from support import torch_faults
 
-from distir.runtime.mpi import mpiexec_path
-
-ROOT = Path(__file__).resolve().parents[2]
-WORKER = ROOT / "test" / "support" / "torch_faults.py"
 LIMIT = 30.0
-
-TORCH_LEFTOVERS = re.compile(r"torchelastic_\w+|torchinductor_\w+")
-"""What every torchrun job leaves in its temporary folder, failed or not: torchrun's log
-folder and inductor's cache (torch's, not the fault's)."""
-
-
-def launch(launcher: str, cases: str, out: Path, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
-    """Run the worker on 2 ranks with its own temporary folder (``out/tmp``): (the
-    finished job, the time it ended at)."""
-    tmp = out / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT / "test")}
-    if launcher == "torchrun":
-        cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", str(WORKER), cases, str(out)]
-    else:
-        cmd = [mpiexec_path(), "-n", "2", sys.executable, str(WORKER), cases, str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    return proc, time.time()
 
 
 def nothing_left(out: Path) -> None:
     """No process of the job runs, none of the /dev/shm files its ranks mapped exists,
     and its temporary folder holds only torch's own folders."""
-    mine = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
-    assert not mine, [p.info["cmdline"] for p in mine]
-    mapped = {line.strip() for f in out.glob("shm-*.txt") for line in f.read_text().splitlines() if line.strip()}
-    assert mapped, "the ranks recorded no /dev/shm file"
-    left = sorted(name for name in mapped if os.path.exists(name))
+    left = torch_faults.leftovers(out)
     assert not left, left
-    stray = [p.name for p in (out / "tmp").iterdir() if not TORCH_LEFTOVERS.fullmatch(p.name)]
-    assert not stray, stray
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +34,7 @@ def job(tmp_path_factory):
     @functools.cache
     def run(launcher: str, cases: str):
         out = tmp_path_factory.mktemp(f"{launcher}-{cases.replace(':', '-').replace(',', '-')}")
-        proc, end = launch(launcher, cases, out)
+        proc, end = torch_faults.launch(launcher, cases, out)
         return proc, end, out
 
     return run
@@ -136,8 +104,5 @@ def test_a_rank_killed_in_the_middle_of_a_step(job, launcher, point):
     assert proc.returncode != 0
     killed = float((out / "killed.txt").read_text())
     assert end - killed <= LIMIT, f"the job ended {end - killed:.1f} s after the kill"
-    if launcher == "mpiexec":
-        assert "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)" in proc.stdout + proc.stderr
-    else:
-        assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: -9", proc.stderr), proc.stderr[-3000:]
+    assert torch_faults.kill_message(launcher, proc), (proc.stdout + proc.stderr)[-3000:]
     nothing_left(out)

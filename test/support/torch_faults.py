@@ -26,7 +26,9 @@ DIR/killed.txt with the time of the kill (``time.time()``)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -180,6 +182,54 @@ def init_case(rank: int) -> None:
     diff = float((finals["ddp"] - finals["distir"]).abs().max())
     assert diff <= 1e-5, f"distir and DDP differ by {diff}"
     print(f"init: rank {rank} ok", flush=True)
+
+
+# ======================================================================================
+# The launching side (the tests and bench/faults.py)
+# ======================================================================================
+
+TORCH_LEFTOVERS = re.compile(r"torchelastic_\w+|torchinductor_\w+")
+"""What every torchrun job leaves in its temporary folder, failed or not: torchrun's log
+folder and inductor's cache (torch's, not the fault's)."""
+
+
+def launch(launcher: str, cases: str, out: Path, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    """Run this worker on 2 ranks under ``launcher`` with its own temporary folder
+    (``out/tmp``): (the finished job, the time it ended at)."""
+    from distir.runtime.mpi import mpiexec_path
+
+    tmp = out / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    if launcher == "torchrun":
+        cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", __file__, cases, str(out)]
+    else:
+        cmd = [mpiexec_path(), "-n", "2", sys.executable, __file__, cases, str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return proc, time.time()
+
+
+def leftovers(out: Path) -> list[str]:
+    """What a finished job launched by ``launch`` left behind: its processes, the
+    /dev/shm files its ranks mapped, anything but torch's own folders in its temporary
+    folder."""
+    import psutil
+
+    found = [f"process {' '.join(p.info['cmdline'])}" for p in psutil.process_iter(["cmdline"])
+             if p.pid != os.getpid() and str(out) in " ".join(p.info["cmdline"] or [])]
+    mapped = {line.strip() for f in out.glob("shm-*.txt") for line in f.read_text().splitlines() if line.strip()}
+    if not mapped:
+        found.append("(the ranks recorded no /dev/shm file)")
+    found += [f"file {name}" for name in sorted(mapped) if os.path.exists(name)]
+    found += [f"file {p}" for p in (out / "tmp").iterdir() if not TORCH_LEFTOVERS.fullmatch(p.name)]
+    return found
+
+
+def kill_message(launcher: str, proc: subprocess.CompletedProcess) -> bool:
+    """Whether the launcher said which rank (mpiexec: which process) died of SIGKILL."""
+    if launcher == "mpiexec":
+        return "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)" in proc.stdout + proc.stderr
+    return re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: -9", proc.stderr) is not None
 
 
 def finish(comm) -> None:

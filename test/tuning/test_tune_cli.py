@@ -219,7 +219,7 @@ def test_sizes_no_device_holds_are_predicted_with_a_warning(capsys):
 
 
 def test_too_many_ranks_for_the_model_are_refused(capsys):
-    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16777216"]) == 1
+    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "131072"]) == 1
     assert "at most 65536 ranks" in capsys.readouterr().err
 
 
