@@ -170,7 +170,10 @@ def test_help_shows_distirs_options_each_with_help_within_100_columns():
     assert "partition" in r.stdout and "insert the collectives." in r.stdout and "()" not in r.stdout.split("distir passes")[1]
 
 
-@pytest.mark.parametrize("tool", ["distir-opt", "distir-run", "distir-tune", "distir-synth", "distir-import"])
+TOOLS = sorted(p.name for p in Path(sys.executable).parent.glob("distir-*"))
+
+
+@pytest.mark.parametrize("tool", TOOLS)
 def test_every_tool_takes_dash_v(tool):
     r = subprocess.run([str(Path(sys.executable).parent / tool), "-v"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith(f"{tool} 0.")
