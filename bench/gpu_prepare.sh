@@ -14,7 +14,9 @@ out=${1:-gpu_wheels}
 rm -rf "$out"
 mkdir -p "$out"
 
+rm -rf build   # setuptools builds in the tree: no stale build/lib in the wheel, none left behind
 python -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w "$out" .
+rm -rf build
 
 # distir's requirements the GPU machine's image does not have, and theirs
 NEEDED="xdsl immutabledict ordered-set nccl4py cuda-core cuda-pathfinder platformdirs rich markdown-it-py mdurl pygments tqdm psutil"

@@ -69,6 +69,7 @@ def pass_summary(cls: type[ModulePass]) -> str:
         doc = (sys.modules[cls.__module__].__doc__ or "").strip()
     para = " ".join(doc.split("\n\n")[0].split())
     para = re.sub(r"^``[^`]*``:\s*", "", para).replace("``", "")
+    para = re.sub(r"\s*\(see the module doc(string)?\)", "", para)
     para = re.sub(r";?\s*see the module doc(string)?\.?", "", para)
     first = re.split(r"(?<=\.)\s+(?=[A-Z])|::", para)[0].rstrip(".:; ")
     return first[:1].upper() + first[1:] + "." if first else ""

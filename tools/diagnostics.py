@@ -135,7 +135,7 @@ def make_parser(tool: str, description: str, **kwargs) -> argparse.ArgumentParse
     """The argument parser of a distir tool: ``--version``, and errors as one-line
     diagnostics with did-you-mean (``argparse_error``)."""
     p = argparse.ArgumentParser(prog=tool, description=description, **kwargs)
-    p.add_argument("--version", action="version", version=f"{tool} {distir_version()}")
+    p.add_argument("-v", "--version", action="version", version=f"{tool} {distir_version()}", help="print the version and exit")
     p.error = argparse_error(tool, p)  # type: ignore[method-assign]
     return p
 

@@ -60,6 +60,9 @@ class Tuned:
     original: bool = False
     parts: tuple[str, ...] = ()
     """For a program of many units (``units.py``): the schedule of each class."""
+    spread: dict[int, float | None] = field(default_factory=dict)
+    """Measured times: how far the rounds at each size scatter above the best
+    (``timing.spread``); two schedules closer than that are a tie."""
 
 
 @dataclass
@@ -95,6 +98,26 @@ class TuneResult:
         if base is None or t is None or not t > 0:
             return None
         return base / t
+
+    def ties(self, size: int) -> list[Tuned]:
+        """Measured times: the schedules (checked ok) whose best time at ``size`` is within
+        the timing noise of the best's: their difference is no more than either one's
+        spread (``Tuned.spread``), so a rerun may order them the other way."""
+        name = self.best.get(size)
+        if name is None:
+            return []
+        w = self.by_name(name)
+        tw, sw = w.times.get(size), w.spread.get(size)
+        if tw is None or sw is None:
+            return []
+        out = []
+        for s in self.schedules:
+            t, sp = s.times.get(size), s.spread.get(size)
+            if s is w or s.check != "ok" or t is None or sp is None:
+                continue
+            if t - tw <= max(sw * tw, sp * t):
+                out.append(s)
+        return out
 
     def by_name(self, name: str) -> Tuned:
         return next(s for s in self.schedules if s.name == name)
@@ -242,7 +265,7 @@ def tune(
             f"{unchecked[0].check.removeprefix('not run: ')}); they are not picked"
         )
     schedules = [
-        Tuned(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original)
+        Tuned(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original, spread=ev.spreads.get(i, {}))
         for i, c in ((i, ex.candidates[i]) for i in evaluated)
     ]
     best: dict[int, str | None] = {}
@@ -281,6 +304,8 @@ class _Evaluator:
             self.scaling = Scaling(d_ref, q)
         self.checks: dict[object, str] = {}
         self.results: dict[int, tuple[str, dict[int, float | None]]] = {}
+        self.spreads: dict[int, dict[int, float | None]] = {}
+        """Measured times: each schedule's spread per size (``timing.spread``)."""
         self.evaluated = 0
 
     def check(self, idxs: Sequence[int]) -> None:
@@ -320,7 +345,7 @@ class _Evaluator:
         """Time the schedules ``idxs`` that passed their check at every size they fit (one
         of each group that lowers to the same program: ``shares``) on ``backend``; the
         limits are checked between sizes (``max_schedules`` caps the schedules timed)."""
-        from distir.tuning.timing import time_programs
+        from distir.tuning.timing import spread, time_programs
 
         cands = self.ex.candidates
         usable = [i for i in idxs if self.results[i][0] == "ok" and i not in shares]
@@ -340,14 +365,17 @@ class _Evaluator:
                 break
             # a size the schedule's slicing does not divide is not applicable: not built
             programs = [(cands[i].name, at_size(cands[i].module, self.d, s)) for i in usable if fit[i][k]]
-            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick)
+            samples: dict[str, list[float]] = {}
+            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick, samples=samples)
             self.evaluated += len(programs)
             for i in usable:
                 self.results[i][1][s] = times.get(cands[i].name) if fit[i][k] else None
+                self.spreads.setdefault(i, {})[s] = spread(samples.get(cands[i].name, [])) if fit[i][k] else None
                 self.done.add(i)
         for i, j in shares.items():
             if self.results[i][0] == "ok" and self.results[j][0] == "ok" and j in self.done:
                 self.results[i] = (self.results[i][0], dict(self.results[j][1]))
+                self.spreads[i] = dict(self.spreads.get(j, {}))
                 self.done.add(i)
 
     def times_of(self, i: int) -> np.ndarray | None:
