@@ -742,13 +742,29 @@ class Partitioner:
         if isinstance(op, (coll.CollectiveOp, dist.TakeSliceOp)):
             t = x.type
             assert isinstance(t, TensorType)
-            self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}"))
+            self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}{self.padding_note(op, t)}"))
         y = op.results[0]
         if y.name_hint is None:
             y.name_hint = op.name.rsplit(".", 1)[-1]  # %all_reduce: a name a pipeline's targets can give
         if x in self.kinds:
             self.kinds[y] = {a: k for a, k in self.kinds[x].items() if isinstance(y.type.get_placements()[a], Local)}  # type: ignore[attr-defined]
         return y
+
+    def padding_note(self, op: Operation, t: TensorType) -> str:
+        """``; moves N padding bytes per rank (...)`` for a collective over a dim the
+        ranks do not divide (NCCL's equal counts: blocks of the largest block's size)."""
+        if not isinstance(op, coll.CollectiveOp):
+            return ""
+        sizes = self.mesh_sizes(t)
+        r = op.result.type
+        assert isinstance(r, TensorType)
+        pad = type(op).padding(t, r, op.options(), sizes)
+        if not pad:
+            return ""
+        item = dist.element_bytes(t.element_type)
+        dims = sorted({*layout.uneven_dims(t.get_shape(), t.get_placements(), sizes), *layout.uneven_dims(r.get_shape(), r.get_placements(), sizes)})
+        blocks = "; ".join(layout.describe_uneven(r.get_shape() if d in layout.sliced_dims(r.get_placements()) else t.get_shape(), r.get_placements() if d in layout.sliced_dims(r.get_placements()) else t.get_placements(), sizes, d) for d in dims)
+        return f"; moves {pad * item} padding bytes per rank ({blocks})"
 
     def reshard(self, x: SSAValue, target: Sequence[Placement], use: str) -> SSAValue:
         """``x`` placed as ``target`` (DTensor's transition table, per axis)."""

@@ -476,9 +476,11 @@ def _prefix(ex: RankExecutor, op: rt.PrefixOp) -> None:
 @handles(rt.PadBlocksOp, rt.UnpadBlocksOp)
 def _pad_blocks(ex: RankExecutor, op: rt.PadBlocksOp | rt.UnpadBlocksOp) -> None:
     src, dst, extent, s = (ex.v(x) for x in op.args)
-    d, n = op.option("dim"), op.option("count")
+    d, counts = op.option("dim"), list(op.option("counts"))
+    n = math.prod(counts)
     dev = ex.device
-    for j, (lo, size) in enumerate(layout.dim_blocks(int(extent), n)):
+    for j in range(n):
+        lo, size = layout.dim_block(int(extent), counts, layout.at_digits(j, counts))
         if size == 0:
             continue
         if isinstance(op, rt.PadBlocksOp):

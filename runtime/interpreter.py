@@ -430,7 +430,8 @@ def matmul(a: np.ndarray, b: np.ndarray, dtype: np.dtype) -> np.ndarray:
     a = a.astype(cdt, copy=False)
     b = b.astype(cdt, copy=False)
     if b.ndim == 2 and a.ndim > 2:
-        y = np.matmul(np.ascontiguousarray(a).reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+        rows = int(np.prod(a.shape[:-1], dtype=np.int64))  # (not -1: a dim may be 0)
+        y = np.matmul(np.ascontiguousarray(a).reshape(rows, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
     else:
         y = np.matmul(a, b)
     return y.astype(dtype, copy=False)
