@@ -913,6 +913,9 @@ class TiledCollectiveOp(RtOp):
     producer inputs, the collective's output buffer, [a reduction buffer], ``%comm``,
     ``%s0``, ``%s1``."""
 
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce its operands (``dialects/verifier.py``)."""
+
     PRODUCER_ARGS: ClassVar[int] = 2
     HAS_RED: ClassVar[bool] = False
     args = var_operand_def()
@@ -1314,6 +1317,9 @@ class FusedOp(IRDLOperation):
           nccl.all_gather %pv, %p, %c, %s count 256 in_place : (...) -> ()
         }
     """
+
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce the all-gathers' inputs (``dialects/verifier.py``)."""
 
     name = "rt.fused"
     execution = opt_prop_def(StringAttr)

@@ -65,11 +65,20 @@ def compile(program: ModuleOp | str, func: str | None = None, ranks: int = 1, pi
     """``program`` (a module or its text) with ``pipeline`` (a ``-p`` string, dist level)
     applied, lowered for ``ranks`` ranks: what every rank's ``Step`` runs. The module is
     copied first (the caller's stays as it was). Raises ``InputRejected`` with the
-    diagnostic when the program, the pipeline or the sizes are wrong."""
+    diagnostic when the program, the pipeline or the sizes are wrong (a program that
+    does not verify included), and ``PassProducedInvalidIR`` naming the pass when a
+    pass of the pipeline or of the lowering breaks the program (a bug in distir)."""
     from distir.dialects.context import parse_module
     from distir.runtime import npz
 
-    module = parse_module(program) if isinstance(program, str) else program.clone()
+    from xdsl.utils.exceptions import VerifyException
+
+    from distir.dialects.verifier import verified_clone
+
+    try:  # nothing that does not verify runs (free when the module verified already)
+        module = parse_module(program) if isinstance(program, str) else verified_clone(program)
+    except VerifyException as e:
+        raise InputRejected(f"the program does not verify: {e}") from None
     if pipeline:
         from xdsl.utils.exceptions import DiagnosticException
 
