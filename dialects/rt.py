@@ -1449,6 +1449,9 @@ class FusedOp(IRDLOperation):
         args = list(launch.args[:-1])
         if args.count(recv) != 1 or any(recv in g.args for g in gathers):
             return "the reduce-scatter's output must be one kernel argument, and no all-gather's"
+        if any(u.operation is not rs and u.operation is not launch for u in recv.uses):
+            # the kernel reduces the peers' blocks as it reads them: the buffer stays unwritten
+            return "the reduce-scatter's output must be read by the kernel only"
         if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
             return "the kernel's space must be the reduce-scatter's output"
         params = list(kernel.params)
