@@ -41,7 +41,7 @@ import sys
 import weakref
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
@@ -165,7 +165,7 @@ class SourceParser(Parser):
         pos = m.start()
         for item in re.finditer(r"[0-9]++|\?", m.group()):
             if item.group() == "?":
-                dims.append(-1)
+                dims.append(DYNAMIC_INDEX)
                 continue
             if len(item.group()) > 19 or int(item.group()) > I64_MAX:
                 at = pos + item.start()

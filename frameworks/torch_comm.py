@@ -5,8 +5,8 @@ Calls map to the process group's collectives on the numpy buffers seen as tensor
 (``torch.from_numpy``: no copy)::
 
     all_reduce      dist.all_reduce (avg: sum, then divide by the group size)
-    reduce_scatter  dist.reduce_scatter_tensor
-    all_gather      dist.all_gather_into_tensor
+    reduce_scatter  dist.reduce_scatter_single
+    all_gather      dist.all_gather_single
     reduce          dist.reduce
     broadcast       dist.broadcast
     group of P2P    dist.batch_isend_irecv
@@ -106,12 +106,12 @@ class TorchComm(ShmPeers):
 
     def _reduce_scatter(self, send, recv, count, op) -> None:
         out = _t(recv, count)
-        dist.reduce_scatter_tensor(out, _t(send, count * self.size), op=_OPS[op], group=self.pg)
+        dist.reduce_scatter_single(out, _t(send, count * self.size), op=_OPS[op], group=self.pg)
         if op == "avg":
             _divide(out, self.size)
 
     def all_gather(self, send, recv, count, stream, in_place=False) -> None:
-        stream.submit(lambda: dist.all_gather_into_tensor(_t(recv, count * self.size), _t(send, count).clone(), group=self.pg))
+        stream.submit(lambda: dist.all_gather_single(_t(recv, count * self.size), _t(send, count).clone(), group=self.pg))
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
         def run():

@@ -245,9 +245,32 @@ def _f_embedding_bag(op: dist.EmbeddingBagOp) -> list[Factor]:
     return out
 
 
+def _f_scatter_add(op: dist.ScatterAddOp) -> list[Factor]:
+    """The table dim (of 3-d operands), the result's rows (a result sliced on them adds
+    only the rows each rank holds), the row width, and the bags as a summed factor
+    (bags sliced over ranks leave partial sums)."""
+    i, u, r = op.indices, op.updates, op.result
+    lead = len(_tensor_shape(i) or ()) - 2
+    out = [Factor([(i, 0), (u, 0), (r, 0)])] if lead else []
+    out.append(Factor([(r, lead)]))
+    out.append(Factor([(u, lead + 1), (r, lead + 1)]))
+    out.append(Factor([(i, lead), (u, lead)], reduce="sum"))
+    return out
+
+
+def _f_sort(op: dist.SortOp) -> list[Factor]:
+    """Every dim but the sorted one, shared by all operands and results."""
+    dim = op.option("dim")
+    vals = [*op.inputs, *op.outputs]
+    rank = len(_tensor_shape(op.outputs[0]) or ())
+    return [Factor([(v, d) for v in vals]) for d in range(rank) if d != dim]
+
+
 FACTORS = {
     dist.MapOp: _f_map,
     dist.EmbeddingBagOp: _f_embedding_bag,
+    dist.ScatterAddOp: _f_scatter_add,
+    dist.SortOp: _f_sort,
     dist.CastOp: _f_same,
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,
@@ -641,6 +664,8 @@ class Partitioner:
             assert isinstance(t, TensorType)
             self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}"))
         y = op.results[0]
+        if y.name_hint is None:
+            y.name_hint = op.name.rsplit(".", 1)[-1]  # %all_reduce: a name a pipeline's targets can give
         if x in self.kinds:
             self.kinds[y] = {a: k for a, k in self.kinds[x].items() if isinstance(y.type.get_placements()[a], Local)}  # type: ignore[attr-defined]
         return y
@@ -662,90 +687,141 @@ class Partitioner:
     def _reshard(self, x: SSAValue, target: list[Placement], use: str) -> SSAValue:
         t = x.type
         assert isinstance(t, TensorType)
-        mesh_axes = self.axis_names(t)
         fmt = layout.format_placements
         why = f"{fmt(t.get_placements())} -> {fmt(target)} for {use}"
-        kinds = self.kinds.get(x, {})
-        # at<r> holders first: broadcast to every rank of the axis
-        for a, p in enumerate(t.get_placements()):
-            if isinstance(p, At) and not (isinstance(target[a], At) and target[a] == p):
-                x = self.emit(coll.BroadcastOp.of(x, axes=[a]), x, f"coll.broadcast over {mesh_axes[a]}", why)
-        # 1. gather (or all_to_all) what the target does not slice the same way: an
-        #    all_to_all when an axis can move to the dim the target slices by it, else the
-        #    gathers of axes the target does not want elsewhere first (they may open one)
-        while True:
-            cur = x.type.get_placements()  # type: ignore[attr-defined]
-            steps = []
-            for d in sorted(layout.sliced_dims(cur)):
-                have, want = layout.slicing_axes(cur, d), layout.slicing_axes(target, d)
-                k = 0
-                while k < len(have) and k < len(want) and have[k] == want[k]:
-                    k += 1
-                if k < len(have):
-                    steps.append((d, have[-1]))
-            if not steps:
-                break
-
-            def movable(step: tuple[int, int]) -> int | None:
-                d, a = step
-                tp = target[a]
-                if isinstance(tp, Sliced) and tp.dim.data != d:
-                    e = tp.dim.data
-                    before = layout.slicing_axes(target, e)
-                    if layout.slicing_axes(cur, e) == before[: before.index(a)]:
-                        return e
-                return None
-
-            moves = [(st, movable(st)) for st in steps if movable(st) is not None]
-            if moves:
-                (d, a), e = moves[0]
-                x = self.emit(coll.AllToAllOp.of(x, dim=e, axes=[a]), x, f"coll.all_to_all over {mesh_axes[a]} (dim {d} -> {e})", why)
-                continue
-            wanted_elsewhere = lambda st: isinstance(target[st[1]], Sliced) and target[st[1]].dim.data != st[0]  # noqa: E731
-            d, a = next((st for st in steps if not wanted_elsewhere(st)), steps[0])
-            x = self.emit(coll.AllGatherOp.of(x, axes=[a]), x, f"coll.all_gather over {mesh_axes[a]} (dim {d})", why)
-        # 2. partial results: reduce_scatter where the target slices next, else all_reduce
-        cur = x.type.get_placements()  # type: ignore[attr-defined]
-        to_reduce: dict[str, list[int]] = {}
-        for a, p in enumerate(cur):
-            if not isinstance(p, Local) or isinstance(target[a], Local):
-                continue
-            kind = kinds.get(a, "sum")
-            tp = target[a]
-            if isinstance(tp, Sliced):
-                e = tp.dim.data
-                want = layout.slicing_axes(target, e)
-                if layout.slicing_axes(x.type.get_placements(), e) == want[: want.index(a)]:  # type: ignore[attr-defined]
-                    x = self.emit(coll.ReduceScatterOp.of(x, op=kind, dim=e, axes=[a]), x, f"coll.reduce_scatter {kind} over {mesh_axes[a]} (dim {e})", why)
-                    continue
-            to_reduce.setdefault(kind, []).append(a)
-        for kind, axes in to_reduce.items():
-            names = ", ".join(mesh_axes[a] for a in axes)
-            x = self.emit(coll.AllReduceOp.of(x, op=kind, axes=axes), x, f"coll.all_reduce {kind} over {names}", why)
-        # 3. slice what the target slices, outermost first
-        for d in sorted(layout.sliced_dims(target)):
-            for a in layout.slicing_axes(target, d):
-                cur = x.type.get_placements()  # type: ignore[attr-defined]
-                if isinstance(cur[a], Sliced) and cur[a].dim.data == d:
-                    continue
-                if not isinstance(cur[a], Replicated):
-                    raise self.fail(self.current, f"cannot place {self.name(x)} as {fmt(target)} ({cur[a]} on axis {mesh_axes[a]}) for {use}")
-                x = self.emit(dist.TakeSliceOp.of(x, dim=d, axis=a), x, f"dist.take_slice over {mesh_axes[a]} (dim {d})", why)
-        # 4. what is left: at<r> targets, partial-sum targets
-        cur = x.type.get_placements()  # type: ignore[attr-defined]
-        for a, (p, q) in enumerate(zip(cur, target)):
-            if isinstance(q, At) and isinstance(p, Replicated):
-                x = self.emit(dist.DropOp.of(x, axis=a), x, "dist.drop", why)
-                x = self.emit(dist.StoreOp.of(x, rank=q.rank.data, axis=a), x, "dist.store", why)
-            elif isinstance(q, Local) and not isinstance(p, Local):
-                raise self.fail(self.current, f"{self.name(x)} is {p} on axis {mesh_axes[a]}: it cannot become partial sums (unreduced) for {use}")
-        if not layout.same_layout(x.type.get_placements(), target):  # type: ignore[attr-defined]
-            raise self.fail(self.current, f"cannot place {self.name(x)} as {fmt(target)} for {use} (it is {fmt(x.type.get_placements())})")  # type: ignore[attr-defined]
+        try:
+            steps = reshard_steps(t, target, self.kinds.get(x, {}), self.axis_names(t))
+        except ReshardError as e:
+            raise self.fail(self.current, f"cannot place {self.name(x)} as {e} for {use}") from None
+        for st in steps:
+            x = self.emit(st.cls.make([x], [st.result], **st.options), x, st.what, why)
         return x
 
     def axis_names(self, t: TensorType) -> list[str]:
         names = self.axis_names_of.get(t.mesh_name)
         return list(names) if names else [f"axis {a}" for a in range(len(t.get_placements()))]
+
+
+class ReshardError(Exception):
+    """No sequence of the transition table turns a value into the target (the message
+    names the target and why)."""
+
+
+@dataclass(frozen=True)
+class ReshardStep:
+    """One op of a resharding: ``cls.make([x], [result], **options)``; ``what`` says it
+    in words (a remark)."""
+
+    cls: type
+    options: dict
+    result: TensorType
+    what: str
+
+    @property
+    def kind(self) -> str:
+        """``all_gather``, ``reduce_scatter``, ``take_slice``, ... (the op's name without
+        its dialect)."""
+        return self.cls.name.split(".", 1)[1]
+
+    @property
+    def axes(self) -> list[int]:
+        return list(self.options.get("axes", [self.options.get("axis", 0)]))
+
+
+def reshard_steps(t: TensorType, target: Sequence[Placement], kinds: dict[int, str] | None = None, axis_names: Sequence[str] | None = None) -> list[ReshardStep]:
+    """The ops that turn a value of type ``t`` into one placed as ``target``, per axis
+    (the transition table of the module doc; planned here, emitted by the partitioner,
+    costed by the planner): broadcast ``at<r>`` holders; gather (or all_to_all) what the
+    target does not slice the same way, innermost first; reduce partial sums
+    (``kinds``: the reduction of each ``local`` axis, default sum) with a reduce_scatter
+    where the target slices next, else an all_reduce; slice what the target slices,
+    outermost first (``take_slice``); last ``at<r>`` targets. ``ReshardError`` when no
+    sequence does it (e.g. a target that wants partial sums of a whole value)."""
+    target = list(target)
+    kinds = kinds or {}
+    names = list(axis_names) if axis_names else [f"axis {a}" for a in range(len(target))]
+    fmt = layout.format_placements
+    steps: list[ReshardStep] = []
+
+    def step(cls, what: str, **options) -> None:
+        nonlocal t
+        result = cls.infer([t], None, {**{kw.keyword: kw.default for kw in cls.KEYWORDS if kw.default is not None}, **options})[0]
+        steps.append(ReshardStep(cls, options, result, what))
+        t = result
+
+    # at<r> holders first: broadcast to every rank of the axis
+    for a, p in enumerate(t.get_placements()):
+        if isinstance(p, At) and not (isinstance(target[a], At) and target[a] == p):
+            step(coll.BroadcastOp, f"coll.broadcast over {names[a]}", axes=[a])
+    # 1. gather (or all_to_all) what the target does not slice the same way: an
+    #    all_to_all when an axis can move to the dim the target slices by it, else the
+    #    gathers of axes the target does not want elsewhere first (they may open one)
+    while True:
+        cur = t.get_placements()
+        pending = []
+        for d in sorted(layout.sliced_dims(cur)):
+            have, want = layout.slicing_axes(cur, d), layout.slicing_axes(target, d)
+            k = 0
+            while k < len(have) and k < len(want) and have[k] == want[k]:
+                k += 1
+            if k < len(have):
+                pending.append((d, have[-1]))
+        if not pending:
+            break
+
+        def movable(st: tuple[int, int]) -> int | None:
+            d, a = st
+            tp = target[a]
+            if isinstance(tp, Sliced) and tp.dim.data != d:
+                e = tp.dim.data
+                before = layout.slicing_axes(target, e)
+                if layout.slicing_axes(cur, e) == before[: before.index(a)]:
+                    return e
+            return None
+
+        moves = [(st, movable(st)) for st in pending if movable(st) is not None]
+        if moves:
+            (d, a), e = moves[0]
+            step(coll.AllToAllOp, f"coll.all_to_all over {names[a]} (dim {d} -> {e})", dim=e, axes=[a])
+            continue
+        wanted_elsewhere = lambda st: isinstance(target[st[1]], Sliced) and target[st[1]].dim.data != st[0]  # noqa: E731
+        d, a = next((st for st in pending if not wanted_elsewhere(st)), pending[0])
+        step(coll.AllGatherOp, f"coll.all_gather over {names[a]} (dim {d})", axes=[a])
+    # 2. partial results: reduce_scatter where the target slices next, else all_reduce
+    to_reduce: dict[str, list[int]] = {}
+    for a, p in enumerate(t.get_placements()):
+        if not isinstance(p, Local) or isinstance(target[a], Local):
+            continue
+        kind = kinds.get(a, "sum")
+        tp = target[a]
+        if isinstance(tp, Sliced):
+            e = tp.dim.data
+            want = layout.slicing_axes(target, e)
+            if layout.slicing_axes(t.get_placements(), e) == want[: want.index(a)]:
+                step(coll.ReduceScatterOp, f"coll.reduce_scatter {kind} over {names[a]} (dim {e})", op=kind, dim=e, axes=[a])
+                continue
+        to_reduce.setdefault(kind, []).append(a)
+    for kind, axes in to_reduce.items():
+        step(coll.AllReduceOp, f"coll.all_reduce {kind} over {', '.join(names[a] for a in axes)}", op=kind, axes=axes)
+    # 3. slice what the target slices, outermost first
+    for d in sorted(layout.sliced_dims(target)):
+        for a in layout.slicing_axes(target, d):
+            cur = t.get_placements()
+            if isinstance(cur[a], Sliced) and cur[a].dim.data == d:
+                continue
+            if not isinstance(cur[a], Replicated):
+                raise ReshardError(f"{fmt(target)} ({cur[a]} on axis {names[a]})")
+            step(dist.TakeSliceOp, f"dist.take_slice over {names[a]} (dim {d})", dim=d, axis=a)
+    # 4. what is left: at<r> targets, partial-sum targets
+    for a, (p, q) in enumerate(zip(t.get_placements(), target)):
+        if isinstance(q, At) and isinstance(p, Replicated):
+            step(dist.DropOp, "dist.drop", axis=a)
+            step(dist.StoreOp, "dist.store", rank=q.rank.data, axis=a)
+        elif isinstance(q, Local) and not isinstance(p, Local):
+            raise ReshardError(f"{fmt(target)}: it is {p} on axis {names[a]}, and cannot become partial sums (unreduced)")
+    if not layout.same_layout(t.get_placements(), target):
+        raise ReshardError(f"{fmt(target)} (it is {fmt(t.get_placements())})")
+    return steps
 
 
 def _user_name(q: SSAValue) -> str:
@@ -760,12 +836,16 @@ def _user_name(q: SSAValue) -> str:
 
 def result_types(op: Operation, in_types: list[Attribute], target, part: Partitioner) -> list[Attribute]:
     """The result types of ``op`` on operands of ``in_types``: the op's rule (``infer``),
-    or for a ``dist.map`` the target placements (its operands were placed to match)."""
-    if isinstance(op, (dist.MapOp, dist.IotaOp)):
+    or for a ``dist.map`` (``iota``, ``scatter_add``) the target placements (its operands
+    were placed to match; the op's verifier checks the rule)."""
+    if isinstance(op, (dist.MapOp, dist.IotaOp, dist.ScatterAddOp)):
         rt_ = op.results[0].type
         assert isinstance(rt_, TensorType)
         ps = target(op.results[0]) if target is not None else [REPLICATED] * len(rt_.get_placements())
-        return [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        types = [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        if isinstance(op, dist.ScatterAddOp):
+            dist.ScatterAddOp.check(in_types[0], in_types[1], types[0])
+        return types
     if isinstance(op, dist.CastOp):
         t = in_types[0]
         assert isinstance(t, TensorType)
@@ -810,6 +890,30 @@ def partition_module(module: ModuleOp, spans: dict[Operation, Span] | None = Non
         p.materialize()
         remarks.extend(p.remarks)
     return remarks
+
+
+def partition_decided(
+    module: ModuleOp,
+    f: func.FuncOp,
+    layouts: dict[SSAValue, Lay],
+    op_axes: dict[Operation, dict[int, int]],
+    spans: dict[Operation, Span] | None = None,
+) -> list[Remark]:
+    """Partition ``f`` (a function of ``module`` in the form of the module doc) with the
+    layout of its global values and the factor of each mesh axis of its ops decided by
+    the caller, the planner (``planner/``), instead of propagated: rules (1), (3) and
+    (4) only. ``layouts`` maps global values (op results) to their ``Lay``; ``op_axes``
+    maps each global op to ``{mesh axis: index in factors(op)}``. The remarks, one per
+    inserted collective."""
+    sizes, names = mesh_table(module)
+    p = Partitioner(f, sizes, spans if spans is not None else {}, names)
+    if not p.collect():
+        return []
+    p.init_layouts()
+    p.lay.update(layouts)
+    p.op_axes.update(op_axes)
+    p.materialize()
+    return p.remarks
 
 
 def format_remark(r: Remark, spans: dict[Operation, Span]) -> str:

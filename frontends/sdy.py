@@ -74,9 +74,10 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.collectives.permute import check_pairs
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
-from distir.frontends import device_values, stablehlo
+from distir.frontends import device_values, stablehlo, stablehlo_verify
 from distir.frontends.device_values import DevVal
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.stablehlo import Translator, Val, shape_of
@@ -84,6 +85,11 @@ from distir.frontends.stablehlo import Translator, Val, shape_of
 # ======================================================================================
 # Shardings
 # ======================================================================================
+
+
+ONE_DEVICE_AXIS = "_"
+"""The axis of the one-rank mesh of a program without ``sdy.mesh`` (or with a mesh of no
+axes): a one-device program, every value replicated on that one rank."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,10 @@ class Mesh:
         return [(a, b // a) for a, b in zip(cuts, cuts[1:])]
 
     def refined(self) -> list[tuple[str, int, str, int]]:
-        """The parent mesh's axes: (dist axis name, size, Shardy axis, pre)."""
+        """The parent mesh's axes: (dist axis name, size, Shardy axis, pre). A mesh without
+        axes (``<[]>``, or none at all: a one-device program) is one axis ``_`` of size 1."""
+        if not self.axes:
+            return [(ONE_DEVICE_AXIS, 1, ONE_DEVICE_AXIS, 1)]
         out = []
         for n, s in self.axes:
             fs = self.factors(n)
@@ -260,6 +269,13 @@ def _mesh(r: Reader, node: OpNode) -> None:
                 if size < 1:
                     raise r.error(f"axis \"{name}\" has size {size}", t.start, r.pos)
                 axes.append((name, size))
+                if math.prod(s for _, s in axes) > MAX_RANKS:
+                    raise r.error(
+                        f"the mesh has {math.prod(s for _, s in axes)} devices with axis \"{name}\" of size {size}: "
+                        f"distir handles meshes of at most {MAX_RANKS} devices",
+                        t.start,
+                        r.pos,
+                    )
                 if r.accept("]"):
                     break
                 r.expect(",", " or ']' between axes")
@@ -598,7 +614,7 @@ class SdyImport:
                 out.body.block.add_ops([parent, view])
                 self.spans[parent] = self.spans[view] = m.mesh.span
             else:
-                op = dist.MeshOp.create_mesh(name, [s for _, s in m.mesh.axes] or [1], [n for n, _ in m.mesh.axes] or ["_"])
+                op = dist.MeshOp.create_mesh(name, list(m.sizes()), [a for a, _, _, _ in m.axes])
                 out.body.block.add_op(op)
                 self.spans[op] = m.mesh.span
         publics = [n for n in self.ast.ops if n.name == "func.func" and n.attrs.get("visibility") != "private"]
@@ -678,7 +694,7 @@ class SdyImport:
     def function(self, node: OpNode, out: ModuleOp) -> func.FuncOp:
         mm = self.mesh_of(node)
         if mm.name not in {op.sym_name.data for op in out.ops if isinstance(op, dist.MeshOp)}:
-            op = dist.MeshOp.create_mesh(mm.name, [1], ["_"])
+            op = dist.MeshOp.create_mesh(mm.name, list(mm.sizes()), [a for a, _, _, _ in mm.axes])
             out.body.block.add_op(op)
         tr = SdyTranslator(self, mm, self.ast)
         body = node.regions[0][0]
@@ -776,10 +792,37 @@ def _h_constraint(tr: SdyTranslator, node: OpNode) -> list[Val]:
     return [constrain(tr, x, node.attrs["sharding"], f"'{node.name}'")]
 
 
+SDY_ATTRS = ("sdy.sharding", "sdy.sharding_rule", "sdy.sharding_origins", "sdy.propagation_edges", "sdy.sharding_group_id")
+"""Shardy's attribute names on arguments, results and ops; another ``sdy.`` name (a
+misspelling) is a diagnostic, as is a sharding under another name: either would leave
+the value replicated without a word."""
+SHARDING_KEYS = ("sdy.sharding", "sharding", "in_shardings", "out_shardings", "out_sharding")
+
+
+def check_attributes(ops: Sequence[OpNode]) -> None:
+    """Shardy's attributes where Shardy reads them (see ``SDY_ATTRS``), in ``ops`` and
+    their regions."""
+    for op in ops:
+        for attrs in (op.attrs, *op.arg_attrs, *op.res_attrs):
+            for key, value in attrs.items():
+                sharding = bool(_shardings_in(value))
+                if key.startswith("sdy.") and key not in SDY_ATTRS:
+                    hint = " (a sharding is written 'sdy.sharding')" if sharding else ""
+                    raise ParseError(op.span, f"unknown Shardy attribute '{key}' on '{op.name}'{hint}")
+                if sharding and key not in SHARDING_KEYS:
+                    raise ParseError(op.span, f"a #sdy.sharding under '{key}' on '{op.name}': Shardy reads a sharding only as 'sdy.sharding'")
+        for region in op.regions:
+            for block in region:
+                check_attributes(block.ops)
+
+
 def sdy_import(text: str, name: str) -> tuple[ModuleOp, dict[Operation, Span]]:
     """Read StableHLO + Shardy text into a dist module (before ``partition``) and the
-    source position of every op."""
+    source position of every op; StableHLO's rules (``stablehlo_verify.py``) and
+    Shardy's attribute names are checked first."""
     ast = read_module(text, name, HOOKS, ATTR_HOOKS)
+    check_attributes(ast.ops)
+    stablehlo_verify.verify(ast)
     imp = SdyImport(ast)
     module = imp.run()
     return module, imp.spans

@@ -70,7 +70,7 @@ from xdsl.utils.lexer import Span
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Placement, Sliced
-from distir.frontends import sdy, stablehlo
+from distir.frontends import sdy, stablehlo, stablehlo_verify
 from distir.frontends.mlir_text import Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.sdy import from_global, to_global
 from distir.frontends.stablehlo import Translator, Val, shape_of
@@ -771,6 +771,7 @@ for _n in MATH_UNARY:
 def shard_import(text: str, name: str) -> tuple[ModuleOp, dict[Operation, Span]]:
     """Read MLIR shard (or mesh) text into a dist module (before ``partition``)."""
     ast = read_module(text, name, HOOKS)
+    stablehlo_verify.verify(ast)
     imp = ShardImport(ast)
     module = imp.run()
     return module, imp.spans

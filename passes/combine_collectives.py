@@ -23,15 +23,17 @@ Valid when
   the ranks holding the value take part);
 * the combined op has a layout that carries every member. An all_reduce is combined
   as a ``fused_all_reduce`` whose region sees each member reduce-scattered along one
-  ``dim`` (the same for all members of a bucket): a dim the group divides that no
-  other mesh axis already slices (the first such dim). A dim another axis slices
+  ``dim`` (the same for all members of a bucket): a dim no other mesh axis already
+  slices, the first one the group divides. A dim another axis slices
   would nest the group's blocks inside that axis's blocks, which is not the plain
   ``sliced<dim>`` block a combined buffer holds (an all_reduce over ``dp`` of
   ``[local, sliced<0>]`` on a 2x4 mesh keeps dim 0 out of the choice and takes dim 1
-  if ``dp`` divides it). Members whose first such dim differs go to different
-  buckets; an all_reduce with no such dim (or before the group size is known: the
-  default lowering runs this pass after ``fix-mesh-sizes``) stays as it is. Other
-  collectives carry their own ``dim``, which each member's verifier has checked.
+  if ``dp`` divides it). Where no such dim is divided by the group, the one with the
+  least padding (uneven blocks). Members whose dim differs go to different buckets;
+  an all_reduce with every dim sliced by other axes (or before the group size is
+  known: the default lowering runs this pass after ``fix-mesh-sizes``) stays as it
+  is. Other collectives carry their own ``dim``, which each member's verifier has
+  checked.
 
 0-d all_reduces, sends and collectives inside regions stay as they are. A collective
 larger than ``bucket-bytes`` on its own is left alone.
@@ -65,7 +67,7 @@ from xdsl.passes import ModulePass
 from distir.dialects import coll, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import At, Sliced
-from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes, replace_values
+from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes, replace_values, slice_dim
 
 DEFAULT_BUCKET_BYTES = 32 * 1024 * 1024
 """Operand bytes of one combined collective (the logical size of its operands)."""
@@ -88,19 +90,17 @@ def _options_key(options: dict) -> tuple:
 
 
 def _ar_dim(op: coll.AllReduceOp) -> int | None:
-    """The dim a combined all_reduce slices (module doc): the first one the (known)
-    group divides and no other mesh axis slices."""
+    """The dim a combined all_reduce slices (module doc): among the dims no other mesh
+    axis slices, the first one the (known) group divides, else the one with the least
+    padding (``support.slice_dim``)."""
     t = op.input.type
     assert isinstance(t, TensorType)
     sizes = mesh_sizes(op, t)
     if sizes is None or any(sizes[a] is None for a in op.axes):
         return None
-    n = layout.group_size(sizes, list(op.axes))
     taken = {p.dim.data for p in t.get_placements() if isinstance(p, Sliced)}
-    for d, extent in enumerate(t.get_shape()):
-        if d not in taken and extent % n == 0:
-            return d
-    return None
+    free = [d for d in range(t.rank) if d not in taken]
+    return slice_dim(t, layout.group_size(sizes, list(op.axes)), free) if free else None
 
 
 def _taking_part(t: TensorType, axes) -> tuple:

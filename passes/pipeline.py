@@ -133,8 +133,21 @@ def _value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return v if _BARE.match(v) else '"' + v.replace('"', '\\"') + '"'
+        return v if _BARE.match(v) and _reads_as_text(v) else '"' + v.replace('"', '\\"') + '"'
     return str(v)
+
+
+def _reads_as_text(v: str) -> bool:
+    """Whether ``-p``'s parser reads the bare word ``v`` back as that string (``19``
+    reads as a number, ``true`` as a flag: they are printed quoted, ``targets="19"``)."""
+    from xdsl.utils.arg_spec import ArgSpecParseError
+    from xdsl.utils.arg_spec import parse_pipeline as parse_specs
+
+    try:
+        (spec,) = parse_specs(f"p{{o={v}}}")
+    except (ArgSpecParseError, ValueError):
+        return False
+    return spec.parameters.get("o") == (v,)
 
 
 def pass_spec(p: ModulePass) -> str:

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable
 from typing import IO
 
-from distir.dialects.diagnostics import InputRejected, InternalError, ResultsDiffer, check_text
+from distir.dialects.diagnostics import DistirWarning, InputRejected, InternalError, ResultsDiffer, Terminated, check_text
 
 __all__ = [
     "EXIT_INTERNAL",
@@ -272,15 +272,26 @@ def _quiet_stdout() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def quiet_developer_warnings() -> None:
+def quiet_developer_warnings(tool: str = "distir") -> None:
     for pattern in DEVELOPER_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DistirWarning):  # one line, as the tool's diagnostics
+            print(f"{tool}: warning: {message}", file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    if not getattr(shown, "distir", False):
+        show.distir = True  # type: ignore[attr-defined]
+        warnings.showwarning = show
 
 
 def run_tool(tool: str, body: Callable[[], int]) -> int:
     """Run a tool's body with standard output guarded (module doc), mapping exceptions
     to messages on stderr and exit codes."""
-    quiet_developer_warnings()
+    quiet_developer_warnings(tool)
     saved = sys.stdout
     real = saved is None or saved is sys.__stdout__
     sys.stdout = _Output(saved, STDOUT, tool)  # type: ignore[assignment]
@@ -307,6 +318,9 @@ def run_tool(tool: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"{tool}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"{tool}: {e}", file=sys.stderr)
+        return 128 + e.signum
     except BaseException as e:  # noqa: BLE001 - the last line of defence against tracebacks
         code, message = describe(tool, e)
         print(message, file=sys.stderr)

@@ -40,6 +40,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -418,9 +419,27 @@ def plot(result, path: str, title: str) -> None:
 # --------------------------------------------------------------------------------------
 
 
+BUSY_LOAD = 0.5
+"""A load average above this many runnable jobs per core means other work shares the
+machine: a calibration then measures it too."""
+
+
+def _busy(what: str) -> str | None:
+    """A warning when the machine's load makes a measurement unreliable, else None."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    if load <= BUSY_LOAD * cores:
+        return None
+    return (f"distir-tune: warning: {what} at load {load:.1f} on {cores} cores: other jobs share this machine and the fit "
+            "measures them too (its bandwidths come out low, its predictions slow); calibrate again when the machine is idle")
+
+
 def _calibrate(ranks: int) -> None:
     from distir.tuning.calibrate import calibrate, local_topology
 
+    before = _busy("calibrating")
+    if before:
+        print(before, file=sys.stderr, flush=True)
     bar = _Progress()
     count = [0]
 
@@ -438,7 +457,10 @@ def _calibrate(ranks: int) -> None:
               f"step {rt.step_s * 1e6:.0f} us + {rt.dispatch_s * 1e6:.1f} us per op")
         for kind, a, b in topo.collectives:
             print(f"  {kind:15s} alpha {a * 1e6:8.1f} us  beta {b * 1e12:8.1f} ps/byte ({1 / b / 1e9:.1f} GB/s)")
-    print(f"stored in {path}")
+    print(f"stored in {path} (used by every distir-tune --model local of this user on this machine)")
+    after = _busy("the calibration ran")
+    if after and not before:
+        print(after, file=sys.stderr, flush=True)
 
 
 MODEL_MAX_RANKS = 1 << 16
@@ -587,16 +609,21 @@ def _tune(args) -> int:
         print(f"distir-tune: error: {bug}", file=sys.stderr)
     if args.json:
         write_output("distir-tune", args.json, json.dumps(result_json(result), indent=1, allow_nan=False))
+        if args.json != "-":
+            print(f"distir-tune: wrote the results as JSON to {args.json}", file=sys.stderr)
     if args.plot:
         plot(result, args.plot, f"{args.file}: {ranks} ranks, {result.how}")
+        print(f"distir-tune: wrote the plot to {args.plot}", file=sys.stderr)
     if args.output:
         size = result.sizes[0]
         best = result.best_module(size)
         if best is None:
             raise InputRejected(f"distir-tune: no schedule runs at size {size}: nothing to write to {args.output}")
         name = result.best[size]
-        header = f"// distir-tune: best schedule at size {size} on {ranks} ranks ({result.how}): {name}\n//   distir-opt -p '{result.by_name(name).pipeline}'\n"
+        header = f"// distir-tune: best schedule at size {size} on {ranks} ranks ({result.how}): {name}\n//   distir-opt -p {shlex.quote(result.by_name(name).pipeline)}\n"
         write_output("distir-tune", args.output, header + str(best) + "\n")
+        if args.output != "-":
+            print(f"distir-tune: wrote the best schedule ({name}) to {args.output}", file=sys.stderr)
     if result.cut_short == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_BUG if result.bugs else 0

@@ -189,7 +189,7 @@ def check_mpi_ranks(ranks: int, what: str = "distir-tune") -> None:
 
 
 def _time_mpi(programs, ranks, limits, warmup, progress) -> dict[str, float | None]:
-    from distir.runtime.mpi import mpiexec_path
+    from distir.runtime.mpi import mpiexec_path, run_mpiexec
 
     with tempfile.TemporaryDirectory(prefix="distir-tune-") as d:
         job = Path(d)
@@ -202,7 +202,10 @@ def _time_mpi(programs, ranks, limits, warmup, progress) -> dict[str, float | No
         if progress is not None:
             progress(f"mpiexec -n {ranks} ({len(names)} programs)")
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.tuning.timing", str(job)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        try:
+            proc = run_mpiexec(cmd, timeout=3600)
+        except subprocess.TimeoutExpired:
+            raise InputRejected(f"the mpi timing job (mpiexec -n {ranks}) did not finish within an hour: it was stopped") from None
         result = job / "times.json"
         if proc.returncode != 0 or not result.exists():
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])

@@ -26,6 +26,8 @@ fact                          used by
 ``TOKEN``                     the tuner's schedule names (``AR``, ``RS``, ...)
 ``moves_nothing``             ``canonicalize``: when the op is the identity
 ``chunk``                     ``lower-overlap``: how a chunked result maps to its operand
+``cut_dims``                  ``lower-collectives``: the dims ``lower`` cuts into one
+                              block per member (laid out padded where uneven)
 ============================  ==========================================================
 
 The interfaces the methods are written against (so that this floor imports nothing
@@ -300,6 +302,14 @@ class CollectiveOp(DistOp):
         raise NotImplementedError
 
     @classmethod
+    def cut_dims(cls, t: TensorType, options: dict[str, Any], axes: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The dims of the operand's buffer (an operand of type ``t``) and of the
+        result's buffer that ``lower`` cuts into one equal block per group member: where
+        the ranks do not divide such a dim the lowering lays the buffer out padded
+        (``lowering/padding.py``). None by default."""
+        return [], []
+
+    @classmethod
     def chunk(cls, t: TensorType, options: dict[str, Any], dim: int) -> tuple[int, bool]:
         """For a result cut into chunks along ``dim`` (``coll.overlap``): the operand dim
         cut the same way, and whether the chunks are logical ones (rank r holds block r
@@ -350,6 +360,15 @@ def check_group_rank(rank: int, n: int, what: str) -> None:
 
 def concat(buffers: Sequence[np.ndarray], dim: int) -> np.ndarray:
     return buffers[0] if len(buffers) == 1 else np.concatenate(buffers, axis=dim)
+
+
+def split(buffer: np.ndarray, n: int, dim: int) -> list[np.ndarray]:
+    """The n blocks of ``buffer`` along ``dim`` (views), as ``layout.dim_block`` cuts them:
+    the last ones may be shorter or empty (the inverse of ``concat``)."""
+    out = []
+    for lo, size in layout.dim_blocks(buffer.shape[dim], n):
+        out.append(buffer[(slice(None),) * dim + (slice(lo, lo + size),)])
+    return out
 
 
 @irdl_op_definition

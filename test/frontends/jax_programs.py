@@ -177,6 +177,11 @@ def programs():
         return jnp.tanh(acc)
 
     out["ring_matmul"] = smap(ring_matmul, m4, (P("x", None), P(None, "x")), P(None, "x"), (8, 16), (16, 8))
+
+    # The constructs of the programs people write, on one device and sharded.
+    import jax_constructs
+
+    out.update(jax_constructs.programs(jax, jnp, np, rng, mesh))
     return out
 
 

@@ -150,3 +150,15 @@ func.func @same_ranks_taking_part(%x: !dist.tensor<8xf32, @grid, [local, at<0>]>
   %2 = coll.all_reduce sum %z : !dist.tensor<4xf32, @grid, [local, at<0>]> -> !dist.tensor<4xf32, @grid, [replicated, at<0>]>
   func.return %0, %1, %2 : !dist.tensor<8xf32, @grid, [replicated, at<0>]>, !dist.tensor<8xf32, @grid, [replicated, replicated]>, !dist.tensor<4xf32, @grid, [replicated, at<0>]>
 }
+
+// No dim the 4 ranks divide: each member slices the dim with the least padding (13
+// rows as 4, 4, 4, 1 rather than 3 columns as 1, 1, 1, 0), and they combine.
+// CHECK-LABEL: func.func @uneven_all_reduces
+// CHECK:         %[[A:.*]], %[[B:.*]] = coll.fused_all_reduce sum %x, %y dim 0 : (!dist.tensor<13x3xf32, @world, [local]>, !dist.tensor<13xf32, @world, [local]>)
+// CHECK-NEXT:    ^bb0(%[[XS:.*]]: !dist.tensor<13x3xf32, @world, [sliced<0>]>, %[[YS:.*]]: !dist.tensor<13xf32, @world, [sliced<0>]>):
+// CHECK-NEXT:      coll.yield %[[XS]], %[[YS]]
+func.func @uneven_all_reduces(%x: !dist.tensor<13x3xf32, @world, [local]>, %y: !dist.tensor<13xf32, @world, [local]>) -> (!dist.tensor<13x3xf32, @world, [replicated]>, !dist.tensor<13xf32, @world, [replicated]>) {
+  %a = coll.all_reduce sum %x : !dist.tensor<13x3xf32, @world, [local]> -> !dist.tensor<13x3xf32, @world, [replicated]>
+  %b = coll.all_reduce sum %y : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [replicated]>
+  func.return %a, %b : !dist.tensor<13x3xf32, @world, [replicated]>, !dist.tensor<13xf32, @world, [replicated]>
+}

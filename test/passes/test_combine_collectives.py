@@ -3,7 +3,7 @@ combined fused all-reduces (the fused CoCoNet schedule per tensor), and the othe
 on 1, 2, 4 and 8 ranks; and the lowering runs the combined step as one collective."""
 
 import pytest
-from support.rewrites import RANKS, check
+from support.rewrites import RANKS, check, UNEVEN_RANKS, uneven
 
 from distir.dialects.context import parse_module
 from distir.examples.optimizer_step import optimizer_step
@@ -54,6 +54,18 @@ def test_combined_kinds():
         contains=["coll.fused_reduce_scatter sum %x, %y dim 0", "coll.fused_all_gather %s, %t", "coll.fused_reduce max %x, %y root 0"],
         absent=["coll.reduce_scatter", "coll.all_gather ", "coll.reduce "],
     )
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('adam', 'split-allreduce,reorder-allgather,fuse-allreduce,combine-collectives', ['coll.fused_all_reduce']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)
 
 
 # All-reduces over dp of operands also sliced over tp (issue 27): on a 2-D mesh of every

@@ -79,3 +79,20 @@ def test_apply_pipeline_verifies_after_each_pass():
     with pytest.raises(PassProducedInvalidIR, match="return-before-its-value"):
         apply_pipeline(module, [ReturnBeforeItsValue()])
 
+
+@pytest.mark.parametrize("name", ["19", "0", "-1", "true", "false", "a.b", 'say "hi"', "arg0", "all_reduce_rs", "1e5"])
+def test_printed_pipelines_read_back_as_the_same_passes(name):
+    from distir.passes.fuse_allreduce import FuseAllReducePass
+    from distir.passes.pipeline import pipeline_spec
+    from distir.passes.split_allreduce import SplitAllReducePass
+
+    passes = (SplitAllReducePass(dim=0, targets=(name, "x")), FuseAllReducePass(targets=(name,)))
+    text = pipeline_spec(passes)
+    assert parse_pipeline(text) == passes, text
+
+
+def test_a_value_named_by_a_number_is_quoted():
+    from distir.passes.pipeline import pipeline_spec
+    from distir.passes.split_allreduce import SplitAllReducePass
+
+    assert pipeline_spec([SplitAllReducePass(dim=0, targets=("19",))]) == 'split-allreduce{dim=0 targets="19"}'

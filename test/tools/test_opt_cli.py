@@ -140,10 +140,15 @@ def test_a_pass_request_the_program_cannot_take_is_located():
     assert "'fix-mesh-sizes' pass: 'dist.mesh' op mesh @world of shape [4] does not have 3 ranks" in r.stderr
 
 
-def test_a_pass_that_leaves_an_invalid_program_is_named_and_located():
-    fused = str(ROOT / "examples" / "schedules" / "adam_fused.mlir")
-    r = opt(fused, "-p", "fix-mesh-sizes{ranks=3}")
+def test_a_pass_that_leaves_an_invalid_program_is_named_and_located(tmp_path):
+    # 6 rows over 4 ranks are blocks of 2, 2, 2, 0 rows, 24 elements blocks of 6: each
+    # rank's block no longer reshapes into its block once the mesh has 4 ranks.
+    src = tmp_path / "reshape.mlir"
+    t, r = "!dist.tensor<6x4xf32, @world, [sliced<0>]>", "!dist.tensor<24xf32, @world, [sliced<0>]>"
+    src.write_text(f"dist.mesh @world shape = [?]\nfunc.func @f(%x: {t}) -> {r} {{\n  %y = dist.reshape %x : {t} -> {r}\n  func.return %y : {r}\n}}\n")
+    assert opt(str(src), "-p", "fix-mesh-sizes{ranks=3}").returncode == 0
+    r = opt(str(src), "-p", "fix-mesh-sizes{ranks=4}")
     assert r.returncode == 1
     first = r.stderr.splitlines()[0]
-    assert first.startswith(f"{fused}:") and "dist.take_slice" in r.stderr.splitlines()[1]
-    assert "not divisible by the 3 ranks of axis 0 (in the program that pass 'fix-mesh-sizes' produced)" in r.stderr
+    assert first.startswith(f"{src}:3:") and "dist.reshape" in r.stderr.splitlines()[1]
+    assert "is not block 0 of the result's dim 0 (elements 0..6): the ranks slice the two dims differently, gather first (in the program that pass 'fix-mesh-sizes' produced)" in r.stderr

@@ -41,8 +41,12 @@ def test_model_prediction_table_json_plot_and_best(tmp_path):
     assert all(s["measured"] is False for s in data["schedules"])
     assert data["best"]["1024"].startswith("AR-SGD")
     assert out_png.read_bytes()[:4] == b"\x89PNG"
+    # each file written is named on stderr
+    assert f"distir-tune: wrote the results as JSON to {out_json}" in p.stderr
+    assert f"distir-tune: wrote the plot to {out_png}" in p.stderr
     p = run(str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "32", "--sizes", "2^28", "-o", str(best))
     assert p.returncode == 0, p.stderr
+    assert f"to {best}" in p.stderr and "distir-tune: wrote the best schedule (" in p.stderr
     text = best.read_text()
     assert "coll.fused_all_reduce" in text and "268435456xf32" in text
 
@@ -214,7 +218,7 @@ def test_sizes_no_device_holds_are_predicted_with_a_warning(capsys):
 
 
 def test_too_many_ranks_for_the_model_are_refused(capsys):
-    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16777216"]) == 1
+    assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "131072"]) == 1
     assert "at most 65536 ranks" in capsys.readouterr().err
 
 
@@ -309,3 +313,15 @@ def test_ctrl_c_prints_the_best_so_far_and_exits_130():
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert "the search was cut short (interrupted)" in out and "best: " in out
+
+
+def test_a_calibration_on_a_busy_machine_is_flagged(monkeypatch):
+    from distir.tools import tune
+
+    monkeypatch.setattr(tune.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(tune.os, "sched_getaffinity", lambda pid: {0, 1})
+    warning = tune._busy("calibrating")
+    assert warning.startswith("distir-tune: warning: calibrating at load 9.0 on 2 cores: other jobs share this machine")
+    assert "calibrate again when the machine is idle" in warning
+    monkeypatch.setattr(tune.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert tune._busy("calibrating") is None
