@@ -1108,6 +1108,9 @@ class TiledCollectiveOp(RtOp):
     producer inputs, the collective's output buffer, [a reduction buffer], ``%comm``,
     ``%s0``, ``%s1``."""
 
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce its operands (``dialects/verifier.py``)."""
+
     PRODUCER_ARGS: ClassVar[int] = 2
     HAS_RED: ClassVar[bool] = False
     args = var_operand_def()
@@ -1510,6 +1513,9 @@ class FusedOp(IRDLOperation):
         }
     """
 
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce the all-gathers' inputs (``dialects/verifier.py``)."""
+
     name = "rt.fused"
     execution = opt_prop_def(StringAttr)
     reduce = opt_prop_def(IntegerAttr)
@@ -1638,6 +1644,9 @@ class FusedOp(IRDLOperation):
         args = list(launch.args[:-1])
         if args.count(recv) != 1 or any(recv in g.args for g in gathers):
             return "the reduce-scatter's output must be one kernel argument, and no all-gather's"
+        if any(u.operation is not rs and u.operation is not launch for u in recv.uses):
+            # the kernel reduces the peers' blocks as it reads them: the buffer stays unwritten
+            return "the reduce-scatter's output must be read by the kernel only"
         if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
             return "the kernel's space must be the reduce-scatter's output"
         params = list(kernel.params)

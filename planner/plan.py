@@ -255,6 +255,8 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
     """P²'s reductions, then the tuner's schedule (module doc, step 4), on ``pl.module``."""
     from xdsl.context import Context
 
+    from distir.dialects.diagnostics import InternalError
+    from distir.passes.pipeline import run_passes
     from distir.synthesis.synthesize_reductions import SynthesizeReductionsPass
 
     steps = []
@@ -262,12 +264,16 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
         nodes = pl.mesh.placement.hierarchy[0]
         p = SynthesizeReductionsPass(topology=topology_name, nodes=nodes)
         before = str(pl.module)
+        synthesized = pl.module.clone()
         try:
-            p.apply(Context(), pl.module)
+            run_passes(synthesized, [p], Context())  # verified after: a broken result is a bug, raised
+        except InternalError:
+            raise
         except Exception as e:  # the pass refuses a machine it cannot read: keep the plain reductions
             pl.notes.append(f"reductions not synthesized: {e}")
         else:
-            if str(pl.module) != before:
+            if str(synthesized) != before:
+                pl.module = synthesized
                 steps.append(f"synthesize-reductions{{topology={topology_name} nodes={nodes}}}")
     if tune:
         n = collectives_of(pl.module)
@@ -298,7 +304,7 @@ def predict(pl: Plan, ranks: int, topology: Topology) -> None:
     from distir.tuning.cost_model import predict as run_model
 
     f = next(o for o in pl.module.ops if isinstance(o, func.FuncOp))
-    lowered = lower(pl.module, ranks, verify=False)
+    lowered = lower(pl.module, ranks)
     prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
     pl.predicted_s = float(run_model(prepared, [1])[0])
     parts = breakdown(prepared, 1)

@@ -78,7 +78,9 @@ class LoweredProgram:
         f0 = npz.select_function(module, func_name)
         npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
         if is_lowered(module):
-            module = module.clone()
+            from distir.dialects.verifier import verified_clone
+
+            module = verified_clone(module)  # verified: nothing runs that does not
         try:
             lowered = lower(module, ranks, target=target, scattered=scattered)
         except LoweringError as e:

@@ -746,8 +746,13 @@ def run_function(module: ModuleOp | str, func_name: str | None = None, inputs: M
     """Run function ``func_name`` (default: the only one) of ``module`` on ``ranks``
     simulated ranks. ``inputs`` follow the in.npz convention (``runtime/npz.py``);
     missing ones are drawn at random from ``seed``. Returns an ``Execution`` with the
-    logical outputs, the per-rank result values and the allocation statistics."""
+    logical outputs, the per-rank result values and the allocation statistics. The
+    module is verified first (``VerifyException``), unless it verified and has not
+    changed since."""
+    from distir.dialects.verifier import ensure_verified
+
     module = as_module(module)
+    ensure_verified(module)  # never runs a program that does not verify (free when it did)
     f = npz.select_function(module, func_name)
     grids = npz.resolve_grids(module, ranks)
     full = npz.prepare_inputs(module, f, ranks, inputs, seed, grids=grids)

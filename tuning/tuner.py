@@ -34,8 +34,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
-from distir.dialects.diagnostics import InputRejected, check_rank_count
+from distir.dialects.diagnostics import InputRejected, InternalError, check_rank_count
 from distir.dialects.dist import TensorType
+from distir.passes.pipeline import run_passes
 from distir.passes.support import printed_names
 from distir.tuning import search, units
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
@@ -397,7 +398,7 @@ class _Evaluator:
         assert self.model is not None
         try:
             module = c.module if self.scaling.d_ref == self.d else at_size(c.module, self.d, self.scaling.d_ref)
-            lowered = lower(module, self.ranks, verify=False)
+            lowered = lower(module, self.ranks)
             prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
         except (InputRejected, PassFailedException, VerifyException):
             return times  # not applicable on this rank count (a dim the ranks do not divide)
@@ -510,8 +511,7 @@ def _tune_units(
 
             more = (FixMeshSizesPass(ranks=ranks), CombineCollectivesPass(bucket_bytes=bucket))
             combined = cands[i].module.clone()
-            for p in more:
-                p.apply(ctx, combined)
+            run_passes(combined, more, ctx)
             cands.append(Candidate(combined, (*cands[i].passes, *more), f"{cands[i].name} + buckets of {_bytes(bucket)}", check="ok"))
             estimates.append({s: None for s in sizes})
             chosen.append(chosen[i])
@@ -576,7 +576,7 @@ def _first_choice(r: TuneResult | None, prog: ModuleOp, ctx) -> _Choice:
     from distir.tuning.explore import structural_name
 
     m = prog.clone()
-    FuseMapsPass().apply(ctx, m)
+    run_passes(m, [FuseMapsPass()], ctx)
     return _Choice(structural_name(m), "fuse-maps", m, {})
 
 
@@ -636,9 +636,8 @@ def _compose(
         for p in passes:
             if stop():
                 return unbuilt
-            p.apply(ctx, out)
-        out.verify()
-    except (PassFailedException, VerifyException, InputRejected) as e:
+            run_passes(out, [p], ctx)  # verified after each, naming the pass
+    except (PassFailedException, VerifyException, InputRejected, InternalError) as e:
         bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
         return None
     if not units.realized(out, [c.module for c in combo]):
