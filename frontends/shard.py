@@ -33,8 +33,10 @@ users]``                                   ``partition``)
 ``shard.reduce_scatter .. scatter_axis``   ``coll.reduce_scatter``, ``dist.to_local``
 ``shard.all_to_all .. split_axis = s       ``dist.from_local`` (sliced<c>),
 concat_axis = c``                          ``coll.all_to_all dim s``, ``dist.to_local``
-``shard.all_slice .. slice_axis = d``      ``dist.from_local`` (replicated: the group's
-                                           values must agree), ``dist.take_slice``
+``shard.all_slice .. slice_axis = d``      ``dist.from_local`` (replicated), then
+                                           ``dist.take_slice``: the group's values must
+                                           agree (see ``_h_all_slice``: where they are
+                                           not known to, the import is rejected)
 ``shard.broadcast .. root = [r]``          ``dist.from_local`` (at<r>),
                                            ``coll.broadcast``
 ``shard.gather`` / ``shard.reduce``        as all_gather / all_reduce (the result on
@@ -69,7 +71,7 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, At, Placement, Sliced
+from distir.dialects.placements import LOCAL, REPLICATED, At, Placement, Replicated, Sliced
 from distir.frontends import sdy, stablehlo, stablehlo_verify
 from distir.frontends.mlir_text import ELEMENT_TYPES, Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.sdy import from_global, to_global
@@ -683,10 +685,58 @@ def _h_all_to_all(tr: ShardTranslator, node: OpNode) -> list[Val]:
 
 @_handles("all_slice")
 def _h_all_slice(tr: ShardTranslator, node: OpNode) -> list[Val]:
+    """``ShardOps.td``: each device crops its own tensor to its block of the group, and
+    the devices' tensors need not agree. distir has no op that crops each rank's own
+    value (``dist.take_slice`` slices one replicated value), so the translation views
+    the group's values as one replicated value: it holds only where they agree. Where
+    the operand is not known to agree over the group (a function argument, a shift, a
+    value of the devices' own blocks: ``_agrees``), the import is rejected with a
+    diagnostic, so that no backend runs it (the interpreter used to reject such a run
+    and ``local`` to compute it)."""
     x = _per_device_only(tr, node)
     axes = tr.axes(node)
+    if not _agrees(x, axes):
+        raise tr.error(
+            f"'{node.name}' of a tensor the devices of grid axes {axes} may hold differently: distir slices one "
+            "value the group agrees on (ShardOps.td lets each device crop its own); all_slice the result of an "
+            "all_reduce, all_gather or broadcast over these axes, or a value computed from such results",
+            node,
+        )
     dim = node.attrs.get("slice_axis", -1)
     return [_to_local(tr, _slice_over(tr, _from_local(tr, x, axes, node), dim, axes), node)]
+
+
+def _agrees(v: SSAValue, axes: Sequence[int]) -> bool:
+    """Whether every device of each group over ``axes`` holds the same value ``v``: a
+    view (``dist.to_local``) of a value replicated over them, or what ops that do not
+    communicate compute from such values (function arguments, permutes and blocks of
+    a sliced value may differ)."""
+    seen: dict[SSAValue, bool] = {}
+    todo = [v]
+    while todo:
+        x = todo[-1]
+        if x in seen:
+            todo.pop()
+            continue
+        t = x.type
+        owner = x.owner
+        if isinstance(t, TensorType) and all(isinstance(t.get_placements()[a], Replicated) for a in axes):
+            seen[x] = True
+        elif not isinstance(t, TensorType):
+            seen[x] = True  # a scalar: the same on every device
+        elif not isinstance(owner, Operation) or isinstance(owner, coll.CollectiveOp | coll.FusedCollectiveOp | coll.OverlapOp):
+            seen[x] = False
+        elif isinstance(owner, dist.ToLocalOp):
+            src = owner.input.type
+            seen[x] = isinstance(src, TensorType) and all(isinstance(src.get_placements()[a], Replicated) for a in axes)
+        else:
+            pending = [o for o in owner.operands if o not in seen]
+            if pending:
+                todo.extend(pending)
+                continue
+            seen[x] = all(seen[o] for o in owner.operands)
+        todo.pop()
+    return seen[v]
 
 
 @_handles("broadcast", "scatter")

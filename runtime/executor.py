@@ -72,11 +72,14 @@ class LoweredProgram:
         ``target``, plan it for that target. Without one, the runner that binds the
         program plans it for its own (``ensure_planned``). ``scattered``: the arguments a
         run passes in pieces."""
+        from distir.dialects.dist import alone, used_meshes
         from distir.lowering.common import LoweringError
         from distir.lowering.pipeline import is_lowered, lower
 
         f0 = npz.select_function(module, func_name)
-        npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
+        # a diagnostic, not a lowering failure; only the meshes f0 uses constrain the ranks
+        npz.check_sizes(f0, npz.resolve_grids(module, ranks, used_meshes(module, f0)), ranks)
+        module = alone(module, f0)  # other functions and meshes are not lowered
         if is_lowered(module):
             from distir.dialects.verifier import verified_clone
 

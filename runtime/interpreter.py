@@ -754,7 +754,7 @@ def run_function(module: ModuleOp | str, func_name: str | None = None, inputs: M
     module = as_module(module)
     ensure_verified(module)  # never runs a program that does not verify (free when it did)
     f = npz.select_function(module, func_name)
-    grids = npz.resolve_grids(module, ranks)
+    grids = npz.resolve_grids(module, ranks, npz.used_meshes(module, f))  # only f's meshes constrain the ranks
     full = npz.prepare_inputs(module, f, ranks, inputs, seed, grids=grids)
     it = Interpreter(module, ranks, grids)
     args: list[Value] = []

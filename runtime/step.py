@@ -90,7 +90,7 @@ def compile(program: ModuleOp | str, func: str | None = None, ranks: int = 1, pi
         except DiagnosticException as e:
             raise InputRejected(f"pipeline '{pipeline}': {e}") from None
     f = npz.select_function(module, func)
-    npz.check_sizes(f, npz.resolve_grids(module, ranks), ranks)
+    npz.check_sizes(f, npz.resolve_grids(module, ranks, npz.used_meshes(module, f)), ranks)
     return LoweredProgram.build(module, func, ranks)
 
 

@@ -600,11 +600,15 @@ def _options(args, module):
     from distir.tuning.timing import check_mpi_ranks
     from distir.tuning.topology import get_topology
 
-    ranks = args.ranks if args.ranks is not None else npz.static_ranks(module)
+    try:
+        f = npz.select_function(module, args.func)
+    except InputRejected as e:
+        raise InputRejected(f"--func {args.func}: {e}" if args.func else str(e)) from None
+    ranks = args.ranks if args.ranks is not None else npz.static_ranks(module, f)  # the meshes f uses
     if ranks is None:
         raise InputRejected("distir-tune: give --ranks N: the program's meshes do not fix the rank count")
     check_rank_count(ranks, "distir-tune")
-    npz.resolve_grids(module, ranks)
+    npz.resolve_grids(module, ranks, npz.used_meshes(module, f))
     sizes = parse_sizes(args.sizes) if args.sizes is not None else None
     if args.output and sizes is not None and len(sizes) != 1:
         raise InputRejected(f"distir-tune: -o writes the best schedule for one size; --sizes gives {len(sizes)} (give one, e.g. --sizes {format_size(sizes[-1])})")

@@ -516,24 +516,24 @@ def _function(module: ModuleOp) -> func.FuncOp:
 
 
 def only_function(module: ModuleOp, name: str | None) -> ModuleOp:
-    """A module holding the meshes and function ``name`` of ``module`` (the only
-    function when ``name`` is None)."""
+    """A module holding function ``name`` of ``module`` (the only function when
+    ``name`` is None) and the meshes it uses (``dist.alone``: only they constrain the
+    rank count)."""
     funcs = [f for f in module.ops if isinstance(f, func.FuncOp)]
     if name is None:
         if len(funcs) != 1:
             listed = ", ".join("@" + f.sym_name.data for f in funcs)
             raise InputRejected(f"the module has {len(funcs)} functions ({listed}): choose one with --func NAME")
         check_body(funcs[0])
-        return module.clone()
+        out = dist.alone(module, funcs[0])
+        return module.clone() if out is module else out
     keep = [f for f in funcs if f.sym_name.data == name]
     if not keep:
         listed = ", ".join("@" + f.sym_name.data for f in funcs)
         raise InputRejected(f"--func {name}: no function @{name} in the module (functions: {listed})")
     check_body(keep[0])
-    out = module.clone()
-    for f in [f for f in out.ops if isinstance(f, func.FuncOp) and f.sym_name.data != name]:
-        out.body.block.erase_op(f, safe_erase=False)
-    return out
+    out = dist.alone(module, keep[0])
+    return module.clone() if out is module else out
 
 
 # ======================================================================================

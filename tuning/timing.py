@@ -71,7 +71,7 @@ def build(module: ModuleOp, ranks: int):
     from distir.runtime.executor import LoweredProgram
 
     f = npz.select_function(module, None)
-    npz.check_sizes(f, npz.resolve_grids(module, ranks), ranks)
+    npz.check_sizes(f, npz.resolve_grids(module, ranks, npz.used_meshes(module, f)), ranks)
     return LoweredProgram.build(module, None, ranks)
 
 
