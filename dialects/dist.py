@@ -12,7 +12,7 @@ primitives of CoCoNet change the placement on one mesh axis (``axis``, default 0
 
 and the local ops compute without communication: ``dist.map``, ``dist.take_slice``,
 ``dist.matmul``, ``dist.reduce_tensor``, ``dist.cast``, ``dist.dropout``,
-``dist.embedding_bag``, ``dist.scatter_add`` and ``dist.remesh``, and the layout ops the front ends need for
+``dist.embedding_bag``, ``dist.scatter_add``, ``dist.sort`` and ``dist.remesh``, and the layout ops the front ends need for
 StableHLO: ``dist.transpose``, ``dist.reshape``, ``dist.iota``, ``dist.extract_slice``
 and ``dist.concat``. ``dist.to_local`` and ``dist.from_local`` see the same per-rank
 buffers as another placement (for per-device programs). Every op verifies shapes, element types,
@@ -26,13 +26,14 @@ import functools
 import itertools
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from xdsl.dialects.builtin import (
     AnyFloat,
     ArrayAttr,
     DenseArrayBase,
+    FunctionType,
     IntAttr,
     IntegerType,
     StringAttr,
@@ -66,6 +67,7 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
@@ -358,6 +360,9 @@ class MeshOp(IRDLOperation):
             fail(self, "mesh must have at least one axis")
         if any(s is not None and s < 1 for s in self.shape.get_values() if s != -1):  # type: ignore[operator]
             fail(self, f"mesh axis sizes must be positive or '?', got {layout.format_sizes(sizes)}")
+        devices = math.prod(s for s in sizes if s is not None)
+        if devices > MAX_RANKS:
+            fail(self, f"mesh {layout.format_sizes(sizes)} has {devices} ranks: distir handles meshes of at most {MAX_RANKS} ranks")
         if self.axis_names is not None:
             if len(self.axis_names) != len(sizes):
                 fail(self, f"mesh has {len(sizes)} axes but {len(self.axis_names)} axis names")
@@ -413,15 +418,83 @@ def element_bytes(t: Attribute) -> int:
     return max(1, int(width) // 8)
 
 
-def resolve_grids(module: Operation, ranks: int) -> dict[str, layout.MeshGrid]:
-    """Every mesh of ``module`` with its sizes fixed for a run on ``ranks`` ranks
+def called(module: Operation, f: Operation) -> list[Operation]:
+    """``f`` and the functions of ``module`` it calls, directly or not (``func.call``)."""
+    from xdsl.dialects.func import CallOp, FuncOp
+
+    funcs = {o.sym_name.data: o for o in module.regions[0].block.ops if isinstance(o, FuncOp)}
+    out, todo = [f], [f]
+    while todo:
+        for op in todo.pop().walk():
+            if isinstance(op, CallOp):
+                g = funcs.get(op.callee.root_reference.data)
+                if g is not None and g not in out:
+                    out.append(g)
+                    todo.append(g)
+    return out
+
+
+def used_meshes(module: Operation, f: Operation) -> set[str]:
+    """The meshes function ``f`` of ``module`` runs on: those its values' types (and
+    those of the functions it calls), its ops' ``mesh`` properties and (lowered) its
+    ``rt.dist_type`` name, and the meshes they are views of. Only these constrain the
+    rank count of a run of ``f``."""
+    names: set[str] = set()
+
+    def note(t: Attribute) -> None:
+        if isinstance(t, TensorType):
+            names.add(t.mesh_name)
+        elif isinstance(t, ArrayAttr | FunctionType):
+            for x in (t.data if isinstance(t, ArrayAttr) else (*t.inputs.data, *t.outputs.data)):
+                note(x)
+
+    for g in called(module, f):
+        for a in g.attributes.values():
+            note(a)
+        for op in g.walk():
+            for v in (*op.results, *(x for r in op.regions for b in r.blocks for x in b.args)):
+                note(v.type)
+            mesh = op.properties.get("mesh")
+            if isinstance(mesh, SymbolRefAttr):
+                names.add(mesh.root_reference.data)
+    meshes = {op.mesh_name: op for op in module.regions[0].block.ops if isinstance(op, MeshOp)}
+    todo = list(names)
+    while todo:
+        m = meshes.get(todo.pop())
+        parent = m.parent_mesh() if m is not None else None
+        if parent is not None and parent.mesh_name not in names:
+            names.add(parent.mesh_name)
+            todo.append(parent.mesh_name)
+    return names
+
+
+def alone(module: Operation, f: Operation) -> Operation:
+    """``module`` itself when ``f`` is its only function and uses every mesh, else a new
+    module of copies of ``f``, the functions it calls, the meshes they use
+    (``used_meshes``) and the other ops that are neither (kernels): what a run of ``f``
+    lowers, so that other functions and meshes constrain nothing."""
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.dialects.func import FuncOp
+
+    used = used_meshes(module, f)
+    funcs = called(module, f)
+    ops = list(module.regions[0].block.ops)
+    keep = [o for o in ops if o in funcs or (isinstance(o, MeshOp) and o.mesh_name in used) or not isinstance(o, FuncOp | MeshOp)]
+    if len(keep) == len(ops):
+        return module
+    return ModuleOp([o.clone() for o in keep])
+
+
+def resolve_grids(module: Operation, ranks: int, only: Collection[str] | None = None) -> dict[str, layout.MeshGrid]:
+    """Every mesh of ``module`` (of ``only``, when given: the meshes a function uses,
+    ``used_meshes``) with its sizes fixed for a run on ``ranks`` ranks
     (``InputRejected`` when ``ranks`` does not fit one)."""
     from distir.dialects.diagnostics import InputRejected, check_rank_count
 
     check_rank_count(ranks)
     grids = {}
     for op in module.regions[0].block.ops:
-        if isinstance(op, MeshOp):
+        if isinstance(op, MeshOp) and (only is None or op.mesh_name in only):
             try:
                 grids[op.mesh_name] = op.grid(ranks)
             except layout.LayoutError as e:
@@ -634,6 +707,17 @@ class DistCanonicalization(HasCanonicalizationPatternsTrait):
         from distir.passes.canonicalize import all_patterns
 
         return all_patterns()
+
+
+def tensors_along(in_types: Sequence[Attribute], dim: int) -> tuple[list[TensorType], int]:
+    """The operands of an op over a dim of its first operand (``concat``, ``sort``): at
+    least one, tensors on one mesh, ``dim`` a dim of the first."""
+    if not in_types:
+        raise RuleError("needs at least one operand")
+    ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
+    same_mesh(ts)
+    check_dim(dim, ts[0])
+    return ts, dim
 
 
 def same_mesh(types: Sequence[Attribute]) -> str | None:
@@ -1236,6 +1320,43 @@ class ScatterAddOp(DistOp):
 
 
 @irdl_op_definition
+class SortOp(DistOp):
+    """``sort``: the operands reordered along ``dim`` by the keys of operand 0, ascending
+    and stable (equal keys keep their order); the other operands (an index ``iota``
+    for an argsort) move with their keys. Float keys are ordered as JAX's ``jnp.sort``
+    orders them: -0.0 equals +0.0, NaN after everything and equal to NaN; integer keys
+    are signed. All operands share shape and placements, and so do the results;
+    ``dim`` is not sliced and no axis holds partial results.
+
+    ``%s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)``
+    """
+
+    name = "dist.sort"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        ts, dim = tensors_along(in_types, options["dim"])
+        t0 = ts[0]
+        if not is_scalar_type(t0.element_type) or t0.element_type == IntegerType(1):
+            raise RuleError(f"keys must be floats or integers (not i1), got {t0.element_type}")
+        for i, t in enumerate(ts):
+            if t.get_shape() != t0.get_shape():
+                raise RuleError(f"operand {i} of shape {t.format_shape()} is not operand 0's {t0.format_shape()}")
+            if not layout.same_layout(t.get_placements(), t0.get_placements()):
+                raise RuleError(f"operands must share placements, operand {i} differs from operand 0")
+        ps = t0.get_placements()
+        if dim in layout.sliced_dims(ps):
+            raise RuleError(f"the sorted dim {dim} must not be sliced, got {layout.format_placements(ps)}")
+        if any(isinstance(p, Local) for p in ps):
+            raise RuleError(f"sort of partial results (local) is not defined, got {layout.format_placements(ps)}")
+        return list(ts)
+
+
+@irdl_op_definition
 class RemeshOp(DistOp):
     """``remesh``: see a value on a view of its mesh, or on the parent of a view. No data
     moves: the layout on the common parent mesh must be the same (``local``,
@@ -1587,13 +1708,8 @@ class ConcatOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         total = 0
         for i, t in enumerate(ts):
             s0, s = list(t0.get_shape()), list(t.get_shape())
@@ -1721,6 +1837,7 @@ Dist = Dialect(
         DropoutOp,
         EmbeddingBagOp,
         ScatterAddOp,
+        SortOp,
         RemeshOp,
         TransposeOp,
         ReshapeOp,

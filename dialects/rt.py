@@ -18,7 +18,7 @@ description of the ranks. ``rt`` holds everything that is not a library call to 
   thread and other streams asynchronously);
 * computation: ``rt.kernel`` (a ``gpu.func``-style element-wise kernel over memref
   arguments, translated to Numba), ``rt.launch``, and library calls ``rt.matmul``,
-  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``;
+  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``, ``rt.sort``;
 * ``rt.fused``: a group of calls forming one fused collective (reduce-scatter, kernel on
   this rank's slice, all-gather), which shared-memory backends may run as one zero-copy
   kernel.
@@ -54,7 +54,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, TypeAttribute
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -1039,6 +1039,33 @@ class ScatterAddOp(RtOp):
             fail(self, "takes indices, updates, a first-row index, an output and a stream")
 
 
+@irdl_op_definition
+class SortOp(RtOp):
+    """``rt.sort %in0, .., %out0, .., %s dim d``: each ``out_k`` set to ``in_k`` reordered
+    along ``d`` by the keys of ``in0`` (``dist.sort``: ascending, stable, NaN last).
+
+    ``rt.sort %x, %j, %y, %k, %s dim 1 : (memref<8x16xf32>, memref<8x16xi32>, memref<8x16xf32>, memref<8x16xi32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.sort"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        n = len(self.args) - 1
+        if n < 2 or n % 2:
+            fail(self, "takes inputs, as many outputs and a stream")
+        for a, b in zip(self.args[: n // 2], self.args[n // 2 : n]):
+            x, y = need_memref(self, a.type, "input"), need_memref(self, b.type, "output")
+            if x.get_shape() != y.get_shape() or x.element_type != y.element_type:
+                fail(self, f"output {y} must have its input's type {x}")
+
+    def io(self) -> tuple[list[SSAValue], list[SSAValue]]:
+        n = (len(self.args) - 1) // 2
+        return list(self.args[:n]), list(self.args[n : 2 * n])
+
+
 # ======================================================================================
 # Fused computation-collective operators (the fused-operator paper)
 # ======================================================================================
@@ -1080,6 +1107,9 @@ class TiledCollectiveOp(RtOp):
     result is complete on the compute stream when the op is. Operands:
     producer inputs, the collective's output buffer, [a reduction buffer], ``%comm``,
     ``%s0``, ``%s1``."""
+
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce its operands (``dialects/verifier.py``)."""
 
     PRODUCER_ARGS: ClassVar[int] = 2
     HAS_RED: ClassVar[bool] = False
@@ -1483,6 +1513,9 @@ class FusedOp(IRDLOperation):
         }
     """
 
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce the all-gathers' inputs (``dialects/verifier.py``)."""
+
     name = "rt.fused"
     execution = opt_prop_def(StringAttr)
     reduce = opt_prop_def(IntegerAttr)
@@ -1611,6 +1644,9 @@ class FusedOp(IRDLOperation):
         args = list(launch.args[:-1])
         if args.count(recv) != 1 or any(recv in g.args for g in gathers):
             return "the reduce-scatter's output must be one kernel argument, and no all-gather's"
+        if any(u.operation is not rs and u.operation is not launch for u in recv.uses):
+            # the kernel reduces the peers' blocks as it reads them: the buffer stays unwritten
+            return "the reduce-scatter's output must be read by the kernel only"
         if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
             return "the kernel's space must be the reduce-scatter's output"
         params = list(kernel.params)
@@ -1850,6 +1886,7 @@ Rt = Dialect(
         ReduceTensorOp,
         EmbeddingBagOp,
         ScatterAddOp,
+        SortOp,
         RandomOp,
         MatmulAllReduceOp,
         MatmulReduceScatterOp,

@@ -45,11 +45,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import torch
 
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, require_extra
 from distir.frameworks import optimizers as core
 from distir.runtime import step as steps
+
+torch = require_extra("torch", "torch", "distir.frameworks.pytorch")
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -89,37 +90,85 @@ def _torch_comm(group):
 
 class _Group:
     """One parameter group: its arenas and step (``optimizers.ArenaGroup``, numpy) and the
-    torch views the model sees (``p.data``, ``p.grad``, ``optimizer.state[p]``)."""
+    torch views the model sees (``p.data``, ``p.grad``, ``optimizer.state[p]``). Made on
+    every rank at once (collective): the parameters move into the arena and rank 0's
+    values are broadcast, as DDP does at construction."""
 
     def __init__(self, kind: str, params: list[torch.Tensor], comm: Any, schedule: str | None, nesterov: bool):
-        dtypes = {p.dtype for p in params}
-        if len(dtypes) > 1:
-            names = ", ".join(sorted(str(d) for d in dtypes))
-            raise InputRejected(f"a parameter group mixes dtypes ({names}): put each dtype in a group of its own")
-        dtype = next(iter(dtypes))
-        if dtype not in _DTYPES:
-            raise InputRejected(f"parameters of dtype {dtype} are not supported (float32, float64)")
+        self.dtype = dtype = params[0].dtype
         self.params = params
+        self.shapes = [tuple(p.shape) for p in params]
         self.arena = core.ArenaGroup(kind, [p.numel() for p in params], _DTYPES[dtype], comm, schedule, nesterov)
         self.g_t = torch.from_numpy(self.arena.g)
-        pt = torch.from_numpy(self.arena.p)
+        self.p_t = torch.from_numpy(self.arena.p)
         self.grad_views: list[torch.Tensor] = []
+        self.param_ptrs: list[int] = []
+        self.arrivals = [0] * len(params)
+        """Gradients that arrived per parameter since the last step (backward passes)."""
         for i, p in enumerate(params):
-            off, n = self.arena.span(i)
-            with torch.no_grad():
-                view = pt[off : off + n].view(p.shape)
-                view.copy_(p.detach())
-                p.data = view
+            self.adopt(i)
             gview = self.grad_view(i)
             if p.grad is not None:
                 gview.copy_(p.grad)
                 p.grad = gview
             self.grad_views.append(gview)
         self.grad_ptrs = [v.data_ptr() for v in self.grad_views]
+        self.arena.broadcast_parameters()
+
+    @staticmethod
+    def problem(gi: int, params: list[torch.Tensor]) -> str | None:
+        """What makes ``params`` (group ``gi``) unfit for one arena, or None (local: no
+        communication)."""
+        seen: dict[int, int] = {}
+        for i, p in enumerate(params):
+            if id(p) in seen:
+                return (
+                    f"parameter {i} of group {gi} is parameter {seen[id(p)]} again: pass each parameter once "
+                    "(torch.optim warns that this will be an error; it updates such a parameter twice per step)"
+                )
+            seen[id(p)] = i
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) > 1:
+            names = ", ".join(sorted(str(d) for d in dtypes))
+            return f"a parameter group mixes dtypes ({names}): put each dtype in a group of its own"
+        if dtypes and next(iter(dtypes)) not in _DTYPES:
+            return f"parameters of dtype {next(iter(dtypes))} are not supported (float32, float64)"
+        return None
 
     @property
     def pipeline(self) -> str:
         return self.arena.pipeline
+
+    def adopt(self, i: int) -> None:
+        """Tensor i's values into the parameter arena, its ``.data`` a view of it."""
+        p = self.params[i]
+        off, n = self.arena.span(i)
+        with torch.no_grad():
+            view = self.p_t[off : off + n].view(self.shapes[i])
+            view.copy_(p.detach())
+            p.data = view
+        if len(self.param_ptrs) <= i:
+            self.param_ptrs.append(view.data_ptr())
+        self.param_ptrs[i] = view.data_ptr()
+
+    def rebound(self, gi: int) -> tuple[list[int], str | None]:
+        """The parameters whose ``.data`` was rebound after construction (``p.data = t``,
+        ``torch.nn.utils.vector_to_parameters``), adopted again (their new values move
+        into the arena, as ``torch.optim`` would update them); or what makes one of them
+        impossible to adopt."""
+        moved = []
+        for i, p in enumerate(self.params):
+            if p.data_ptr() == self.param_ptrs[i]:
+                continue
+            if p.layout != torch.strided or p.device.type != "cpu" or tuple(p.shape) != self.shapes[i] or p.dtype != self.dtype:
+                return moved, (
+                    f"parameter {i} of group {gi} (shape {list(self.shapes[i])}) was rebound after the optimizer was made "
+                    f"to a {p.layout} {p.dtype} tensor of shape {list(p.shape)} on {p.device}: rebind it to a tensor of its shape and dtype, "
+                    "or make a new optimizer"
+                )
+            self.adopt(i)
+            moved.append(i)
+        return moved, None
 
     def grad_view(self, i: int) -> torch.Tensor:
         """A new view of tensor i's part of the gradient arena."""
@@ -131,49 +180,102 @@ class _Group:
         return torch.from_numpy(self.arena.state_slice(k, i))
 
 
+_FLAGS = ("maximize", "amsgrad", "capturable", "differentiable")
+"""``torch.optim`` options that change what a step computes and that distir's optimizers
+do not implement: set, they are an error (at construction and in a loaded state dict),
+never ignored. ``foreach`` and ``fused`` choose among torch's implementations of the same
+arithmetic: distir's step is its own, so they are accepted and change nothing."""
+
+
+def _flags_problem(group: dict, where: str) -> str | None:
+    on = [f for f in _FLAGS if group.get(f)]
+    if not on:
+        return None
+    return f"{where}: {', '.join(f'{f}=True' for f in on)} is not supported: distir's optimizers implement torch's default step only"
+
+
+def _describe(params: list[torch.Tensor]) -> str:
+    """A group's tensors in a few words (with a digest of every shape past the sixth)."""
+    shapes = [f"{'x'.join(map(str, p.shape)) or 'scalar'}{'' if p.requires_grad else ' frozen'}" for p in params]
+    dtypes = "/".join(sorted({str(p.dtype).removeprefix("torch.") for p in params}))
+    text = f"{len(params)} {dtypes} tensors ({', '.join(shapes[:6])}"
+    if len(shapes) > 6:
+        text += f", ... #{hashlib.sha256(repr(shapes).encode()).hexdigest()[:8]}"
+    return text + ")"
+
+
+def _options(group: dict) -> str:
+    return ", ".join(f"{k}={group[k]!r}" for k in sorted(group) if k != "params")
+
+
+WHAT = "their calls of the optimizer"
+"""What the agreements of the optimizers compare (``steps.agree``)."""
+
+
 class _DistirOptimizer(torch.optim.Optimizer):
-    """The ``torch.optim.Optimizer`` contract over distir steps (module doc)."""
+    """The ``torch.optim.Optimizer`` contract over distir steps (module doc).
+
+    Every collective method (construction, ``step``, ``state_dict`` when the ranks share
+    no memory) begins with one agreement of the ranks (``steps.agree``): a problem on any
+    rank, or ranks that differ in what shapes the step (the parameter groups, their
+    options, the schedule; at ``step()`` which parameters have gradients, the backward
+    passes since the last step, the hyperparameters, the parameters rebound), raises
+    ``InputRejected`` on every rank; an error after it, in the middle of collectives,
+    aborts the job through the communicator (``comm.abort``): no rank waits forever."""
 
     kind = ""
     state_names: tuple[str, ...] = ()
     exports_step = True
     """Whether ``state_dict`` has a ``step`` per parameter (torch's SGD has none)."""
 
-    def __init__(self, params: Iterable, defaults: dict, schedule: str | None = None, comm: Any = None, nesterov: bool = False):
+    def __init__(self, params: Iterable, defaults: dict, schedule: str | None = None, comm: Any = None, nesterov: bool = False,
+                 problem: str | None = None):
         self._wrapped = False
-        super().__init__(params, defaults)
         self.comm = default_comm(comm)
         self.schedule = schedule
+        try:
+            super().__init__(params, defaults)
+        except (TypeError, ValueError) as e:  # torch's checks of the groups: reported on every rank
+            problem = problem or str(e)
+            self.param_groups = []
+        self._check_same_groups(problem)
         self._groups: list[_Group] = []
         self._where: dict[int, tuple[_Group, int]] = {}
         self._hooks = []
-        self._check_same_groups()
-        for group in self.param_groups:
-            self._groups.append(_Group(self.kind, list(group["params"]), self.comm, schedule, nesterov))
-        for gi, (group, g) in enumerate(zip(self.param_groups, self._groups)):
-            for i, p in enumerate(g.params):
-                self._where[id(p)] = (g, i)
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._arrived))
-                st = self.state[p]
-                st["step"] = torch.tensor(0.0)
-                for k, name in enumerate(self.state_names):
-                    st[name] = g.state_view(k, i)
+        with self._collective("building the optimizer"):
+            for group in self.param_groups:
+                self._groups.append(_Group(self.kind, list(group["params"]), self.comm, schedule, nesterov))
+            for gi, (group, g) in enumerate(zip(self.param_groups, self._groups)):
+                for i, p in enumerate(g.params):
+                    self._where[id(p)] = (g, i)
+                    self._hooks.append(p.register_post_accumulate_grad_hook(self._arrived))
+                    st = self.state[p]
+                    st["step"] = torch.tensor(0.0)
+                    for k, name in enumerate(self.state_names):
+                        st[name] = g.state_view(k, i)
         self._wrapped = True
 
-    # ------------------------------------------------------------------ wrap-time checks
-    def _check_same_groups(self) -> None:
-        """Collective: every rank must wrap groups of the same shapes (the arenas are
-        laid out alike); else every rank raises."""
-        desc = repr([[(tuple(p.shape), str(p.dtype)) for p in g["params"]] for g in self.param_groups]).encode()
-        digest = np.frombuffer(hashlib.sha256(desc).digest()[:8], np.int64).copy()
-        every = np.zeros(self.comm.size, np.int64)
-        self.comm.all_gather(digest, every, 1, steps.SyncStream(0))
-        if len(set(every.tolist())) > 1:
-            odd = [r for r, d in enumerate(every.tolist()) if d != every[0]]
-            raise InputRejected(
-                f"the parameter groups differ across ranks (ranks {odd} differ from rank 0 in their tensors' shapes or dtypes): "
-                "every rank must wrap the same model"
-            )
+    def _check_same_groups(self, problem: str | None = None) -> None:
+        """Collective: every rank must wrap the same parameter groups (their tensors'
+        shapes and dtypes, which are frozen, their options) with the same schedule, and
+        none may have a ``problem`` (or one found here: options distir does not
+        implement, a group unfit for an arena); else every rank raises ``InputRejected``
+        naming the ranks and what differs (``steps.agree``). At construction, and at
+        each change of the groups."""
+        if problem is None:
+            problem = next((why for gi, group in enumerate(self.param_groups)
+                            for why in (_flags_problem(group, f"group {gi}"), _Group.problem(gi, list(group["params"]))) if why), None)
+        call = f"{type(self).__name__}.add_param_group(...)" if getattr(self, "_wrapped", False) else f"{type(self).__name__}(...)"
+        fingerprint = {"the call": call, "schedule=": repr(self.schedule)}
+        for gi, group in enumerate(self.param_groups):
+            fingerprint[f"group {gi}"] = _describe(list(group["params"]))
+            fingerprint[f"group {gi} options"] = _options(group)
+        steps.agree(self.comm, problem and f"{type(self).__name__}: {problem}", fingerprint, WHAT)
+
+    def _collective(self, what: str):
+        """``with``: collectives the ranks agreed on; an error in them on this rank ends
+        the job through the communicator (``comm.abort``), its peers would wait."""
+        return _AbortOnError(self.comm, f"{type(self).__name__}: {what}")
 
     def add_param_group(self, param_group: dict) -> None:
         if getattr(self, "_wrapped", False):
@@ -188,9 +290,10 @@ class _DistirOptimizer(torch.optim.Optimizer):
         gave it its own tensor) moves into the arena, one copy instead of a zeroed arena
         plus an accumulation; a gradient already in the arena was accumulated in place."""
         g, i = self._where[id(p)]
+        g.arrivals[i] += 1
         grad = p.grad
-        if grad is None or grad.data_ptr() == g.grad_ptrs[i] and grad.dtype == p.dtype:
-            return
+        if grad is None or grad.layout != torch.strided or grad.data_ptr() == g.grad_ptrs[i] and grad.dtype == p.dtype:
+            return  # (a sparse gradient: step() reports it, on every rank)
         if _bad_grad(grad, p) is None:
             view = g.grad_views[i]
             if view.data_ptr() != g.grad_ptrs[i]:
@@ -205,23 +308,41 @@ class _DistirOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        problem, plans = self._plan()
-        digest = int.from_bytes(hashlib.sha256(repr(plans).encode()).digest()[:7], "little")
-        self._groups[0].arena.step.agree(problem, digest, "which parameters have gradients (or their step counts)")
-        for group, g, (cohorts, skipped) in zip(self.param_groups, self._groups, plans):
-            self._run_group(group, g, cohorts, skipped)
+        problem, plans, rebound = self._plan()
+        backwards = max((max(g.arrivals, default=0) for g in self._groups), default=0)
+        fingerprint = {
+            "the call": "step()",
+            "the parameters with gradients (and their step counts)": _plans_text(plans),
+            "the backward passes since the last step() (a rank that skipped step() or ran another backward)": str(backwards),
+            "the hyperparameters": " | ".join(_options(group) for group in self.param_groups),
+            "the parameters rebound since the last step()": repr(rebound),
+        }
+        steps.agree(self.comm, problem, fingerprint, WHAT)
+        with self._collective("step()"):
+            for gi, g in enumerate(self._groups):
+                if any(r[0] == gi for r in rebound):
+                    g.arena.broadcast_parameters()
+            for group, g, (cohorts, skipped) in zip(self.param_groups, self._groups, plans):
+                self._run_group(group, g, cohorts, skipped)
+        for g in self._groups:
+            g.arrivals = [0] * len(g.params)
         return loss
 
     def _plan(self):
         """Per group: the parameters to update grouped by their step count (one run of the
-        step each), the skipped ones; or what is wrong with the gradients."""
+        step each), the skipped ones; the parameters rebound since the last step (adopted
+        again: ``_Group.rebound``); or what is wrong with them or their gradients."""
         plans = []
+        rebound: list[tuple[int, int]] = []
         problem = None
-        for group, g in zip(self.param_groups, self._groups):
+        for gi, (group, g) in enumerate(zip(self.param_groups, self._groups)):
             if [id(p) for p in group["params"]] != [id(p) for p in g.params]:
                 problem = f"{type(self).__name__}: the parameters of a group changed after wrapping: create a new optimizer"
                 plans.append(({}, []))
                 continue
+            moved, why = g.rebound(gi)
+            rebound += [(gi, i) for i in moved]
+            problem = problem or why
             cohorts: dict[float, list[int]] = {}
             skipped: list[int] = []
             for i, p in enumerate(g.params):
@@ -229,17 +350,17 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 if grad is None:
                     skipped.append(i)
                     continue
-                if grad.data_ptr() != g.grad_ptrs[i] or grad.dtype != p.dtype:
+                if grad.layout != torch.strided or grad.data_ptr() != g.grad_ptrs[i] or grad.dtype != p.dtype:
                     why = _bad_grad(grad, p)
                     if why:
-                        problem = f"parameter {i} of group {len(plans)} (shape {list(p.shape)}): {why}"
+                        problem = f"parameter {i} of group {gi} (shape {list(p.shape)}): {why}"
                         continue
                     view = g.grad_view(i)
                     view.copy_(grad)
                     p.grad = g.grad_views[i] = view
                 cohorts.setdefault(float(self.state[p]["step"]), []).append(i)
             plans.append((cohorts, skipped))
-        return problem, plans
+        return problem, plans, rebound
 
     def _run_group(self, group: dict, g: _Group, cohorts: dict[float, list[int]], skipped: list[int]) -> None:
         if not cohorts:
@@ -269,8 +390,15 @@ class _DistirOptimizer(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """The full state in ``torch.optim``'s format (collective: every rank calls it)."""
-        fulls = [[g.arena.gather_state(k) for k in range(len(g.arena.state))] for g in self._groups]
+        """The full state in ``torch.optim``'s format. Where the ranks share memory (rank
+        threads, ``mpiexec`` or ``torchrun`` on one node) this rank reads its peers' state
+        slices itself: it may be called on one rank alone (``if rank == 0:
+        torch.save(opt.state_dict(), path)``). Elsewhere it is collective (every rank
+        calls it; one that does not is found by the agreement, on every rank)."""
+        if not all(g.arena.gathers_alone for g in self._groups):
+            steps.agree(self.comm, None, {"the call": COLLECTIVE_STATE_DICT}, WHAT)
+        with self._collective("state_dict()"):
+            fulls = [[g.arena.gather_state(k) for k in range(len(g.arena.state))] for g in self._groups]
         sd = super().state_dict()
         index = 0
         for g, full in zip(self._groups, fulls):
@@ -283,7 +411,14 @@ class _DistirOptimizer(torch.optim.Optimizer):
         return sd
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state dict of this optimizer or of ``torch.optim``'s (full state)."""
+        """Load a state dict of this optimizer or of ``torch.optim``'s (full state). It is
+        checked whole before anything is loaded (``InputRejected``: another model's
+        state, another optimizer's, options distir does not implement): every rank given
+        the same dict loads it or rejects it alike. Not collective: every rank loads its
+        own slices from the full state."""
+        why = self._state_dict_problem(state_dict)
+        if why:
+            raise InputRejected(f"{type(self).__name__}.load_state_dict: {why}")
         super().load_state_dict(state_dict)
         for g in self._groups:
             for i, p in enumerate(g.params):
@@ -297,6 +432,35 @@ class _DistirOptimizer(torch.optim.Optimizer):
                     new[name] = g.state_view(k, i)
                 self.state[p] = new
 
+    def _state_dict_problem(self, sd: Any) -> str | None:
+        """What makes ``sd`` unfit for this optimizer, or None."""
+        if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict) or not isinstance(sd.get("param_groups"), list):
+            return "not an optimizer state dict (a dict of 'state' and 'param_groups')"
+        groups = sd["param_groups"]
+        if len(groups) != len(self._groups):
+            return f"the state dict has {len(groups)} parameter groups, the optimizer {len(self._groups)}"
+        names = set(self.state_names) | {"step"}
+        for gi, (saved, g) in enumerate(zip(groups, self._groups)):
+            ids = list(saved.get("params", []))
+            if len(ids) != len(g.params):
+                return f"group {gi} of the state dict has {len(ids)} parameters, the optimizer's {len(g.params)}: it is another model's state"
+            why = _flags_problem(saved, f"group {gi} of the state dict")
+            if why:
+                return why
+            for i, (key, p) in enumerate(zip(ids, g.params)):
+                st = sd["state"].get(key, {})
+                other = sorted(set(st) - names)
+                if other:
+                    return (f"parameter {i} of group {gi} has state {other} in the state dict: it is another optimizer's state "
+                            f"({type(self).__name__} keeps {sorted(names)})")
+                for name in self.state_names:
+                    t = st.get(name)
+                    if t is not None and (not isinstance(t, torch.Tensor) or t.numel() != p.numel()):
+                        size = t.numel() if isinstance(t, torch.Tensor) else type(t).__name__
+                        return (f"'{name}' of parameter {i} of group {gi} has {size} elements in the state dict, the parameter "
+                                f"{p.numel()} (shape {list(p.shape)}): it is another model's state")
+        return None
+
     @property
     def pipelines(self) -> list[str]:
         """The ``-p`` pipeline each group's step was compiled with."""
@@ -307,21 +471,74 @@ class _DistirOptimizer(torch.optim.Optimizer):
         return core.state_bytes([s for g in self._groups for s in g.arena.state])
 
 
+COLLECTIVE_STATE_DICT = (
+    "state_dict() (collective here: the ranks share no memory, so every rank must call it; "
+    "save on rank 0 only: sd = opt.state_dict(); if rank == 0: torch.save(sd, path))"
+)
+
+
+class _AbortOnError:
+    """``with``: an error on this rank ends the job through ``comm.abort`` (its peers are
+    in the same collectives and would wait for it), then goes on as raised."""
+
+    def __init__(self, comm: Any, what: str):
+        self.comm, self.what = comm, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, value, tb) -> None:
+        if value is not None and isinstance(value, Exception):
+            text = str(value)
+            rank = f"rank {self.comm.rank}"
+            self.comm.abort(text if text.startswith(rank) else f"{rank}: {self.what} failed: {type(value).__name__}: {text}")
+
+
+def _plans_text(plans) -> str:
+    """Which parameters of each group have gradients, by step count (``_plan``)."""
+    out = []
+    for gi, (cohorts, skipped) in enumerate(plans):
+        parts = [f"step {int(c)}: {_ranges(ms)}" for c, ms in sorted(cohorts.items())]
+        if skipped:
+            parts.append(f"none: {_ranges(skipped)}")
+        out.append(f"group {gi} ({'; '.join(parts) or 'no parameters'})")
+    return ", ".join(out)
+
+
+def _ranges(xs: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2, 5``."""
+    out, run = [], []
+    for x in sorted(xs):
+        if run and x == run[-1] + 1:
+            run.append(x)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [x]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
 def _bad_grad(grad: torch.Tensor, p: torch.Tensor) -> str | None:
+    if grad.layout != torch.strided:
+        return f"its gradient is sparse ({grad.layout}): distir's optimizers take dense gradients (nn.Embedding(sparse=False))"
     if grad.dtype != p.dtype:
         return f"its gradient is {grad.dtype}, the parameter {p.dtype}"
     if tuple(grad.shape) != tuple(p.shape):
         return f"its gradient has shape {list(grad.shape)}"
     if not grad.is_contiguous():
         return "its gradient is not contiguous"
-    if grad.is_sparse:
-        return "sparse gradients are not supported"
     return None
 
 
-def _torch_defaults(cls, kwargs: dict) -> dict:
-    """torch's own defaults and argument checks for ``cls`` (a torch.optim class)."""
-    return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
+def _torch_defaults(cls, kwargs: dict) -> tuple[dict, str | None]:
+    """torch's own defaults and argument checks for ``cls`` (a torch.optim class): the
+    defaults, or what torch rejected (reported by every rank's agreement)."""
+    try:
+        return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults), None
+    except (TypeError, ValueError, RuntimeError) as e:
+        return {}, str(e)
 
 
 class AdamW(_DistirOptimizer):
@@ -332,10 +549,10 @@ class AdamW(_DistirOptimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *, maximize=False,
                  schedule: str | None = None, comm: Any = None, **torch_kwargs):
-        if amsgrad or maximize:
-            raise InputRejected(f"{type(self).__name__}: amsgrad and maximize are not supported")
-        defaults = _torch_defaults(self._torch_class(), dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **torch_kwargs))
-        super().__init__(params, defaults, schedule=schedule, comm=comm)
+        defaults, problem = _torch_defaults(
+            self._torch_class(), dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize, **torch_kwargs)
+        )
+        super().__init__(params, defaults, schedule=schedule, comm=comm, problem=problem)
 
     @staticmethod
     def _torch_class():
@@ -368,10 +585,10 @@ class SGD(_DistirOptimizer):
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, maximize=False,
                  schedule: str | None = None, comm: Any = None, **torch_kwargs):
-        if maximize:
-            raise InputRejected("SGD: maximize is not supported")
-        defaults = _torch_defaults(torch.optim.SGD, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, **torch_kwargs))
-        super().__init__(params, defaults, schedule=schedule, comm=comm, nesterov=nesterov)
+        defaults, problem = _torch_defaults(
+            torch.optim.SGD, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, maximize=maximize, **torch_kwargs)
+        )
+        super().__init__(params, defaults, schedule=schedule, comm=comm, nesterov=nesterov, problem=problem)
 
 
 class LAMB(_DistirOptimizer):
@@ -383,9 +600,10 @@ class LAMB(_DistirOptimizer):
     state_names = ("exp_avg", "exp_avg_sq")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *, schedule: str | None = None, comm: Any = None):
+        problem = None
         if not lr >= 0 or not eps >= 0 or not weight_decay >= 0 or not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"LAMB: invalid hyperparameters lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), schedule=schedule, comm=comm)
+            problem = f"invalid hyperparameters lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}"
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), schedule=schedule, comm=comm, problem=problem)
 
 
 # ======================================================================================
@@ -463,8 +681,16 @@ def _define_op(step: steps.Step):
 
     def impl(handle: int, *args):
         s = _STEPS[handle]
-        bufs = [a.detach().contiguous().numpy() if isinstance(a, torch.Tensor) and s.arguments[i].inplace is None
-                else a.detach().numpy() if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        bufs, problem = [], None
+        for a, arg in zip(args, s.arguments):
+            try:
+                bufs.append(a.detach().contiguous().numpy() if isinstance(a, torch.Tensor) and arg.inplace is None
+                            else a.detach().numpy() if isinstance(a, torch.Tensor) else a)
+            except (TypeError, RuntimeError) as e:  # a dtype numpy lacks (bf16), a tensor off the CPU
+                problem = f"argument '{arg.name}' must hold {arg.dtype}, got a torch {a.dtype} tensor on {a.device} ({e})"
+                break
+        if problem is not None:
+            s.agree(problem)  # raises on every rank: the peers are in this call's agreement
         results = s(*bufs)
         outs = [torch.from_numpy(np.array(v, copy=True)) for v, r in zip(results, s.results) if r.inplace is None]
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)

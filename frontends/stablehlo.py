@@ -12,10 +12,18 @@ StableHLO op (custom form printed)    dist IR
 ====================================  ==============================================
 ``constant dense<c> : T``             a splat; folded into the ``dist.map`` bodies that
                                       use it (``arith.constant``), else a ``dist.map``
-                                      without operands. Only splats are accepted.
+                                      without operands; a non-splat one is a
+                                      ``Literal`` (folded by data movement, else a
+                                      select per element of ``dist.iota``)
 ``add subtract multiply divide``      ``dist.map`` with ``arith.addf``/``addi``, ...
 ``maximum minimum power remainder``   (``maximumf``, ``maxsi``, ``math.powf``,
-``and or xor not shift_*``            ``remsi`` (integers only), ``andi``, ...)
+``and or xor not shift_*``            ``remf``, ``remsi``, ``andi``, ...); integer
+                                      division by zero and shifts beyond the width as
+                                      StableHLO gives them (``INT_EDGES``); booleans:
+                                      add/max are or, multiply/min and
+``chlo.square erf erfc tan``          ``dist.map`` with ``mulf``, ``math.erf``, ``erfc``
+``is_finite``  ``bitcast_convert``    ``cmpf one |x|, inf``; ``arith.bitcast``
+``reduce_precision``                  integer ops on the bits (f32, f64)
 ``negate abs sign exponential log``   ``dist.map`` with ``arith``/``math`` ops
 ``exponential_minus_one``             (``math.exp``, ``math.log1p``, ``math.tanh``,
 ``log_plus_one tanh logistic sqrt``   ``math.rsqrt``, ...; ``logistic`` is
@@ -23,9 +31,11 @@ StableHLO op (custom form printed)    dist IR
 ``ceil round_nearest_even``
 ``round_nearest_afz``
 ``compare DIR, a, b, TYPE``           ``dist.map`` with ``arith.cmpf``/``cmpi`` (FLOAT,
-                                      SIGNED, UNSIGNED; TOTALORDER is rejected)
+                                      SIGNED, UNSIGNED; TOTALORDER only in jnp.sort's
+                                      comparator)
 ``select p, a, b``  ``clamp lo, x, hi``  ``dist.map`` with ``arith.select`` / max+min
-``convert x``                         ``dist.cast`` (nothing when the type is the same)
+``convert x``                         ``dist.cast`` (nothing when the type is the same;
+                                      ``uitofp``/``extui``/``fptoui`` maps for unsigned)
 ``broadcast_in_dim x, dims = [..]``   kept lazy: a ``dist.map`` operand broadcasts as
                                       numpy does, after a ``dist.reshape`` (and
                                       ``dist.transpose``) when ``dims`` need it;
@@ -37,37 +47,47 @@ StableHLO op (custom form printed)    dist IR
   [..] x [..]``  ``dot a, b``         it when the dims are elsewhere or several
 ``reduce(x init: c) applies OP        ``dist.reduce_tensor`` sum / prod / max / min
   across dimensions = [..]``          (then OP with ``c`` unless ``c`` is OP's
-  (or a ``reducer`` region of one     identity)
-  binary op)
+  (or a ``reducer`` region of one     identity); of booleans: min/max of 0/1 as i32;
+  binary op)                          argmax/argmin (two operands, JAX's comparator):
+                                      max/min, then the least index reaching it
+``sort`` (jnp.sort's comparator)      ``dist.sort`` (stable, NaN last)
 ``iota dim = d``                      ``dist.iota``
 ``slice x [a:b:s, ...]``              ``dist.extract_slice``
 ``dynamic_slice x, i.., sizes = [..]``  constant starts: ``dist.extract_slice``; starts that
                                       differ per device (from ``partition_id``) and are
                                       each device's block of a group of mesh axes:
                                       ``dist.take_slice`` (``sdy.py``); clamped as StableHLO
-``gather`` (row lookups)              ``dist.embedding_bag`` of bags of one row, indices
-                                      clamped into the table (``_h_gather``)
+``gather`` (row lookups,              ``dist.embedding_bag`` of bags of one row, indices
+  ``take_along_axis``)                clamped into the table (``_h_gather``)
+``scatter`` (adding rows)             ``dist.scatter_add`` (+ the operand unless +0)
+``dynamic_update_slice``              known starts: slices and ``dist.concat``
 ``partition_id`` (manual bodies)      a value known per device (``device_values.py``):
                                       the scalar arithmetic on it is evaluated at import
 ``concatenate a, b, dim = d``         ``dist.concat``
 ``func.call @f(...)`` / ``call``      the body of the private ``@f``, inlined
 ``func.return`` / ``return``          the function's results
+``while``, ``case``, ``if``,          unrolled / chosen or selected at import
+``dynamic_update_slice``              (``control_flow.py``)
 ====================================  ==============================================
 
 Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
-f16, bf16, f32, f64, i1, i8, i16, i32, i64; unsigned ones in 0-d tensors only (the
-arithmetic on ``partition_id``).
+f16, bf16, f32, f64, i1, i8, i16, i32, i64, and ui8 .. ui64 as the signless integers of
+their width (``SIGNLESS``; the sign-dependent ops take arith's unsigned forms from the
+op's declared types). StableHLO's type rules are checked before translation
+(``stablehlo_verify.py``).
 """
 
 from __future__ import annotations
 
+import bisect
 import math as pymath
 import re
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
@@ -112,8 +132,21 @@ bf16 = BFloat16Type()
 
 ELEMENT = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i1": i1, "i8": i8, "i16": i16, "i32": i32, "i64": i64}
 UNSIGNED = ("ui8", "ui16", "ui32", "ui64")
-"""Read in constants and per-device values only (``partition_id`` is ``ui32``); a tensor of
-them is a diagnostic."""
+SIGNLESS = {"ui8": i8, "ui16": i16, "ui32": i32, "ui64": i64}
+"""Unsigned element types are computed on as MLIR's arith does: as the signless integers of
+their width (the same bits); the ops whose meaning depends on the sign (divide,
+remainder, maximum, minimum, convert, compare UNSIGNED) take the unsigned form
+(``divui``, ``remui``, ``maxui``, ``uitofp``, ``extui``, ``cmpi ult``, ...) from the op's
+declared types."""
+
+
+def element_of(name: str) -> Attribute | None:
+    """The dist element type of a StableHLO element type name (unsigned: signless)."""
+    return ELEMENT.get(name) or SIGNLESS.get(name)
+
+
+def signless_name(name: str) -> str:
+    return name.removeprefix("u") if name in UNSIGNED else name
 
 
 # ======================================================================================
@@ -544,7 +577,110 @@ class Bcast:
     shape: tuple[int, ...]
 
 
-Val = SSAValue | Const | Bcast | DevVal
+@dataclass(eq=False)
+class PatchLog:
+    """The blocks written into one lazily updated value, in order, and an index of them
+    all (start -> (size, value), non-overlapping; ``starts`` sorted). Every ``Patched``
+    that shares the log is the base with a prefix of the writes."""
+
+    writes: list[tuple[int, int, Any]] = field(default_factory=list)
+    index: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)
+
+    def add(self, start: int, size: int, value: Any) -> None:
+        if start not in self.index:
+            bisect.insort(self.starts, start)
+        self.index[start] = (size, value)
+        self.writes.append((start, size, value))
+
+
+@dataclass(eq=False)
+class Patched:
+    """``dynamic_update_slice`` at offsets known at import time, kept lazy: ``base`` with
+    the first ``n`` blocks of ``log`` written along ``dim`` (each block spans every other
+    dim). A scan's stacked outputs are such values; a ``dynamic_slice`` that reads one
+    block back takes it directly, anything else gets one ``dist.concat``
+    (``Translator.materialize``), so a loop of L iterations writes O(L) data, not O(L^2).
+    A write to the newest value of a log extends the log (O(log L)); a write to an older
+    one copies its prefix first."""
+
+    base: Any
+    dim: int
+    shape: tuple[int, ...]
+    elt: Attribute
+    log: PatchLog = field(default_factory=PatchLog)
+    n: int = 0
+    _view: tuple[dict[int, tuple[int, Any]], list[int]] | None = None
+
+    def view(self) -> tuple[dict[int, tuple[int, Any]], list[int]]:
+        """The blocks of this value: start -> (size, value), and the sorted starts."""
+        if self.n == len(self.log.writes):
+            return self.log.index, self.log.starts
+        if self._view is None:
+            old = PatchLog()
+            for w in self.log.writes[: self.n]:
+                old.add(*w)
+            self._view = (old.index, old.starts)
+        return self._view
+
+    def write(self, start: int, size: int, value: Any) -> Patched | None:
+        """This value with [start, start + size) along ``dim`` replaced by ``value``; None
+        when the block overlaps a written one without being it."""
+        index, starts = self.view()
+        i = bisect.bisect_left(starts, start)
+        prev_end = starts[i - 1] + index[starts[i - 1]][0] if i > 0 else 0
+        same = i < len(starts) and starts[i] == start and index[start][0] == size
+        if not same and not (prev_end <= start and (i == len(starts) or start + size <= starts[i])):
+            return None
+        log = self.log
+        if self.n != len(log.writes):
+            log = PatchLog()
+            for w in self.log.writes[: self.n]:
+                log.add(*w)
+        log.add(start, size, value)
+        return Patched(self.base, self.dim, self.shape, self.elt, log, len(log.writes))
+
+    def block(self, starts: Sequence[int], sizes: Sequence[int]) -> Any:
+        """The written block that a slice at ``starts`` of ``sizes`` reads whole (a scan
+        reading back what an earlier scan wrote), or None."""
+        d = self.dim
+        hit = self.view()[0].get(starts[d])
+        if hit is None or hit[0] != sizes[d]:
+            return None
+        if any(starts[k] != 0 or sizes[k] != self.shape[k] for k in range(len(self.shape)) if k != d):
+            return None
+        return hit[1]
+
+
+@dataclass(frozen=True, eq=False)
+class Literal:
+    """A constant of several values (``dense<[13, 15, 26, 6]>``), kept out of the IR while
+    the ops that only move data (slice, reshape, transpose, broadcast_in_dim, convert)
+    fold it; a slice of equal values is a ``Const``. Materialised (at most
+    ``LITERAL_LIMIT`` elements) as a ``dist.map`` of the element's flat index."""
+
+    values: tuple  # row-major
+    elt: str
+    shape: tuple[int, ...]
+
+    def array(self) -> Any:
+        return np.array(self.values, dtype=object).reshape(self.shape)
+
+    @staticmethod
+    def of(array: Any, elt: str) -> Literal | Const:
+        values = tuple(array.reshape(-1).tolist())
+        if values and all(_same_number(v, values[0]) for v in values):
+            return Const(values[0], elt, tuple(array.shape))
+        return Literal(values, elt, tuple(array.shape))
+
+
+LITERAL_LIMIT = 256
+"""The most elements of a non-splat constant that becomes a dist value (a select per
+element in a map body); larger ones are a diagnostic."""
+
+Val = SSAValue | Const | Bcast | DevVal | Literal | Patched
+LAZY_USERS = ("stablehlo.return", "func.return", "return", "sdy.return", "func.call", "call", "stablehlo.while", "stablehlo.optimization_barrier")
+"""Ops that take a ``Patched`` operand as it is (the others get it materialised)."""
 
 
 class ImportError_(Exception):
@@ -552,7 +688,7 @@ class ImportError_(Exception):
 
 
 def shape_of(v: Val) -> tuple[int, ...]:
-    if isinstance(v, (Const, Bcast, DevVal)):
+    if isinstance(v, (Const, Bcast, DevVal, Literal, Patched)):
         return v.shape
     t = v.type
     return t.get_shape() if isinstance(t, TensorType) else ()
@@ -622,10 +758,13 @@ class Translator:
         self.handlers: dict[str, Handler] = dict(HANDLERS)
         self.handlers.update(extra or {})
         self.env: dict[str, Val] = {}
+        self.stype: dict[str, str] = {}  # the StableHLO element type of each name in env
         self.block: Block = Block()
         self.node: OpNode | None = None
         self.inlining: list[str] = []
         self.depth = 0
+        self.visited = 0  # source ops translated (loops count each iteration: control_flow.py)
+        self._patched: dict[Patched, SSAValue] = {}
 
     # ------------------------------------------------------------------ diagnostics
     def error(self, msg: str, node: OpNode | None = None, span: Span | None = None) -> ParseError:
@@ -639,7 +778,7 @@ class Translator:
         return TensorType(tuple(shape), elt, self.mesh, [UNPLACED] * self.naxes)
 
     def elt(self, name: str, node: OpNode | None = None) -> Attribute:
-        t = ELEMENT.get(name)
+        t = element_of(name)
         if t is None:
             raise self.error(f"element type '{name}' is not supported", node)
         return t
@@ -687,24 +826,29 @@ class Translator:
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         if len(values) != len(node.results):
             raise self.error(f"'{node.name}' gives {len(values)} value(s) for {len(node.results)} result(s)", node)
-        for r, v in zip(node.results, values):
+        for k, (r, v) in enumerate(zip(node.results, values)):
             if r.name in self.env:
                 raise ParseError(r.span, f"%{r.name} is defined twice")
             self.env[r.name] = v
-            if isinstance(v, SSAValue) and v.name_hint is None and _valid_hint(r.name):
-                v.name_hint = r.name
+            t = node.out_types[k] if k < len(node.out_types) else None
+            if isinstance(t, TensorT):
+                self.stype[r.name] = t.elt
+            if isinstance(v, SSAValue) and v.name_hint is None:
+                v.name_hint = value_name(r.name, node.name)
 
     def operand(self, node: OpNode, i: int) -> Val:
         v = self.lookup(node.operands[i])
+        if isinstance(v, Patched) and node.name not in LAZY_USERS and not (node.name in ("stablehlo.dynamic_update_slice", "stablehlo.dynamic_slice") and i == 0):
+            v = self.materialize(v)
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
+        declared = self.stype.get(node.operands[i].name)
         if isinstance(v, (Const, DevVal)):
-            if v.elt in UNSIGNED and node.name.removeprefix("stablehlo.") not in (*FOLDABLE, "dynamic_slice"):
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} is {v.elt}: unsigned values are read only in scalar arithmetic on partition_id")
-            if isinstance(t, TensorT) and v.elt != t.elt:
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {v.elt}, the op's type says {t}")
-        elif isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
+            declared = v.elt
+        if isinstance(t, TensorT) and declared is not None and declared != t.elt:
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {declared}, the op's type says {t}")
+        if isinstance(t, TensorT) and not isinstance(v, (Const, DevVal)) and element_of(t.elt) is not None and elt_name(_elt_of(v)) != signless_name(t.elt):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
         return v
 
@@ -712,17 +856,78 @@ class Translator:
         """A dist value for ``v`` (a constant or a lazy broadcast becomes a ``dist.map``)."""
         if isinstance(v, SSAValue):
             return v
+        if isinstance(v, Patched):
+            return self.materialize_patched(v)
         if isinstance(v, DevVal):
             x = self.device_scalar(v)
             return x if v.shape == () else self.materialize(Bcast(x, (), v.shape))
         if isinstance(v, Const):
             elt = self.elt(v.elt)
             return self.map_op([], [], v.shape, elt, lambda args: [self.const_op(v.value, elt)])
+        if isinstance(v, Literal):
+            return self.literal(v)
         if _only_unit_dims_added(shape_of(v.src), v.dims, v.shape):
             return self.reshape(v.src, v.shape)
         operand = self.broadcastable(v)
         elt = _elt_of(v)
         return self.map_op([operand], [elt], v.shape, elt, lambda args: [args[0]])
+
+    def materialize_patched(self, v: Patched) -> SSAValue:
+        """The blocks of ``v`` and the parts of its base between them, concatenated along
+        ``v.dim`` (one ``dist.concat``, made once per value)."""
+        done = self._patched.get(v)
+        if done is not None:
+            return done
+        pieces: list[SSAValue] = []
+        pos = 0
+
+        def base_part(lo: int, hi: int) -> None:
+            if lo >= hi:
+                return
+            shape = list(v.shape)
+            shape[v.dim] = hi - lo
+            if isinstance(v.base, Const):
+                pieces.append(self.materialize(Const(v.base.value, v.base.elt, tuple(shape))))
+                return
+            b = self.materialize(v.base)
+            offsets = [lo if d == v.dim else 0 for d in range(len(shape))]
+            pieces.append(self.emit_checked(lambda: dist.ExtractSliceOp.get(b, offsets, shape, [1] * len(shape))).results[0])
+
+        index, starts = v.view()
+        for start in starts:
+            size, value = index[start]
+            base_part(pos, start)
+            pieces.append(self.materialize(value))
+            pos = start + size
+        base_part(pos, v.shape[v.dim])
+        if len(pieces) == 1:
+            out = pieces[0]
+        else:
+            xs = self.unify(pieces, v.shape)
+            out = self.emit_checked(lambda: dist.ConcatOp.of(*xs, dim=v.dim)).results[0]
+        self._patched[v] = out
+        return out
+
+    def literal(self, v: Literal) -> SSAValue:
+        """A non-splat constant: element k (row-major) is a select on its flat index."""
+        n = len(v.values)
+        if n > LITERAL_LIMIT:
+            raise self.error(f"non-splat constants of more than {LITERAL_LIMIT} elements are not supported (this one has {n})")
+        elt = self.elt(v.elt)
+        index = self.emit_checked(lambda: dist.IotaOp.make([], [self.fresh_type((n,), i32)], dim=0)).results[0]
+
+        def body(a: list[SSAValue]) -> list[Operation]:
+            ops: list[Operation] = [last := self.const_op(v.values[-1], elt)]
+            picked = last.results[0]
+            for k in range(n - 2, -1, -1):
+                c, kc = self.const_op(v.values[k], elt), self.const_op(k, i32)
+                eq = arith.CmpiOp(a[0], kc.results[0], "eq")
+                sel = arith.SelectOp(eq, c.results[0], picked)
+                ops += [c, kc, eq, sel]
+                picked = sel.results[0]
+            return ops
+
+        return self.reshape(self.map_op([index], [i32], (n,), elt, body), v.shape)
 
     def broadcastable(self, v: Bcast) -> SSAValue:
         """``v.src`` in a shape that numpy broadcasting takes to ``v.shape``."""
@@ -755,8 +960,11 @@ class Translator:
             return arith.ConstantOp(FloatAttr(float(value), elt))
         assert isinstance(elt, IntegerType)
         v = int(value)
-        if elt.width.data == 1:
+        w = elt.width.data
+        if w == 1:
             v = 1 if v else 0
+        else:  # an unsigned value as the signed integer of the same bits
+            v = (v + 2 ** (w - 1)) % 2**w - 2 ** (w - 1)
         return arith.ConstantOp(IntegerAttr(v, elt))
 
     def map_op(
@@ -808,20 +1016,36 @@ class Translator:
 
     # ------------------------------------------------------------------ functions
     def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
-        """Translate a body whose block arguments are ``args``; the values it returns."""
-        saved = self.env
-        self.env = {}
-        for (v, _), a in zip(body.args, args):
+        """Translate a function body whose block arguments are ``args``; the values it
+        returns. The body sees only its arguments (a function is isolated from above)."""
+        saved, saved_types = self.env, self.stype
+        self.env, self.stype = {}, {}
+        try:
+            return self.translate_region(body, args)
+        finally:
+            self.env, self.stype = saved, saved_types
+
+    def translate_region(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
+        """Translate a region that also sees the values defined around it (a loop body,
+        a branch); the names it defines are forgotten after it, so that it can be
+        translated again (each iteration of an unrolled loop) at a cost linear in its
+        size."""
+        own = [v.name for v, _ in body.args] + [r.name for node in body.ops for r in node.results]
+        for (v, t), a in zip(body.args, args):
             if v.name in self.env:
                 raise ParseError(v.span, f"%{v.name} is defined twice")
             self.env[v.name] = a
+            if isinstance(t, TensorT):
+                self.stype[v.name] = t.elt
         try:
             for node in body.ops:
+                self.visited += 1
                 if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
-                    outs = [self.lookup_typed(node, i) for i in range(len(node.operands))]
-                    return outs
+                    return [self.lookup_typed(node, i) for i in range(len(node.operands))]
                 self.node = node
                 folded = fold_device(self, node)
+                if folded is None:
+                    folded = fold_constant(self, node)
                 if folded is not None:
                     self.bind(node, folded)
                     continue
@@ -831,7 +1055,9 @@ class Translator:
                 self.bind(node, handler(self, node))
             raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
         finally:
-            self.env = saved
+            for name in own:
+                self.env.pop(name, None)
+                self.stype.pop(name, None)
 
     def lookup_typed(self, node: OpNode, i: int) -> Val:
         self.node = node
@@ -840,6 +1066,18 @@ class Translator:
 
 def _valid_hint(name: str) -> bool:
     return bool(name) and (name[0].isalpha() or name[0] == "_") and "#" not in name
+
+
+def value_name(source: str, op_name: str) -> str | None:
+    """The name an imported value prints with: its name in the source when that reads
+    as a name (``%cst``, ``%arg0``), else the kind of op that computed it
+    (``stablehlo.dot_general`` gives ``%dot_general``, the printer numbers repeats:
+    ``%dot_general_1``), so that pipelines name values as ``targets=dot_general_1``
+    rather than by a number that the next pass renumbers."""
+    if _valid_hint(source):
+        return source
+    kind = op_name.rsplit(".", 1)[-1]
+    return kind if _valid_hint(kind) and kind.replace("_", "").isalnum() else None
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -928,8 +1166,12 @@ def _h_constant(tr: Translator, node: OpNode) -> list[Val]:
     if len(values) not in (1, n):
         raise tr.error(f"the constant has {len(values)} values for a {t} of {n} elements", node)
     if any(not _same_number(v, values[0]) for v in values):
-        raise tr.error("only splat constants (one value repeated) are supported", node)
+        return [Literal(tuple(values), t.elt, t.shape)]
     return [Const(values[0], t.elt, t.shape)]
+
+
+def _np_array(values: Sequence[Any], shape: Sequence[int]) -> Any:
+    return np.array(list(values), dtype=object).reshape(tuple(shape))
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -960,6 +1202,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
             continue
         if isinstance(v, DevVal):
             v = tr.device_scalar(v)
+        if isinstance(v, Literal):
+            v = tr.materialize(v)
         if isinstance(v, Bcast) and isinstance(v.src, Const):  # pragma: no cover - consts broadcast to consts
             slots.append(("const", v.src))
             continue
@@ -991,8 +1235,10 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
 
 
 def _elt_of(v: Val) -> Attribute:
-    if isinstance(v, Const):
-        return ELEMENT[v.elt]
+    if isinstance(v, (Const, DevVal, Literal)):
+        return element_of(v.elt)  # type: ignore[return-value]
+    if isinstance(v, Patched):
+        return v.elt
     if isinstance(v, Bcast):
         return v.src.type.element_type  # type: ignore[attr-defined]
     t = v.type
@@ -1019,12 +1265,14 @@ def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
     if cls is None:
         what = "float" if _is_float(elt) else "integer"
         raise tr.error(f"'{node.name}' on {what} elements is not supported", node)
+    unsigned = _result(tr, node).elt in UNSIGNED
     if elt == i1:
         cls = BOOL_BINARY.get(kind)
         if cls is None:
             raise tr.error(f"'{node.name}' is not defined on i1 (booleans) in StableHLO", node)
-    elif not _is_float(elt) and kind in INT_EDGES:
-        return elementwise(tr, node, lambda a, e: INT_EDGES[kind](tr, a[0], a[1], elt))
+    elif not _is_float(elt) and (unsigned and kind in UINT_EDGES or kind in INT_EDGES):
+        build = UINT_EDGES[kind] if unsigned and kind in UINT_EDGES else INT_EDGES[kind]
+        return elementwise(tr, node, lambda a, e: build(tr, a[0], a[1], elt))
     return elementwise(tr, node, lambda a, e: [cls(a[0], a[1])])
 
 
@@ -1084,6 +1332,13 @@ INT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[
     "shift_right_logical": _guarded_shift(arith.ShRUIOp, "zero"),
     "shift_right_arithmetic": _guarded_shift(arith.ShRSIOp, "sign"),
 }
+UINT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[Operation]]] = {
+    "divide": _guarded_division(arith.DivUIOp, lambda a, tr, elt: [tr.const_op(-1, elt)]),
+    "remainder": _guarded_division(arith.RemUIOp, lambda a, tr, elt: []),
+    "maximum": lambda tr, a, b, elt: [arith.MaxUIOp(a, b)],
+    "minimum": lambda tr, a, b, elt: [arith.MinUIOp(a, b)],
+}
+"""The ops on unsigned integers whose meaning is not the signed one's (x / 0 is all ones)."""
 
 
 @handles(*(f"stablehlo.{n}" for n in UNARY))
@@ -1168,8 +1423,8 @@ def _h_float_class(tr: Translator, node: OpNode) -> list[Val]:
 
 
 BITCASTS = {("f32", "i32"), ("i32", "f32"), ("f64", "i64"), ("i64", "f64")}
-"""``bitcast_convert`` pairs read (32 and 64 bits; an integer to an integer of its width
-is the value itself)."""
+"""``bitcast_convert`` pairs read (32 and 64 bits, signed or unsigned; an integer to an
+integer of its width is the value itself)."""
 
 
 @handles("stablehlo.bitcast_convert")
@@ -1179,11 +1434,11 @@ def _h_bitcast(tr: Translator, node: OpNode) -> list[Val]:
     src = tr.tensor_t(node.in_types[0], "operand 0", node) if node.in_types else None
     if src is None or src.shape != t.shape:
         raise tr.error("'stablehlo.bitcast_convert' between element types of one width keeps the shape", node)
-    pair = (src.elt, t.elt)
-    if src.elt == t.elt:
+    pair = (signless_name(src.elt), signless_name(t.elt))
+    if pair[0] == pair[1]:
         return [tr.operand(node, 0)]
     if pair not in BITCASTS:
-        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32, f64 <-> i64)", node)
+        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32/ui32, f64 <-> i64/ui64)", node)
     elt = tr.elt(t.elt, node)
     return elementwise(tr, node, lambda a, e: [arith.BitcastOp(a[0], elt)])
 
@@ -1310,6 +1565,13 @@ def _minmax(mx: type[Operation], mn: type[Operation], a: list[SSAValue]) -> list
 def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
     t = _result(tr, node)
     v = tr.operand(node, 0)
+    if isinstance(v, Literal):
+        tr.elt(t.elt, node)
+        try:
+            values = [device_values.convert(x, v.elt, t.elt) for x in v.values]
+        except FoldError as e:
+            raise tr.error(f"bad conversion of a constant: {e}", node) from None
+        return [Literal.of(_np_array(values, v.shape), t.elt)]
     if isinstance(v, Const) and (t.elt in UNSIGNED or v.elt in UNSIGNED):
         try:
             return [Const(device_values.convert(v.value, v.elt, t.elt), t.elt, v.shape)]
@@ -1328,10 +1590,27 @@ def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
             value = float(value)
         return [Const(value, t.elt, v.shape)]
     elt = tr.elt(t.elt, node)
+    src = node.in_types[0].elt if node.in_types and isinstance(node.in_types[0], TensorT) else elt_name(_elt_of(v))
     if _elt_of(v) == elt:
         return [v]
     x = tr.materialize(v)
+    unsigned_cast = _unsigned_cast(_elt_of(x), elt, src in UNSIGNED, t.elt in UNSIGNED)
+    if unsigned_cast is not None:
+        return elementwise(tr, node, lambda a, e: [unsigned_cast(a[0], elt)])
     return [tr.emit_checked(lambda: dist.CastOp.make([x], [x.type.with_(element_type=elt)])).results[0]]  # type: ignore[union-attr]
+
+
+def _unsigned_cast(src: Attribute, dst: Attribute, from_unsigned: bool, to_unsigned: bool) -> type[Operation] | None:
+    """The arith conversion where an unsigned operand or result changes its meaning from
+    ``dist.cast``'s signed one (an unsigned integer widened or made a float, a float made
+    an unsigned integer); None where the signed conversion gives the same bits."""
+    if from_unsigned and isinstance(dst, AnyFloat):
+        return arith.UIToFPOp
+    if to_unsigned and isinstance(src, AnyFloat):
+        return arith.FPToUIOp
+    if from_unsigned and isinstance(dst, IntegerType) and isinstance(src, IntegerType) and dst.width.data > src.width.data:
+        return arith.ExtUIOp
+    return None
 
 
 @handles("stablehlo.broadcast_in_dim")
@@ -1347,6 +1626,13 @@ def _h_broadcast(tr: Translator, node: OpNode) -> list[Val]:
             raise tr.error(f"operand dim {i} of size {src_shape[i]} cannot broadcast to result dim {d} of size {t.shape[d]}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        order = sorted(range(len(dims)), key=lambda i: dims[i])
+        src = v.array().transpose(order)
+        shaped = [1] * t.rank
+        for i in order:
+            shaped[dims[i]] = src_shape[i]
+        return [Literal.of(np.broadcast_to(src.reshape(shaped), t.shape), v.elt)]
     if isinstance(v, Bcast):
         return [Bcast(v.src, tuple(dims[d] for d in v.dims), t.shape)]
     if tuple(dims) == tuple(range(len(src_shape))) and src_shape == t.shape:
@@ -1362,6 +1648,10 @@ def _h_reshape(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"reshape of {_fmt(shape_of(v))} to {t}: the element counts differ", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().reshape(t.shape), v.elt)]
+    if pymath.prod(t.shape) == 0:  # no element to move: a constant of the new shape
+        return [Const(0, t.elt, t.shape)]
     return [tr.reshape(tr.materialize(v), t.shape)]
 
 
@@ -1376,6 +1666,8 @@ def _h_transpose(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"transpose of {_fmt(shape_of(v))} by {perm} does not give {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().transpose(perm), v.elt)]
     return [tr.transpose(tr.materialize(v), perm)]
 
 
@@ -1408,6 +1700,8 @@ def _h_slice(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"the slice gives {_fmt(sizes)}, the result type says {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array()[tuple(slice(a, b, c) for a, b, c in zip(start, limit, strides))], v.elt)]
     x = tr.materialize(v)
     return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, start, sizes, strides)).results[0]]
 
@@ -1439,7 +1733,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     else:
         dn = node.attrs.get("dot_dimension_numbers")
         if isinstance(dn, Opaque):
-            dn = _parse_dot_numbers(tr, node, dn.text)
+            dn = dimension_numbers(tr, node, "dot_dimension_numbers", "dot", DOT_KEYS, ())
         if not isinstance(dn, dict):
             raise tr.error("'stablehlo.dot_general' needs its dimension numbers", node)
     lb, rbd = list(dn.get("lhs_batching_dimensions", [])), list(dn.get("rhs_batching_dimensions", []))
@@ -1448,12 +1742,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     return [dot_general(tr, node, a, b, lb, rbd, lc, rc, t.shape, elt)]
 
 
-def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
-        m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    return out
+DOT_KEYS = ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions")
 
 
 def dot_general(
@@ -1517,8 +1806,10 @@ def dot_general(
 
 @handles("stablehlo.reduce")
 def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    if len(node.operands) == 4 and len(node.results) == 2:
+        return _arg_reduce(tr, node)
     if len(node.operands) != 2 or len(node.results) != 1:
-        raise tr.error("'stablehlo.reduce' of several operands at once (e.g. argmax) is not supported", node)
+        raise tr.error("'stablehlo.reduce' of several operands at once is supported only as argmax/argmin (values and their indices)", node)
     kind_op = node.attrs.get("applies")
     span = None
     if kind_op is None:
@@ -1554,6 +1845,172 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
         return [tr.map_op([r], [elt], t.shape, elt, lambda a: [c := tr.const_op(init.value, elt), cls(a[0], c.results[0])])]
     iv = tr.materialize(init)
     return [tr.map_op([r, iv], [elt, elt], t.shape, elt, lambda a: [cls(a[0], a[1])])]
+
+
+# ------------------------------------------------------------------ regions as expressions
+# The regions of variadic reduce and sort are small functions; the ones JAX writes for
+# argmax, argmin and jnp.sort are recognised by their expression trees (block argument k
+# is ("arg", k); and/or are commutative), never by running them.
+
+
+def region_exprs(tr: Translator, node: OpNode) -> list[tuple]:
+    """The values a one-block region returns, as expression trees over its arguments."""
+    if not node.regions or len(node.regions[0]) != 1:
+        raise tr.error(f"'{node.name}' needs a region of one block", node)
+    body = node.regions[0][0]
+    env: dict[str, tuple] = {v.name: ("arg", k) for k, (v, _) in enumerate(body.args)}
+
+    def get(v: Value) -> tuple:
+        if v.name not in env:
+            raise ParseError(v.span, f"%{v.name} is not defined in the region of '{node.name}'")
+        return env[v.name]
+
+    for op in body.ops:
+        if op.name in ("stablehlo.return", "func.return", "return"):
+            return [get(v) for v in op.operands]
+        args = [get(v) for v in op.operands]
+        kind = op.name.removeprefix("stablehlo.")
+        if kind == "constant" and isinstance(op.attrs.get("value"), Dense) and op.out_types:
+            t = op.out_types[0]
+            value = flat(op.attrs["value"].value)
+            e: tuple = ("const", repr(decode_scalar(value[0], t.elt)) if isinstance(t, TensorT) and len(value) == 1 else repr(value))
+        elif kind == "compare":
+            d, ct = (x.text.rstrip(">").split()[-1] if isinstance(x, Opaque) else x for x in (op.attrs.get("comparison_direction"), op.attrs.get("compare_type")))
+            e = ("compare", d, ct, *args)
+        elif kind in ("and", "or", "add", "multiply", "maximum", "minimum") and len(args) == 2:
+            e = (kind, *sorted(args, key=repr))
+        else:
+            e = (kind, *args)
+        for r in op.results:
+            env[r.name] = e
+    raise tr.error(f"the region of '{node.name}' does not end with a return", node)
+
+
+def _argmax_exprs(direction: str, ctype: str) -> list[tuple]:
+    """JAX's argmax (GT) / argmin (LT) reducer over (value, index) pairs: the first value
+    wins when it is greater (smaller) or NaN, the smaller index on ties."""
+    xa, ia, xb, ib = (("arg", k) for k in range(4))
+
+    def both(kind: str, a: tuple, b: tuple) -> tuple:
+        return (kind, *sorted([a, b], key=repr))
+
+    pick = both("or", ("compare", direction, ctype, xa, xb), ("compare", "NE", ctype, xa, xa))
+    tie = both("and", ("compare", "EQ", ctype, xa, xb), ("compare", "LT", "SIGNED", ia, ib))
+    return [("select", pick, xa, xb), ("select", both("or", pick, tie), ia, ib)]
+
+
+def _arg_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    """argmax/argmin as JAX writes them (a reduce of values and their indices): the
+    max (min) over the dims (NaN wins: maximumf), then the smallest index whose value
+    equals it (or is NaN), each combined with the init pair as one more candidate."""
+    x, ix, v0, i0 = (tr.operand(node, i) for i in range(4))
+    shape = shape_of(x)
+    dims = _attr_ints(tr, node, "dimensions")
+    exprs = region_exprs(tr, node)
+    elt, ielt = _elt_of(x), _elt_of(ix)
+    ctype = "FLOAT" if _is_float(elt) else "SIGNED"
+    kind = next((k for k, d in (("max", "GT"), ("min", "LT")) if exprs == _argmax_exprs(d, ctype)), None)
+    if kind is None or shape_of(ix) != shape or not isinstance(ielt, IntegerType) or ielt == i1 or elt == i1:
+        raise tr.error("a 'stablehlo.reduce' of two operands is supported as JAX's argmax/argmin (values, integer indices, its comparator region)", node)
+    if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
+        raise tr.error(f"reduced dims {dims} are not dims of {_fmt(shape)}", node)
+    keep = [d for d in range(len(shape)) if d not in dims]
+    out_shape = tuple(shape[d] for d in keep)
+    for i in range(2):
+        if _result(tr, node, i).shape != out_shape:
+            raise tr.error(f"reducing {_fmt(shape)} over {dims} does not give {_result(tr, node, i)}", node)
+    xv, iv = tr.materialize(x), tr.materialize(ix)
+    m = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xv, op=kind, dims=sorted(dims), sizes=tr.sizes())).results[0]
+    best = (1 << (ielt.width.data - 1)) - 1
+    mb = tr.broadcastable(Bcast(m, tuple(keep), shape))
+    pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
+    if not _is_float(elt):
+        pick = arith.MaxSIOp if kind == "max" else arith.MinSIOp
+
+    def hit(v: SSAValue, mv: SSAValue) -> list[Operation]:
+        eq = arith.CmpfOp(v, mv, "oeq") if _is_float(elt) else arith.CmpiOp(v, mv, "eq")
+        if not _is_float(elt):
+            return [eq]
+        nan = arith.CmpfOp(v, v, "uno")
+        return [eq, nan, arith.OrIOp(eq.results[0], nan.results[0])]
+
+    def candidate(a: list[SSAValue]) -> list[Operation]:
+        h = hit(a[0], a[1])
+        big = tr.const_op(best, ielt)
+        return [*h, big, arith.SelectOp(h[-1].results[0], a[2], big.results[0])]
+
+    cand = tr.map_op([xv, mb, iv], [elt, elt, ielt], shape, ielt, candidate)
+    idx = tr.emit_checked(lambda: dist.ReduceTensorOp.of(cand, op="min", dims=sorted(dims), sizes=tr.sizes())).results[0]
+    # the init pair: one more candidate
+    operands, elts = [m, idx], [elt, ielt]
+    inits: list[Val] = [v0, i0]
+    for v, e in zip(inits, (elt, ielt)):
+        if not isinstance(v, Const):
+            operands.append(tr.materialize(v))
+            elts.append(e)
+
+    def combine(a: list[SSAValue], index: bool) -> list[Operation]:
+        """The init pair as one more candidate: the value is pick(m, v0); the index is
+        the smaller of the two whose values reach it."""
+        ops: list[Operation] = []
+        vals, k = [], 2
+        for v, e in zip(inits, (elt, ielt)):
+            if isinstance(v, Const):
+                c = tr.const_op(v.value, e)
+                ops.append(c)
+                vals.append(c.results[0])
+            else:
+                vals.append(a[k])
+                k += 1
+        total = pick(a[0], vals[0])
+        ops.append(total)
+        if not index:
+            return ops
+        init_hit, elem_hit = hit(vals[0], total.results[0]), hit(a[0], total.results[0])
+        both = arith.MinSIOp(a[1], vals[1])
+        init_wins = arith.SelectOp(elem_hit[-1].results[0], both.results[0], vals[1])
+        return [*ops, *init_hit, *elem_hit, both, init_wins, arith.SelectOp(init_hit[-1].results[0], init_wins.results[0], a[1])]
+
+    return [tr.map_op(operands, elts, out_shape, elt, lambda a: combine(a, False)), tr.map_op(operands, elts, out_shape, ielt, lambda a: combine(a, True))]
+
+
+def _sort_key_exprs(ctype: str) -> tuple:
+    """jnp.sort's comparator of operand 0's keys (arguments 0 and 1): ``LT`` of the keys,
+    floats first made canonical (-0.0 as +0.0, every NaN as one NaN) and compared in
+    TOTALORDER; integers SIGNED."""
+    a, b = ("arg", 0), ("arg", 1)
+    if ctype == "SIGNED":
+        return ("compare", "LT", "SIGNED", a, b)
+
+    def canon(v: tuple) -> tuple:
+        zero = ("select", ("compare", "EQ", "FLOAT", v, ("const", "0.0")), ("const", "0.0"), v)
+        return ("select", ("compare", "NE", "FLOAT", v, v), ("const", "nan"), zero)
+
+    return ("compare", "LT", "TOTALORDER", canon(a), canon(b))
+
+
+@handles("stablehlo.sort")
+def _h_sort(tr: Translator, node: OpNode) -> list[Val]:
+    """``jnp.sort``/``jnp.argsort`` (the keys of operand 0, JAX's comparator; stable) as
+    ``dist.sort`` along ``dimension``. Other comparators are a diagnostic."""
+    if not node.operands or len(node.results) != len(node.operands):
+        raise tr.error("'stablehlo.sort' gives one result per operand", node)
+    dim = _attr_int(tr, node, "dimension")
+    xs = [tr.materialize(tr.operand(node, i)) for i in range(len(node.operands))]
+    shape = shape_of(xs[0])
+    if dim < 0:
+        dim += len(shape)
+    if not 0 <= dim < len(shape):
+        raise tr.error(f"sort dimension {dim} is out of range for {_fmt(shape)}", node)
+    for i, x in enumerate(xs):
+        if shape_of(x) != shape or _result(tr, node, i).shape != shape:
+            raise tr.error(f"the operands and results of 'stablehlo.sort' share the shape {_fmt(shape)}", node)
+    elt = _elt_of(xs[0])
+    (expr,) = region_exprs(tr, node) or [None]
+    if elt == i1 or expr != _sort_key_exprs("FLOAT" if _is_float(elt) else "SIGNED"):
+        raise tr.error("'stablehlo.sort' is supported with jnp.sort's comparator (ascending keys of operand 0: floats in total order with -0 = +0 and NaN last, signed integers)", node)
+    xs = tr.unify(xs, shape)
+    return list(tr.emit_checked(lambda: dist.SortOp.of(*xs, dim=dim, sizes=tr.sizes())).results)
 
 
 BOOL_REDUCE = {"sum": "or", "max": "or", "or": "or", "prod": "and", "min": "and", "and": "and"}
@@ -1597,10 +2054,16 @@ def _reducer_kind(tr: Translator, node: OpNode, what: str = "reduce") -> tuple[s
     body = node.regions[0][0]
     ops = body.ops
     args = [v.name for v, _ in body.args]
+    aliases: dict[str, str] = {}
+    if len(ops) == 3 and ops[1].name == "sdy.sharding_constraint" and ops[0].results and ops[1].operands and ops[1].results:
+        # JAX constrains the combined scalar in a shard_map's reducer: no meaning here
+        aliases[ops[1].results[0].name] = ops[1].operands[0].name
+        ops = [ops[0], ops[2]]
     if len(ops) == 2 and len(args) == 2 and ops[1].name in ("stablehlo.return", "func.return", "return"):
         op, ret = ops
         names = sorted(v.name for v in op.operands)
-        if names == sorted(args) and len(ret.operands) == 1 and op.results and ret.operands[0].name == op.results[0].name:
+        returned = aliases.get(ret.operands[0].name, ret.operands[0].name) if len(ret.operands) == 1 else None
+        if names == sorted(args) and len(ret.operands) == 1 and op.results and returned == op.results[0].name:
             return op.name, op.span
     raise tr.error(f"only a '{what}' region of one binary op (add, multiply, maximum, minimum, and, or) is supported", node)
 
@@ -1664,6 +2127,43 @@ def fold_device(tr: Translator, node: OpNode) -> list[Val] | None:
     return [DevVal(tuple(out) * (n // len(out)), t.elt, t.shape)]
 
 
+INTEGER_FOLDABLE = (*device_values.UNARY, *device_values.BINARY, "compare", "select", "clamp")
+"""Ops evaluated at import time when every operand is an integer or boolean splat constant:
+a loop's counter and its condition (``control_flow.py``) are known so."""
+
+
+def fold_constant(tr: Translator, node: OpNode) -> list[Val] | None:
+    """The op evaluated at import time (StableHLO's integer semantics, ``device_values``)
+    when all its operands are splat constants of integer or boolean type (a comparison's
+    may be floats: comparing is exact); a ``select`` whose predicate is such a constant
+    is the operand it picks. None for any other op."""
+    kind = node.name.removeprefix("stablehlo.")
+    if kind not in INTEGER_FOLDABLE or not node.name.startswith("stablehlo.") or not node.operands:
+        return None
+    known = [tr.env.get(v.name) for v in node.operands]
+    if kind == "select" and isinstance(known[0], Const) and len(known) == 3 and node.out_types:
+        t = _result(tr, node)
+        picked = tr.operand(node, 1 if known[0].value else 2)
+        return [picked] if shape_of(picked) == t.shape else None
+    if not all(isinstance(v, Const) for v in known):
+        return None
+    t = _result(tr, node)
+    ints = lambda e: e == "i1" or device_values.is_int(e)  # noqa: E731
+    if not ints(t.elt) or not all(ints(v.elt) or kind == "compare" for v in known):  # type: ignore[union-attr]
+        return None
+    vals: list[Const] = [tr.operand(node, i) for i in range(len(node.operands))]  # type: ignore[misc]
+    direction = None
+    if kind == "compare":
+        direction = node.attrs.get("comparison_direction")
+        if isinstance(direction, Opaque):
+            direction = direction.text.rstrip(">").split()[-1]
+    try:
+        (value,) = device_values.elementwise(kind, [(v.value,) for v in vals], t.elt, None if direction is None else str(direction))
+    except FoldError as e:
+        raise tr.error(f"'{node.name}' of constants: {e}", node) from None
+    return [Const(value, t.elt, t.shape)]
+
+
 @handles("stablehlo.dynamic_slice")
 def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
     """``dynamic_slice`` at offsets known at import time: constants (``dist.extract_slice``)
@@ -1692,6 +2192,10 @@ def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
             offsets.append(min(max(int(st.values[0] if isinstance(st, DevVal) else st.value), 0), hi))
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Patched) and not per_device:
+        block = v.block(offsets, sizes)
+        if block is not None:
+            return [block]
     x = tr.materialize(v)
     if per_device:
         x = tr.device_slice(x, per_device)
@@ -1982,3 +2486,6 @@ def _h_call(tr: Translator, node: OpNode) -> list[Val]:
         if isinstance(t, TensorT) and shape_of(o) != t.shape:
             raise tr.error(f"@{node.sym} returns {_fmt(shape_of(o))} as result {i}, its type says {t}", node)
     return outs
+
+
+from distir.frontends import control_flow  # noqa: E402,F401  (registers while, case, if: its handlers and custom form)

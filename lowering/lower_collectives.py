@@ -110,6 +110,7 @@ class FuncLowering:
             dist.ReduceTensorOp: self._reduce_tensor,
             dist.EmbeddingBagOp: self._embedding_bag,
             dist.ScatterAddOp: self._scatter_add,
+            dist.SortOp: self._sort,
             dist.TakeSliceOp: self._take_slice,
             dist.RemeshOp: self._remesh,
             dist.ToLocalOp: self._remesh,
@@ -811,6 +812,13 @@ class FuncLowering:
             row0 = self.const(0)
         self.guarded(t, lambda: self.emit(rt.ScatterAddOp.make([i, u, row0, rows_of, self.stream], [])))
         self.buf[op.result] = c
+
+    def _sort(self, op: dist.SortOp) -> None:
+        ins = [self.input(x) for x in op.inputs]
+        outs = [self.out(r) for r in op.outputs]
+        self.guarded(op.outputs[0].type, lambda: self.emit(rt.SortOp.make([*ins, *outs, self.stream], [], dim=op.option("dim"))))
+        for r, b in zip(op.outputs, outs):
+            self.buf[r] = b
 
     def _take_slice(self, op: dist.TakeSliceOp) -> None:
         t: TensorType = op.input.type  # type: ignore[assignment]

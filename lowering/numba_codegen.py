@@ -360,6 +360,13 @@ _INT_BIN = {
     arith.ShRSIOp: "({a} >> {b})",
 }
 
+_UINT_BIN = {
+    arith.DivUIOp: "(({a} // {b}) if {y} != 0 else 0)",
+    arith.RemUIOp: "(({a} % {b}) if {y} != 0 else 0)",
+    arith.MaxUIOp: "({x} if {a} >= {b} else {y})",
+    arith.MinUIOp: "({x} if {a} <= {b} else {y})",
+}
+
 _CMPF = {
     "oeq": "({a} == {b})",
     "ogt": "({a} > {b})",
@@ -514,6 +521,11 @@ class Translator:
             t = op.results[0].type
             u = "numba.uint64" if isinstance(t, IndexType) else f"numba.uint{int_name(t).removeprefix('int')}"
             return [self.assign(op.results[0], f"{self.cast(t)}({u}({a}) >> {u}({b}))")]
+        if cls in _UINT_BIN:  # the bits as unsigned; division by zero gives 0, as arith.py
+            a, b = (self.unsigned(x) for x in op.operands)
+            t = op.results[0].type
+            expr = _UINT_BIN[cls].format(a=a, b=b, x=self.name(op.operands[0]), y=self.name(op.operands[1]))
+            return [self.assign(op.results[0], f"{self.cast(t)}({expr})")]
         if cls in _INT_BIN:
             a, b = (self.name(x) for x in op.operands)
             t = op.results[0].type
@@ -539,9 +551,15 @@ class Translator:
         if isinstance(op, (arith.ExtFOp, arith.TruncFOp)):
             # f16/bf16 compute in f32 (rounded on store), so only f64 boundaries convert.
             return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
-        if isinstance(op, (arith.SIToFPOp, arith.UIToFPOp)):
+        if isinstance(op, arith.UIToFPOp):  # the bits as unsigned
+            return [self.assign(op.results[0], f"{ft}({self.unsigned(op.operands[0])})")]
+        if isinstance(op, arith.ExtUIOp):
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.unsigned(op.operands[0])})")]
+        if isinstance(op, arith.FPToUIOp):  # through uint64: a value above the signed range wraps
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}(numba.uint64({self.name(op.operands[0])}))")]
+        if isinstance(op, arith.SIToFPOp):
             return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
-        if isinstance(op, (arith.FPToSIOp, arith.FPToUIOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp, arith.IndexCastOp)):
+        if isinstance(op, (arith.FPToSIOp, arith.ExtSIOp, arith.TruncIOp, arith.IndexCastOp)):
             return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.name(op.operands[0])})")]
         if isinstance(op, arith.BitcastOp):
             src, dst = op.operands[0].type, op.results[0].type
@@ -553,6 +571,12 @@ class Translator:
             seed, index = (self.name(x) for x in op.operands)
             return [self.assign(op.results[0], f"_bits({seed}, {index})")]
         raise UnsupportedKernel(f"'{op.name}' is not supported in kernels")
+
+    def unsigned(self, v: SSAValue) -> str:
+        """``v``'s bits as an unsigned integer of its width."""
+        t = v.type
+        w = 64 if isinstance(t, IndexType) else t.width.data  # type: ignore[attr-defined]
+        return f"numba.uint{w if w in (8, 16, 32, 64) else 64}({self.name(v)})"
 
     def assign(self, v: SSAValue, expr: str) -> str:
         n = self.fresh()
@@ -853,6 +877,10 @@ def cache_dir() -> Path:
 
 
 def _load_module(source: str, tag: str):
+    """The module of a kernel's source: a file in the cache directory (Numba caches a
+    function only when its module has one), or, when the cache cannot be written (a
+    read-only folder, a file where the folder should be), a module in memory, with a
+    warning (``cached`` is then False on it)."""
     digest = hashlib.sha256((tag + source).encode()).hexdigest()[:24]
     modname = f"distir_kernel_{digest}"
     if modname in sys.modules:
@@ -861,7 +889,7 @@ def _load_module(source: str, tag: str):
     try:
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{modname}.py"
-        if not path.exists() or path.read_text() != source:
+        if not path.exists() or path.read_text(errors="replace") != source:
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(source)
             os.replace(tmp, path)
@@ -869,13 +897,57 @@ def _load_module(source: str, tag: str):
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-    except OSError:
+        mod.cached = True
+    except OSError as e:
         import types
 
+        why = "it is a file, not a folder" if d.exists() and not d.is_dir() else e.strerror or str(e)
+        _cache_warning(f"the kernel cache {d} cannot be written ({why}): kernels are compiled in every run")
         mod = types.ModuleType(modname)
         exec(compile(source, f"<{modname}>", "exec"), mod.__dict__)
+        mod.cached = False
     sys.modules[modname] = mod
     return mod
+
+
+def _cache_warning(text: str) -> None:
+    """A warning about the kernel cache, once per process."""
+    from distir.dialects.diagnostics import warn_once
+
+    warn_once(text)
+
+
+def _robust_cache(fn):
+    """``fn`` (a Numba dispatcher with ``cache=True``) whose on-disk cache never fails a
+    run: a cached kernel that cannot be read (an empty or truncated index or data file:
+    Numba raised EOFError or UnpicklingError at every call until the cache was deleted by
+    hand) is a warning, its entries are dropped and the kernel compiled and cached again;
+    one that cannot be written is a warning."""
+    cache = getattr(fn, "_cache", None)
+    if cache is None or not hasattr(cache, "load_overload"):
+        return fn
+    load, save = cache.load_overload, cache.save_overload
+
+    def load_overload(*args, **kwargs):
+        try:
+            return load(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any damage to the files: compile again
+            _cache_warning(f"a cached kernel in {cache_dir()} could not be read ({type(e).__name__}: {e}): it is compiled and cached again")
+            try:
+                cache.flush()
+            except Exception:  # noqa: BLE001 - the index cannot even be rewritten
+                pass
+            return None
+
+    def save_overload(*args, **kwargs):
+        try:
+            return save(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the kernel runs; only the cache misses it
+            _cache_warning(f"a kernel could not be cached in {cache_dir()} ({type(e).__name__}: {e})")
+            return None
+
+    cache.load_overload, cache.save_overload = load_overload, save_overload
+    return fn
 
 
 def _quiet_numba_notes() -> None:
@@ -900,9 +972,12 @@ def compile_cpu(ks: KernelSource, parallel: bool = False, fastmath: frozenset[st
         fn = _COMPILED.get(key)
         if fn is None:
             mod = _load_module(ks.source, "cpu")
-            fn = numba.njit(
-                parallel=parallel, fastmath=set(fastmath), error_model="numpy", nogil=True, cache=True
-            )(getattr(mod, ks.name))
+            options = dict(parallel=parallel, fastmath=set(fastmath), error_model="numpy", nogil=True)
+            try:
+                fn = _robust_cache(numba.njit(**options, cache=mod.cached)(getattr(mod, ks.name)))
+            except RuntimeError as e:  # Numba finds no usable cache folder for the module
+                _cache_warning(f"kernels cannot be cached ({e}): they are compiled in every run")
+                fn = numba.njit(**options)(getattr(mod, ks.name))
             _COMPILED[key] = fn
     return fn
 

@@ -286,6 +286,20 @@ class CudaDevice:
         if o is not out:
             self.copy(o, out, stream)
 
+    def sort(self, ins, outs, dim: int, stream) -> None:
+        """``rt.sort``: one thread per column along ``dim`` (a stable insertion sort:
+        quadratic in the sorted dim's length, meant for rows of up to a few thousand)."""
+        shape = tuple(ins[0].shape)
+        outer, n, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1 :])
+        xs = [self.contiguous(x, stream).reshape(outer, n, inner) for x in ins]
+        flat = [self.contiguous(y, stream) for y in outs]
+        ys = [y.reshape(outer, n, inner) for y in flat]
+        blocks, threads = grid_for(outer * inner)
+        self._run(ck.sort_kernel(len(ins), self.dtype_name(ins[0])), blocks, threads, stream, *xs, *ys, outer, n, inner)
+        for y, out in zip(flat, outs):
+            if y is not out:
+                self.copy(y, out, stream)
+
     def wait_flag(self, flags, index: int, target: int, stream: CudaStream) -> None:
         """Queue on ``stream`` a wait until ``flags[index] >= target``."""
         self._run(ck.wait_flag_kernel(), 1, 1, stream, flags, index, target)

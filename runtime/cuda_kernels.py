@@ -455,5 +455,56 @@ def scatter_add_kernel(dtype_name: str):
     return _compile(("scatter_add", dtype_name), scatter_add_source(dtype_name), "scatter_add")
 
 
+SORT = """
+import numba
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit(device=True, inline=True)
+def _before(a, b):
+    # a strictly before b: NaN after everything (and equal to NaN), -0.0 equal to +0.0
+    if a != a:
+        return False
+    if b != b:
+        return True
+    return a < b
+
+
+def sort({params}, outer, n, inner):
+    # arrays viewed as [outer, n, inner]; one thread per (o, i) sorts its column of the
+    # keys y0 (a stable insertion sort), moving the other operands alike.
+    for g in range(cuda.grid(1), outer * inner, cuda.gridsize(1)):
+        o = g // inner
+        i = g % inner
+        for j in range(n):
+{copy}
+        for j in range(1, n):
+{hold}
+            m = j - 1
+            while m >= 0 and _before({key}, {key_at_m}):
+{shift}
+                m -= 1
+{place}
+"""
+
+
+def sort_source(count: int, key_dtype: str) -> str:
+    """The sort kernel of ``count`` operands (``x0 ..`` in, ``y0 ..`` out) whose keys
+    have element type ``key_dtype`` (bf16 keys are compared as floats)."""
+    xs, ys = [f"x{k}" for k in range(count)], [f"y{k}" for k in range(count)]
+    load = "_bf16_load" if key_dtype == "bfloat16" else ""
+    copy = "\n".join(f"            {y}[o, j, i] = {x}[o, j, i]" for x, y in zip(xs, ys))
+    hold = "\n".join(f"            h{k} = {y}[o, j, i]" for k, y in enumerate(ys))
+    shift = "\n".join(f"                {y}[o, m + 1, i] = {y}[o, m, i]" for y in ys)
+    place = "\n".join(f"            {y}[o, m + 1, i] = h{k}" for k, y in enumerate(ys))
+    src = SORT.format(params=", ".join(xs + ys), copy=copy, hold=hold, shift=shift, place=place, key=f"{load}(h0)", key_at_m=f"{load}(y0[o, m, i])")
+    return _with_bf16(key_dtype, src)
+
+
+def sort_kernel(count: int, key_dtype: str):
+    return _compile(("sort", count, key_dtype), sort_source(count, key_dtype), "sort")
+
+
 def embedding_kernel(mode: str, dtype_name: str):
     return _compile(("embedding", mode, dtype_name), embedding_source(mode, dtype_name), "embedding_bag")

@@ -72,13 +72,18 @@ class LoweredProgram:
         ``target``, plan it for that target. Without one, the runner that binds the
         program plans it for its own (``ensure_planned``). ``scattered``: the arguments a
         run passes in pieces."""
+        from distir.dialects.dist import alone, used_meshes
         from distir.lowering.common import LoweringError
         from distir.lowering.pipeline import is_lowered, lower
 
         f0 = npz.select_function(module, func_name)
-        npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
+        # a diagnostic, not a lowering failure; only the meshes f0 uses constrain the ranks
+        npz.check_sizes(f0, npz.resolve_grids(module, ranks, used_meshes(module, f0)), ranks)
+        module = alone(module, f0)  # other functions and meshes are not lowered
         if is_lowered(module):
-            module = module.clone()
+            from distir.dialects.verifier import verified_clone
+
+            module = verified_clone(module)  # verified: nothing runs that does not
         try:
             lowered = lower(module, ranks, target=target, scattered=scattered)
         except LoweringError as e:
@@ -548,6 +553,12 @@ def _embedding_bag(ex: RankExecutor, op: rt.EmbeddingBagOp) -> None:
 def _scatter_add(ex: RankExecutor, op: rt.ScatterAddOp) -> None:
     i, u, row0, out, s = (ex.v(x) for x in op.args)
     ex.device.scatter_add(i, u, int(row0), out, s)
+
+
+@handles(rt.SortOp)
+def _sort(ex: RankExecutor, op: rt.SortOp) -> None:
+    ins, outs = op.io()
+    ex.device.sort([ex.v(x) for x in ins], [ex.v(x) for x in outs], op.option("dim"), ex.v(op.args[-1]))
 
 
 # ------------------------------------------------------------------ communication

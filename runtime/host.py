@@ -198,6 +198,15 @@ class HostDevice:
         held = out.shape[-2]
         stream.submit(lambda: _assign(out, interpreter.scatter_add(indices, updates, row0, held, out.dtype)))
 
+    def sort(self, ins, outs, dim: int, stream) -> None:
+        self._no_scattered("rt.sort", *ins, *outs)
+
+        def run() -> None:
+            for out, y in zip(outs, interpreter.sort_along(ins, dim)):
+                _assign(out, y)
+
+        stream.submit(run)
+
     # ------------------------------------------------------------------ fused tile operators
     # Synchronous pieces of the fused computation-collective operators (runtime/tiles.py):
     # each computes one tile straight into a view (which may be a peer's buffer).

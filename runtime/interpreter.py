@@ -70,6 +70,7 @@ from distir.runtime.values import (
     UnsupportedType,
     compute_dtype,
     frozen,
+    is_float,
     local_nbytes,
     numpy_dtype,
     rank_coords,
@@ -609,6 +610,22 @@ def _scatter_add(it: Interpreter, op: dist.ScatterAddOp, args: list[Value]) -> l
     return list(it.local([t], args, fn, key=lambda r: block(r).start))
 
 
+def sort_along(arrays: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
+    """``arrays`` reordered along ``dim`` by the keys of ``arrays[0]``: ascending, stable,
+    -0.0 equal to +0.0 and NaN last (numpy's order of floats), integers signed."""
+    keys = arrays[0]
+    if is_float(keys.dtype) and keys.dtype.itemsize < 4:
+        keys = keys.astype(np.float32)  # exact; numpy sorts f16/bf16 no better
+    order = np.argsort(keys, axis=dim, kind="stable")
+    return [np.take_along_axis(a, order, axis=dim) for a in arrays]
+
+
+@handles(dist.SortOp)
+def _sort(it: Interpreter, op: dist.SortOp, args: list[Value]) -> list[Value]:
+    dim = op.option("dim")
+    return list(it.local([r.type for r in op.outputs], args, lambda b, r: sort_along(b, dim)))  # type: ignore[misc]
+
+
 @handles(dist.RemeshOp)
 def _remesh(it: Interpreter, op: dist.RemeshOp, args: list[Value]) -> list[Value]:
     # The same global rank keeps the same buffer; only its coordinates change.
@@ -729,10 +746,15 @@ def run_function(module: ModuleOp | str, func_name: str | None = None, inputs: M
     """Run function ``func_name`` (default: the only one) of ``module`` on ``ranks``
     simulated ranks. ``inputs`` follow the in.npz convention (``runtime/npz.py``);
     missing ones are drawn at random from ``seed``. Returns an ``Execution`` with the
-    logical outputs, the per-rank result values and the allocation statistics."""
+    logical outputs, the per-rank result values and the allocation statistics. The
+    module is verified first (``VerifyException``), unless it verified and has not
+    changed since."""
+    from distir.dialects.verifier import ensure_verified
+
     module = as_module(module)
+    ensure_verified(module)  # never runs a program that does not verify (free when it did)
     f = npz.select_function(module, func_name)
-    grids = npz.resolve_grids(module, ranks)
+    grids = npz.resolve_grids(module, ranks, npz.used_meshes(module, f))  # only f's meshes constrain the ranks
     full = npz.prepare_inputs(module, f, ranks, inputs, seed, grids=grids)
     it = Interpreter(module, ranks, grids)
     args: list[Value] = []

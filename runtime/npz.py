@@ -12,8 +12,8 @@ without ``%`` (``arg<i>`` for an unnamed one):
 * builtin scalars (``f32`` arguments) as 0-d arrays.
 
 Dtypes must match exactly (f16 float16, bf16 ``ml_dtypes.bfloat16``, f32 float32, f64
-float64, i1 bool, iN intN). numpy saves bfloat16 arrays as 2-byte void records; such
-records are read back as bfloat16. Arguments missing from the file are drawn at random
+float64, i1 bool, iN intN; an iN argument also takes a uintN array, as its bits). numpy
+saves bfloat16 arrays as 2-byte void records; such records are read back as bfloat16. Arguments missing from the file are drawn at random
 from the run's seed (``random_inputs``): floats uniform in [0, 1), integers uniform in
 [0, 8), indices of an ``embedding_bag`` uniform over the table's rows.
 
@@ -43,7 +43,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.diagnostics import InputRejected, ResultsDiffer, check_body
-from distir.dialects.dist import MeshOp, TensorType, resolve_grids  # noqa: F401 (resolve_grids: used here and by importers)
+from distir.dialects.dist import MeshOp, TensorType, resolve_grids, used_meshes  # noqa: F401 (resolve_grids, used_meshes: used here and by importers)
 from distir.dialects.placements import At, Sliced
 from distir.runtime.values import (
     BFLOAT16,
@@ -120,11 +120,13 @@ def inplace_results(func: FuncOp) -> dict[int, int]:
     return out
 
 
-def static_ranks(module: ModuleOp) -> int | None:
-    """The rank count every mesh of the module fixes, if they fix one."""
+def static_ranks(module: ModuleOp, f: FuncOp | None = None) -> int | None:
+    """The rank count every mesh of the module (that function ``f`` uses, when given)
+    fixes, if they fix one."""
+    only = used_meshes(module, f) if f is not None else None
     counts = set()
     for op in module.ops:
-        if isinstance(op, MeshOp) and op.parent_mesh() is None:
+        if isinstance(op, MeshOp) and op.parent_mesh() is None and (only is None or op.mesh_name in only):
             sizes = op.declared_sizes
             if any(s is None for s in sizes):
                 return None
@@ -222,9 +224,13 @@ def _fmt_shape(shape: Sequence[int]) -> str:
 
 
 def normalise_array(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Read 2-byte void records (how numpy saves bfloat16) as bfloat16."""
+    """Read 2-byte void records (how numpy saves bfloat16) as bfloat16, and an unsigned
+    array for a signless integer argument of its width as its bits (JAX's ``uint32``
+    random keys for an imported ``tensor<2xui32>`` argument, which distir holds as i32)."""
     if dtype == BFLOAT16 and a.dtype.kind == "V" and a.dtype.itemsize == 2:
         return a.view(BFLOAT16)
+    if a.dtype.kind == "u" and dtype.kind == "i" and a.dtype.itemsize == dtype.itemsize:
+        return a.view(dtype)
     return a
 
 
@@ -365,10 +371,14 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         raise InputRejected(f"cannot read {path} as an npz file: {e}") from None
 
 
-def save_npz(path: str, outputs: Sequence[np.ndarray]) -> None:
-    """Write results as ``result0``, ``result1``, ..."""
+def save_npz(path: str, outputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
+    """Write results as ``result0``, ``result1``, ... (or the arrays of a mapping by
+    their names) to exactly ``path`` (``np.savez`` given a name adds ``.npz`` to one
+    that lacks it: ``--outputs res.out`` wrote ``res.out.npz``)."""
+    arrays = dict(outputs) if isinstance(outputs, Mapping) else {f"result{i}": np.asarray(a) for i, a in enumerate(outputs)}
     try:
-        np.savez(path, **{f"result{i}": np.asarray(a) for i, a in enumerate(outputs)})
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
     except OSError as e:
         raise InputRejected(f"cannot write {path}: {e.strerror or e}") from None
 
@@ -426,7 +436,8 @@ def collect(t: Attribute, grid: layout.MeshGrid | None, buffers: Mapping[int, np
                 bad = tuple(int(i) for i in np.argwhere(~_same_elements(b0, buf))[0])
                 raise ResultsDiffer(
                     f"{what}: replicas disagree: ranks {r0} and {r} hold different values at {list(bad)} "
-                    f"of their block: {b0[bad]!r} vs {buf[bad]!r}"
+                    f"of their block: {b0[bad]!r} vs {buf[bad]!r} (replicated inputs that differ between the ranks "
+                    "give such results: under mpiexec, --trust-inputs skips the check of the inputs' checksums)"
                 )
             continue
         first[key] = (r, buf)

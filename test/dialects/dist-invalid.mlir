@@ -222,6 +222,15 @@ func.func @scatter_add_shapes(%i: !dist.tensor<32x1xi32, @world, [replicated]>, 
 
 // -----
 
+// CHECK: 'dist.sort' op the sorted dim 1 must not be sliced, got [sliced<1>]
+dist.mesh @world shape = [4]
+func.func @sort_along_a_sliced_dim(%x: !dist.tensor<8x16xf32, @world, [sliced<1>]>) {
+  %s = dist.sort %x dim 1 : !dist.tensor<8x16xf32, @world, [sliced<1>]> -> !dist.tensor<8x16xf32, @world, [sliced<1>]>
+  func.return
+}
+
+// -----
+
 // CHECK: 'dist.remesh' op result placements [sliced<0>, replicated] on @hw do not keep the operand's layout [sliced<0>] on @world, which is [sliced<0>, sliced<0>] on @hw
 dist.mesh @hw shape = [2, 2]
 dist.mesh @world shape = [4] view @hw [[0, 1]]
@@ -343,3 +352,8 @@ func.func @matmul_contracted_nesting(%a: !dist.tensor<8x64xf32, @grid, [sliced<1
   %c = dist.matmul %a, %b : (!dist.tensor<8x64xf32, @grid, [sliced<1>, sliced<1>]>, !dist.tensor<64x16xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>) -> !dist.tensor<8x16xf32, @grid, [local, local]>
   func.return
 }
+
+// -----
+
+// CHECK: 'dist.mesh' op mesh [2048, 1024] has 2097152 ranks: distir handles meshes of at most 1048576 ranks
+dist.mesh @huge shape = [2048, 1024]

@@ -106,6 +106,13 @@ func.func @scatter_add(%i: !dist.tensor<32x1xi32, @world, [replicated]>, %u: !di
   func.return %g, %h : !dist.tensor<100x16xf32, @world, [sliced<0>]>, !dist.tensor<100x16xf32, @world, [local]>
 }
 
+// CHECK-LABEL: func.func @sort
+func.func @sort(%x: !dist.tensor<8x16xf32, @world, [sliced<0>]>, %j: !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) {
+  // CHECK: %{{.*}}, %{{.*}} = dist.sort %{{.*}}, %{{.*}} dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)
+  %s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)
+  func.return %s, %i : !dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>
+}
+
 // CHECK-LABEL: func.func @remesh_views
 func.func @remesh_views(%x: !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]>) -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]> {
   // CHECK: dist.remesh %{{.*}} : !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]> -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]>

@@ -10,6 +10,20 @@ ONE_DEVICE = "_1"
 SHARDED = "_4"
 
 
+class ForPlatform:
+    """A jitted function lowered for another platform (``jax.jit(f).trace(..).lower(
+    lowering_platforms=..)``), run on this one."""
+
+    def __init__(self, jitted, platform: str):
+        self.jitted, self.platform = jitted, platform
+
+    def lower(self, *args):
+        return self.jitted.trace(*args).lower(lowering_platforms=(self.platform,))
+
+    def __call__(self, *args):
+        return self.jitted(*args)
+
+
 def programs(jax, jnp, np, rng, mesh) -> dict[str, tuple]:
     """name -> (jitted function, arguments)."""
     from jax.sharding import NamedSharding
@@ -61,12 +75,13 @@ def programs(jax, jnp, np, rng, mesh) -> dict[str, tuple]:
             lax.round(x * 2, lax.RoundingMethod.AWAY_FROM_ZERO),
             lax.reduce_precision(x * 1e4, 5, 10),
             lax.bitcast_convert_type(x, jnp.int32) ^ 1,
+            x * jnp.array([1.5, -2.0, 0.25, 3.0] * 4, jnp.float32) + jnp.array([[1.0], [2.0], [3.0], [4.0]] * 2, jnp.float32),
         )
 
     xf = R(8, 16) * 3
     xf[0, :4] = [0.5, -0.5, 1.5, 2.5]  # ties of both roundings
     yf = np.round(R(8, 16)).astype(np.float32)  # zeros included
-    both("floats", floats, [xf, yf], (P("x", None), P("x", None)), tuple(P("x") if i == 0 else P("x", None) for i in range(15)))
+    both("floats", floats, [xf, yf], (P("x", None), P("x", None)), tuple(P("x") if i == 0 else P("x", None) for i in range(16)))
 
     # Integer and boolean arithmetic as StableHLO defines it: division and remainder by
     # zero (XLA: -1 and the dividend), INT_MIN / -1, shifts by the width or more or by a
@@ -134,6 +149,31 @@ def programs(jax, jnp, np, rng, mesh) -> dict[str, tuple]:
 
     sc_args = [R(32, 16), rng.integers(-40, 40, 12).astype(np.int32), R(12, 16), rng.integers(0, 12, 20).astype(np.int32)]
     both("scatter_add", scatter_add, sc_args, (P("x", None), P(), P(), P()), (P("x", None), P()))
+
+    # argmax/argmin (a reduce of values and indices with JAX's comparator), jnp.sort and
+    # jnp.argsort along the unsliced dim of a batch-sliced operand (ties, -0.0 and NaN).
+    def arg_sort(x, i):
+        return jnp.argmax(x, -1), jnp.argmin(x, 0), jnp.argmax(i, 1), jnp.sort(x, -1), jnp.argsort(x, -1), jnp.sort(i, 1)
+
+    xs = np.round(R(8, 16) * 2) / 2
+    xs[0, :5] = [np.nan, 1.0, np.nan, -0.0, 0.0]
+    xs[1, :3] = [3.0, 3.0, -1.0]
+    both("arg_sort", arg_sort, [xs.astype(np.float32), rng.integers(-3, 3, (8, 16)).astype(np.int32)], (P("x", None), P("x", None)), (P("x"), P(), P("x"), P("x", None), P("x", None), P("x", None)))
+
+    # Random numbers: dropout with jax.random (threefry2x32 as StableHLO integer ops on
+    # ui32: shifts, xor, wrapping adds, bitcast_convert to floats), the key an argument
+    # (uint32[2]) or made from an int32 seed inside; the raw bits too. Lowered for a GPU,
+    # where JAX unrolls threefry's rounds (for the CPU it writes them as a
+    # stablehlo.while loop of 5 trips).
+    def dropout(x, key, seed):
+        keep = jax.random.bernoulli(key, 0.9, x.shape)
+        noise = jax.random.uniform(jax.random.key(seed), x.shape)
+        return jnp.where(keep, x, 0.0), keep, noise, jax.random.bits(key, (4, 3))
+
+    drop_args = [R(8, 16), np.asarray(jax.random.PRNGKey(7)), np.int32(-12345)]
+    out["dropout" + ONE_DEVICE] = (ForPlatform(jax.jit(dropout), "cuda"), drop_args)
+    S4 = lambda spec: NamedSharding(mesh(4), spec)  # noqa: E731
+    out["dropout" + SHARDED] = (ForPlatform(jax.jit(dropout, in_shardings=(S4(P("x", None)), S4(P()), S4(P())), out_shardings=(S4(P("x", None)), S4(P("x", None)), S4(P()), S4(P()))), "cuda"), drop_args)
 
     # Masks from iota (causal attention: iota, compare, select), jnp.tril, jnp.all/any.
     def causal(q, k):

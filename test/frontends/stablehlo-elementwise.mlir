@@ -105,3 +105,68 @@ func.func public @dus(%arg0: tensor<4x8xf32>, %arg1: tensor<2x3xf32>) -> tensor<
   %0 = stablehlo.dynamic_update_slice %arg0, %arg1, %c, %c_0 : (tensor<4x8xf32>, tensor<2x3xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// jnp.argmax: the max over the dim, then the smallest index whose value reaches it
+// (or is NaN).
+// CHECK-LABEL: func.func @argmax(
+// CHECK:         %[[M:.*]] = dist.reduce_tensor max %arg0 dims [1]
+// CHECK:         %[[MB:.*]] = dist.reshape %[[M]] : !dist.tensor<4xf32, @mesh, [replicated]> -> !dist.tensor<4x1xf32
+// CHECK:         %[[C:.*]] = dist.map(%arg0, %[[MB]], %{{.*}})
+// CHECK:           arith.cmpf oeq
+// CHECK:           arith.cmpf uno
+// CHECK:         dist.reduce_tensor min %[[C]] dims [1]
+func.func public @argmax(%arg0: tensor<4x8xf32>) -> tensor<4xi32> {
+  %0 = stablehlo.iota dim = 1 : tensor<4x8xi32>
+  %cst = stablehlo.constant dense<0xFF800000> : tensor<f32>
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %1:2 = stablehlo.reduce(%arg0 init: %cst), (%0 init: %c) across dimensions = [1] : (tensor<4x8xf32>, tensor<4x8xi32>, tensor<f32>, tensor<i32>) -> (tensor<4xf32>, tensor<4xi32>)
+   reducer(%a: tensor<f32>, %b: tensor<f32>) (%i: tensor<i32>, %j: tensor<i32>)  {
+    %2 = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %3 = stablehlo.compare NE, %a, %a, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %4 = stablehlo.or %2, %3 : tensor<i1>
+    %5 = stablehlo.compare EQ, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %6 = stablehlo.compare LT, %i, %j, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    %7 = stablehlo.and %5, %6 : tensor<i1>
+    %8 = stablehlo.or %4, %7 : tensor<i1>
+    %9 = stablehlo.select %4, %a, %b : tensor<i1>, tensor<f32>
+    %10 = stablehlo.select %8, %i, %j : tensor<i1>, tensor<i32>
+    stablehlo.return %9, %10 : tensor<f32>, tensor<i32>
+  }
+  return %1#1 : tensor<4xi32>
+}
+
+// jnp.argsort: dist.sort of the keys and an iota along the dim.
+// CHECK-LABEL: func.func @argsort(
+// CHECK:         %[[J:.*]] = dist.iota dim 1
+// CHECK:         %{{.*}}, %[[I:.*]] = dist.sort %arg0, %[[J]] dim 1
+// CHECK:         func.return %[[I]]
+func.func public @argsort(%arg0: tensor<4x8xi32>) -> tensor<4x8xi32> {
+  %0 = stablehlo.iota dim = 1 : tensor<4x8xi32>
+  %1:2 = "stablehlo.sort"(%arg0, %0) <{dimension = 1 : i64, is_stable = true}> ({
+  ^bb0(%a: tensor<i32>, %b: tensor<i32>, %i: tensor<i32>, %j: tensor<i32>):
+    %2 = stablehlo.compare LT, %a, %b, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %2 : tensor<i1>
+  }) : (tensor<4x8xi32>, tensor<4x8xi32>) -> (tensor<4x8xi32>, tensor<4x8xi32>)
+  return %1#1 : tensor<4x8xi32>
+}
+
+// Unsigned integers are their bits as signless ones: the ops whose meaning depends on
+// the sign take arith's unsigned forms; a non-splat constant is a select per element of
+// its flat index.
+// CHECK-LABEL: func.func @unsigned(%arg0: !dist.tensor<4xi32, @mesh, [replicated]>, %arg1: !dist.tensor<4xi32, @mesh, [replicated]>)
+// CHECK:         dist.map(%arg0, %arg1)
+// CHECK:           arith.divui
+// CHECK:         dist.map(%arg0)
+// CHECK:           arith.uitofp %{{.*}} : i32 to f32
+// CHECK:         %[[K:.*]] = dist.iota dim 0 : () -> !dist.tensor<4xi32
+// CHECK:         dist.map(%[[K]])
+// CHECK-DAG:       arith.constant -1 : i32
+// CHECK-DAG:       arith.constant 7 : i32
+// CHECK:           arith.select
+func.func public @unsigned(%arg0: tensor<4xui32>, %arg1: tensor<4xui32>) -> (tensor<4xui32>, tensor<4xf32>, tensor<4xui32>) {
+  %0 = stablehlo.divide %arg0, %arg1 : tensor<4xui32>
+  %1 = stablehlo.convert %arg0 : (tensor<4xui32>) -> tensor<4xf32>
+  %c = stablehlo.constant dense<[7, 4294967295, 0, 13]> : tensor<4xui32>
+  %2 = stablehlo.xor %arg0, %c : tensor<4xui32>
+  return %0, %1, %2 : tensor<4xui32>, tensor<4xf32>, tensor<4xui32>
+}

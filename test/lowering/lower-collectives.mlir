@@ -145,3 +145,11 @@ func.func @scatter_add_rows(%i: !dist.tensor<32x1xi32, @world, [replicated]>, %u
   %g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [replicated]>, !dist.tensor<32x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [sliced<0>]>
   func.return %g : !dist.tensor<100x16xf32, @world, [sliced<0>]>
 }
+
+// CHECK-LABEL: func.func @sort_rows
+// CHECK-SAME: (%[[X:.*]]: memref<2x16xf32>, %[[J:.*]]: memref<2x16xi32>)
+// CHECK: rt.sort %[[X]], %[[J]], %{{.*}}, %{{.*}}, %{{.*}} dim 1 : (memref<2x16xf32>, memref<2x16xi32>, memref<2x16xf32>, memref<2x16xi32>, !rt.stream) -> ()
+func.func @sort_rows(%x: !dist.tensor<8x16xf32, @world, [sliced<0>]>, %j: !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) {
+  %s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)
+  func.return %s, %i : !dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>
+}
