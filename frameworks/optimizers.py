@@ -3,7 +3,9 @@ bridge (``pytorch.py``, a JAX one) hands to the per-rank step API (``runtime/ste
 
 A parameter group is laid out in one flat 1-D **arena** per role: parameters ``p`` and
 gradients ``g`` whole on every rank (the model's tensors are views of them), optimizer
-state (``m``, ``v``) sliced: rank r keeps block r of ``Layout.padded`` elements (ZeRO-1).
+state (``m``, ``v``) sliced: rank r keeps its block of the arena (DESIGN §2's blocks of
+ceil(n/ranks); the lowering lays the arenas out padded where the ranks do not divide n,
+as for any program) (ZeRO-1).
 One step of the group is one distir program over the arena, written as the traditional
 schedule (CoCoNet's AR-Opt: an AllReduce that averages the gradients as DDP does, then
 the update as ``dist.map``s on the whole arena) and run with a pipeline, by default
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from distir.dialects import layout as dist_layout
 
 KINDS = ("adam", "sgd", "lamb")
 STATE = {"adam": ("m", "v"), "sgd": ("m",), "lamb": ("m", "v")}
@@ -69,8 +73,9 @@ class Layout:
     ``offsets[i] .. offsets[i] + sizes[i]`` of the parameter and gradient arenas (of
     ``padded`` elements; the padding stays 0).
 
-    Sliced state: with ``per_tensor=False`` rank r keeps block r of the whole arena
-    (``padded / ranks`` elements); with ``per_tensor=True`` (LAMB, whose trust ratio needs
+    Sliced state: with ``per_tensor=False`` rank r keeps its block of the whole arena
+    (``layout.dim_block``: ceil(total / ranks) elements, the last ranks fewer; its state
+    arena holds the largest block); with ``per_tensor=True`` (LAMB, whose trust ratio needs
     each tensor's norms) every tensor's span is padded to a multiple of ``ranks`` and
     sliced on its own, and rank r keeps block r of each span, side by side."""
 
@@ -97,11 +102,19 @@ class Layout:
         return sum(self.sizes)
 
     @property
+    def elements(self) -> int:
+        """Elements of the step program's tensors: the tensors side by side (the lowering
+        pads the arenas where the ranks do not divide them: ``lowering/padding.py``, one
+        mechanism for every program); per tensor, the padded spans."""
+        return self.padded if self.per_tensor else self.total
+
+    @property
     def padded(self) -> int:
+        """Elements of the parameter and gradient arenas: per tensor, the spans; else the
+        lowering's padded buffer (one block of ceil(total/ranks) per rank)."""
         if self.per_tensor:
             return sum(self.spans)
-        unit = self.ranks * self.ALIGN
-        return max(unit, -(-self.total // unit) * unit)
+        return dist_layout.padded_extent(max(self.total, 1), [], [self.ranks])
 
     def local_span(self, i: int, rank: int) -> tuple[int, int, int, int]:
         """Tensor i's part of rank's slice of the state: (start, stop) in the rank's
@@ -114,8 +127,8 @@ class Layout:
             if a >= b:
                 return 0, 0, 0, 0
             return base, base + b - a, a, b
-        n = self.padded // self.ranks
-        lo, hi = rank * n, (rank + 1) * n
+        lo, n = dist_layout.dim_block(self.total, [self.ranks], [rank])  # the rank's block (DESIGN §2)
+        hi = lo + n
         a, b = self.offsets[i], self.offsets[i] + self.sizes[i]
         s, e = max(a, lo), min(b, hi)
         if s >= e:
@@ -128,7 +141,7 @@ def program(kind: str, layout: Layout, dtype: str = "f32", nesterov: bool = Fals
     scalars...)`` over the arena, every state written in place."""
     if kind == "lamb":
         return _lamb_program(layout, dtype)
-    n = layout.padded
+    n = layout.elements
     T = f"!dist.tensor<{n}x{dtype}, @world, [replicated]>"
     L = f"!dist.tensor<{n}x{dtype}, @world, [local]>"
     state = STATE[kind]

@@ -234,6 +234,9 @@ class Exporter:
     env: dict[SSAValue, str] = field(default_factory=dict)
 
     TARGET: ClassVar[str] = ""
+    UNEVEN: ClassVar[str] = "the exported program is SPMD, one static shape per device, and the ranks' blocks differ"
+    """Why a sliced dim the ranks do not divide (blocks of different sizes) cannot be
+    exported."""
     """The target's name in diagnostics (``StableHLO + sdy``, ``MLIR mesh``)."""
 
     def run(self) -> str:
@@ -286,6 +289,9 @@ class Exporter:
             placements = mesh.to_root(t.get_placements())
         except layout.LayoutError as e:
             self.fail(op, str(e))
+        sizes = self.meshes[root.mesh_name].sizes
+        for d in layout.uneven_dims(t.get_shape(), placements, sizes):
+            self.fail(op, f"cannot be exported to {self.TARGET}: {layout.describe_uneven(t.get_shape(), placements, sizes, d)}: {self.UNEVEN}")
         return Placed(t.get_shape(), t.element_type, self.meshes[root.mesh_name], tuple(placements))
 
     def placed(self, value: SSAValue) -> Placed:

@@ -87,6 +87,7 @@ def is_float(elt: Attribute | str) -> bool:
 
 class MeshExporter(Exporter):
     TARGET = "MLIR mesh"
+    UNEVEN = "the export is SPMD with one static shape per device (MLIR 19's mesh has no sharded_dims_offsets)"
 
     # ------------------------------------------------------------------ module and functions
     def header(self, meshes: Sequence[RootMesh]) -> None:

@@ -141,6 +141,7 @@ def dense(rows: Sequence[Sequence[int]]) -> str:
 
 class SdyExporter(Exporter):
     TARGET = "StableHLO + sdy"
+    UNEVEN = "the export is one sdy.manual_computation (shard_map), whose manual axes cannot pad a dim (Shardy's rule)"
 
     # ------------------------------------------------------------------ module and functions
     def header(self, meshes: Sequence[RootMesh]) -> None:

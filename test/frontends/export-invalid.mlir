@@ -56,3 +56,13 @@ func.func @maxnum(%x: !dist.tensor<8xf32, @world, [replicated]>) -> !dist.tensor
   }
   func.return %y : !dist.tensor<8xf32, @world, [replicated]>
 }
+
+// -----
+
+// Blocks of different sizes (10 over 4 ranks: 3, 3, 3, 1) have no SPMD export.
+// SDY: 'func.func' op cannot be exported to StableHLO + sdy: dim 0 of size 10 over the 4 ranks of axis 0: blocks of 3, 3, 3, 1: the export is one sdy.manual_computation (shard_map), whose manual axes cannot pad a dim (Shardy's rule)
+// MESH: 'func.func' op cannot be exported to MLIR mesh: dim 0 of size 10 over the 4 ranks of axis 0: blocks of 3, 3, 3, 1: the export is SPMD with one static shape per device (MLIR 19's mesh has no sharded_dims_offsets)
+dist.mesh @world shape = [4]
+func.func @uneven(%x: !dist.tensor<10xf32, @world, [sliced<0>]>) -> !dist.tensor<10xf32, @world, [sliced<0>]> {
+  func.return %x : !dist.tensor<10xf32, @world, [sliced<0>]>
+}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.lowered import all_cases, schedules
+from support.uneven_programs import PROGRAMS as UNEVEN
 
 pytest.importorskip("numba.cuda", reason="the GPU extra (numba-cuda) is not installed")
 
@@ -31,6 +32,7 @@ def case_id(case) -> str:
 def sim_report(tmp_path_factory):
     d = tmp_path_factory.mktemp("cudasim")
     jobs = [{"id": case_id(c), "text": dict(schedules(c[0]))[c[1]], "func": c[2], "ranks": c[3], "seed": 4} for c in CASES]
+    jobs += [{"id": f"uneven-{name}", "text": UNEVEN[name], "func": None, "ranks": 3, "seed": 4} for name in UNEVEN_CASES]
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONWARNINGS="ignore")
     procs = []
     for b in range(BATCHES):
@@ -46,6 +48,18 @@ def sim_report(tmp_path_factory):
         else:
             report[f"batch {b}"] = {"ok": False, "message": err[-2000:]}
     return report
+
+
+UNEVEN_CASES = ("ag", "rs", "ops", "fused")
+"""Programs of ``test_uneven_backends.py`` (dims 3 ranks do not divide: padded buffers,
+the rank's part of a padded block, reductions with a count) on the simulated device."""
+
+
+@pytest.mark.parametrize("name", UNEVEN_CASES)
+def test_simulated_cuda_device_runs_uneven_blocks(sim_report, name):
+    entry = sim_report.get(f"uneven-{name}")
+    assert entry is not None, f"not run: {sim_report}"
+    assert entry["ok"], entry["message"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
