@@ -33,9 +33,12 @@ becomes::
     %red = rt.alloc : () -> memref<2x4x8xf32>
     rt.matmul_all_reduce sum %x, %w, %y, %red, %c, %s, %s1 dim 1 tiles 2 order remote_first : (...) -> ()
 
-A chain the runtime op cannot express (values held ``at<r>`` by some ranks, an
-epilogue with other tensor operands or index parameters, a dim no tile count divides)
-runs unfused, as the chain it means.
+A dim the group does not divide (blocks of ceil(s/n)): for a GEMM + AllReduce the
+operand that carries the dim and the result are laid out padded (``padded_operands``,
+``padding.py``), so every block and every tile is full, the padding's tiles computing
+padding. A chain the runtime op cannot express (values held ``at<r>`` by some ranks, an
+epilogue with other tensor operands or index parameters, a reduce-scatter or an
+all-to-all whose dim the group does not divide) runs unfused, as the chain it means.
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ def _tiles(extent: int, chunks: int) -> int:
 def reduce_dim(a_shape, b_shape, shape, n: int) -> int | None:
     """The dim an all-reduce of ``a @ b`` (local result ``shape``) is cut along: the last
     (output columns: each tile re-reads ``a``) when ``a`` is the smaller operand, else
-    the first other dim the group divides (each tile re-reads ``b``)."""
-    dims = [d for d in range(len(shape)) if shape[d] % n == 0]
+    the first other dim the group divides (each tile re-reads ``b``). Where the group
+    divides none, the same choice among all dims (cut into blocks of ceil(s/n): the
+    buffers are laid out padded, ``padded_operands``)."""
+    dims = [d for d in range(len(shape)) if shape[d] % n == 0] or list(range(len(shape)))
     if not dims:
         return None
     last = len(shape) - 1
@@ -94,6 +99,41 @@ def _tile_kernel(lowering, kernel: rt.KernelOp, full: tuple[int, ...], tile: tup
     lowering.module.body.block.add_op(new)
     lowering.extra_kernels.add(name)
     return name
+
+
+def padded_operands(lowering, head: dist.MatmulOp, c, result: SSAValue, d: int, n: int, shape: tuple[int, ...]):
+    """The buffers of a matmul -> all-reduce / reduce-scatter tile operator cut along
+    ``d`` into ``n`` blocks: (lhs, rhs, the buffer the op writes, moves after the op,
+    the producer's result shape, the result value's buffer). Where the group divides the dim, the values' own buffers. Where it
+    does not (blocks of ceil(s/n)), the producer's result is padded to ``n`` equal blocks
+    along ``d``: the operand that carries ``d`` (``lhs`` for a row or batch dim, ``rhs``
+    for the output columns) and the all-reduce's output are laid out padded
+    (``padding.py``; a copy only where the plan could not), and a contracted dim the
+    ranks do not divide is read as each rank's part (``rt.prefix``). None when the dim
+    cannot be padded so (the reduce-scatter's sliced result)."""
+    at, bt = head.lhs.type, head.rhs.type
+    assert isinstance(at, TensorType) and isinstance(bt, TensorType)
+    a, b = lowering.input(head.lhs), lowering.input(head.rhs)
+    out = lowering.out(result)
+    if shape[d] % n == 0:
+        return lowering.valid(a, at, at.rank - 1), lowering.valid(b, bt, bt.rank - 2), out, [], shape, out
+    if isinstance(c, coll.ReduceScatterOp):
+        return None  # its result holds one padded block: the tiles would write past it
+    last = len(shape) - 1
+    if d == last:
+        b = lowering.laid_out(b, bt, bt.rank - 1, [n])
+    elif d < at.rank - 1:
+        a = lowering.laid_out(a, at, d, [n])
+    else:
+        return None
+    rt_ = result.type
+    assert isinstance(rt_, TensorType)
+    after: list = []
+    padded_out = lowering.receiving(out, rt_, d, [n], after)
+    a, b = lowering.valid(a, at, at.rank - 1), lowering.valid(b, bt, bt.rank - 2)
+    padded = list(shape)
+    padded[d] = n * -(-shape[d] // n)
+    return a, b, padded_out, after, tuple(padded), out
 
 
 def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
@@ -133,21 +173,23 @@ def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
         b_shape = lowering.memref(head.rhs.type).get_shape()  # type: ignore[attr-defined]
         if isinstance(c, coll.ReduceScatterOp):
             d = c.option("dim")
-            if shape[d] % n:
-                return False
         else:
             d = reduce_dim(a_shape, b_shape, shape, n)
             if d is None:
                 return False
+        got = padded_operands(lowering, head, c, op.outputs[0], d, n, shape)
+        if got is None:
+            return False
+        a, b, out, after, shape, value = got
         block_shape = list(shape)
         block_shape[d] //= n
         tiles = _tiles(block_shape[d], chunks)
-        a, b = lowering.input(head.lhs), lowering.input(head.rhs)
-        out = lowering.out(op.outputs[0])
         red = lowering.alloc(MemRefType(elt, [n, *block_shape]), f"{op.outputs[0].name_hint or 'y'}_red")
         cls = rt.MatmulAllReduceOp if isinstance(c, coll.AllReduceOp) else rt.MatmulReduceScatterOp
         lowering.emit(cls.make([a, b, out, red, comm, s0, s1], [], op=c.option("op"), dim=d, tiles=tiles, order=order))
-        lowering.buf[op.outputs[0]] = out
+        for move in after:
+            move()
+        lowering.buf[op.outputs[0]] = value
         return True
 
     if not isinstance(c, coll.AllToAllOp):

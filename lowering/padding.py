@@ -108,6 +108,8 @@ def padding_plan(f: func.FuncOp, sizes_of: Sizes) -> dict[SSAValue, dict[int, in
                 for y, res, g in zip(term.operands, op.outputs, op.gather_flags()):
                     if g:
                         _collective_needs(op, op.FINISH, y, res, {"axes": axes}, sizes_of, need)
+        elif isinstance(op, coll.OverlapOp) and op.option("granularity") == "tile":
+            _tile_needs(op, sizes_of, need)
         elif isinstance(op, (dist.TakeSliceOp, dist.SliceOp)):
             t = op.input.type
             assert isinstance(t, TensorType)
@@ -127,6 +129,31 @@ def padding_plan(f: func.FuncOp, sizes_of: Sizes) -> dict[SSAValue, dict[int, in
                 for d, e in got.items():
                     plan.setdefault(f.body.block.args[a.value.data], {}).setdefault(d, e)  # type: ignore[attr-defined]
     return plan
+
+
+def _tile_needs(op: Operation, sizes_of: Sizes, need) -> None:
+    """A matmul -> all-reduce tile operator cut along a dim the group does not divide
+    (``fused_ops.padded_operands``): the operand carrying that dim and the result."""
+    from distir.lowering.fused_ops import reduce_dim
+
+    ops = [o for o in op.regions[0].block.ops if not isinstance(o, coll.YieldOp)]
+    if len(ops) != 2 or not isinstance(ops[0], dist.MatmulOp) or not isinstance(ops[1], coll.AllReduceOp):
+        return
+    head, c = ops
+    t, at, bt, rt_ = head.result.type, head.lhs.type, head.rhs.type, op.results[0].type
+    if not all(isinstance(x, TensorType) for x in (t, at, bt, rt_)):
+        return
+    sizes = sizes_of(t)
+    n = math.prod(sizes[a] for a in c.axes)
+    local = [layout.local_shape(x.get_shape(), x.get_placements(), sizes) for x in (t, at, bt)]
+    d = reduce_dim(local[1], local[2], local[0], n)
+    if d is None or local[0][d] % n == 0:
+        return
+    if d == len(local[0]) - 1:
+        need(head.rhs, bt, bt.rank - 1, [n])
+    elif d < at.rank - 1:
+        need(head.lhs, at, d, [n])
+    need(op.results[0], rt_, d, [n])
 
 
 def _collective_needs(op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, y: SSAValue, options: dict, sizes_of: Sizes, need) -> None:

@@ -1,4 +1,4 @@
-// RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=4},lower-to-kernels,lower-collectives' | filecheck %s
+// RUN: distir-opt %s -p 'fix-mesh-sizes{ranks=4},lower-overlap,lower-to-kernels,lower-collectives' | filecheck %s
 // Blocks of different sizes (10 elements over 4 ranks: 3, 3, 3, 1): buffers hold the
 // largest block; a value whose dim a collective cuts into one block per rank lives in a
 // buffer padded to 4 x 3 = 12 elements and is its rt.prefix; NCCL counts are equal.
@@ -75,4 +75,22 @@ func.func @mean(%x: !dist.tensor<10xf32, @world, [sliced<0>]>) -> !dist.tensor<f
 func.func @nested(%x: !dist.tensor<5xf32, @grid, [sliced<0>, sliced<0>]>) -> !dist.tensor<5xf32, @grid, [sliced<0>, replicated]> {
   %y = coll.all_gather %x axes [1] : !dist.tensor<5xf32, @grid, [sliced<0>, sliced<0>]> -> !dist.tensor<5xf32, @grid, [sliced<0>, replicated]>
   func.return %y : !dist.tensor<5xf32, @grid, [sliced<0>, replicated]>
+}
+
+// A GEMM + AllReduce tile operator over 7 output columns (blocks of 2, 2, 2, 1): the
+// weight's columns and the result are laid out padded (8), every tile is full; the
+// contracted dim (13: 4, 4, 4, 1) is read as each rank's part.
+// CHECK-LABEL: func.func @tiles
+// CHECK-SAME: (%[[X:.*]]: memref<5x4xf32>, %[[W:.*]]: memref<4x8xf32>) -> memref<5x7xf32>
+// CHECK: %[[Y:.*]] = rt.alloc : () -> memref<5x8xf32>
+// CHECK: %[[XV:.*]] = rt.prefix %[[X]], %[[LEN:.*]] dim 1 : (memref<5x4xf32>, index) -> memref<5x?xf32>
+// CHECK-NEXT: %[[WV:.*]] = rt.prefix %[[W]], %[[LEN]] dim 0 : (memref<4x8xf32>, index) -> memref<?x8xf32>
+// CHECK: rt.matmul_all_reduce sum %[[XV]], %[[WV]], %[[Y]], %{{.*}} dim 1 tiles 2 order remote_first : (memref<5x?xf32>, memref<?x8xf32>, memref<5x8xf32>, memref<4x5x2xf32>,
+func.func @tiles(%x: !dist.tensor<5x13xf32, @world, [sliced<1>]>, %w: !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [replicated]> {
+  %y = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<5x7xf32, @world, [replicated]> {
+    %p = dist.matmul %x, %w : (!dist.tensor<5x13xf32, @world, [sliced<1>]>, !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [local]>
+    %s = coll.all_reduce sum %p : !dist.tensor<5x7xf32, @world, [local]> -> !dist.tensor<5x7xf32, @world, [replicated]>
+    coll.yield %s : !dist.tensor<5x7xf32, @world, [replicated]>
+  }
+  func.return %y : !dist.tensor<5x7xf32, @world, [replicated]>
 }

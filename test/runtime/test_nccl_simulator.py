@@ -50,7 +50,7 @@ def sim_report(tmp_path_factory):
     return report
 
 
-UNEVEN_CASES = ("ag", "rs", "ops", "fused")
+UNEVEN_CASES = ("ag", "rs", "ops", "fused", "tiles")
 """Programs of ``test_uneven_backends.py`` (dims 3 ranks do not divide: padded buffers,
 the rank's part of a padded block, reductions with a count) on the simulated device."""
 

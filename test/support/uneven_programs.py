@@ -68,6 +68,16 @@ func.func @f(%x: !dist.tensor<2x1xf32, @grid, [local, local]>, %y: !dist.tensor<
   func.return %v, %g : !dist.tensor<2x1xf32, @grid, [sliced<0>, sliced<0>]>, !dist.tensor<11x2xf32, @grid, [replicated, replicated]>
 }
 """,
+    "tiles": """dist.mesh @world shape = [?]
+func.func @f(%x: !dist.tensor<5x13xf32, @world, [sliced<1>]>, %w: !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [replicated]> {
+  %y = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<5x7xf32, @world, [replicated]> {
+    %p = dist.matmul %x, %w : (!dist.tensor<5x13xf32, @world, [sliced<1>]>, !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [local]>
+    %s = coll.all_reduce sum %p : !dist.tensor<5x7xf32, @world, [local]> -> !dist.tensor<5x7xf32, @world, [replicated]>
+    coll.yield %s : !dist.tensor<5x7xf32, @world, [replicated]>
+  }
+  func.return %y : !dist.tensor<5x7xf32, @world, [replicated]>
+}
+""",
     "scatter_add": """dist.mesh @world shape = [?]
 func.func @f(%i: !dist.tensor<6x2xi32, @world, [replicated]>, %u: !dist.tensor<6x4xf32, @world, [replicated]>) -> !dist.tensor<11x4xf32, @world, [replicated]> {
   %g = dist.scatter_add %i, %u : (!dist.tensor<6x2xi32, @world, [replicated]>, !dist.tensor<6x4xf32, @world, [replicated]>) -> !dist.tensor<11x4xf32, @world, [sliced<0>]>
@@ -80,4 +90,5 @@ func.func @f(%i: !dist.tensor<6x2xi32, @world, [replicated]>, %u: !dist.tensor<6
 them); matmul, embedding, dropout, iota and reductions over 13 and 11 rows; nested
 reduce-scatters and all-gathers of 11 over a [2, n/2] mesh; a fused all-reduce updating
 10 elements in place; an embedding gradient (scatter_add) into 11 rows sliced over
-the ranks."""
+the ranks; a GEMM + AllReduce tile operator (overlap granularity tile) contracting 13
+and cutting 7 output columns over the ranks."""
