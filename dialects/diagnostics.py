@@ -51,6 +51,25 @@ def check_body(f) -> None:
         raise InputRejected(f"function @{f.sym_name.data} {what}: nothing to run")
 
 
+class InternalError(Exception):
+    """distir broke its own contract (a pass produced a program that does not verify):
+    a bug in distir, never the user's input. The message says where; a tool exits 3."""
+
+
+class PassProducedInvalidIR(InternalError):
+    """Pass ``pass_name`` turned a program that verified into one that does not: the
+    program is never transformed further or run. The message is the located diagnostic
+    of the first op that fails, naming the pass."""
+
+    def __init__(self, pass_name: str, diagnostic: str):
+        super().__init__(f"pass '{pass_name}' produced a program that does not verify:\n{diagnostic}")
+        self.pass_name = pass_name
+        self.diagnostic = diagnostic
+
+    def __reduce__(self):  # raised in a worker process, re-raised in the parent
+        return type(self), (self.pass_name, self.diagnostic)
+
+
 class JobFailed(InputRejected):
     """A job failed for a reason outside distir (a rank killed by a signal or by the OOM
     killer, a launcher that failed): the user's to look at, exit 1 as a rejected input,

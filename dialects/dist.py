@@ -26,13 +26,14 @@ import functools
 import itertools
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from xdsl.dialects.builtin import (
     AnyFloat,
     ArrayAttr,
     DenseArrayBase,
+    FunctionType,
     IntAttr,
     IntegerType,
     StringAttr,
@@ -417,15 +418,83 @@ def element_bytes(t: Attribute) -> int:
     return max(1, int(width) // 8)
 
 
-def resolve_grids(module: Operation, ranks: int) -> dict[str, layout.MeshGrid]:
-    """Every mesh of ``module`` with its sizes fixed for a run on ``ranks`` ranks
+def called(module: Operation, f: Operation) -> list[Operation]:
+    """``f`` and the functions of ``module`` it calls, directly or not (``func.call``)."""
+    from xdsl.dialects.func import CallOp, FuncOp
+
+    funcs = {o.sym_name.data: o for o in module.regions[0].block.ops if isinstance(o, FuncOp)}
+    out, todo = [f], [f]
+    while todo:
+        for op in todo.pop().walk():
+            if isinstance(op, CallOp):
+                g = funcs.get(op.callee.root_reference.data)
+                if g is not None and g not in out:
+                    out.append(g)
+                    todo.append(g)
+    return out
+
+
+def used_meshes(module: Operation, f: Operation) -> set[str]:
+    """The meshes function ``f`` of ``module`` runs on: those its values' types (and
+    those of the functions it calls), its ops' ``mesh`` properties and (lowered) its
+    ``rt.dist_type`` name, and the meshes they are views of. Only these constrain the
+    rank count of a run of ``f``."""
+    names: set[str] = set()
+
+    def note(t: Attribute) -> None:
+        if isinstance(t, TensorType):
+            names.add(t.mesh_name)
+        elif isinstance(t, ArrayAttr | FunctionType):
+            for x in (t.data if isinstance(t, ArrayAttr) else (*t.inputs.data, *t.outputs.data)):
+                note(x)
+
+    for g in called(module, f):
+        for a in g.attributes.values():
+            note(a)
+        for op in g.walk():
+            for v in (*op.results, *(x for r in op.regions for b in r.blocks for x in b.args)):
+                note(v.type)
+            mesh = op.properties.get("mesh")
+            if isinstance(mesh, SymbolRefAttr):
+                names.add(mesh.root_reference.data)
+    meshes = {op.mesh_name: op for op in module.regions[0].block.ops if isinstance(op, MeshOp)}
+    todo = list(names)
+    while todo:
+        m = meshes.get(todo.pop())
+        parent = m.parent_mesh() if m is not None else None
+        if parent is not None and parent.mesh_name not in names:
+            names.add(parent.mesh_name)
+            todo.append(parent.mesh_name)
+    return names
+
+
+def alone(module: Operation, f: Operation) -> Operation:
+    """``module`` itself when ``f`` is its only function and uses every mesh, else a new
+    module of copies of ``f``, the functions it calls, the meshes they use
+    (``used_meshes``) and the other ops that are neither (kernels): what a run of ``f``
+    lowers, so that other functions and meshes constrain nothing."""
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.dialects.func import FuncOp
+
+    used = used_meshes(module, f)
+    funcs = called(module, f)
+    ops = list(module.regions[0].block.ops)
+    keep = [o for o in ops if o in funcs or (isinstance(o, MeshOp) and o.mesh_name in used) or not isinstance(o, FuncOp | MeshOp)]
+    if len(keep) == len(ops):
+        return module
+    return ModuleOp([o.clone() for o in keep])
+
+
+def resolve_grids(module: Operation, ranks: int, only: Collection[str] | None = None) -> dict[str, layout.MeshGrid]:
+    """Every mesh of ``module`` (of ``only``, when given: the meshes a function uses,
+    ``used_meshes``) with its sizes fixed for a run on ``ranks`` ranks
     (``InputRejected`` when ``ranks`` does not fit one)."""
     from distir.dialects.diagnostics import InputRejected, check_rank_count
 
     check_rank_count(ranks)
     grids = {}
     for op in module.regions[0].block.ops:
-        if isinstance(op, MeshOp):
+        if isinstance(op, MeshOp) and (only is None or op.mesh_name in only):
             try:
                 grids[op.mesh_name] = op.grid(ranks)
             except layout.LayoutError as e:
@@ -638,6 +707,17 @@ class DistCanonicalization(HasCanonicalizationPatternsTrait):
         from distir.passes.canonicalize import all_patterns
 
         return all_patterns()
+
+
+def tensors_along(in_types: Sequence[Attribute], dim: int) -> tuple[list[TensorType], int]:
+    """The operands of an op over a dim of its first operand (``concat``, ``sort``): at
+    least one, tensors on one mesh, ``dim`` a dim of the first."""
+    if not in_types:
+        raise RuleError("needs at least one operand")
+    ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
+    same_mesh(ts)
+    check_dim(dim, ts[0])
+    return ts, dim
 
 
 def same_mesh(types: Sequence[Attribute]) -> str | None:
@@ -1259,13 +1339,8 @@ class SortOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         if not is_scalar_type(t0.element_type) or t0.element_type == IntegerType(1):
             raise RuleError(f"keys must be floats or integers (not i1), got {t0.element_type}")
         for i, t in enumerate(ts):
@@ -1633,13 +1708,8 @@ class ConcatOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         total = 0
         for i, t in enumerate(ts):
             s0, s = list(t0.get_shape()), list(t.get_shape())

@@ -200,6 +200,14 @@ def source_spans(module: Operation) -> dict[Operation, Span]:
     return _SPANS.get(module, {})
 
 
+def copy_spans(source: Operation, copy: Operation) -> None:
+    """Give the ops of ``copy`` (a clone of ``source``) the source positions of
+    ``source``'s ops, so that diagnostics about the copy point into the file."""
+    spans = _SPANS.get(source)
+    if spans:
+        _SPANS[copy] = {new: spans[old] for old, new in zip(source.walk(), copy.walk()) if old in spans}
+
+
 def ensure_recursion_limit() -> None:
     if sys.getrecursionlimit() < RECURSION_LIMIT:
         sys.setrecursionlimit(RECURSION_LIMIT)

@@ -207,6 +207,14 @@ def dim_blocks(size: int, n: int) -> list[tuple[int, int]]:
     return [dim_block(size, [n], [i]) for i in range(n)]
 
 
+def padded_extent(size: int, outer: Sequence[int], counts: Sequence[int]) -> int:
+    """Elements along a dim of ``size`` elements, already cut over the groups ``outer``
+    (outermost first), that one equal block per member of a group over axes of
+    ``counts`` ranks takes: ``prod(counts)`` times the largest block (the buffer a
+    collective cuts, laid out padded where the ranks do not divide the dim)."""
+    return math.prod(counts) * max_block(size, [*outer, *counts])
+
+
 def slicing_counts(placements: Sequence[Placement], sizes: Sequence[int], dim: int) -> list[int]:
     """The group sizes slicing ``dim``, outermost first."""
     return [sizes[a] for a in slicing_axes(placements, dim)]

@@ -643,14 +643,17 @@ def pad_blocks_operands(op: IRDLOperation) -> None:
 
 
 class _PadBlocksBase(RtOp):
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("count", "int"))
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("counts", "ints"))
     PADDED: ClassVar[int] = 1
-    """Which operand (0 source, 1 destination) holds the ``count`` equal padded blocks."""
+    """Which operand (0 source, 1 destination) holds the equal padded blocks."""
     args = var_operand_def()
 
     def verify_types(self) -> None:
         pad_blocks_operands(self)
-        d, n = self.option("dim"), self.option("count")
+        d, counts = self.option("dim"), self.option("counts")
+        if not counts or any(c < 1 for c in counts):
+            fail(self, f"counts must be positive, got {list(counts)}")
+        n = math.prod(counts)
         t = need_memref(self, self.args[self.PADDED].type, "padded buffer")
         shape = t.get_shape()
         if not 0 <= d < len(shape):
@@ -661,14 +664,15 @@ class _PadBlocksBase(RtOp):
 
 @irdl_op_definition
 class PadBlocksOp(_PadBlocksBase):
-    """``rt.pad_blocks %src, %dst, %len, %s dim d count n``: the ``n`` blocks of the
-    first ``%len`` elements of ``%src`` along dim ``d`` (``layout.dim_block``'s blocks of
-    ceil(len/n)) into the ``n`` equal blocks of ``%dst`` along ``d``, each at the start
-    of its block (the rest is left). Lays out a buffer for a collective that cuts it in
-    equal blocks when a rank's blocks do not fall where the padded ones do (a dim sliced
-    on several axes, the outer blocks of different sizes).
+    """``rt.pad_blocks %src, %dst, %len, %s dim d counts [n0, ..]``: the blocks of the
+    first ``%len`` elements of ``%src`` along dim ``d`` for a group over axes of ``n0,
+    ..`` ranks (``layout.dim_block`` nested over them, in group order) into the
+    ``n0 * ..`` equal blocks of ``%dst`` along ``d``, each at the start of its block
+    (the rest is left). Lays out a buffer for a collective that cuts it in equal blocks
+    where a rank's blocks do not fall where the padded ones do (a dim whose outer
+    blocks differ in size, a group over several axes).
 
-    ``rt.pad_blocks %x, %t, %len, %s dim 0 count 4 : (memref<5xf32>, memref<8xf32>, index, !rt.stream) -> ()``
+    ``rt.pad_blocks %x, %t, %len, %s dim 0 counts [4] : (memref<5xf32>, memref<8xf32>, index, !rt.stream) -> ()``
     """
 
     name = "rt.pad_blocks"
@@ -677,11 +681,11 @@ class PadBlocksOp(_PadBlocksBase):
 
 @irdl_op_definition
 class UnpadBlocksOp(_PadBlocksBase):
-    """``rt.unpad_blocks %src, %dst, %len, %s dim d count n``: the inverse of
-    ``rt.pad_blocks``: the start of each of the ``n`` equal blocks of ``%src`` along
-    ``d`` into its block of the first ``%len`` elements of ``%dst``.
+    """``rt.unpad_blocks %src, %dst, %len, %s dim d counts [n0, ..]``: the inverse of
+    ``rt.pad_blocks``: the start of each equal block of ``%src`` along ``d`` into its
+    block of the first ``%len`` elements of ``%dst``.
 
-    ``rt.unpad_blocks %t, %y, %len, %s dim 0 count 4 : (memref<8xf32>, memref<5xf32>, index, !rt.stream) -> ()``
+    ``rt.unpad_blocks %t, %y, %len, %s dim 0 counts [4] : (memref<8xf32>, memref<5xf32>, index, !rt.stream) -> ()``
     """
 
     name = "rt.unpad_blocks"
@@ -1104,6 +1108,9 @@ class TiledCollectiveOp(RtOp):
     producer inputs, the collective's output buffer, [a reduction buffer], ``%comm``,
     ``%s0``, ``%s1``."""
 
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce its operands (``dialects/verifier.py``)."""
+
     PRODUCER_ARGS: ClassVar[int] = 2
     HAS_RED: ClassVar[bool] = False
     args = var_operand_def()
@@ -1506,6 +1513,9 @@ class FusedOp(IRDLOperation):
         }
     """
 
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce the all-gathers' inputs (``dialects/verifier.py``)."""
+
     name = "rt.fused"
     execution = opt_prop_def(StringAttr)
     reduce = opt_prop_def(IntegerAttr)
@@ -1634,6 +1644,9 @@ class FusedOp(IRDLOperation):
         args = list(launch.args[:-1])
         if args.count(recv) != 1 or any(recv in g.args for g in gathers):
             return "the reduce-scatter's output must be one kernel argument, and no all-gather's"
+        if any(u.operation is not rs and u.operation is not launch for u in recv.uses):
+            # the kernel reduces the peers' blocks as it reads them: the buffer stays unwritten
+            return "the reduce-scatter's output must be read by the kernel only"
         if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
             return "the kernel's space must be the reduce-scatter's output"
         params = list(kernel.params)

@@ -12,10 +12,18 @@ StableHLO op (custom form printed)    dist IR
 ====================================  ==============================================
 ``constant dense<c> : T``             a splat; folded into the ``dist.map`` bodies that
                                       use it (``arith.constant``), else a ``dist.map``
-                                      without operands. Only splats are accepted.
+                                      without operands; a non-splat one is a
+                                      ``Literal`` (folded by data movement, else a
+                                      select per element of ``dist.iota``)
 ``add subtract multiply divide``      ``dist.map`` with ``arith.addf``/``addi``, ...
 ``maximum minimum power remainder``   (``maximumf``, ``maxsi``, ``math.powf``,
-``and or xor not shift_*``            ``remsi`` (integers only), ``andi``, ...)
+``and or xor not shift_*``            ``remf``, ``remsi``, ``andi``, ...); integer
+                                      division by zero and shifts beyond the width as
+                                      StableHLO gives them (``INT_EDGES``); booleans:
+                                      add/max are or, multiply/min and
+``chlo.square erf erfc tan``          ``dist.map`` with ``mulf``, ``math.erf``, ``erfc``
+``is_finite``  ``bitcast_convert``    ``cmpf one |x|, inf``; ``arith.bitcast``
+``reduce_precision``                  integer ops on the bits (f32, f64)
 ``negate abs sign exponential log``   ``dist.map`` with ``arith``/``math`` ops
 ``exponential_minus_one``             (``math.exp``, ``math.log1p``, ``math.tanh``,
 ``log_plus_one tanh logistic sqrt``   ``math.rsqrt``, ...; ``logistic`` is
@@ -23,9 +31,11 @@ StableHLO op (custom form printed)    dist IR
 ``ceil round_nearest_even``
 ``round_nearest_afz``
 ``compare DIR, a, b, TYPE``           ``dist.map`` with ``arith.cmpf``/``cmpi`` (FLOAT,
-                                      SIGNED, UNSIGNED; TOTALORDER is rejected)
+                                      SIGNED, UNSIGNED; TOTALORDER only in jnp.sort's
+                                      comparator)
 ``select p, a, b``  ``clamp lo, x, hi``  ``dist.map`` with ``arith.select`` / max+min
-``convert x``                         ``dist.cast`` (nothing when the type is the same)
+``convert x``                         ``dist.cast`` (nothing when the type is the same;
+                                      ``uitofp``/``extui``/``fptoui`` maps for unsigned)
 ``broadcast_in_dim x, dims = [..]``   kept lazy: a ``dist.map`` operand broadcasts as
                                       numpy does, after a ``dist.reshape`` (and
                                       ``dist.transpose``) when ``dims`` need it;
@@ -37,35 +47,44 @@ StableHLO op (custom form printed)    dist IR
   [..] x [..]``  ``dot a, b``         it when the dims are elsewhere or several
 ``reduce(x init: c) applies OP        ``dist.reduce_tensor`` sum / prod / max / min
   across dimensions = [..]``          (then OP with ``c`` unless ``c`` is OP's
-  (or a ``reducer`` region of one     identity)
-  binary op)
+  (or a ``reducer`` region of one     identity); of booleans: min/max of 0/1 as i32;
+  binary op)                          argmax/argmin (two operands, JAX's comparator):
+                                      max/min, then the least index reaching it
+``sort`` (jnp.sort's comparator)      ``dist.sort`` (stable, NaN last)
 ``iota dim = d``                      ``dist.iota``
 ``slice x [a:b:s, ...]``              ``dist.extract_slice``
 ``dynamic_slice x, i.., sizes = [..]``  constant starts: ``dist.extract_slice``; starts that
                                       differ per device (from ``partition_id``) and are
                                       each device's block of a group of mesh axes:
                                       ``dist.take_slice`` (``sdy.py``); clamped as StableHLO
-``gather`` (row lookups)              ``dist.embedding_bag`` of bags of one row, indices
-                                      clamped into the table (``_h_gather``)
+``gather`` (row lookups,              ``dist.embedding_bag`` of bags of one row, indices
+  ``take_along_axis``)                clamped into the table (``_h_gather``)
+``scatter`` (adding rows)             ``dist.scatter_add`` (+ the operand unless +0)
+``dynamic_update_slice``              known starts: slices and ``dist.concat``
 ``partition_id`` (manual bodies)      a value known per device (``device_values.py``):
                                       the scalar arithmetic on it is evaluated at import
 ``concatenate a, b, dim = d``         ``dist.concat``
 ``func.call @f(...)`` / ``call``      the body of the private ``@f``, inlined
 ``func.return`` / ``return``          the function's results
+``while``, ``case``, ``if``,          unrolled / chosen or selected at import
+``dynamic_update_slice``              (``control_flow.py``)
 ====================================  ==============================================
 
 Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
-f16, bf16, f32, f64, i1, i8, i16, i32, i64; unsigned ones in 0-d tensors only (the
-arithmetic on ``partition_id``).
+f16, bf16, f32, f64, i1, i8, i16, i32, i64, and ui8 .. ui64 as the signless integers of
+their width (``SIGNLESS``; the sign-dependent ops take arith's unsigned forms from the
+op's declared types). StableHLO's type rules are checked before translation
+(``stablehlo_verify.py``).
 """
 
 from __future__ import annotations
 
+import bisect
 import math as pymath
 import re
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -558,6 +577,81 @@ class Bcast:
     shape: tuple[int, ...]
 
 
+@dataclass(eq=False)
+class PatchLog:
+    """The blocks written into one lazily updated value, in order, and an index of them
+    all (start -> (size, value), non-overlapping; ``starts`` sorted). Every ``Patched``
+    that shares the log is the base with a prefix of the writes."""
+
+    writes: list[tuple[int, int, Any]] = field(default_factory=list)
+    index: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)
+
+    def add(self, start: int, size: int, value: Any) -> None:
+        if start not in self.index:
+            bisect.insort(self.starts, start)
+        self.index[start] = (size, value)
+        self.writes.append((start, size, value))
+
+
+@dataclass(eq=False)
+class Patched:
+    """``dynamic_update_slice`` at offsets known at import time, kept lazy: ``base`` with
+    the first ``n`` blocks of ``log`` written along ``dim`` (each block spans every other
+    dim). A scan's stacked outputs are such values; a ``dynamic_slice`` that reads one
+    block back takes it directly, anything else gets one ``dist.concat``
+    (``Translator.materialize``), so a loop of L iterations writes O(L) data, not O(L^2).
+    A write to the newest value of a log extends the log (O(log L)); a write to an older
+    one copies its prefix first."""
+
+    base: Any
+    dim: int
+    shape: tuple[int, ...]
+    elt: Attribute
+    log: PatchLog = field(default_factory=PatchLog)
+    n: int = 0
+    _view: tuple[dict[int, tuple[int, Any]], list[int]] | None = None
+
+    def view(self) -> tuple[dict[int, tuple[int, Any]], list[int]]:
+        """The blocks of this value: start -> (size, value), and the sorted starts."""
+        if self.n == len(self.log.writes):
+            return self.log.index, self.log.starts
+        if self._view is None:
+            old = PatchLog()
+            for w in self.log.writes[: self.n]:
+                old.add(*w)
+            self._view = (old.index, old.starts)
+        return self._view
+
+    def write(self, start: int, size: int, value: Any) -> Patched | None:
+        """This value with [start, start + size) along ``dim`` replaced by ``value``; None
+        when the block overlaps a written one without being it."""
+        index, starts = self.view()
+        i = bisect.bisect_left(starts, start)
+        prev_end = starts[i - 1] + index[starts[i - 1]][0] if i > 0 else 0
+        same = i < len(starts) and starts[i] == start and index[start][0] == size
+        if not same and not (prev_end <= start and (i == len(starts) or start + size <= starts[i])):
+            return None
+        log = self.log
+        if self.n != len(log.writes):
+            log = PatchLog()
+            for w in self.log.writes[: self.n]:
+                log.add(*w)
+        log.add(start, size, value)
+        return Patched(self.base, self.dim, self.shape, self.elt, log, len(log.writes))
+
+    def block(self, starts: Sequence[int], sizes: Sequence[int]) -> Any:
+        """The written block that a slice at ``starts`` of ``sizes`` reads whole (a scan
+        reading back what an earlier scan wrote), or None."""
+        d = self.dim
+        hit = self.view()[0].get(starts[d])
+        if hit is None or hit[0] != sizes[d]:
+            return None
+        if any(starts[k] != 0 or sizes[k] != self.shape[k] for k in range(len(self.shape)) if k != d):
+            return None
+        return hit[1]
+
+
 @dataclass(frozen=True, eq=False)
 class Literal:
     """A constant of several values (``dense<[13, 15, 26, 6]>``), kept out of the IR while
@@ -584,7 +678,9 @@ LITERAL_LIMIT = 256
 """The most elements of a non-splat constant that becomes a dist value (a select per
 element in a map body); larger ones are a diagnostic."""
 
-Val = SSAValue | Const | Bcast | DevVal | Literal
+Val = SSAValue | Const | Bcast | DevVal | Literal | Patched
+LAZY_USERS = ("stablehlo.return", "func.return", "return", "sdy.return", "func.call", "call", "stablehlo.while", "stablehlo.optimization_barrier")
+"""Ops that take a ``Patched`` operand as it is (the others get it materialised)."""
 
 
 class ImportError_(Exception):
@@ -592,7 +688,7 @@ class ImportError_(Exception):
 
 
 def shape_of(v: Val) -> tuple[int, ...]:
-    if isinstance(v, (Const, Bcast, DevVal, Literal)):
+    if isinstance(v, (Const, Bcast, DevVal, Literal, Patched)):
         return v.shape
     t = v.type
     return t.get_shape() if isinstance(t, TensorType) else ()
@@ -667,6 +763,8 @@ class Translator:
         self.node: OpNode | None = None
         self.inlining: list[str] = []
         self.depth = 0
+        self.visited = 0  # source ops translated (loops count each iteration: control_flow.py)
+        self._patched: dict[Patched, SSAValue] = {}
 
     # ------------------------------------------------------------------ diagnostics
     def error(self, msg: str, node: OpNode | None = None, span: Span | None = None) -> ParseError:
@@ -740,6 +838,8 @@ class Translator:
 
     def operand(self, node: OpNode, i: int) -> Val:
         v = self.lookup(node.operands[i])
+        if isinstance(v, Patched) and node.name not in LAZY_USERS and not (node.name in ("stablehlo.dynamic_update_slice", "stablehlo.dynamic_slice") and i == 0):
+            v = self.materialize(v)
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
@@ -756,6 +856,8 @@ class Translator:
         """A dist value for ``v`` (a constant or a lazy broadcast becomes a ``dist.map``)."""
         if isinstance(v, SSAValue):
             return v
+        if isinstance(v, Patched):
+            return self.materialize_patched(v)
         if isinstance(v, DevVal):
             x = self.device_scalar(v)
             return x if v.shape == () else self.materialize(Bcast(x, (), v.shape))
@@ -769,6 +871,42 @@ class Translator:
         operand = self.broadcastable(v)
         elt = _elt_of(v)
         return self.map_op([operand], [elt], v.shape, elt, lambda args: [args[0]])
+
+    def materialize_patched(self, v: Patched) -> SSAValue:
+        """The blocks of ``v`` and the parts of its base between them, concatenated along
+        ``v.dim`` (one ``dist.concat``, made once per value)."""
+        done = self._patched.get(v)
+        if done is not None:
+            return done
+        pieces: list[SSAValue] = []
+        pos = 0
+
+        def base_part(lo: int, hi: int) -> None:
+            if lo >= hi:
+                return
+            shape = list(v.shape)
+            shape[v.dim] = hi - lo
+            if isinstance(v.base, Const):
+                pieces.append(self.materialize(Const(v.base.value, v.base.elt, tuple(shape))))
+                return
+            b = self.materialize(v.base)
+            offsets = [lo if d == v.dim else 0 for d in range(len(shape))]
+            pieces.append(self.emit_checked(lambda: dist.ExtractSliceOp.get(b, offsets, shape, [1] * len(shape))).results[0])
+
+        index, starts = v.view()
+        for start in starts:
+            size, value = index[start]
+            base_part(pos, start)
+            pieces.append(self.materialize(value))
+            pos = start + size
+        base_part(pos, v.shape[v.dim])
+        if len(pieces) == 1:
+            out = pieces[0]
+        else:
+            xs = self.unify(pieces, v.shape)
+            out = self.emit_checked(lambda: dist.ConcatOp.of(*xs, dim=v.dim)).results[0]
+        self._patched[v] = out
+        return out
 
     def literal(self, v: Literal) -> SSAValue:
         """A non-splat constant: element k (row-major) is a select on its flat index."""
@@ -878,9 +1016,21 @@ class Translator:
 
     # ------------------------------------------------------------------ functions
     def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
-        """Translate a body whose block arguments are ``args``; the values it returns."""
+        """Translate a function body whose block arguments are ``args``; the values it
+        returns. The body sees only its arguments (a function is isolated from above)."""
         saved, saved_types = self.env, self.stype
         self.env, self.stype = {}, {}
+        try:
+            return self.translate_region(body, args)
+        finally:
+            self.env, self.stype = saved, saved_types
+
+    def translate_region(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
+        """Translate a region that also sees the values defined around it (a loop body,
+        a branch); the names it defines are forgotten after it, so that it can be
+        translated again (each iteration of an unrolled loop) at a cost linear in its
+        size."""
+        own = [v.name for v, _ in body.args] + [r.name for node in body.ops for r in node.results]
         for (v, t), a in zip(body.args, args):
             if v.name in self.env:
                 raise ParseError(v.span, f"%{v.name} is defined twice")
@@ -889,11 +1039,13 @@ class Translator:
                 self.stype[v.name] = t.elt
         try:
             for node in body.ops:
+                self.visited += 1
                 if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
-                    outs = [self.lookup_typed(node, i) for i in range(len(node.operands))]
-                    return outs
+                    return [self.lookup_typed(node, i) for i in range(len(node.operands))]
                 self.node = node
                 folded = fold_device(self, node)
+                if folded is None:
+                    folded = fold_constant(self, node)
                 if folded is not None:
                     self.bind(node, folded)
                     continue
@@ -903,7 +1055,9 @@ class Translator:
                 self.bind(node, handler(self, node))
             raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
         finally:
-            self.env, self.stype = saved, saved_types
+            for name in own:
+                self.env.pop(name, None)
+                self.stype.pop(name, None)
 
     def lookup_typed(self, node: OpNode, i: int) -> Val:
         self.node = node
@@ -1083,6 +1237,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
 def _elt_of(v: Val) -> Attribute:
     if isinstance(v, (Const, DevVal, Literal)):
         return element_of(v.elt)  # type: ignore[return-value]
+    if isinstance(v, Patched):
+        return v.elt
     if isinstance(v, Bcast):
         return v.src.type.element_type  # type: ignore[attr-defined]
     t = v.type
@@ -1494,6 +1650,8 @@ def _h_reshape(tr: Translator, node: OpNode) -> list[Val]:
         return [Const(v.value, v.elt, t.shape)]
     if isinstance(v, Literal):
         return [Literal.of(v.array().reshape(t.shape), v.elt)]
+    if pymath.prod(t.shape) == 0:  # no element to move: a constant of the new shape
+        return [Const(0, t.elt, t.shape)]
     return [tr.reshape(tr.materialize(v), t.shape)]
 
 
@@ -1575,7 +1733,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     else:
         dn = node.attrs.get("dot_dimension_numbers")
         if isinstance(dn, Opaque):
-            dn = _parse_dot_numbers(tr, node, dn.text)
+            dn = dimension_numbers(tr, node, "dot_dimension_numbers", "dot", DOT_KEYS, ())
         if not isinstance(dn, dict):
             raise tr.error("'stablehlo.dot_general' needs its dimension numbers", node)
     lb, rbd = list(dn.get("lhs_batching_dimensions", [])), list(dn.get("rhs_batching_dimensions", []))
@@ -1584,12 +1742,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     return [dot_general(tr, node, a, b, lb, rbd, lc, rc, t.shape, elt)]
 
 
-def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
-        m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    return out
+DOT_KEYS = ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions")
 
 
 def dot_general(
@@ -1901,10 +2054,16 @@ def _reducer_kind(tr: Translator, node: OpNode, what: str = "reduce") -> tuple[s
     body = node.regions[0][0]
     ops = body.ops
     args = [v.name for v, _ in body.args]
+    aliases: dict[str, str] = {}
+    if len(ops) == 3 and ops[1].name == "sdy.sharding_constraint" and ops[0].results and ops[1].operands and ops[1].results:
+        # JAX constrains the combined scalar in a shard_map's reducer: no meaning here
+        aliases[ops[1].results[0].name] = ops[1].operands[0].name
+        ops = [ops[0], ops[2]]
     if len(ops) == 2 and len(args) == 2 and ops[1].name in ("stablehlo.return", "func.return", "return"):
         op, ret = ops
         names = sorted(v.name for v in op.operands)
-        if names == sorted(args) and len(ret.operands) == 1 and op.results and ret.operands[0].name == op.results[0].name:
+        returned = aliases.get(ret.operands[0].name, ret.operands[0].name) if len(ret.operands) == 1 else None
+        if names == sorted(args) and len(ret.operands) == 1 and op.results and returned == op.results[0].name:
             return op.name, op.span
     raise tr.error(f"only a '{what}' region of one binary op (add, multiply, maximum, minimum, and, or) is supported", node)
 
@@ -1968,6 +2127,43 @@ def fold_device(tr: Translator, node: OpNode) -> list[Val] | None:
     return [DevVal(tuple(out) * (n // len(out)), t.elt, t.shape)]
 
 
+INTEGER_FOLDABLE = (*device_values.UNARY, *device_values.BINARY, "compare", "select", "clamp")
+"""Ops evaluated at import time when every operand is an integer or boolean splat constant:
+a loop's counter and its condition (``control_flow.py``) are known so."""
+
+
+def fold_constant(tr: Translator, node: OpNode) -> list[Val] | None:
+    """The op evaluated at import time (StableHLO's integer semantics, ``device_values``)
+    when all its operands are splat constants of integer or boolean type (a comparison's
+    may be floats: comparing is exact); a ``select`` whose predicate is such a constant
+    is the operand it picks. None for any other op."""
+    kind = node.name.removeprefix("stablehlo.")
+    if kind not in INTEGER_FOLDABLE or not node.name.startswith("stablehlo.") or not node.operands:
+        return None
+    known = [tr.env.get(v.name) for v in node.operands]
+    if kind == "select" and isinstance(known[0], Const) and len(known) == 3 and node.out_types:
+        t = _result(tr, node)
+        picked = tr.operand(node, 1 if known[0].value else 2)
+        return [picked] if shape_of(picked) == t.shape else None
+    if not all(isinstance(v, Const) for v in known):
+        return None
+    t = _result(tr, node)
+    ints = lambda e: e == "i1" or device_values.is_int(e)  # noqa: E731
+    if not ints(t.elt) or not all(ints(v.elt) or kind == "compare" for v in known):  # type: ignore[union-attr]
+        return None
+    vals: list[Const] = [tr.operand(node, i) for i in range(len(node.operands))]  # type: ignore[misc]
+    direction = None
+    if kind == "compare":
+        direction = node.attrs.get("comparison_direction")
+        if isinstance(direction, Opaque):
+            direction = direction.text.rstrip(">").split()[-1]
+    try:
+        (value,) = device_values.elementwise(kind, [(v.value,) for v in vals], t.elt, None if direction is None else str(direction))
+    except FoldError as e:
+        raise tr.error(f"'{node.name}' of constants: {e}", node) from None
+    return [Const(value, t.elt, t.shape)]
+
+
 @handles("stablehlo.dynamic_slice")
 def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
     """``dynamic_slice`` at offsets known at import time: constants (``dist.extract_slice``)
@@ -1996,6 +2192,10 @@ def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
             offsets.append(min(max(int(st.values[0] if isinstance(st, DevVal) else st.value), 0), hi))
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Patched) and not per_device:
+        block = v.block(offsets, sizes)
+        if block is not None:
+            return [block]
     x = tr.materialize(v)
     if per_device:
         x = tr.device_slice(x, per_device)
@@ -2286,3 +2486,6 @@ def _h_call(tr: Translator, node: OpNode) -> list[Val]:
         if isinstance(t, TensorT) and shape_of(o) != t.shape:
             raise tr.error(f"@{node.sym} returns {_fmt(shape_of(o))} as result {i}, its type says {t}", node)
     return outs
+
+
+from distir.frontends import control_flow  # noqa: E402,F401  (registers while, case, if: its handlers and custom form)

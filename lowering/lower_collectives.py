@@ -247,11 +247,11 @@ class FuncLowering:
         self.contig[v] = self.contig.get(buf, True) and all(x == 1 for x in new[:dim])
         return v
 
-    def laid_out(self, buf: SSAValue, t: TensorType, dim: int, n: int) -> SSAValue:
-        """``buf`` (a value of type ``t``) as a buffer of ``n`` equal blocks along ``dim``
-        holding its ``n`` blocks: itself where the ranks divide it, its padded buffer,
-        else a padded copy."""
-        extent, ok = cut(t, dim, self.sizes(t), n)
+    def laid_out(self, buf: SSAValue, t: TensorType, dim: int, counts: Sequence[int]) -> SSAValue:
+        """``buf`` (a value of type ``t``) as a buffer of one equal block per member of a
+        group over axes of ``counts`` ranks along ``dim``, each holding the member's
+        block: itself where the ranks divide it, its padded buffer, else a padded copy."""
+        extent, ok = cut(t, dim, self.sizes(t), counts)
         if shape(buf)[dim] == extent:
             return buf
         if ok:
@@ -264,14 +264,15 @@ class FuncLowering:
         if ok:
             self.copy(buf, self.prefix_view(tmp, shape(buf), entry=True))
         else:
-            self.emit(rt.PadBlocksOp.make([buf, tmp, self.span(t, dim)[1], self.stream], [], dim=dim, count=n))
+            self.emit(rt.PadBlocksOp.make([buf, tmp, self.span(t, dim)[1], self.stream], [], dim=dim, counts=list(counts)))
         return tmp
 
-    def receiving(self, buf: SSAValue, t: TensorType, dim: int, n: int, after: list[Callable[[], None]]) -> SSAValue:
-        """The buffer a collective writes ``n`` equal blocks along ``dim`` into, for a
-        result of type ``t`` whose buffer is ``buf``: ``buf`` itself, its padded buffer,
-        else a padded one whose blocks ``after`` moves into ``buf``."""
-        extent, ok = cut(t, dim, self.sizes(t), n)
+    def receiving(self, buf: SSAValue, t: TensorType, dim: int, counts: Sequence[int], after: list[Callable[[], None]]) -> SSAValue:
+        """The buffer a collective over a group of ``counts`` ranks per axis writes one
+        equal block per member along ``dim`` into, for a result of type ``t`` whose
+        buffer is ``buf``: ``buf`` itself, its padded buffer, else a padded one whose
+        blocks ``after`` moves into ``buf``."""
+        extent, ok = cut(t, dim, self.sizes(t), counts)
         if shape(buf)[dim] == extent:
             return buf
         if ok:
@@ -286,7 +287,7 @@ class FuncLowering:
             after.append(lambda: self.copy(view, buf))
         else:
             length = self.span(t, dim)[1]
-            after.append(lambda: self.emit(rt.UnpadBlocksOp.make([tmp, buf, length, self.stream], [], dim=dim, count=n)))
+            after.append(lambda: self.emit(rt.UnpadBlocksOp.make([tmp, buf, length, self.stream], [], dim=dim, counts=list(counts))))
         return tmp
 
     def gather_slot(self, recv: SSAValue, t: TensorType, axes: Sequence[int], dim: int) -> SSAValue | None:
@@ -295,7 +296,7 @@ class FuncLowering:
         block in place: None when that buffer is not ``recv``'s own (padded) one or its
         blocks are not contiguous."""
         n = group_size(self.sizes(t), axes)
-        extent, ok = cut(t, dim, self.sizes(t), n)
+        extent, ok = cut(t, dim, self.sizes(t), [self.sizes(t)[a] for a in axes])
         base = recv if shape(recv)[dim] == extent else self.padded_parent(recv, dim, extent) if ok else None
         if base is None or not is_contiguous_block(shape(base), dim) or not self.contig.get(base, True):
             return None
@@ -823,7 +824,7 @@ class FuncLowering:
         t: TensorType = op.input.type  # type: ignore[assignment]
         axis, dim = op.option("axis"), op.option("dim")
         n = self.sizes(t)[axis]
-        base = self.laid_out(self.input(op.input), t, dim, n)
+        base = self.laid_out(self.input(op.input), t, dim, [n])
         self.buf[op.result] = self.block(base, self.group_rank(t.mesh_name, [axis]), dim, n)
 
     def _pack(self, op: rt.PackOp) -> None:
@@ -892,7 +893,7 @@ class FuncLowering:
             self.buf[op.result] = self.input(x)
         elif isinstance(op, dist.SliceOp):
             n = self.sizes(t)[axis]
-            base = self.laid_out(self.input(x), t, op.option("dim"), n)
+            base = self.laid_out(self.input(x), t, op.option("dim"), [n])
             self.buf[op.result] = self.block(base, self.group_rank(t.mesh_name, [axis]), op.option("dim"), n)
         else:
             cls = {dist.ReduceOp: coll.AllReduceOp, dist.JoinOp: coll.AllGatherOp, dist.LoadOp: coll.BroadcastOp}[type(op)]
@@ -928,13 +929,14 @@ class FuncLowering:
         # Dims cut into one block per member: equal blocks of a padded buffer where the
         # ranks do not divide them (``padding.py``).
         cut_send, cut_recv = cls.cut_dims(xt, options, axes)
+        counts = [sizes[a] for a in axes]
         send = self.input(x)
         for d in cut_send:
-            send = self.laid_out(send, xt, d, n)
+            send = self.laid_out(send, xt, d, counts)
         after: list[Callable[[], None]] = []
         into = recv
         for d in cut_recv:
-            into = self.receiving(into, rtype, d, n, after)  # type: ignore[arg-type]
+            into = self.receiving(into, rtype, d, counts, after)  # type: ignore[arg-type]
         call = Call(op, xt, rtype, options, axes, sizes, n, send, into, self.comm(xt.mesh_name, axes))  # type: ignore[arg-type]
         got = cls.lower(self, call)
         if got is into and into is not recv:

@@ -44,32 +44,35 @@ from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 
 
-def padded_extent(size: int, outer: Sequence[int], n: int) -> int:
-    """Elements along a dim of ``size`` elements, already cut over the groups ``outer``
-    (outermost first), that ``n`` equal blocks of the largest next-level block take."""
-    return n * layout.ceil_div(layout.max_block(size, outer), n)
+def padded_block(size: int, outer: Sequence[int], counts: Sequence[int]) -> int:
+    """The largest block of a dim of ``size`` elements cut over the groups ``outer``
+    then ``counts`` (outermost first): the padded block a group member's buffer holds."""
+    return layout.max_block(size, [*outer, *counts])
 
 
-def aligned(size: int, outer: Sequence[int], n: int) -> bool:
+def aligned(size: int, outer: Sequence[int], counts: Sequence[int]) -> bool:
     """Whether, in every block the ``outer`` groups leave of a dim of ``size`` elements,
-    the n blocks of the next level start at multiples of the padded block (so a rank's
-    part of the padded buffer is a prefix of it); true when ``outer`` is empty or the
-    ranks divide the dim."""
-    padded = layout.ceil_div(layout.max_block(size, outer), n)
+    the blocks of the group over ``counts`` (nested, in group order) start at multiples
+    of the padded block, so that the buffer of ``prod(counts)`` equal padded blocks
+    holds them at their places; true when ``outer`` is empty and the group is one axis,
+    or the ranks divide the dim."""
+    padded = padded_block(size, outer, counts)
+    n = math.prod(counts)
     for r in range(math.prod(outer)):
         b0 = layout.dim_block(size, outer, layout.at_digits(r, outer))[1]
-        c = layout.ceil_div(b0, n)
-        if c != padded and b0 > c:  # at least two non-empty blocks at another stride
-            return False
+        for k in range(n):
+            off, length = layout.dim_block(b0, counts, layout.at_digits(k, counts))
+            if length and off != k * padded:
+                return False
     return True
 
 
-def cut(t: TensorType, dim: int, sizes: Sequence[int], n: int) -> tuple[int, bool]:
-    """(padded extent, aligned) of dim ``dim`` of a value of type ``t`` cut into ``n``
-    blocks nested inside the axes slicing it in ``t``."""
+def cut(t: TensorType, dim: int, sizes: Sequence[int], counts: Sequence[int]) -> tuple[int, bool]:
+    """(padded extent, aligned) of dim ``dim`` of a value of type ``t`` cut over a group
+    of ``counts`` ranks per axis, nested inside the axes slicing it in ``t``."""
     outer = layout.slicing_counts(t.get_placements(), sizes, dim)
     s = t.get_shape()[dim]
-    return padded_extent(s, outer, n), aligned(s, outer, n)
+    return layout.padded_extent(s, outer, counts), aligned(s, outer, counts)
 
 
 Sizes = Callable[[TensorType], Sequence[int]]
@@ -82,8 +85,8 @@ def padding_plan(f: func.FuncOp, sizes_of: Sizes) -> dict[SSAValue, dict[int, in
     copy either way)."""
     plan: dict[SSAValue, dict[int, int]] = {}
 
-    def need(v: SSAValue, t: TensorType, dim: int, n: int) -> None:
-        extent, ok = cut(t, dim, sizes_of(t), n)
+    def need(v: SSAValue, t: TensorType, dim: int, counts: Sequence[int]) -> None:
+        extent, ok = cut(t, dim, sizes_of(t), counts)
         if ok and extent != layout.max_block(t.get_shape()[dim], layout.slicing_counts(t.get_placements(), sizes_of(t), dim)):
             plan.setdefault(v, {}).setdefault(dim, extent)
 
@@ -108,7 +111,7 @@ def padding_plan(f: func.FuncOp, sizes_of: Sizes) -> dict[SSAValue, dict[int, in
         elif isinstance(op, (dist.TakeSliceOp, dist.SliceOp)):
             t = op.input.type
             assert isinstance(t, TensorType)
-            need(op.input, t, op.option("dim"), sizes_of(t)[op.option("axis")])
+            need(op.input, t, op.option("dim"), [sizes_of(t)[op.option("axis")]])
     # Back through the ops that keep the buffer, and from in-place results to arguments.
     for op in reversed(views):
         got = plan.get(op.results[0])
@@ -131,9 +134,9 @@ def _collective_needs(op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, 
     if not isinstance(xt, TensorType) or not isinstance(yt, TensorType):
         return
     axes = list(options.get("axes") or (0,))
-    n = math.prod(sizes_of(xt)[a] for a in axes)
+    counts = [sizes_of(xt)[a] for a in axes]
     send, recv = cls.cut_dims(xt, options, axes)
     for d in send:
-        need(x, xt, d, n)
+        need(x, xt, d, counts)
     for d in recv:
-        need(y, yt, d, n)
+        need(y, yt, d, counts)

@@ -289,7 +289,7 @@ def equivalent(
         func_b = fa.sym_name.data
     fb = npz.select_function(mb, func_b, "func_b")
     label_a, label_b = f"@{fa.sym_name.data}", f"@{fb.sym_name.data}"
-    grids_a, grids_b = npz.resolve_grids(ma, ranks), npz.resolve_grids(mb, ranks)
+    grids_a, grids_b = npz.resolve_grids(ma, ranks, npz.used_meshes(ma, fa)), npz.resolve_grids(mb, ranks, npz.used_meshes(mb, fb))
     why = signature_mismatch(fa, fb, grids_a, grids_b)
     if why:
         return EquivalenceReport(False, f"signatures differ: {why}", 0)

@@ -72,13 +72,18 @@ class LoweredProgram:
         ``target``, plan it for that target. Without one, the runner that binds the
         program plans it for its own (``ensure_planned``). ``scattered``: the arguments a
         run passes in pieces."""
+        from distir.dialects.dist import alone, used_meshes
         from distir.lowering.common import LoweringError
         from distir.lowering.pipeline import is_lowered, lower
 
         f0 = npz.select_function(module, func_name)
-        npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
+        # a diagnostic, not a lowering failure; only the meshes f0 uses constrain the ranks
+        npz.check_sizes(f0, npz.resolve_grids(module, ranks, used_meshes(module, f0)), ranks)
+        module = alone(module, f0)  # other functions and meshes are not lowered
         if is_lowered(module):
-            module = module.clone()
+            from distir.dialects.verifier import verified_clone
+
+            module = verified_clone(module)  # verified: nothing runs that does not
         try:
             lowered = lower(module, ranks, target=target, scattered=scattered)
         except LoweringError as e:
@@ -476,9 +481,11 @@ def _prefix(ex: RankExecutor, op: rt.PrefixOp) -> None:
 @handles(rt.PadBlocksOp, rt.UnpadBlocksOp)
 def _pad_blocks(ex: RankExecutor, op: rt.PadBlocksOp | rt.UnpadBlocksOp) -> None:
     src, dst, extent, s = (ex.v(x) for x in op.args)
-    d, n = op.option("dim"), op.option("count")
+    d, counts = op.option("dim"), list(op.option("counts"))
+    n = math.prod(counts)
     dev = ex.device
-    for j, (lo, size) in enumerate(layout.dim_blocks(int(extent), n)):
+    for j in range(n):
+        lo, size = layout.dim_block(int(extent), counts, layout.at_digits(j, counts))
         if size == 0:
             continue
         if isinstance(op, rt.PadBlocksOp):

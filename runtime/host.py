@@ -345,7 +345,8 @@ def _matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         out = c if c.flags.c_contiguous else np.empty(c.shape, c.dtype)
         if b.ndim == 2 and a.ndim > 2:
-            np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
+            rows = int(np.prod(a.shape[:-1], dtype=np.int64))  # (not -1: a dim may be 0)
+            np.matmul(a.reshape(rows, a.shape[-1]), b, out=out.reshape(rows, out.shape[-1]))
         else:
             np.matmul(a, b, out=out)
         if out is not c:

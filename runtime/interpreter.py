@@ -430,7 +430,8 @@ def matmul(a: np.ndarray, b: np.ndarray, dtype: np.dtype) -> np.ndarray:
     a = a.astype(cdt, copy=False)
     b = b.astype(cdt, copy=False)
     if b.ndim == 2 and a.ndim > 2:
-        y = np.matmul(np.ascontiguousarray(a).reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+        rows = int(np.prod(a.shape[:-1], dtype=np.int64))  # (not -1: a dim may be 0)
+        y = np.matmul(np.ascontiguousarray(a).reshape(rows, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
     else:
         y = np.matmul(a, b)
     return y.astype(dtype, copy=False)
@@ -745,10 +746,15 @@ def run_function(module: ModuleOp | str, func_name: str | None = None, inputs: M
     """Run function ``func_name`` (default: the only one) of ``module`` on ``ranks``
     simulated ranks. ``inputs`` follow the in.npz convention (``runtime/npz.py``);
     missing ones are drawn at random from ``seed``. Returns an ``Execution`` with the
-    logical outputs, the per-rank result values and the allocation statistics."""
+    logical outputs, the per-rank result values and the allocation statistics. The
+    module is verified first (``VerifyException``), unless it verified and has not
+    changed since."""
+    from distir.dialects.verifier import ensure_verified
+
     module = as_module(module)
+    ensure_verified(module)  # never runs a program that does not verify (free when it did)
     f = npz.select_function(module, func_name)
-    grids = npz.resolve_grids(module, ranks)
+    grids = npz.resolve_grids(module, ranks, npz.used_meshes(module, f))  # only f's meshes constrain the ranks
     full = npz.prepare_inputs(module, f, ranks, inputs, seed, grids=grids)
     it = Interpreter(module, ranks, grids)
     args: list[Value] = []

@@ -43,7 +43,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.diagnostics import InputRejected, ResultsDiffer, check_body
-from distir.dialects.dist import MeshOp, TensorType, resolve_grids  # noqa: F401 (resolve_grids: used here and by importers)
+from distir.dialects.dist import MeshOp, TensorType, resolve_grids, used_meshes  # noqa: F401 (resolve_grids, used_meshes: used here and by importers)
 from distir.dialects.placements import At, Sliced
 from distir.runtime.values import (
     BFLOAT16,
@@ -120,11 +120,13 @@ def inplace_results(func: FuncOp) -> dict[int, int]:
     return out
 
 
-def static_ranks(module: ModuleOp) -> int | None:
-    """The rank count every mesh of the module fixes, if they fix one."""
+def static_ranks(module: ModuleOp, f: FuncOp | None = None) -> int | None:
+    """The rank count every mesh of the module (that function ``f`` uses, when given)
+    fixes, if they fix one."""
+    only = used_meshes(module, f) if f is not None else None
     counts = set()
     for op in module.ops:
-        if isinstance(op, MeshOp) and op.parent_mesh() is None:
+        if isinstance(op, MeshOp) and op.parent_mesh() is None and (only is None or op.mesh_name in only):
             sizes = op.declared_sizes
             if any(s is None for s in sizes):
                 return None

@@ -67,15 +67,17 @@ def compile(program: ModuleOp | str, func: str | None = None, ranks: int = 1, pi
     """``program`` (a module or its text) with ``pipeline`` (a ``-p`` string, dist level)
     applied, lowered for ``ranks`` ranks: what every rank's ``Step`` runs. The module is
     copied first (the caller's stays as it was). Raises ``InputRejected`` with the
-    diagnostic when the program, the pipeline or the sizes are wrong."""
+    diagnostic when the program, the pipeline or the sizes are wrong (a program that
+    does not verify included), and ``PassProducedInvalidIR`` naming the pass when a
+    pass of the pipeline or of the lowering breaks the program (a bug in distir)."""
     from xdsl.utils.exceptions import ParseError, VerifyException
 
     from distir.dialects.context import parse_module
+    from distir.dialects.verifier import verified_clone
     from distir.runtime import npz
 
-    try:
-        module = parse_module(program) if isinstance(program, str) else program.clone()
-        module.verify()
+    try:  # nothing that does not verify runs (free when the module verified already)
+        module = parse_module(program) if isinstance(program, str) else verified_clone(program)
     except (ParseError, VerifyException) as e:
         raise InputRejected(f"the program is not valid distir IR: {e}") from None
     if pipeline:
@@ -88,7 +90,7 @@ def compile(program: ModuleOp | str, func: str | None = None, ranks: int = 1, pi
         except DiagnosticException as e:
             raise InputRejected(f"pipeline '{pipeline}': {e}") from None
     f = npz.select_function(module, func)
-    npz.check_sizes(f, npz.resolve_grids(module, ranks), ranks)
+    npz.check_sizes(f, npz.resolve_grids(module, ranks, npz.used_meshes(module, f)), ranks)
     return LoweredProgram.build(module, func, ranks)
 
 

@@ -98,6 +98,7 @@ def test_each_tool_and_example_runs_from_another_directory(venv, tmp_path):
     # the PyTorch example, one rank, two steps, on text that ships with distir
     out = run([py, str(examples / "pytorch" / "train_gpt.py"), "--layers", "1", "--width", "32", "--heads", "2", "--steps", "2"], env, elsewhere).stdout
     assert "loss" in out
+    assert out.startswith("train_gpt.py: 2 steps of a 1-layer GPT (width 32) on 1 rank(s); the first step builds")  # said first
 
 
 def test_without_torch_the_error_names_the_extra(monkeypatch):

@@ -321,7 +321,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
     backend = get_backend(backend_name)
     ranks = args.ranks
     if ranks is None:
-        ranks = npz.static_ranks(module)
+        ranks = npz.static_ranks(module, source_func)  # only the meshes the function uses
     if ranks is None and hasattr(backend, "launched_ranks"):
         ranks = backend.launched_ranks()  # mpiexec -n N: one rank per process
     if ranks is None:
@@ -330,7 +330,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
 
     if backend_name == "interpret" and is_lowered(module):
         raise InputRejected("distir-run: the program is lowered (rt/nccl ops): the interpreter runs dist/coll-level programs; use --backend local, mpi or nccl")
-    grids = npz.resolve_grids(module, ranks)
+    grids = npz.resolve_grids(module, ranks, npz.used_meshes(module, source_func))
     check_arguments(func, grids)
     given = npz.load_npz(args.inputs) if args.inputs else {}
     pieces: dict = {}
@@ -362,7 +362,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
                 f"(choose from {', '.join(BACKENDS)})"
             )
         other_module, other_func = _compare_target(args, module, func, sources)
-        other_grids = npz.resolve_grids(other_module, ranks)
+        other_grids = npz.resolve_grids(other_module, ranks, npz.used_meshes(other_module, other_func))
         why = signature_mismatch(func, other_func, grids, other_grids)
         if why:
             raise InputRejected(f"distir-run: cannot compare @{func.sym_name.data} with @{other_func.sym_name.data}: {why}")

@@ -318,7 +318,9 @@ class Step:
     ``kind``: ``work`` (a kernel or copy: ``cost`` seconds per size), ``collective``
     (every taking part starts together), ``send`` / ``recv`` (a transfer's two halves),
     ``record`` / ``wait`` (events), ``sync`` (the host waits for a stream), ``host``
-    (host time only). ``classes``: the rank classes that execute it."""
+    (host time only). ``classes``: the rank classes that execute it. ``label``: what
+    it is for ``breakdown`` (``compute`` for a kernel or copy, the NCCL call's kind for
+    a collective, ``send`` for point-to-point transfers)."""
 
     kind: str
     classes: tuple[int, ...]
@@ -326,6 +328,7 @@ class Step:
     cost: Callable[[np.ndarray], np.ndarray] | None = None
     host: float = 0.0
     event: int = -1
+    label: str = ""
 
 
 @dataclass
@@ -557,7 +560,7 @@ class _Walker:
         if fused is not None:
             fused["launched"] = True
         cost = _max_cost(moved.scale(1 / bw), flops.scale(1 / peak), self.runtime.device_s if first else 0.0)
-        self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s))
+        self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s, label="compute"))
 
     def _copy_bytes(self, size: Poly, stream_from: int | None) -> Poly | Callable[[np.ndarray], np.ndarray]:
         """Memory traffic of a copy of ``size`` bytes: read and write, and on a calibrated
@@ -621,7 +624,7 @@ class _Walker:
             distance = (i // tiles + skip) % n
             first = i == 0
             cost = work if not first else (lambda r, w=work: w(r) + self.runtime.device_s)
-            self.emit(Step("work", classes, s0, cost, host=self.runtime.launch_s if first else 0.0))
+            self.emit(Step("work", classes, s0, cost, host=self.runtime.launch_s if first else 0.0, label="compute"))
             if distance == 0 or n < 2:
                 continue
             pairs = [(g[j], g[(j + distance) % len(g)]) for g in groups for j in range(len(g)) if len(g) > 1]
@@ -629,7 +632,7 @@ class _Walker:
             self.emit(Step("record", classes, s0, event=self.events))
             self.emit(Step("wait", classes, s1, event=self.events))
             self.events += 1
-            self.emit(Step("collective", classes, s1, lambda r, c=send: trips * c(r)))
+            self.emit(Step("collective", classes, s1, lambda r, c=send: trips * c(r), label="send"))
         self.emit(Step("record", classes, s1, event=self.events))
         self.emit(Step("wait", classes, s0, event=self.events))
         self.events += 1
@@ -714,7 +717,7 @@ class _Walker:
         if fused is not None:
             fused["launched"] = True
         host = self.runtime.launch_s if first else self.runtime.dispatch_s
-        self.emit(Step("collective", classes, stream, cost, host=host))
+        self.emit(Step("collective", classes, stream, cost, host=host, label=kind))
 
     def collective_cost(self, kind: str, groups, nbytes: Poly | _Traffic, extra: float) -> Callable[[np.ndarray], np.ndarray]:
         """Seconds of a collective per size (the fastest algorithm and protocol), plus
@@ -753,10 +756,10 @@ class _Walker:
         classes = tuple(sorted({k for _, issuing in group for k in issuing})) or classes
         if sends and recvs:
             cost = self._send_cost(pairs, nbytes, self._p2p_stream_from(sends))
-            self.emit(Step("collective", classes, stream, cost, host=launch))
+            self.emit(Step("collective", classes, stream, cost, host=launch, label="send"))
         elif sends:
             cost = self._send_cost(pairs, nbytes, self._p2p_stream_from(sends))
-            self.emit(Step("send", classes, stream, cost, host=launch))
+            self.emit(Step("send", classes, stream, cost, host=launch, label="send"))
         elif recvs:
             self.emit(Step("recv", classes, stream, host=launch))
 
@@ -871,7 +874,9 @@ def dist_op_work(op: Operation, operands: Sequence[tuple[tuple[int, ...], Attrib
     tensor operand once (``kernel_work``, ``element_flops`` of its body); a
     ``dist.reduce_tensor`` its input and output, a flop per input element; a
     ``dist.embedding_bag`` its indices, a row per index and the pooled rows
-    (``embedding_work``); any other op a copy of its operands into its results. What
+    (``embedding_work``); ``dist.scatter_add`` its indices, an update row per index and
+    its result; ``dist.sort`` its operands twice and n·log2(n) compares per row (as
+    ``rt.sort``); any other op a copy of its operands into its results. What
     the planner charges for an op it considers (``work_seconds``)."""
 
     def nbytes(shape: tuple[int, ...], t: Attribute) -> float:
@@ -896,6 +901,13 @@ def dist_op_work(op: Operation, operands: Sequence[tuple[tuple[int, ...], Attrib
         (so, to) = results[0]
         bag = si[-1]
         return nbytes(si, ti) + math.prod(so) * _itemsize(to) * (bag + 1), float(math.prod(so) * bag), _dtype(tt)
+    if name == "dist.scatter_add":
+        (si, ti), (su, tu) = tensors[0], tensors[1]
+        bag = si[-1]
+        return nbytes(si, ti) + nbytes(su, tu) * bag + out_bytes, float(math.prod(su) * bag), dtype
+    if name == "dist.sort":
+        n = tensors[0][0][op.option("dim")] if tensors[0][0] else 1  # type: ignore[attr-defined]
+        return 2.0 * in_bytes, float(math.prod(tensors[0][0])) * max(1.0, math.log2(max(n, 2))), _dtype(tensors[0][1])
     return in_bytes + out_bytes, 0.0, dtype
 
 
@@ -1035,6 +1047,22 @@ def predict_program(
     lowered = lower(at_size(module, dim, d_ref), ranks)
     prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(d_ref, q), options)
     return predict(prepared, sizes)
+
+
+def breakdown(prepared: Prepared, size: int) -> dict[str, float]:
+    """Seconds of the work of each kind at ``size``, summed over the steps of the rank
+    class that works most (``Step.label``: ``compute``, each collective kind, ``send``):
+    what the step time is made of before overlap and the critical path (``predict``)
+    combine it."""
+    r = np.asarray([size], dtype=np.float64) / prepared.scaling.d_ref
+    per: list[dict[str, float]] = [{} for _ in range(prepared.classes)]
+    for st in prepared.steps:
+        if st.cost is None or not st.label:
+            continue
+        t = float(st.cost(r)[0])
+        for c in st.classes:
+            per[c][st.label] = per[c].get(st.label, 0.0) + t
+    return max(per, key=lambda d: sum(d.values())) if per else {}
 
 
 def valid_sizes(prepared: Prepared, sizes: Sequence[int]) -> np.ndarray:

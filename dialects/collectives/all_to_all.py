@@ -36,7 +36,7 @@ class AllToAllOp(CollectiveOp):
 
     @classmethod
     def exchange(cls, buffers, options, group):
-        return split(concat(buffers, group.joined_dim), len(buffers), options["dim"])
+        return split(concat(buffers, group.joined_dim), group.counts, options["dim"])
 
     @classmethod
     def lower(cls, lw, call):

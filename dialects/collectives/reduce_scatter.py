@@ -34,7 +34,7 @@ class ReduceScatterOp(CollectiveOp):
 
     @classmethod
     def exchange(cls, buffers, options, group):
-        return split(group.reduce(buffers, options["op"]), len(buffers), options["dim"])
+        return split(group.reduce(buffers, options["op"]), group.counts, options["dim"])
 
     @classmethod
     def lower(cls, lw, call):

@@ -33,6 +33,10 @@ BIN = Path(sys.executable).parent
 MPIEXEC = str(BIN / "mpiexec")
 HARD_TIMEOUT = 600
 JAX_PROGRAMS = ["tp_mlp_4", "attention", "layernorm", "embedding", "take_rows", "shard_map", "ppermute_partial", "ppermute_2d", "ring_matmul"]
+LOOPS = {"scan_grad": 4, "cond_data": 4, "switch_data": 4, "partial_tp": 4, "pipeline_4": 4, "pipeline_8": 8, "gpt_step_1": 1, "gpt_step_4": 4, "gpt_step_8": 8}
+"""Loops, branches, manual computations over some of the axes and the GPT training step
+(test_loops.py, test_partly_manual.py, test_whole_programs.py), with the ranks each runs
+on."""
 FUSED = "fuse-maps,split-allreduce{strategy=rs-ag},reorder-allgather,fuse-maps,fuse-allreduce"
 
 
@@ -68,6 +72,10 @@ def jobs(jax_dir: Path, work: Path) -> dict[str, tuple[Path, str, dict[str, np.n
         text, inputs, _ = load(jax_dir, name)
         (work / f"{name}.mlir").write_text(text)
         out[name] = (work / f"{name}.mlir", "main", inputs, ranks_of(name))
+    for name, ranks in LOOPS.items():
+        text, inputs, _ = load(jax_dir, name)
+        (work / f"{name}.mlir").write_text(text)
+        out[name] = (work / f"{name}.mlir", "main", inputs, ranks)
     text, inputs, _ = load(jax_dir, "dp_adam")
     (work / "dp_adam_fused.mlir").write_text(str(fused_adam(text)))
     out["dp_adam_fused"] = (work / "dp_adam_fused.mlir", "main", inputs, 4)
@@ -93,14 +101,15 @@ def _batch(work: Path, listed: list[dict], processes: int) -> tuple[dict[str, in
 
 @pytest.fixture(scope="module")
 def mpi_runs(jax_dir, tmp_path_factory) -> dict[str, list[np.ndarray] | str]:
-    """Every job's outputs, or why it has none: the 4-rank jobs from one ``mpiexec -n 4``
-    of ``mpi_batch.py``, the one-device programs from one process of it."""
+    """Every job's outputs, or why it has none: the jobs of each rank count from one
+    ``mpiexec -n RANKS`` of ``mpi_batch.py`` (4, and 8 for the 8-device programs), the
+    one-device programs from one process of it."""
     work = tmp_path_factory.mktemp("mpi")
-    listed: dict[int, list[dict]] = {1: [], 4: []}
+    listed: dict[int, list[dict]] = {}
     for id_, (path, func, inputs, ranks) in jobs(jax_dir, work).items():
         np.savez(work / f"{id_}.in.npz", **inputs)
         argv = [str(path), "--ranks", str(ranks), "--backend", "mpi", "--func", func, "--inputs", str(work / f"{id_}.in.npz"), "--outputs", str(work / f"{id_}.out.npz")]
-        listed[ranks].append({"id": id_, "argv": argv})
+        listed.setdefault(ranks, []).append({"id": id_, "argv": argv})
     out: dict[str, list[np.ndarray] | str] = {}
     for processes, batch in listed.items():
         report, proc = _batch(work, batch, processes)
@@ -126,6 +135,12 @@ def outputs(mpi_runs, id_: str) -> list[np.ndarray]:
 def test_jax_program_on_mpi(jax_dir, mpi_runs, name):
     _, _, want = load(jax_dir, name)
     assert_matches(outputs(mpi_runs, name), want, f"{name} on mpi", exact=is_exact(name))
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_loops_manual_computations_and_training_steps_on_mpi(jax_dir, mpi_runs, name):
+    _, _, want = load(jax_dir, name)
+    assert_matches(outputs(mpi_runs, name), want, f"{name} on mpi ({LOOPS[name]} ranks)")
 
 
 def test_fused_schedule_of_jax_adam_on_mpi(jax_dir, mpi_runs):

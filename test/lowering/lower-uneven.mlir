@@ -71,7 +71,7 @@ func.func @mean(%x: !dist.tensor<10xf32, @world, [sliced<0>]>) -> !dist.tensor<f
 // CHECK-LABEL: func.func @nested
 // CHECK: %{{.*}}, %[[OUTER:.*]] = rt.span @grid axes [0] size 5 : index, index
 // CHECK: nccl.all_gather %{{.*}}, %[[T:.*]], %{{.*}}, %{{.*}} count 2 : (memref<2xf32>, memref<4xf32>, !rt.comm, !rt.stream) -> ()
-// CHECK-NEXT: rt.unpad_blocks %[[T]], %{{.*}}, %[[OUTER]], %{{.*}} dim 0 count 2 : (memref<4xf32>, memref<3xf32>, index, !rt.stream) -> ()
+// CHECK-NEXT: rt.unpad_blocks %[[T]], %{{.*}}, %[[OUTER]], %{{.*}} dim 0 counts [2] : (memref<4xf32>, memref<3xf32>, index, !rt.stream) -> ()
 func.func @nested(%x: !dist.tensor<5xf32, @grid, [sliced<0>, sliced<0>]>) -> !dist.tensor<5xf32, @grid, [sliced<0>, replicated]> {
   %y = coll.all_gather %x axes [1] : !dist.tensor<5xf32, @grid, [sliced<0>, sliced<0>]> -> !dist.tensor<5xf32, @grid, [sliced<0>, replicated]>
   func.return %y : !dist.tensor<5xf32, @grid, [sliced<0>, replicated]>

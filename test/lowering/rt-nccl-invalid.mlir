@@ -96,6 +96,6 @@ dist.mesh @world shape = [4]
 func.func @pad_blocks_unequal(%a: memref<10xf32>, %b: memref<10xf32>, %n: index) {
   %s = rt.stream 0 : !rt.stream
   // CHECK: 'rt.pad_blocks' op the padded buffer's dim 0 (size 10) must hold 4 equal blocks
-  rt.pad_blocks %a, %b, %n, %s dim 0 count 4 : (memref<10xf32>, memref<10xf32>, index, !rt.stream) -> ()
+  rt.pad_blocks %a, %b, %n, %s dim 0 counts [4] : (memref<10xf32>, memref<10xf32>, index, !rt.stream) -> ()
   func.return
 }

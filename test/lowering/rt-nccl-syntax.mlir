@@ -90,9 +90,9 @@ func.func @padded(%a: memref<12x8xf32>) {
   // CHECK-NEXT: rt.prefix %[[B]], %[[N]] dim 0 : (memref<3x8xf32>, index) -> memref<?x8xf32>
   %w = rt.prefix %b, %n dim 0 : (memref<3x8xf32>, index) -> memref<?x8xf32>
   %t = rt.alloc : () -> memref<16x8xf32>
-  // CHECK: rt.pad_blocks %[[V]], %{{.*}}, %[[N]], %{{.*}} dim 0 count 4 : (memref<10x8xf32>, memref<16x8xf32>, index, !rt.stream) -> ()
-  rt.pad_blocks %v, %t, %n, %s dim 0 count 4 : (memref<10x8xf32>, memref<16x8xf32>, index, !rt.stream) -> ()
-  // CHECK-NEXT: rt.unpad_blocks %{{.*}}, %[[V]], %[[N]], %{{.*}} dim 0 count 4 : (memref<16x8xf32>, memref<10x8xf32>, index, !rt.stream) -> ()
-  rt.unpad_blocks %t, %v, %n, %s dim 0 count 4 : (memref<16x8xf32>, memref<10x8xf32>, index, !rt.stream) -> ()
+  // CHECK: rt.pad_blocks %[[V]], %{{.*}}, %[[N]], %{{.*}} dim 0 counts [4] : (memref<10x8xf32>, memref<16x8xf32>, index, !rt.stream) -> ()
+  rt.pad_blocks %v, %t, %n, %s dim 0 counts [4] : (memref<10x8xf32>, memref<16x8xf32>, index, !rt.stream) -> ()
+  // CHECK-NEXT: rt.unpad_blocks %{{.*}}, %[[V]], %[[N]], %{{.*}} dim 0 counts [4] : (memref<16x8xf32>, memref<10x8xf32>, index, !rt.stream) -> ()
+  rt.unpad_blocks %t, %v, %n, %s dim 0 counts [4] : (memref<16x8xf32>, memref<10x8xf32>, index, !rt.stream) -> ()
   func.return
 }

@@ -72,6 +72,14 @@ func.func @f(%g: !dist.tensor<10xf32, @world, [local]>, %p: !dist.tensor<10xf32,
   func.return %q : !dist.tensor<10xf32, @world, [replicated]>
 }
 """,
+    "multi_axis": """dist.mesh @grid shape = [2, 3]
+func.func @f(%x: !dist.tensor<2x1xf32, @grid, [local, local]>, %y: !dist.tensor<11x2xf32, @grid, [local, local]>) -> (!dist.tensor<2x1xf32, @grid, [sliced<0>, sliced<0>]>, !dist.tensor<11x2xf32, @grid, [replicated, replicated]>) {
+  %v = coll.reduce_scatter sum %x dim 0 axes [0, 1] : !dist.tensor<2x1xf32, @grid, [local, local]> -> !dist.tensor<2x1xf32, @grid, [sliced<0>, sliced<0>]>
+  %w = coll.reduce_scatter sum %y dim 0 axes [1, 0] : !dist.tensor<11x2xf32, @grid, [local, local]> -> !dist.tensor<11x2xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>
+  %g = coll.all_gather %w axes [1, 0] : !dist.tensor<11x2xf32, @grid, [sliced<0, 1>, sliced<0, 0>]> -> !dist.tensor<11x2xf32, @grid, [replicated, replicated]>
+  func.return %v, %g : !dist.tensor<2x1xf32, @grid, [sliced<0>, sliced<0>]>, !dist.tensor<11x2xf32, @grid, [replicated, replicated]>
+}
+""",
     "scatter_add": """dist.mesh @world shape = [?]
 func.func @f(%i: !dist.tensor<6x2xi32, @world, [replicated]>, %u: !dist.tensor<6x4xf32, @world, [replicated]>) -> !dist.tensor<11x4xf32, @world, [replicated]> {
   %g = dist.scatter_add %i, %u : (!dist.tensor<6x2xi32, @world, [replicated]>, !dist.tensor<6x4xf32, @world, [replicated]>) -> !dist.tensor<11x4xf32, @world, [sliced<0>]>
@@ -91,7 +99,11 @@ LOCAL_RANKS = [1, 3, 5, 8]
 
 def _ranks(name: str, ranks: list[int]) -> list[int]:
     """The nested program's mesh is [2, ?]: even rank counts (10: outer blocks 6 and 5
-    over 5 inner ranks, blocks of 2 and 1 that the padded ones do not line up with)."""
+    over 5 inner ranks, blocks of 2 and 1 that the padded ones do not line up with); the
+    multi-axis one's is [2, 3] (a reduce-scatter over both axes nests over them: 2
+    elements give blocks 1, 0, 0, 1, 0, 0, not 1, 1, 0, 0, 0, 0)."""
+    if name == "multi_axis":
+        return [6]
     return [r for r in ranks if r % 2 == 0] if name == "nested" else ranks
 
 
