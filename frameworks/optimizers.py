@@ -1,15 +1,31 @@
 """Data-parallel optimizer steps over a flat arena, as distir programs: what a framework
 bridge (``pytorch.py``, a JAX one) hands to the per-rank step API (``runtime/step.py``).
 
-A parameter group is laid out in one flat 1-D **arena** per role: parameters ``p`` and
-gradients ``g`` whole on every rank (the model's tensors are views of them), optimizer
-state (``m``, ``v``) sliced: rank r keeps block r of ``Layout.padded`` elements (ZeRO-1).
-One step of the group is one distir program over the arena, written as the traditional
-schedule (CoCoNet's AR-Opt: an AllReduce that averages the gradients as DDP does, then
-the update as ``dist.map``s on the whole arena) and run with a pipeline, by default
-CoCoNet's fused schedule ``fuse(RS-Opt-AG)`` (``FUSED``): a fused all-reduce whose
-kernel reduces this rank's block of the gradients from its peers, updates the block of
-the parameters and state, and writes the new parameters into every peer's arena.
+The parameters of one dtype (of any number of parameter groups) are laid out in one flat
+1-D **arena** per role: parameters ``p`` and gradients ``g`` whole on every rank (the
+model's tensors are views of them), optimizer state (``m``, ``v``) sliced: rank r keeps
+block r of ``Layout.padded`` elements (ZeRO-1). One step of the arena is one distir
+program over it (``Spec`` says which), written as the traditional schedule (CoCoNet's
+AR-Opt: an AllReduce that averages the gradients as DDP does, then the update as
+``dist.map``s on the whole arena) and run with a pipeline, by default CoCoNet's fused
+schedule ``fuse(RS-Opt-AG)`` (``fused_pipeline``): a fused all-reduce whose kernel
+reduces this rank's block of the gradients from its peers, updates the block of the
+parameters and state, and writes the new parameters into every peer's arena.
+
+* Each group's hyperparameters are scalar arguments (``%lr_g0, %lr_g1, ...``); with
+  several groups the arena holds each element's group id ``gid`` (i8, sliced like the
+  state: a read-only argument ``slice-state`` slices) and the maps pick their scalars
+  with ``arith.select``, so that every group shares one fused collective.
+* Mixed precision (f16, bf16; CoCoNet's): f32 master weights ``master`` and f32 state,
+  sliced; the average of the gradients (rounded once to their type) is cast up
+  (``dist.cast``), the update runs on the master weights, and the parameters are the
+  master weights cast down, gathered.
+* Clipping and loss scaling: the squares of the (unscaled) averaged gradients are
+  summed (``dist.reduce_tensor``, completed by one scalar all-reduce inside the fused
+  collective); clipping scales the gradients by min(1, max_norm / (norm + 1e-6)) as
+  ``torch.nn.utils.clip_grad_norm_`` does; loss scaling multiplies them by
+  ``inv_scale`` first and keeps every value as it was when the norm is not finite. The
+  step returns the norm.
 
 The update's arithmetic follows ``torch.optim`` operation by operation (scalars computed
 in double precision on the host, as torch computes them, then rounded to the arena's
@@ -41,7 +57,7 @@ STATE = {"adam": ("m", "v"), "sgd": ("m",), "lamb": ("m", "v")}
 SCALARS = {
     "adam": ("w1", "beta2", "w2", "l2", "decay", "bc2s", "eps", "nstep"),
     "sgd": ("mu", "damp", "l2", "nlr"),
-    "lamb": ("w1", "beta2", "w2", "bc1", "bc2", "eps", "wd"),
+    "lamb": ("w1", "beta2", "w2", "bc1", "bc2", "eps", "wd", "lr"),
 }
 HALF = ("f16", "bf16")
 CLIP_EPS = 1e-6
@@ -368,24 +384,29 @@ class _Writer:
 
 
 def _lamb_program(layout: Layout, dtype: str) -> str:
-    """AR-LAMB over every tensor of the group (its padded span of the arenas): one
+    """AR-LAMB over every tensor of the arena (its padded span of the arenas): one
     all-reduce, the moments and the update direction, the two norms and the update per
-    tensor; arguments ``g_i, p_i, m_i, v_i`` per tensor, then the scalars."""
+    tensor; arguments ``g_i, p_i, m_i, v_i`` per tensor, then the scalars of each group
+    (tensor i is updated with those of its group)."""
     f = dtype
     args: list[str] = []
     body: list[str] = []
     results: list[str] = []
     returned: list[str] = []
-    scalars = SCALARS["lamb"]
-    roles = ("g", "p", "m", "v")
+    groups = layout.group_count
+
+    def names(k: int) -> list[str]:
+        return [s if groups == 1 else f"{s}_g{k}" for s in SCALARS["lamb"]]
+
     for i, n in enumerate(layout.spans):
         T = f"!dist.tensor<{n}x{f}, @world, [replicated]>"
         L = f"!dist.tensor<{n}x{f}, @world, [local]>"
         S = f"!dist.tensor<{f}, @world, [replicated]>"
         base = len(args)
         args += [f"%g_t{i}: {L}", f"%p_t{i}: {T}", f"%m_t{i}: {T}", f"%v_t{i}: {T}"]
-        sc = ", ".join(f"%{s}" for s in scalars)
-        sct = ", ".join([f] * len(scalars))
+        w1, b2, w2, bc1, bc2, eps, wd, lr = names(layout.group_of(i))
+        sc = ", ".join(f"%{x}" for x in (w1, b2, w2, bc1, bc2, eps, wd))
+        sct = ", ".join([f] * 7)
         body += [
             f"%avg_t{i} = coll.all_reduce avg %g_t{i} : {L} -> {T}",
             f"%m1_t{i}, %v1_t{i}, %u_t{i} = dist.map(%m_t{i}, %v_t{i}, %avg_t{i}, %p_t{i}, {sc}) : ({T}, {T}, {T}, {T}, {sct}) -> ({T}, {T}, {T}) {{",
@@ -414,7 +435,7 @@ def _lamb_program(layout: Layout, dtype: str) -> str:
             "}",
             f"%pn_t{i} = dist.reduce_tensor sum %pp_t{i} dims [0] : {T} -> {S}",
             f"%un_t{i} = dist.reduce_tensor sum %uu_t{i} dims [0] : {T} -> {S}",
-            f"%p1_t{i} = dist.map(%p_t{i}, %u_t{i}, %pn_t{i}, %un_t{i}, %lr) : ({T}, {T}, {S}, {S}, {f}) -> {T} {{",
+            f"%p1_t{i} = dist.map(%p_t{i}, %u_t{i}, %pn_t{i}, %un_t{i}, %{lr}) : ({T}, {T}, {S}, {S}, {f}) -> {T} {{",
             f"^bb0(%p_: {f}, %u_: {f}, %pn_: {f}, %un_: {f}, %lr_: {f}):",
             f"  %zero = arith.constant 0.0 : {f}",
             f"  %one = arith.constant 1.0 : {f}",
@@ -434,8 +455,7 @@ def _lamb_program(layout: Layout, dtype: str) -> str:
         for k, role in enumerate(("p1", "m1", "v1")):
             results.append(f"{T} {{dist.inplace = {base + 1 + k} : i64}}")
             returned.append(f"%{role}_t{i}")
-    del roles
-    args += [f"%{s}: {f}" for s in scalars] + [f"%lr: {f}"]
+    args += [f"%{x}: {f}" for j in range(len(SCALARS["lamb"])) for x in [names(k)[j] for k in range(groups)]]
     ret_types = ", ".join(r.split(" {")[0] for r in results)
     return (
         "dist.mesh @world shape = [?]\n\n"
@@ -467,23 +487,30 @@ def scalars(kind: str, group: Mapping, step: int, first: bool = False) -> list[f
     raise ValueError(f"unknown optimizer '{kind}'")
 
 
-def resolve_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str) -> str:
+def arguments(kind: str, groups: Sequence[Sequence[float]]) -> list[float]:
+    """The scalar arguments of a step in the program's order (each scalar, then the next,
+    one value per group) from ``scalars`` of each group."""
+    return [values[j] for j in range(len(SCALARS[kind])) for values in groups]
+
+
+def resolve_schedule(spec: Spec, schedule: str | None, layout: Layout) -> str:
     """The ``-p`` pipeline of a schedule name (``SCHEDULES``), a pipeline string as given,
     or for ``auto`` (``auto:TOPOLOGY``) the tuner's pick for this arena (``auto_schedule``)."""
     if schedule is None or schedule in SCHEDULES:
-        return SCHEDULES[schedule or "fused"](kind, layout)
+        return SCHEDULES[schedule or "fused"](spec, layout)
     if schedule == "auto" or schedule.startswith("auto:"):
-        return auto_schedule(kind, layout, dtype, schedule.partition(":")[2] or None)
+        return auto_schedule(spec, layout, schedule.partition(":")[2] or None)
     return schedule
 
 
-def auto_schedule(kind: str, layout: Layout, dtype: str, topology: str | None = None) -> str:
+def auto_schedule(spec: Spec, layout: Layout, topology: str | None = None) -> str:
     """The pipeline the autotuner's cost model predicts fastest for this arena, slicing only
-    the optimizer state, on ``topology`` (a built-in name or TOML file); by default the
-    ``local`` topology when ``distir-tune --calibrate`` has measured this machine, else
-    the fused schedule. LAMB (one fused collective per tensor) keeps its fused schedule."""
-    if kind == "lamb":
-        return fused_pipeline(kind, layout)
+    the optimizer state (and master weights), on ``topology`` (a built-in name or TOML
+    file); by default the ``local`` topology when ``distir-tune --calibrate`` has measured
+    this machine, else the fused schedule. LAMB (one fused collective per tensor) keeps its
+    fused schedule."""
+    if spec.kind == "lamb":
+        return fused_pipeline(spec, layout)
     from distir.dialects.context import parse_module
     from distir.dialects.diagnostics import InputRejected
     from distir.tuning.topology import get_topology
@@ -494,11 +521,12 @@ def auto_schedule(kind: str, layout: Layout, dtype: str, topology: str | None = 
     except InputRejected:
         if topology:
             raise
-        return fused_pipeline(kind, layout)
-    module = parse_module(program(kind, layout, dtype))
-    result = tune(module, ranks=layout.ranks, model=model, as_slice=STATE[kind], jobs=1)
+        return fused_pipeline(spec, layout)
+    module = parse_module(program(spec, layout))
+    state = tuple(x for x in spec.sliced(layout) if x != "gid")  # the tuner slices in-place state only
+    result = tune(module, ranks=layout.ranks, model=model, as_slice=state, jobs=1)
     best = result.best.get(result.dim)
-    return result.by_name(best).pipeline if best else fused_pipeline(kind, layout)
+    return result.by_name(best).pipeline if best else fused_pipeline(spec, layout)
 
 
 _PROGRAMS: dict[tuple[str, int, str], Any] = {}
@@ -515,37 +543,39 @@ def compiled(text: str, ranks: int, pipeline: str):
     return program
 
 
-def agreed_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str, comm: Any) -> str:
+def agreed_schedule(spec: Spec, schedule: str | None, layout: Layout, comm: Any) -> str:
     """``resolve_schedule`` alike on every rank: ``auto`` is decided on rank 0 and
     broadcast (collective)."""
     from distir.runtime.streams import SyncStream
 
     if not (schedule or "").startswith("auto") or comm.size == 1:
-        return resolve_schedule(kind, schedule, layout, dtype)
+        return resolve_schedule(spec, schedule, layout)
     buf = np.zeros(4096, np.uint8)
     if comm.rank == 0:
-        text = resolve_schedule(kind, schedule, layout, dtype).encode()
+        text = resolve_schedule(spec, schedule, layout).encode()
         buf[: len(text)] = np.frombuffer(text, np.uint8)
     comm.broadcast(buf, buf, buf.size, 0, SyncStream(0))
     return bytes(buf).rstrip(b"\0").decode()
 
 
 class ArenaGroup:
-    """One parameter group as arenas and a step (module doc), on numpy arrays: ``g``,
-    ``p`` (whole) and ``state`` (this rank's slices when ``sliced``), allocated where the
-    communicator's peers see them (``Step.empty_together``). A framework bridge makes its
-    tensors views of them."""
+    """The tensors of one arena (one dtype, any number of parameter groups) and its step
+    (module doc), on numpy arrays: ``g``, ``p`` (whole) and ``state`` (the master weights
+    first when there are any, then the optimizer state: this rank's slices when
+    ``sliced``), allocated where the communicator's peers see them
+    (``Step.empty_together``). A framework bridge makes its tensors views of them."""
 
-    def __init__(self, kind: str, sizes: Sequence[int], dtype: str, comm: Any, schedule: str | None = None, nesterov: bool = False):
+    def __init__(self, spec: Spec, sizes: Sequence[int], comm: Any, schedule: str | None = None, groups: Sequence[int] = ()):
         from distir.runtime import step
 
-        self.kind = kind
+        self.spec = spec
+        self.kind = spec.kind
         self.rank = comm.rank
-        self.layout = Layout(tuple(sizes), comm.size, per_tensor=kind == "lamb")
-        self.pipeline = agreed_schedule(kind, schedule, self.layout, dtype, comm)
-        self.step = step.Step(compiled(program(kind, self.layout, dtype, nesterov=nesterov), comm.size, self.pipeline), comm)
-        roles = ("g", "p", *STATE[kind])
+        self.layout = Layout(tuple(sizes), comm.size, per_tensor=spec.kind == "lamb", groups=tuple(groups) if any(groups) else ())
+        self.pipeline = agreed_schedule(spec, schedule, self.layout, comm)
+        self.step = step.Step(compiled(program(spec, self.layout), comm.size, self.pipeline), comm)
         names = [a.name for a in self.step.arguments if a.shape is not None]
+        roles = [r for r in ("g", "p", "master", *STATE[spec.kind], "gid") if any(n == r or n.startswith(r + "_t") for n in names)]
         views: dict[str, np.ndarray] = {}
         arenas: dict[str, np.ndarray] = {}
         for role in roles:
@@ -554,8 +584,12 @@ class ArenaGroup:
             views.update(zip(mine, parts))
         self.buffers = [views[n] for n in names]
         self.g, self.p = arenas["g"], arenas["p"]
-        self.state = [arenas[s] for s in STATE[kind]]
-        self.sliced = bool(self.state) and self.state[0].size != self.p.size
+        self.state = [arenas[s] for s in (("master",) if spec.master else ()) + STATE[spec.kind]]
+        self.sliced = bool(self.state) and self.state[-1].size != self.p.size
+        if "gid" in arenas:
+            ids = self.layout.group_ids()
+            n = arenas["gid"].size
+            arenas["gid"][...] = ids[self.rank * n : (self.rank + 1) * n] if n < ids.size else ids
 
     def span(self, i: int) -> tuple[int, int]:
         """(offset, size) of tensor i in the parameter and gradient arenas."""
@@ -568,6 +602,13 @@ class ArenaGroup:
             return self.state[k][off : off + n]
         a, b, _, _ = self.layout.local_span(i, self.rank)
         return self.state[k][a:b]
+
+    def element_span(self, i: int) -> tuple[int, int]:
+        """The elements (start, stop) of tensor ``i`` (flat) whose state this rank holds."""
+        if not self.sliced:
+            return 0, self.layout.sizes[i]
+        _, _, a, b = self.layout.local_span(i, self.rank)
+        return a, b
 
     def gather_state(self, k: int) -> np.ndarray:
         """State ``k`` of every rank, side by side (collective when it is sliced)."""
@@ -596,22 +637,56 @@ class ArenaGroup:
         if values is None:
             mine[...] = 0
             return
-        _, _, a, b = self.layout.local_span(i, self.rank) if self.sliced else (0, 0, 0, self.layout.sizes[i])
+        a, b = self.element_span(i)
         mine[...] = values[a:b]
 
-    def run(self, scalars: Sequence[float], keep: Sequence[int] = ()) -> None:
-        """One step of the group; the tensors in ``keep`` (skipped: no gradient, or
-        another step count) keep their parameters and state."""
+    def run(self, scalars: Sequence[float], keep: Sequence[int] = (), absent: Sequence[int] = ()) -> float | None:
+        """One step of the arena; the tensors in ``keep`` (skipped: no gradient, or
+        another step count) keep their parameters and state, and those in ``absent`` (no
+        gradient) count as zero gradients (in the norm). Returns the global norm of the
+        averaged gradients when the step computes it (``Spec.norm``), else None."""
+        for i in absent:
+            off, n = self.span(i)
+            self.g[off : off + n] = 0
         saved = []
         for i in keep:
             off, n = self.span(i)
             saved.append((i, self.p[off : off + n].copy(), [self.state_slice(k, i).copy() for k in range(len(self.state))]))
-        self.step.run(*self.buffers, *scalars)
+        out = self.step.run(*self.buffers, *scalars)
         for i, p, st in saved:
             off, n = self.span(i)
             self.p[off : off + n] = p
             for k, s in enumerate(st):
                 self.state_slice(k, i)[...] = s
+        return float(np.asarray(out[-1])) if self.spec.norm else None
+
+
+def boxes(shape: Sequence[int], start: int, stop: int) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
+    """The elements ``start .. stop`` of a row-major tensor of ``shape`` (flat indices) as
+    boxes (offsets, sizes, flat index of the box's first element): at most one partial
+    row at each end per dim, the full rows between as one box. A rank's slice of a
+    tensor's state is a flat range; a checkpoint stores boxes (``torch.distributed.
+    checkpoint``'s chunks)."""
+    if start >= stop:
+        return []
+    if not shape:
+        return [((), (), start)]
+    inner = int(np.prod(shape[1:], dtype=np.int64))
+    if inner == 0:
+        return []
+    first, last = start // inner, (stop - 1) // inner
+    if first == last:  # within one row: the boxes of that row, one dim lower
+        return [((first, *o), (1, *z), at) for o, z, at in boxes(shape[1:], start - first * inner, stop - first * inner) for at in [at + first * inner]]
+    out = []
+    lo = -(-start // inner)  # the first full row
+    hi = stop // inner  # after the last full row
+    if start < lo * inner:
+        out += boxes(shape, start, lo * inner)
+    if lo < hi:
+        out.append(((lo, *[0] * (len(shape) - 1)), (hi - lo, *shape[1:]), lo * inner))
+    if hi * inner < stop:
+        out += boxes(shape, hi * inner, stop)
+    return out
 
 
 def state_bytes(arrays: Sequence[np.ndarray]) -> int:

@@ -101,11 +101,14 @@ def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def corpus() -> np.ndarray:
-    """The bytes of distir's Markdown and Python files (sorted by path)."""
+    """The bytes of distir's Markdown and Python files (sorted by path; not those under a
+    hidden folder, such as a virtual environment or the kernel cache, which grows as
+    kernels compile)."""
     parts = []
     for pattern in ("*.md", "*.py"):
         for f in sorted(ROOT.rglob(pattern)):
-            if ".venv" in f.parts or "site-packages" in f.parts:
+            rel = f.relative_to(ROOT).parts
+            if any(part.startswith(".") for part in rel) or "site-packages" in rel:
                 continue
             parts.append(f.read_bytes())
     return np.frombuffer(b"\n".join(parts), dtype=np.uint8)
