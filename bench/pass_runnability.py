@@ -1,6 +1,7 @@
 """Every pass keeps a runnable program runnable, on more programs than CI checks
-(``test/test_pass_runnability.py``): N random programs (dims the ranks often do not
-divide) on 1, 2, 3, 4, 6 and 8 ranks through every registered pass, each result run
+(``test/test_pass_runnability.py``): N random programs (dims of 0, 1 and primes, which
+the ranks seldom divide: blocks of different sizes, some empty) on 1 to 8 ranks through
+every registered pass, each result run
 on ``interpret`` (and ``local`` with ``--local``) and compared with the original.
 
     python bench/pass_runnability.py [--count 1000] [--local] [--max-ops 8]

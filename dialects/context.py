@@ -37,11 +37,15 @@ DISTIR_DIALECTS = {"dist": _dist, "coll": _coll, "nccl": _nccl, "rt": _rt}
 
 
 def make_context() -> Context:
-    """A context with builtin, func, arith, math, memref, scf (lowered programs) and the
-    distir dialects (dist, coll, nccl, rt)."""
+    """A context with builtin, func, arith, math (with ``scalar.py``'s ops), memref, scf
+    (lowered programs) and the distir dialects (dist, coll, nccl, rt)."""
     ctx = Context()
+    from distir.dialects.scalar import SCALAR_OPS
+
     for d in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf):
         ctx.load_dialect(d)
+    for op in SCALAR_OPS:  # arith/math ops xDSL does not define (dialects/scalar.py)
+        ctx.load_op(op)
     for name, factory in DISTIR_DIALECTS.items():
         ctx.register_dialect(name, factory)
     return ctx

@@ -12,7 +12,7 @@ primitives of CoCoNet change the placement on one mesh axis (``axis``, default 0
 
 and the local ops compute without communication: ``dist.map``, ``dist.take_slice``,
 ``dist.matmul``, ``dist.reduce_tensor``, ``dist.cast``, ``dist.dropout``,
-``dist.embedding_bag`` and ``dist.remesh``, and the layout ops the front ends need for
+``dist.embedding_bag``, ``dist.scatter_add``, ``dist.sort`` and ``dist.remesh``, and the layout ops the front ends need for
 StableHLO: ``dist.transpose``, ``dist.reshape``, ``dist.iota``, ``dist.extract_slice``
 and ``dist.concat``. ``dist.to_local`` and ``dist.from_local`` see the same per-rank
 buffers as another placement (for per-device programs). Every op verifies shapes, element types,
@@ -66,6 +66,7 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
@@ -358,6 +359,9 @@ class MeshOp(IRDLOperation):
             fail(self, "mesh must have at least one axis")
         if any(s is not None and s < 1 for s in self.shape.get_values() if s != -1):  # type: ignore[operator]
             fail(self, f"mesh axis sizes must be positive or '?', got {layout.format_sizes(sizes)}")
+        devices = math.prod(s for s in sizes if s is not None)
+        if devices > MAX_RANKS:
+            fail(self, f"mesh {layout.format_sizes(sizes)} has {devices} ranks: distir handles meshes of at most {MAX_RANKS} ranks")
         if self.axis_names is not None:
             if len(self.axis_names) != len(sizes):
                 fail(self, f"mesh has {len(sizes)} axes but {len(self.axis_names)} axis names")
@@ -425,9 +429,12 @@ def resolve_grids(module: Operation, ranks: int) -> dict[str, layout.MeshGrid]:
             try:
                 grids[op.mesh_name] = op.grid(ranks)
             except layout.LayoutError as e:
+                hint = ""
+                if op.declared_sizes == (1,) * op.rank and op.view is None:
+                    hint = " (a program for one device, as a plain jax.jit lowering imports, runs on 1 rank; distir-plan distributes it)"
                 raise InputRejected(
                     f"--ranks {ranks} does not fit mesh @{op.mesh_name} of shape "
-                    f"{layout.format_sizes(op.declared_sizes)}: {e}"
+                    f"{layout.format_sizes(op.declared_sizes)}: {e}{hint}"
                 ) from None
     return grids
 
@@ -479,8 +486,8 @@ def lookup_mesh(op: Operation, t: TensorType) -> MeshOp:
 
 
 def check_tensor(op: Operation, t: Attribute, what: str) -> None:
-    """Check a tensor type against its mesh: one placement per axis, ranks in range, sliced
-    dims divisible by the ranks slicing them."""
+    """Check a tensor type against its mesh: one placement per axis, ranks in range. A
+    sliced dim need not be divisible by the ranks slicing it (``layout.dim_block``)."""
     if not isinstance(t, TensorType):
         return
     mesh = lookup_mesh(op, t)
@@ -491,9 +498,6 @@ def check_tensor(op: Operation, t: Attribute, what: str) -> None:
     for a, p in enumerate(t.get_placements()):
         if isinstance(p, At) and sizes[a] is not None and p.rank.data >= sizes[a]:  # type: ignore[operator]
             fail(op, f"{what} is at<{p.rank.data}> on axis {a}, which has only {sizes[a]} ranks")
-    why = layout.divisibility_error(t.get_shape(), t.get_placements(), sizes)
-    if why:
-        fail(op, why)
 
 
 def expect_type(op: Operation, what: str, found: Attribute, expected: Attribute) -> None:
@@ -634,6 +638,17 @@ class DistCanonicalization(HasCanonicalizationPatternsTrait):
         from distir.passes.canonicalize import all_patterns
 
         return all_patterns()
+
+
+def tensors_along(in_types: Sequence[Attribute], dim: int) -> tuple[list[TensorType], int]:
+    """The operands of an op over a dim of its first operand (``concat``, ``sort``): at
+    least one, tensors on one mesh, ``dim`` a dim of the first."""
+    if not in_types:
+        raise RuleError("needs at least one operand")
+    ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
+    same_mesh(ts)
+    check_dim(dim, ts[0])
+    return ts, dim
 
 
 def same_mesh(types: Sequence[Attribute]) -> str | None:
@@ -1035,7 +1050,10 @@ class MatmulOp(DistOp):
 class ReduceTensorOp(DistOp):
     """``reduce_tensor``: reduce a tensor over its own ``dims`` (CoCoNet's ReduceTensor and
     Norm). A dim that is sliced on an axis leaves partial results there (``local``), which
-    a ``coll.all_reduce`` of the same kind completes.
+    a ``coll.all_reduce`` of the same kind completes: ``avg`` divides each rank's sum by
+    the dim's size over the ranks slicing it (its block's extent where they divide it),
+    so that the all-reduce avg of the partials is the mean; ``max``/``min`` of an empty
+    block is the reduction's identity.
 
     ``%n = dist.reduce_tensor sum %x dims [0] : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<f32, @world, [local]>``
     """
@@ -1164,6 +1182,112 @@ class EmbeddingBagOp(DistOp):
 
 
 @irdl_op_definition
+class ScatterAddOp(DistOp):
+    """``scatter_add``: the adjoint of ``embedding_bag`` sum. ``indices[..., B, L]`` and
+    ``updates[..., B, D]`` -> ``[..., R, D]`` (R from the result type): row ``r`` of the
+    result is the sum of ``updates[..., b, :]`` over the ``(b, l)`` with
+    ``indices[..., b, l] == r``, in the order of ``(b, l)``; an index outside ``[0, R)``
+    adds nothing (StableHLO's ``scatter`` skips it); an optional leading dim indexes
+    several tables. It is the gradient of an embedding lookup (``jnp.take``'s, the
+    ``table.at[ids].add(u)`` of JAX).
+
+    Placements per axis (indices, updates -> result): equal replicated, unplaced or
+    at<r> placements are kept; replicated indices and updates -> also sliced on the
+    result's rows (each rank adds the updates of the rows it holds: the gradient of a
+    vocabulary-sliced table); both sliced on the leading dim -> sliced on it; replicated
+    indices, updates sliced on their last dim -> sliced on the last dim; both sliced on
+    the bag dim -> ``local`` (each rank adds its own bags: partial sums).
+
+    ``%g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [replicated]>, !dist.tensor<32x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [sliced<0>]>``
+    """
+
+    name = "dist.scatter_add"
+    INFER: ClassVar[bool] = False
+    indices = operand_def(TensorType)
+    updates = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_rule(self) -> None:
+        self.check(self.indices.type, self.updates.type, self.result.type)
+
+    @classmethod
+    def check(cls, i: Attribute, u: Attribute, r: Attribute) -> None:
+        """Raise ``RuleError`` unless ``r`` is a result of indices ``i`` and updates ``u``."""
+        i, u, r = need_tensor(i, "indices"), need_tensor(u, "updates"), need_tensor(r, "result")
+        same_mesh([i, u, r])
+        si, su, sr = i.get_shape(), u.get_shape(), r.get_shape()
+        if len(si) not in (2, 3) or len(su) != len(si) or len(sr) != len(si):
+            raise RuleError(f"indices, updates and result must all be 2-d or all 3-d, got {i.format_shape()}, {u.format_shape()} and {r.format_shape()}")
+        lead = len(si) - 2
+        if si[:-1] != su[:-1] or sr[:lead] != si[:lead] or sr[-1] != su[-1]:
+            raise RuleError(f"indices [.., B, L] and updates [.., B, D] give a result [.., R, D]: got {i.format_shape()}, {u.format_shape()} and {r.format_shape()}")
+        if not isinstance(i.element_type, IntegerType):
+            raise RuleError(f"indices must have an integer element type, got {i.element_type}")
+        if u.element_type != r.element_type:
+            raise RuleError(f"result element type must be the updates' {u.element_type}, got {r.element_type}")
+        pi, pu, pr = i.get_placements(), u.get_placements(), r.get_placements()
+        for axis, (x, y, z) in enumerate(zip(pi, pu, pr)):
+            if not cls._rule(x, y, z, lead):
+                raise RuleError(f"no scatter_add placement rule for indices {x}, updates {y} and result {z} on axis {axis}")
+        for d in [0, lead + 1] if lead else [1]:  # the table dim and the row width
+            if layout.slicing_axes(pu, d) != layout.slicing_axes(pr, d):
+                raise RuleError(f"dim {d} must be sliced by the same axes in the same order in the updates and the result")
+
+    @staticmethod
+    def _rule(x: Placement, y: Placement, z: Placement, lead: int) -> bool:
+        xs = x.dim.data if isinstance(x, Sliced) else None
+        ys = y.dim.data if isinstance(y, Sliced) else None
+        zs = z.dim.data if isinstance(z, Sliced) else None
+        if isinstance(x, (Replicated, Unplaced, At)) and x == y:
+            return z == x or (isinstance(x, Replicated) and zs == lead)
+        if lead and xs == 0 and ys == 0:
+            return zs == 0
+        if isinstance(x, Replicated) and ys == lead + 1:
+            return zs == lead + 1
+        if xs == lead and ys == lead:
+            return isinstance(z, Local)
+        return False
+
+
+@irdl_op_definition
+class SortOp(DistOp):
+    """``sort``: the operands reordered along ``dim`` by the keys of operand 0, ascending
+    and stable (equal keys keep their order); the other operands (an index ``iota``
+    for an argsort) move with their keys. Float keys are ordered as JAX's ``jnp.sort``
+    orders them: -0.0 equals +0.0, NaN after everything and equal to NaN; integer keys
+    are signed. All operands share shape and placements, and so do the results;
+    ``dim`` is not sliced and no axis holds partial results.
+
+    ``%s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)``
+    """
+
+    name = "dist.sort"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, in_types, sizes, options):
+        ts, dim = tensors_along(in_types, options["dim"])
+        t0 = ts[0]
+        if not is_scalar_type(t0.element_type) or t0.element_type == IntegerType(1):
+            raise RuleError(f"keys must be floats or integers (not i1), got {t0.element_type}")
+        for i, t in enumerate(ts):
+            if t.get_shape() != t0.get_shape():
+                raise RuleError(f"operand {i} of shape {t.format_shape()} is not operand 0's {t0.format_shape()}")
+            if not layout.same_layout(t.get_placements(), t0.get_placements()):
+                raise RuleError(f"operands must share placements, operand {i} differs from operand 0")
+        ps = t0.get_placements()
+        if dim in layout.sliced_dims(ps):
+            raise RuleError(f"the sorted dim {dim} must not be sliced, got {layout.format_placements(ps)}")
+        if any(isinstance(p, Local) for p in ps):
+            raise RuleError(f"sort of partial results (local) is not defined, got {layout.format_placements(ps)}")
+        return list(ts)
+
+
+@irdl_op_definition
 class RemeshOp(DistOp):
     """``remesh``: see a value on a view of its mesh, or on the parent of a view. No data
     moves: the layout on the common parent mesh must be the same (``local``,
@@ -1195,7 +1319,11 @@ class RemeshOp(DistOp):
             pt, pr = mt.to_root(t.get_placements()), mr.to_root(r.get_placements())
         except layout.LayoutError as e:
             raise RuleError(str(e)) from None
-        if not layout.same_layout(pt, pr):
+        if layout.same_layout(pt, pr):
+            why = remesh_blocks_error(t, mt, r, mr)
+            if why:
+                raise RuleError(why)
+        else:
             fmt = layout.format_placements
             root = mt.root().mesh_name
             seen = "" if mr.mesh_name == root else f" (that is {fmt(pr)} on @{root})"
@@ -1203,6 +1331,35 @@ class RemeshOp(DistOp):
                 f"result placements {fmt(r.get_placements())} on @{mr.mesh_name}{seen} do not keep the operand's "
                 f"layout {fmt(t.get_placements())} on @{mt.mesh_name}, which is {fmt(pt)} on @{root}"
             )
+
+
+def remesh_blocks_error(t: TensorType, mt: MeshOp, r: TensorType, mr: MeshOp, ranks: int | None = None) -> str | None:
+    """Why some rank holds another block of ``t`` seen on ``mr`` than on ``mt`` (a dim the
+    ranks do not divide, sliced over merged axes on one side and nested on the other),
+    or None. Unknown sizes are checked when ``ranks`` fixes them."""
+    if ranks is None:
+        sizes = mt.root().sizes()
+        if any(s is None for s in sizes):
+            return None
+        ranks = math.prod(sizes)  # type: ignore[arg-type]
+    try:
+        gt, gr = mt.grid(ranks), mr.grid(ranks)
+    except layout.LayoutError:
+        return None
+    shape = t.get_shape()
+    if not layout.uneven_dims(shape, t.get_placements(), gt.sizes) and not layout.uneven_dims(shape, r.get_placements(), gr.sizes):
+        return None
+    for rank in range(ranks):
+        a = layout.block(shape, t.get_placements(), gt.sizes, gt.coords(rank))
+        b = layout.block(shape, r.get_placements(), gr.sizes, gr.coords(rank))
+        if a != b:
+            d = next(k for k in range(len(shape)) if a[k] != b[k])
+            return (
+                f"rank {rank} holds elements {a[d].start}..{a[d].stop} of dim {d} on @{mt.mesh_name} but {b[d].start}..{b[d].stop} "
+                f"on @{mr.mesh_name}: the ranks do not divide the dim ({shape[d]}), so its blocks over merged axes differ from its "
+                f"nested blocks and remesh, which moves no data, cannot relate them"
+            )
+    return None
 
 
 # ======================================================================================
@@ -1345,12 +1502,41 @@ class ReshapeOp(DistOp):
         assert isinstance(r, TensorType)
         return [t.with_(shape=r.get_shape(), placements=cls.result_placements(t, r.get_shape()))]
 
+    @staticmethod
+    def blocks_error(t: TensorType, shape: Sequence[int], sizes: Sequence[int | None]) -> str | None:
+        """Why some rank's block does not reshape into its block of the result (the
+        ranks do not divide a sliced dim the same way before and after), or None."""
+        if any(s is None for s in sizes):
+            return None
+        a, ps = t.get_shape(), t.get_placements()
+        for gi, gj in reshape_groups(a, shape):
+            ii = [d for d in gi if a[d] > 1]
+            jj = [d for d in gj if shape[d] > 1]
+            if not ii or not jj or ii[0] not in layout.sliced_dims(ps):
+                continue
+            d, e = ii[0], jj[0]
+            inner_a = math.prod(a[k] for k in gi if k > d)
+            inner_b = math.prod(shape[k] for k in gj if k > e)
+            counts = layout.slicing_counts(ps, sizes, d)  # type: ignore[arg-type]
+            for r in range(math.prod(counts)):
+                digits = layout.at_digits(r, counts)
+                (o1, n1), (o2, n2) = layout.dim_block(a[d], counts, digits), layout.dim_block(shape[e], counts, digits)
+                if (o1 * inner_a, n1 * inner_a) != (o2 * inner_b, n2 * inner_b):
+                    return (
+                        f"block {r} of dim {d} (elements {o1 * inner_a}..{(o1 + n1) * inner_a}) is not block {r} of the result's "
+                        f"dim {e} (elements {o2 * inner_b}..{(o2 + n2) * inner_b}): the ranks slice the two dims differently, gather first"
+                    )
+        return None
+
     def verify_rule(self) -> None:
         t, r = self.input.type, self.result.type
         assert isinstance(t, TensorType) and isinstance(r, TensorType)
         if t.element_type != r.element_type:
             raise RuleError(f"result element type must be {t.element_type}, got {r.element_type}")
         expect_type(self, "result", r, t.with_(shape=r.get_shape(), placements=self.result_placements(t, r.get_shape())))
+        why = self.blocks_error(t, r.get_shape(), lookup_mesh(self, t).sizes())
+        if why:
+            raise RuleError(why)
 
 
 @irdl_op_definition
@@ -1453,13 +1639,8 @@ class ConcatOp(DistOp):
 
     @classmethod
     def infer(cls, in_types, sizes, options):
-        if not in_types:
-            raise RuleError("needs at least one operand")
-        ts = [need_tensor(t, f"operand {i}") for i, t in enumerate(in_types)]
-        same_mesh(ts)
+        ts, dim = tensors_along(in_types, options["dim"])
         t0 = ts[0]
-        dim = options["dim"]
-        check_dim(dim, t0)
         total = 0
         for i, t in enumerate(ts):
             s0, s = list(t0.get_shape()), list(t.get_shape())
@@ -1503,6 +1684,23 @@ def _view_rule(op: DistOp, src: TensorType, dst: TensorType, local_side: str) ->
     b_shape = layout.local_shape(dst.get_shape(), dst.get_placements(), sizes)  # type: ignore[arg-type]
     if a_shape != b_shape:
         raise RuleError(f"each rank's buffer must keep its shape: {'x'.join(map(str, a_shape)) or 'scalar'} becomes {'x'.join(map(str, b_shape)) or 'scalar'}")
+    why = view_blocks_error(src, dst, sizes)  # type: ignore[arg-type]
+    if why:
+        raise RuleError(why)
+
+
+def view_blocks_error(src: TensorType, dst: TensorType, sizes: Sequence[int]) -> str | None:
+    """Why ``to_local``/``from_local`` cannot keep every rank's buffer: an axis turns a
+    dim the ranks do not divide from sliced to local or back (a local value has one
+    shape on every rank), or None."""
+    for a, (p, q) in enumerate(zip(src.get_placements(), dst.get_placements())):
+        for t, x in ((src, p), (dst, q)):
+            if p != q and isinstance(x, Sliced) and x.dim.data in layout.uneven_dims(t.get_shape(), t.get_placements(), sizes):
+                return (
+                    f"axis {a}: a local value has one shape on every rank, and the ranks' blocks differ: "
+                    f"{layout.describe_uneven(t.get_shape(), t.get_placements(), sizes, x.dim.data)}"
+                )
+    return None
 
 
 class _ViewOp(DistOp):
@@ -1569,6 +1767,8 @@ Dist = Dialect(
         CastOp,
         DropoutOp,
         EmbeddingBagOp,
+        ScatterAddOp,
+        SortOp,
         RemeshOp,
         TransposeOp,
         ReshapeOp,

@@ -41,7 +41,7 @@ import sys
 import weakref
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
@@ -165,7 +165,7 @@ class SourceParser(Parser):
         pos = m.start()
         for item in re.finditer(r"[0-9]++|\?", m.group()):
             if item.group() == "?":
-                dims.append(-1)
+                dims.append(DYNAMIC_INDEX)
                 continue
             if len(item.group()) > 19 or int(item.group()) > I64_MAX:
                 at = pos + item.start()
@@ -198,6 +198,14 @@ def source_spans(module: Operation) -> dict[Operation, Span]:
     """Where each op of a module parsed by ``parse_source`` started (empty for a module
     built otherwise); ops created later by passes have no entry."""
     return _SPANS.get(module, {})
+
+
+def copy_spans(source: Operation, copy: Operation) -> None:
+    """Give the ops of ``copy`` (a clone of ``source``) the source positions of
+    ``source``'s ops, so that diagnostics about the copy point into the file."""
+    spans = _SPANS.get(source)
+    if spans:
+        _SPANS[copy] = {new: spans[old] for old, new in zip(source.walk(), copy.walk()) if old in spans}
 
 
 def ensure_recursion_limit() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -175,24 +176,111 @@ def group_size(sizes: Sizes, axes: Sequence[int]) -> int | None:
 # --------------------------------------------------------------------------------------
 
 
-def divisibility_error(shape: Sequence[int], placements: Sequence[Placement], sizes: Sizes) -> str | None:
-    """Why a sliced dim is not divisible by the ranks slicing it, or None."""
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def dim_block(size: int, counts: Sequence[int], digits: Sequence[int]) -> tuple[int, int]:
+    """(offset, size) of the block at ``digits`` of a dim of ``size`` elements sliced
+    over nested groups of ``counts`` ranks (outermost first): the one rule of DESIGN §2,
+    applied once per level. Over n ranks a dim of size s is cut in blocks of
+    c = ceil(s/n) and rank i holds ``[i*c, min((i+1)*c, s))``: the last ranks may hold
+    fewer elements, or none (DTensor's ``torch.chunk`` and XLA's block sizes). A nested
+    level cuts the block the outer levels left, by the same rule."""
+    offset = 0
+    for n, i in zip(counts, digits):
+        c = ceil_div(size, n)
+        lo = min(i * c, size)
+        hi = min(lo + c, size)
+        offset += lo
+        size = hi - lo
+    return offset, size
+
+
+def max_block(size: int, counts: Sequence[int]) -> int:
+    """The largest block of ``dim_block`` (rank 0's): the block a padded buffer holds."""
+    return dim_block(size, counts, [0] * len(counts))[1]
+
+
+def dim_blocks(size: int, n: int) -> list[tuple[int, int]]:
+    """(offset, size) of each of the n blocks of one level of ``dim_block``."""
+    return [dim_block(size, [n], [i]) for i in range(n)]
+
+
+def padded_extent(size: int, outer: Sequence[int], counts: Sequence[int]) -> int:
+    """Elements along a dim of ``size`` elements, already cut over the groups ``outer``
+    (outermost first), that one equal block per member of a group over axes of
+    ``counts`` ranks takes: ``prod(counts)`` times the largest block (the buffer a
+    collective cuts, laid out padded where the ranks do not divide the dim)."""
+    return math.prod(counts) * max_block(size, [*outer, *counts])
+
+
+def slicing_counts(placements: Sequence[Placement], sizes: Sequence[int], dim: int) -> list[int]:
+    """The group sizes slicing ``dim``, outermost first."""
+    return [sizes[a] for a in slicing_axes(placements, dim)]
+
+
+def block_span(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], coords: Sequence[int], dim: int) -> tuple[int, int]:
+    """(offset, size) of the rank at ``coords``'s block of tensor dim ``dim``: every layer
+    asks this function (``dim_block`` over the axes slicing the dim)."""
+    axes = slicing_axes(placements, dim)
+    return dim_block(shape[dim], [sizes[a] for a in axes], [coords[a] for a in axes])
+
+
+def uneven_dims(shape: Sequence[int], placements: Sequence[Placement], sizes: Sizes) -> list[int]:
+    """The sliced dims whose blocks differ across ranks (the ranks slicing them do not
+    divide them); dims sliced on an axis of unknown size (``?``) are not listed."""
+    out = []
     for d in sorted(sliced_dims(placements)):
         if d >= len(shape):
             continue
+        n = group_size(sizes, slicing_axes(placements, d))
+        if n is not None and shape[d] % n:
+            out.append(d)
+    return out
+
+
+def divisibility_error(shape: Sequence[int], placements: Sequence[Placement], sizes: Sizes) -> str | None:
+    """Why a sliced dim is not divisible by the ranks slicing it, or None (a preference of
+    the passes that choose among dims, not a rule of the types)."""
+    for d in uneven_dims(shape, placements, sizes):
         axes = slicing_axes(placements, d)
         n = group_size(sizes, axes)
-        if n is not None and shape[d] % n:
-            what = f"axis {axes[0]}" if len(axes) == 1 else f"axes {_axes_str(sorted(axes))}"
-            return f"dim {d} of size {shape[d]} is not divisible by the {n} ranks of {what}"
+        what = f"axis {axes[0]}" if len(axes) == 1 else f"axes {_axes_str(sorted(axes))}"
+        return f"dim {d} of size {shape[d]} is not divisible by the {n} ranks of {what}"
     return None
 
 
-def local_shape(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int]) -> tuple[int, ...]:
-    """Shape of one rank's buffer: every sliced dim divided by the ranks slicing it."""
+def describe_uneven(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], dim: int) -> str:
+    """``dim 0 of size 10 over the 4 ranks of axis 0: blocks of 3, 3, 3, 1`` (for
+    diagnostics and remarks)."""
+    axes = slicing_axes(placements, dim)
+    what = f"axis {axes[0]}" if len(axes) == 1 else f"axes {_axes_str(axes)}"
+    counts = [sizes[a] for a in axes]
+    spans = [dim_block(shape[dim], counts, at_digits(r, counts))[1] for r in range(math.prod(counts))]
+    return f"dim {dim} of size {shape[dim]} over the {math.prod(counts)} ranks of {what}: blocks of {', '.join(map(str, spans))}"
+
+
+def avg_count(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], dims: Sequence[int]) -> Fraction:
+    """What ``reduce_tensor avg`` over ``dims`` divides a rank's sum by: the product over
+    the reduced dims of the dim's size divided by the ranks slicing it. Where the ranks
+    divide the dim that is the block's extent (the block's mean); where they do not, the
+    all-reduce avg of the partials is still the mean of the whole tensor."""
+    count = Fraction(1)
+    for d in dims:
+        count *= Fraction(shape[d], math.prod(slicing_counts(placements, sizes, d)))
+    return count
+
+
+def local_shape(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], coords: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Shape of the buffer of the rank at ``coords``: every sliced dim replaced by the
+    size of that rank's block (``block_span``). Without ``coords``: the largest block
+    (rank 0's), the shape of a buffer padded to hold any rank's block; it is every
+    rank's shape where the ranks divide the sliced dims."""
     out = list(shape)
     for d in sliced_dims(placements):
-        out[d] //= math.prod(sizes[a] for a in slicing_axes(placements, d))
+        counts = slicing_counts(placements, sizes, d)
+        out[d] = max_block(shape[d], counts) if coords is None else block_span(shape, placements, sizes, coords, d)[1]
     return tuple(out)
 
 
@@ -208,11 +296,16 @@ def block_index(placements: Sequence[Placement], sizes: Sequence[int], coords: S
 def block(shape: Sequence[int], placements: Sequence[Placement], sizes: Sequence[int], coords: Sequence[int]) -> tuple[slice, ...]:
     """Index of the block of the logical tensor held by the rank at ``coords``."""
     index = []
-    for d, extent in enumerate(shape):
-        i, n = block_index(placements, sizes, coords, d)
-        step = extent // n
-        index.append(slice(i * step, (i + 1) * step))
+    for d in range(len(shape)):
+        lo, n = block_span(shape, placements, sizes, coords, d)
+        index.append(slice(lo, lo + n))
     return tuple(index)
+
+
+def block_key(placements: Sequence[Placement], sizes: Sequence[int], coords: Sequence[int]) -> tuple[int, ...]:
+    """Which block a rank holds, as one block index per sliced dim (ranks holding empty
+    blocks still hold different blocks)."""
+    return tuple(block_index(placements, sizes, coords, d)[0] for d in sorted(sliced_dims(placements)))
 
 
 def holds(placements: Sequence[Placement], coords: Sequence[int]) -> bool:

@@ -18,7 +18,7 @@ description of the ranks. ``rt`` holds everything that is not a library call to 
   thread and other streams asynchronously);
 * computation: ``rt.kernel`` (a ``gpu.func``-style element-wise kernel over memref
   arguments, translated to Numba), ``rt.launch``, and library calls ``rt.matmul``,
-  ``rt.reduce_tensor``, ``rt.embedding_bag``;
+  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``, ``rt.sort``;
 * ``rt.fused``: a group of calls forming one fused collective (reduce-scatter, kernel on
   this rank's slice, all-gather), which shared-memory backends may run as one zero-copy
   kernel.
@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     ArrayAttr,
     DenseArrayBase,
     IndexType,
@@ -53,7 +54,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, TypeAttribute
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -206,6 +207,8 @@ COMM = CommType()
 STREAM = StreamType()
 EVENT = EventType()
 INDEX = IndexType()
+DYNAMIC = DYNAMIC_INDEX
+"""A ``?`` dim of a memref type (a rank's part of a padded buffer, ``rt.prefix``)."""
 
 
 def fail(op: IRDLOperation, msg: str):
@@ -362,6 +365,57 @@ class GroupRankOp(MeshRefOp):
 
     def verify_(self) -> None:
         self._verify_axes()
+
+
+@irdl_op_definition
+class SpanOp(MeshRefOp):
+    """``rt.span @mesh axes [..] size S``: this rank's block of a dim of ``S`` elements
+    sliced over ``axes`` (nested, outermost first): its first element and its element
+    count, by DESIGN §2's rule (``layout.dim_block``: blocks of ceil(S/n), the last ranks
+    hold fewer elements or none). Where the ranks do not divide the dim, a rank's buffer
+    is padded to the largest block; ops that must not read the padding (reductions over
+    the dim, a matmul contracting it, an embedding's rows) take ``rt.prefix`` of the
+    count, and kernels drawing random numbers start at the offset.
+
+    ``%off, %len = rt.span @world axes [0] size 10 : index, index``
+    """
+
+    name = "rt.span"
+    size = prop_def(IntegerAttr)
+    offset = result_def(IndexType)
+    length = result_def(IndexType)
+
+    @classmethod
+    def get(cls, mesh: str, axes: Sequence[int], size: int) -> SpanOp:
+        return cls.build(
+            properties={"mesh": SymbolRefAttr(mesh), "axes": DenseArrayBase.from_list(i64, list(axes)), "size": IntegerAttr(size, i64)},
+            result_types=[INDEX, INDEX],
+        )
+
+    @property
+    def size_value(self) -> int:
+        return self.size.value.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> SpanOp:
+        mesh = parser.parse_symbol_name().data
+        parser.parse_keyword("axes")
+        axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_int(parser))
+        parser.parse_keyword("size")
+        size = parse_int(parser)
+        parser.parse_punctuation(":")
+        parser.parse_type()
+        parser.parse_punctuation(",")
+        parser.parse_type()
+        return cls.get(mesh, axes, size)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.mesh_name} axes [{', '.join(map(str, self.axis_list))}] size {self.size_value} : index, index")
+
+    def verify_(self) -> None:
+        self._verify_axes()
+        if self.size_value < 0:
+            fail(self, f"size must be non-negative, got {self.size_value}")
 
 
 @irdl_op_definition
@@ -543,6 +597,99 @@ class BlockOp(RtOp):
     def contiguous(shape: Sequence[int], dim: int) -> bool:
         """Whether a block along ``dim`` of a contiguous buffer of ``shape`` is contiguous."""
         return all(s == 1 for s in shape[:dim])
+
+
+@irdl_op_definition
+class PrefixOp(RtOp):
+    """``rt.prefix %buf[, %n] dim d``: a view (no copy) of the leading elements of ``%buf``
+    along dim ``d``: as many as the result type says, or ``%n`` (the result's dim is then
+    ``?``). A value whose dim the plan pads (a buffer of n equal blocks for a collective,
+    where the ranks do not divide the dim) is the prefix of its padded buffer; a rank's
+    valid part of a padded block is the prefix of its ``rt.span`` count.
+
+    ``%v = rt.prefix %pad dim 0 : memref<12x8xf32> -> memref<10x8xf32>``
+    ``%w = rt.prefix %blk, %len dim 0 : (memref<3x8xf32>, index) -> memref<?x8xf32>``
+    """
+
+    name = "rt.prefix"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    args = var_operand_def()
+    result = result_def(MemRefType)
+
+    def verify_types(self) -> None:
+        if len(self.args) not in (1, 2) or (len(self.args) == 2 and self.args[1].type != INDEX):
+            fail(self, "takes a buffer and, optionally, an index")
+        t = need_memref(self, self.args[0].type, "operand 0")
+        r = need_memref(self, self.result.type, "result")
+        d = self.option("dim")
+        shape, out = list(t.get_shape()), list(r.get_shape())
+        if not 0 <= d < len(shape):
+            fail(self, f"dim {d} is out of range for {t}")
+        same = len(out) == len(shape) and all(x == y for k, (x, y) in enumerate(zip(out, shape)) if k != d)
+        fits = out[d] == DYNAMIC if len(self.args) == 2 else same and (0 <= out[d] <= shape[d] or shape[d] == DYNAMIC)
+        if not same or not fits or r.element_type != t.element_type:
+            fail(self, f"result must keep {t} outside dim {d} and take at most {shape[d]} elements there ('?' with a count), got {r}")
+
+
+def pad_blocks_operands(op: IRDLOperation) -> None:
+    """``rt.pad_blocks``/``rt.unpad_blocks``: source, destination, extent, stream."""
+    _stream_last(op)
+    if len(op.operands) != 4 or op.operands[2].type != INDEX:
+        fail(op, "takes a source, a destination, an element count and a stream")
+    a = need_memref(op, op.operands[0].type, "source")
+    b = need_memref(op, op.operands[1].type, "destination")
+    if a.element_type != b.element_type:
+        fail(op, f"source {a} and destination {b} must have the same element type")
+
+
+class _PadBlocksBase(RtOp):
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"), Kw("counts", "ints"))
+    PADDED: ClassVar[int] = 1
+    """Which operand (0 source, 1 destination) holds the equal padded blocks."""
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        pad_blocks_operands(self)
+        d, counts = self.option("dim"), self.option("counts")
+        if not counts or any(c < 1 for c in counts):
+            fail(self, f"counts must be positive, got {list(counts)}")
+        n = math.prod(counts)
+        t = need_memref(self, self.args[self.PADDED].type, "padded buffer")
+        shape = t.get_shape()
+        if not 0 <= d < len(shape):
+            fail(self, f"dim {d} is out of range for {t}")
+        if n < 1 or shape[d] % n:
+            fail(self, f"the padded buffer's dim {d} (size {shape[d]}) must hold {n} equal blocks")
+
+
+@irdl_op_definition
+class PadBlocksOp(_PadBlocksBase):
+    """``rt.pad_blocks %src, %dst, %len, %s dim d counts [n0, ..]``: the blocks of the
+    first ``%len`` elements of ``%src`` along dim ``d`` for a group over axes of ``n0,
+    ..`` ranks (``layout.dim_block`` nested over them, in group order) into the
+    ``n0 * ..`` equal blocks of ``%dst`` along ``d``, each at the start of its block
+    (the rest is left). Lays out a buffer for a collective that cuts it in equal blocks
+    where a rank's blocks do not fall where the padded ones do (a dim whose outer
+    blocks differ in size, a group over several axes).
+
+    ``rt.pad_blocks %x, %t, %len, %s dim 0 counts [4] : (memref<5xf32>, memref<8xf32>, index, !rt.stream) -> ()``
+    """
+
+    name = "rt.pad_blocks"
+    PADDED: ClassVar[int] = 1
+
+
+@irdl_op_definition
+class UnpadBlocksOp(_PadBlocksBase):
+    """``rt.unpad_blocks %src, %dst, %len, %s dim d counts [n0, ..]``: the inverse of
+    ``rt.pad_blocks``: the start of each equal block of ``%src`` along ``d`` into its
+    block of the first ``%len`` elements of ``%dst``.
+
+    ``rt.unpad_blocks %t, %y, %len, %s dim 0 counts [4] : (memref<8xf32>, memref<5xf32>, index, !rt.stream) -> ()``
+    """
+
+    name = "rt.unpad_blocks"
+    PADDED: ClassVar[int] = 0
 
 
 STREAM_FROM = Kw("stream_from", "int", None)
@@ -828,15 +975,17 @@ class MatmulOp(RtOp):
 
 @irdl_op_definition
 class ReduceTensorOp(RtOp):
-    """``rt.reduce_tensor sum %a, %out, %s dims [..]``: reduce this rank's block over
-    ``dims`` (``avg`` divides by the block's extent).
+    """``rt.reduce_tensor sum %a, %out, %s dims [..] [count C]``: reduce this rank's block
+    over ``dims``; ``avg`` divides the sum by ``C``, by default the elements reduced (a
+    dim the ranks do not divide: its size over the ranks, ``layout.avg_count``). The
+    reduction of an empty block is the identity (0, 1, -inf, +inf).
 
     ``rt.reduce_tensor sum %a, %n, %s dims [0] : (memref<256xf32>, memref<f32>, !rt.stream) -> ()``
     """
 
     name = "rt.reduce_tensor"
     KIND: ClassVar[str | None] = "op"
-    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dims", "ints"),)
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dims", "ints"), Kw("count", "float", None))
     args = var_operand_def()
 
     def verify_types(self) -> None:
@@ -869,6 +1018,52 @@ class EmbeddingBagOp(RtOp):
         _stream_last(self)
         if len(self.args) != 5 or self.args[2].type != INDEX:
             fail(self, "takes a table, indices, a first-row index, an output and a stream")
+
+
+@irdl_op_definition
+class ScatterAddOp(RtOp):
+    """``rt.scatter_add %indices, %updates, %row0, %out, %s``: ``out`` (this rank's block
+    of the result rows, the first being global row ``%row0``) set to the sum of the
+    update rows whose index (a global row number) falls in the block, in the order of
+    the (bag, position) pairs (``dist.scatter_add``).
+
+    ``rt.scatter_add %i, %u, %r0, %o, %s : (memref<32x1xi32>, memref<32x16xf32>, index, memref<25x16xf32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.scatter_add"
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        if len(self.args) != 5 or self.args[2].type != INDEX:
+            fail(self, "takes indices, updates, a first-row index, an output and a stream")
+
+
+@irdl_op_definition
+class SortOp(RtOp):
+    """``rt.sort %in0, .., %out0, .., %s dim d``: each ``out_k`` set to ``in_k`` reordered
+    along ``d`` by the keys of ``in0`` (``dist.sort``: ascending, stable, NaN last).
+
+    ``rt.sort %x, %j, %y, %k, %s dim 1 : (memref<8x16xf32>, memref<8x16xi32>, memref<8x16xf32>, memref<8x16xi32>, !rt.stream) -> ()``
+    """
+
+    name = "rt.sort"
+    KEYWORDS: ClassVar[tuple[Kw, ...]] = (Kw("dim", "int"),)
+    args = var_operand_def()
+
+    def verify_types(self) -> None:
+        _stream_last(self)
+        n = len(self.args) - 1
+        if n < 2 or n % 2:
+            fail(self, "takes inputs, as many outputs and a stream")
+        for a, b in zip(self.args[: n // 2], self.args[n // 2 : n]):
+            x, y = need_memref(self, a.type, "input"), need_memref(self, b.type, "output")
+            if x.get_shape() != y.get_shape() or x.element_type != y.element_type:
+                fail(self, f"output {y} must have its input's type {x}")
+
+    def io(self) -> tuple[list[SSAValue], list[SSAValue]]:
+        n = (len(self.args) - 1) // 2
+        return list(self.args[:n]), list(self.args[n : 2 * n])
 
 
 # ======================================================================================
@@ -912,6 +1107,9 @@ class TiledCollectiveOp(RtOp):
     result is complete on the compute stream when the op is. Operands:
     producer inputs, the collective's output buffer, [a reduction buffer], ``%comm``,
     ``%s0``, ``%s1``."""
+
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce its operands (``dialects/verifier.py``)."""
 
     PRODUCER_ARGS: ClassVar[int] = 2
     HAS_RED: ClassVar[bool] = False
@@ -1315,6 +1513,9 @@ class FusedOp(IRDLOperation):
         }
     """
 
+    READS_PRODUCERS: ClassVar[bool] = True
+    """Its verifier checks which ops produce the all-gathers' inputs (``dialects/verifier.py``)."""
+
     name = "rt.fused"
     execution = opt_prop_def(StringAttr)
     reduce = opt_prop_def(IntegerAttr)
@@ -1443,6 +1644,9 @@ class FusedOp(IRDLOperation):
         args = list(launch.args[:-1])
         if args.count(recv) != 1 or any(recv in g.args for g in gathers):
             return "the reduce-scatter's output must be one kernel argument, and no all-gather's"
+        if any(u.operation is not rs and u.operation is not launch for u in recv.uses):
+            # the kernel reduces the peers' blocks as it reads them: the buffer stays unwritten
+            return "the reduce-scatter's output must be read by the kernel only"
         if tuple(recv.type.get_shape()) != space or math.prod(space) != rs.count:  # type: ignore[attr-defined]
             return "the kernel's space must be the reduce-scatter's output"
         params = list(kernel.params)
@@ -1662,6 +1866,7 @@ Rt = Dialect(
     [
         CommOp,
         GroupRankOp,
+        SpanOp,
         HoldsOp,
         StreamOp,
         EventRecordOp,
@@ -1669,6 +1874,9 @@ Rt = Dialect(
         StreamSyncOp,
         AllocOp,
         BlockOp,
+        PrefixOp,
+        PadBlocksOp,
+        UnpadBlocksOp,
         CopyOp,
         CopyBlocksOp,
         KernelOp,
@@ -1677,6 +1885,8 @@ Rt = Dialect(
         MatmulOp,
         ReduceTensorOp,
         EmbeddingBagOp,
+        ScatterAddOp,
+        SortOp,
         RandomOp,
         MatmulAllReduceOp,
         MatmulReduceScatterOp,

@@ -590,6 +590,22 @@ class ArenaGroup:
             ids = self.layout.group_ids()
             n = arenas["gid"].size
             arenas["gid"][...] = ids[self.rank * n : (self.rank + 1) * n] if n < ids.size else ids
+        # every rank's state arenas, where this rank can read them (shared memory); None:
+        # gathering the state is collective (``gather_state``)
+        self.peers = self.step.comm.peer_buffers(self.state) if self.sliced else None
+
+    @property
+    def gathers_alone(self) -> bool:
+        """Whether ``gather_state`` needs no collective (one rank may call it alone)."""
+        return not self.sliced or self.peers is not None
+
+    def broadcast_parameters(self, root: int = 0) -> None:
+        """Rank ``root``'s parameter arena on every rank (collective), as DDP broadcasts
+        rank 0's parameters at construction."""
+        from distir.runtime.streams import SyncStream
+
+        if self.step.comm.size > 1:
+            self.step.comm.broadcast(self.p, self.p, self.p.size, root, SyncStream(0))
 
     def span(self, i: int) -> tuple[int, int]:
         """(offset, size) of tensor i in the parameter and gradient arenas."""
@@ -611,9 +627,12 @@ class ArenaGroup:
         return a, b
 
     def gather_state(self, k: int) -> np.ndarray:
-        """State ``k`` of every rank, side by side (collective when it is sliced)."""
+        """State ``k`` of every rank, side by side: read from the peers' arenas where
+        they are shared (``gathers_alone``), else collective (when it is sliced)."""
         if not self.sliced:
             return self.state[k]
+        if self.peers is not None:
+            return np.concatenate([row[k].reshape(-1) for row in self.peers])
         from distir.runtime.streams import SyncStream
 
         full = np.zeros(self.layout.padded, self.state[k].dtype)

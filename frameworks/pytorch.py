@@ -54,12 +54,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import torch
 
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, require_extra
 from distir.frameworks import optimizers as core
 from distir.runtime import step as steps
 from distir.runtime.values import BFLOAT16
+
+torch = require_extra("torch", "torch", "distir.frameworks.pytorch")
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -122,45 +123,88 @@ def _dense_strides(t: torch.Tensor) -> tuple[int, ...]:
 class _Arena:
     """The optimizer's parameters of one dtype (of every group): their arenas and step
     (``optimizers.ArenaGroup``, numpy) and the torch views the model sees (``p.data``,
-    ``p.grad``, ``optimizer.state[p]``). Tensor i belongs to param group
-    ``group_of[i]``; the program takes the hyperparameters of the groups
-    ``group_index`` (in that order)."""
+    ``p.grad``, ``optimizer.state[p]``). Tensor i is parameter ``index_in_group[i]`` of
+    param group ``group_of[i]``; the program takes the hyperparameters of the groups
+    ``group_index`` (in that order). Made on every rank at once (collective): the
+    parameters move into the arena and rank 0's values are broadcast, as DDP does at
+    construction (the master weights start from them)."""
 
-    def __init__(self, spec: core.Spec, params: list[torch.Tensor], group_of: list[int], comm: Any, schedule: str | None):
+    def __init__(self, spec: core.Spec, params: list[torch.Tensor], where: list[tuple[int, int]], comm: Any, schedule: str | None):
         self.params = params
-        self.group_of = group_of
-        self.group_index = sorted(set(group_of))
-        local = [self.group_index.index(g) for g in group_of]
+        self.dtype = params[0].dtype
+        self.shapes = [tuple(p.shape) for p in params]
+        self.group_of = [gi for gi, _ in where]
+        self.index_in_group = [j for _, j in where]
+        self.group_index = sorted(set(self.group_of))
+        local = [self.group_index.index(g) for g in self.group_of]
         self.strides = [_dense_strides(p) for p in params]
         self.arena = core.ArenaGroup(spec, [p.numel() for p in params], comm, schedule, local)
         self.spec = spec
         self.g_t = _tensor(self.arena.g)
         self.p_t = _tensor(self.arena.p)
         self.grad_views: list[torch.Tensor] = []
+        self.param_ptrs: list[int] = []
+        self.arrivals = [0] * len(params)
+        """Gradients that arrived per parameter since the last step (backward passes)."""
         for i, p in enumerate(params):
-            view = self.view(self.p_t, i)
-            with torch.no_grad():
-                view.copy_(p.detach())
-                p.data = view
+            self.adopt(i)
             gview = self.grad_view(i)
             if p.grad is not None:
                 gview.copy_(p.grad)
                 p.grad = gview
             self.grad_views.append(gview)
-            if spec.master:  # the master weights start as the parameters
-                a, b = self.arena.element_span(i)
-                off, _ = self.arena.span(i)
-                self.arena.state_slice(0, i)[...] = self.arena.p[off + a : off + b].astype(np.float32)
         self.grad_ptrs = [v.data_ptr() for v in self.grad_views]
+        self.arena.broadcast_parameters()
+        for i in range(len(params)):
+            self.start_master(i)
 
     @property
     def pipeline(self) -> str:
         return self.arena.pipeline
 
+    def adopt(self, i: int) -> None:
+        """Tensor i's values into the parameter arena, its ``.data`` a view of it (in its
+        layout)."""
+        p = self.params[i]
+        with torch.no_grad():
+            view = self.view(self.p_t, i)
+            view.copy_(p.detach())
+            p.data = view
+        if len(self.param_ptrs) <= i:
+            self.param_ptrs.append(view.data_ptr())
+        self.param_ptrs[i] = view.data_ptr()
+
+    def start_master(self, i: int) -> None:
+        """Tensor i's master weights (this rank's slice) from its parameters, when the
+        arena keeps master weights."""
+        if self.spec.master:
+            a, b = self.arena.element_span(i)
+            off, _ = self.arena.span(i)
+            self.arena.state_slice(0, i)[...] = self.arena.p[off + a : off + b].astype(np.float32)
+
+    def rebound(self) -> tuple[list[int], str | None]:
+        """The parameters whose ``.data`` was rebound after construction (``p.data = t``,
+        ``torch.nn.utils.vector_to_parameters``), adopted again (their new values move
+        into the arena, as ``torch.optim`` would update them); or what makes one of them
+        impossible to adopt."""
+        moved = []
+        for i, p in enumerate(self.params):
+            if p.data_ptr() == self.param_ptrs[i]:
+                continue
+            if p.layout != torch.strided or p.device.type != "cpu" or tuple(p.shape) != self.shapes[i] or p.dtype != self.dtype:
+                return moved, (
+                    f"parameter {self.index_in_group[i]} of group {self.group_of[i]} (shape {list(self.shapes[i])}) was rebound after "
+                    f"the optimizer was made to a {p.layout} {p.dtype} tensor of shape {list(p.shape)} on {p.device}: rebind it to a "
+                    "tensor of its shape and dtype, or make a new optimizer"
+                )
+            self.adopt(i)
+            moved.append(i)
+        return moved, None
+
     def view(self, flat: torch.Tensor, i: int) -> torch.Tensor:
         """Tensor i's part of an arena (parameters or gradients) in its shape and layout."""
         off, n = self.arena.span(i)
-        return flat[off : off + n].as_strided(self.params[i].shape, self.strides[i])
+        return flat[off : off + n].as_strided(self.shapes[i], self.strides[i])
 
     def grad_view(self, i: int) -> torch.Tensor:
         """A new view of tensor i's part of the gradient arena."""
@@ -173,20 +217,89 @@ class _Arena:
     def shaped(self, flat: np.ndarray, i: int) -> torch.Tensor:
         """Tensor i's whole state (flat, in the arena's element order) as a new tensor of
         the parameter's shape and layout."""
-        return _tensor(np.ascontiguousarray(flat)).as_strided(self.params[i].shape, self.strides[i]).clone()
+        return _tensor(np.ascontiguousarray(flat)).as_strided(self.shapes[i], self.strides[i]).clone()
 
     def flat(self, value: torch.Tensor, i: int) -> np.ndarray:
         """A state tensor of parameter i's shape (any layout) as a flat array in the
         arena's element order."""
         p = self.params[i]
-        buf = torch.empty_strided(p.shape, self.strides[i], dtype=torch.float32 if self.spec.master else p.dtype)
+        buf = torch.empty_strided(self.shapes[i], self.strides[i], dtype=torch.float32 if self.spec.master else p.dtype)
         buf.copy_(value.detach())
         out = buf.as_strided((p.numel(),), (1,))
-        return (out.view(torch.uint16).numpy().view(BFLOAT16) if out.dtype == torch.bfloat16 else out.numpy())
+        return out.view(torch.uint16).numpy().view(BFLOAT16) if out.dtype == torch.bfloat16 else out.numpy()
+
+
+def _group_problem(gi: int, params: list[torch.Tensor]) -> str | None:
+    """What makes the parameters of group ``gi`` unfit for the arenas, or None (local: no
+    communication)."""
+    seen: dict[int, int] = {}
+    for i, p in enumerate(params):
+        if id(p) in seen:
+            return (
+                f"parameter {i} of group {gi} is parameter {seen[id(p)]} again: pass each parameter once "
+                "(torch.optim warns that this will be an error; it updates such a parameter twice per step)"
+            )
+        seen[id(p)] = i
+        if p.requires_grad and p.dtype not in _DTYPES:
+            return f"parameter {i} of group {gi}: parameters of dtype {p.dtype} are not supported (float32, float64, bfloat16, float16)"
+    return None
+
+
+_FLAGS = ("maximize", "amsgrad", "capturable", "differentiable")
+"""``torch.optim`` options that change what a step computes and that distir's optimizers
+do not implement: set, they are an error (at construction and in a loaded state dict),
+never ignored. ``foreach`` and ``fused`` choose among torch's implementations of the same
+arithmetic: distir's step is its own, so they are accepted and change nothing."""
+
+
+def _flags_problem(group: dict, where: str) -> str | None:
+    on = [f for f in _FLAGS if group.get(f)]
+    if not on:
+        return None
+    return f"{where}: {', '.join(f'{f}=True' for f in on)} is not supported: distir's optimizers implement torch's default step only"
+
+
+def _describe(params: list[torch.Tensor]) -> str:
+    """A group's tensors in a few words (with a digest of every shape past the sixth)."""
+    shapes = [f"{'x'.join(map(str, p.shape)) or 'scalar'}{'' if p.requires_grad else ' frozen'}" for p in params]
+    dtypes = "/".join(sorted({str(p.dtype).removeprefix("torch.") for p in params}))
+    text = f"{len(params)} {dtypes} tensors ({', '.join(shapes[:6])}"
+    if len(shapes) > 6:
+        text += f", ... #{hashlib.sha256(repr(shapes).encode()).hexdigest()[:8]}"
+    return text + ")"
+
+
+def _options(group: dict) -> str:
+    return ", ".join(f"{k}={group[k]!r}" for k in sorted(group) if k != "params")
+
+
+WHAT = "their calls of the optimizer"
+"""What the agreements of the optimizers compare (``steps.agree``)."""
+
+_TYPED: dict[type, type] = {}
+
+
+def _rejected_as(error: type) -> type:
+    """``InputRejected`` that is also torch's exception type ``error`` (ValueError,
+    TypeError): a misuse torch.optim rejects raises what torch raises, on every rank."""
+    cls = _TYPED.get(error)
+    if cls is None:
+        cls = _TYPED[error] = type(f"Rejected{error.__name__}", (InputRejected, error), {"__module__": __name__})
+    return cls
 
 
 class _DistirOptimizer(torch.optim.Optimizer):
-    """The ``torch.optim.Optimizer`` contract over distir steps (module doc)."""
+    """The ``torch.optim.Optimizer`` contract over distir steps (module doc).
+
+    Every collective method (construction, ``add_param_group``, ``step``, ``state_dict``
+    when the ranks share no memory) begins with one agreement of the ranks
+    (``steps.agree``): a problem on any rank, or ranks that differ in what shapes the step
+    (the parameter groups, their options, the schedule; at ``step()`` which parameters
+    have gradients, the backward passes since the last step, the hyperparameters, the
+    parameters rebound), raises ``InputRejected`` on every rank (also torch's
+    ``ValueError``/``TypeError`` where torch's own checks rejected the call); an error
+    after it, in the middle of collectives, aborts the job through the communicator
+    (``comm.abort``): no rank waits forever."""
 
     kind = ""
     state_names: tuple[str, ...] = ()
@@ -198,17 +311,24 @@ class _DistirOptimizer(torch.optim.Optimizer):
     the collective."""
 
     def __init__(self, params: Iterable, defaults: dict, schedule: str | None = None, comm: Any = None, nesterov: bool = False,
-                 clip_grad_norm: float | None = None, loss_scaling: bool | None = None):
+                 problem: BaseException | str | None = None, clip_grad_norm: float | None = None, loss_scaling: bool | None = None):
         self._wrapped = False
-        super().__init__(params, defaults)
-        if clip_grad_norm is not None and not float(clip_grad_norm) > 0:
-            raise ValueError(f"clip_grad_norm must be a positive number, got {clip_grad_norm}")
         self.comm = default_comm(comm)
         self.schedule = schedule
         self.nesterov = nesterov
-        self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
+        torch_error = type(problem) if isinstance(problem, (TypeError, ValueError)) else None
+        problem = None if problem is None else str(problem)
+        try:
+            super().__init__(params, defaults)
+        except (TypeError, ValueError) as e:  # torch's checks of the groups: reported on every rank, as torch's type
+            if problem is None:
+                problem, torch_error = str(e), type(e)
+            self.param_groups = []
+        if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0):
+            problem = problem or f"clip_grad_norm must be a positive number, got {clip_grad_norm!r}"
+        self.clip_grad_norm = None if clip_grad_norm is None or problem else float(clip_grad_norm)
         if loss_scaling is None:
-            loss_scaling = any(p.dtype == torch.float16 for g in self.param_groups for p in g["params"])
+            loss_scaling = any(p.dtype == torch.float16 and p.requires_grad for g in self.param_groups for p in g["params"])
         self.loss_scaling = bool(loss_scaling)
         self.last_grad_norm: float | None = None
         """The global 2-norm of the averaged gradients at the last step (before clipping),
@@ -218,31 +338,35 @@ class _DistirOptimizer(torch.optim.Optimizer):
         self._where: dict[int, tuple[_Arena, int]] = {}
         self._frozen: set[int] = set()
         self._hooks: list[Any] = []
-        self._check_same_groups()
-        self._build()
+        self._check_same_groups(problem, torch_error)
+        with self._collective("building the optimizer"):
+            self._build()
         self._wrapped = True
 
     # ------------------------------------------------------------------ arenas
+    def _members(self) -> dict[torch.dtype, list[tuple[int, int, torch.Tensor]]]:
+        """(group, index in the group, parameter) of every parameter that requires grad,
+        by dtype (in order of first appearance)."""
+        by_dtype: dict[torch.dtype, list[tuple[int, int, torch.Tensor]]] = {}
+        for gi, group in enumerate(self.param_groups):
+            for j, p in enumerate(group["params"]):
+                if p.requires_grad:
+                    by_dtype.setdefault(p.dtype, []).append((gi, j, p))
+        return by_dtype
+
+    def _spec(self, dtype: torch.dtype) -> core.Spec:
+        return core.Spec(self.kind, _DTYPES[dtype], self.nesterov, self.clip_grad_norm is not None, self.loss_scaling)
+
     def _build(self) -> None:
         """One arena per dtype over the parameters of every group that require grad (the
         others stay out, never updated); collective."""
-        by_dtype: dict[torch.dtype, list[tuple[int, torch.Tensor]]] = {}
-        self._frozen = set()
-        for gi, group in enumerate(self.param_groups):
-            for p in group["params"]:
-                if not p.requires_grad:
-                    self._frozen.add(id(p))
-                    continue
-                if p.dtype not in _DTYPES:
-                    raise InputRejected(f"{type(self).__name__}: parameters of dtype {p.dtype} are not supported (float32, float64, bfloat16, float16)")
-                by_dtype.setdefault(p.dtype, []).append((gi, p))
-        specs = {dt: core.Spec(self.kind, _DTYPES[dt], self.nesterov, self.clip_grad_norm is not None, self.loss_scaling) for dt in by_dtype}
-        self._check_specs(specs)
+        members = self._members()
+        self._frozen = {id(p) for group in self.param_groups for p in group["params"] if not p.requires_grad}
         for h in self._hooks:
             h.remove()
         self._arenas, self._where, self._hooks = [], {}, []
-        for dt, members in by_dtype.items():
-            arena = _Arena(specs[dt], [p for _, p in members], [gi for gi, _ in members], self.comm, self.schedule)
+        for dt, ms in members.items():
+            arena = _Arena(self._spec(dt), [p for _, _, p in ms], [(gi, j) for gi, j, _ in ms], self.comm, self.schedule)
             self._arenas.append(arena)
             for i, p in enumerate(arena.params):
                 self._where[id(p)] = (arena, i)
@@ -252,38 +376,55 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 for k, name in enumerate(self._names(arena)):
                     st[name] = arena.state_view(k, i)
 
-    def _check_specs(self, specs: dict) -> None:
-        name = type(self).__name__
+    def _specs_problem(self) -> str | None:
+        """What the options make impossible over these parameters, or None (local)."""
+        dtypes = list(self._members())
         if self.kind == "lamb":
-            if any(s.master for s in specs.values()):
-                raise InputRejected(f"{name}: half-precision parameters are not supported yet (float32, float64)")
+            if any(dt in (torch.bfloat16, torch.float16) for dt in dtypes):
+                return "half-precision parameters are not supported yet (float32, float64)"
             if self.clip_grad_norm is not None or self.loss_scaling:
-                raise InputRejected(f"{name}: clip_grad_norm and loss scaling are not supported (its trust ratio scales each tensor's update)")
-        if len(specs) > 1 and (self.clip_grad_norm is not None or self.loss_scaling):
-            kinds = ", ".join(str(d) for d in specs)
-            raise InputRejected(
-                f"{name}: clip_grad_norm and loss scaling need every parameter in one arena (one fused collective computes the global norm), "
-                f"but the parameters have several dtypes ({kinds}): give them one dtype"
+                return "clip_grad_norm and loss scaling are not supported (its trust ratio scales each tensor's update)"
+        if len(dtypes) > 1 and (self.clip_grad_norm is not None or self.loss_scaling):
+            return (
+                "clip_grad_norm and loss scaling need every parameter in one arena (one fused collective computes the global norm), "
+                f"but the parameters have several dtypes ({', '.join(str(d) for d in dtypes)}): give them one dtype"
             )
+        return None
 
     def _names(self, arena: _Arena) -> tuple[str, ...]:
         """The state keys of an arena's state arrays (``optimizers.ArenaGroup.state``)."""
         return (("master",) if arena.spec.master else ()) + self.state_names
 
-    # ------------------------------------------------------------------ wrap-time checks
-    def _check_same_groups(self) -> None:
-        """Collective: every rank must wrap groups of the same shapes (the arenas are
-        laid out alike); else every rank raises."""
-        desc = repr([[(tuple(p.shape), str(p.dtype), p.requires_grad) for p in g["params"]] for g in self.param_groups]).encode()
-        digest = np.frombuffer(hashlib.sha256(desc).digest()[:8], np.int64).copy()
-        every = np.zeros(self.comm.size, np.int64)
-        self.comm.all_gather(digest, every, 1, steps.SyncStream(0))
-        if len(set(every.tolist())) > 1:
-            odd = [r for r, d in enumerate(every.tolist()) if d != every[0]]
-            raise InputRejected(
-                f"the parameter groups differ across ranks (ranks {odd} differ from rank 0 in their tensors' shapes, dtypes or requires_grad): "
-                "every rank must wrap the same model"
-            )
+    # ------------------------------------------------------------------ agreements
+    def _check_same_groups(self, problem: str | None = None, torch_error: type | None = None) -> None:
+        """Collective: every rank must wrap the same parameter groups (their tensors'
+        shapes and dtypes, which are frozen, their options) with the same schedule, and
+        none may have a ``problem`` (or one found here: options distir does not
+        implement, a group unfit for the arenas); else every rank raises ``InputRejected``
+        naming the ranks and what differs (``steps.agree``), also of type
+        ``torch_error`` when the problem is torch's own rejection. At construction, and
+        at each change of the groups."""
+        if problem is None:
+            problem = next((why for gi, group in enumerate(self.param_groups)
+                            for why in (_flags_problem(group, f"group {gi}"), _group_problem(gi, list(group["params"]))) if why), None)
+        if problem is None:
+            problem = self._specs_problem()
+        call = f"{type(self).__name__}.add_param_group(...)" if getattr(self, "_wrapped", False) else f"{type(self).__name__}(...)"
+        fingerprint = {"the call": call, "schedule=": repr(self.schedule), "clip_grad_norm=": repr(self.clip_grad_norm), "loss scaling": repr(self.loss_scaling)}
+        for gi, group in enumerate(self.param_groups):
+            fingerprint[f"group {gi}"] = _describe(list(group["params"]))
+            fingerprint[f"group {gi} options"] = _options(group)
+        try:
+            steps.agree(self.comm, problem and f"{type(self).__name__}: {problem}", fingerprint, WHAT)
+        except InputRejected as e:
+            if torch_error is not None:
+                raise _rejected_as(torch_error)(str(e)) from None
+            raise
+
+    def _collective(self, what: str):
+        """``with``: collectives the ranks agreed on; an error in them on this rank ends
+        the job through the communicator (``comm.abort``), its peers would wait."""
+        return _AbortOnError(self.comm, f"{type(self).__name__}: {what}")
 
     def add_param_group(self, param_group: dict) -> None:
         """torch's ``add_param_group``; after construction (collective: every rank adds
@@ -292,22 +433,28 @@ class _DistirOptimizer(torch.optim.Optimizer):
         if not getattr(self, "_wrapped", False):
             super().add_param_group(param_group)
             return
-        full = self._full_state()
-        super().add_param_group(param_group)
-        self._check_same_groups()
-        self._build()
-        for arena in self._arenas:
-            for i, p in enumerate(arena.params):
-                self._load_tensor_state(arena, i, full.get(id(p), {}))
+        problem, torch_error = None, None
+        try:
+            super().add_param_group(param_group)
+        except (TypeError, ValueError) as e:  # torch's checks: reported on every rank
+            problem, torch_error = str(e), type(e)
+        self._check_same_groups(problem, torch_error)
+        with self._collective("add_param_group()"):
+            full = self._full_state()
+            self._build()
+            for arena in self._arenas:
+                for i, p in enumerate(arena.params):
+                    self._load_tensor_state(arena, i, full.get(id(p), {}))
 
     def _arrived(self, p: torch.Tensor) -> None:
         """After backward set ``p.grad``: a fresh gradient (``.grad`` was None, autograd
         gave it its own tensor) moves into the arena, one copy instead of a zeroed arena
         plus an accumulation; a gradient already in the arena was accumulated in place."""
         arena, i = self._where[id(p)]
+        arena.arrivals[i] += 1
         grad = p.grad
-        if grad is None or grad.data_ptr() == arena.grad_ptrs[i] and grad.dtype == p.dtype:
-            return
+        if grad is None or grad.layout != torch.strided or grad.data_ptr() == arena.grad_ptrs[i] and grad.dtype == p.dtype:
+            return  # (a sparse gradient: step() reports it, on every rank)
         if _bad_grad(grad, p) is None:
             view = arena.grad_views[i]
             if view.data_ptr() != arena.grad_ptrs[i]:
@@ -335,24 +482,40 @@ class _DistirOptimizer(torch.optim.Optimizer):
         """Average the gradients and update, the gradients first multiplied by
         ``inv_scale`` (loss scaling); whether the step was skipped (an inf or NaN
         gradient, with loss scaling: decided inside the collective, alike on every rank)."""
-        problem, plans = self._plan()
-        digest = int.from_bytes(hashlib.sha256(repr(plans).encode()).digest()[:7], "little")
-        if self._arenas:
-            self._arenas[0].arena.step.agree(problem, digest, "which parameters have gradients (or their step counts)")
-        elif problem:
-            raise InputRejected(problem)
+        problem, plans, rebound = self._plan()
+        backwards = max((max(a.arrivals, default=0) for a in self._arenas), default=0)
+        fingerprint = {
+            "the call": "step()",
+            "the parameters with gradients (and their step counts)": self._plans_text(plans),
+            "the backward passes since the last step() (a rank that skipped step() or ran another backward)": str(backwards),
+            "the hyperparameters": " | ".join(_options(group) for group in self.param_groups),
+            "the parameters rebound since the last step()": repr(rebound),
+        }
+        steps.agree(self.comm, problem, fingerprint, WHAT)
         skipped = False
-        for arena, (cohorts, absent) in zip(self._arenas, plans):
-            norm = self._run_arena(arena, cohorts, absent, inv_scale)
-            if norm is not None:
-                self.last_grad_norm = norm
-                skipped = arena.spec.scaled and not np.isfinite(norm)
+        with self._collective("step()"):
+            for k, arena in enumerate(self._arenas):
+                moved = [i for a, i in rebound if a == k]
+                if moved:
+                    arena.arena.broadcast_parameters()
+                    for i in moved:
+                        arena.start_master(i)
+            for arena, (cohorts, absent) in zip(self._arenas, plans):
+                norm = self._run_arena(arena, cohorts, absent, inv_scale)
+                if norm is not None:
+                    self.last_grad_norm = norm
+                    skipped = arena.spec.scaled and not np.isfinite(norm)
+        for arena in self._arenas:
+            arena.arrivals = [0] * len(arena.params)
         return skipped
 
     def _plan(self):
         """Per arena: the parameters to update grouped by their step count (one run of the
-        step each), the ones without gradients; or what is wrong with the gradients."""
+        step each), the ones without gradients; the parameters rebound since the last step
+        (adopted again: ``_Arena.rebound``), as (arena, tensor); or what is wrong with
+        them or their gradients."""
         problem = None
+        changed = f"{type(self).__name__}: the parameters of a group changed after wrapping: use add_param_group, or create a new optimizer"
         for gi, group in enumerate(self.param_groups):
             for p in group["params"]:
                 if id(p) in self._where:
@@ -366,11 +529,15 @@ class _DistirOptimizer(torch.optim.Optimizer):
                             "and has a gradient now: it is not in the optimizer's arenas (add it with add_param_group, or make the optimizer after unfreezing)"
                         )
                     continue
-                problem = f"{type(self).__name__}: the parameters of a group changed after wrapping: use add_param_group, or create a new optimizer"
+                problem = changed
         if sum(len(g["params"]) for g in self.param_groups) != len(self._where) + len(self._frozen):
-            problem = f"{type(self).__name__}: the parameters of a group changed after wrapping: use add_param_group, or create a new optimizer"
+            problem = changed
         plans = []
+        rebound: list[tuple[int, int]] = []
         for k, arena in enumerate(self._arenas):
+            moved, why = arena.rebound()
+            rebound += [(k, i) for i in moved]
+            problem = problem or why
             cohorts: dict[float, list[int]] = {}
             absent: list[int] = []
             for i, p in enumerate(arena.params):
@@ -378,19 +545,29 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 if grad is None:
                     absent.append(i)
                     continue
-                if grad.data_ptr() != arena.grad_ptrs[i] or grad.dtype != p.dtype:
+                if grad.layout != torch.strided or grad.data_ptr() != arena.grad_ptrs[i] or grad.dtype != p.dtype:
                     why = _bad_grad(grad, p)
                     if why:
-                        gi = arena.group_of[i]
-                        j = next(j for j, q in enumerate(self.param_groups[gi]["params"]) if q is p)
-                        problem = f"parameter {j} of group {gi} (shape {list(p.shape)}): {why}"
+                        problem = f"parameter {arena.index_in_group[i]} of group {arena.group_of[i]} (shape {list(p.shape)}): {why}"
                         continue
                     view = arena.grad_view(i)
                     view.copy_(grad)
                     p.grad = arena.grad_views[i] = view
                 cohorts.setdefault(float(self.state[p]["step"]), []).append(i)
             plans.append((cohorts, absent))
-        return problem, plans
+        return problem, plans, rebound
+
+    def _plans_text(self, plans) -> str:
+        """Which parameters of each group have gradients, by step count (``_plan``),
+        numbered as in their groups."""
+        by_group: dict[int, tuple[dict[float, list[int]], list[int]]] = {gi: ({}, []) for gi in range(len(self.param_groups))}
+        for arena, (cohorts, absent) in zip(self._arenas, plans):
+            for count, members in cohorts.items():
+                for i in members:
+                    by_group[arena.group_of[i]][0].setdefault(count, []).append(arena.index_in_group[i])
+            for i in absent:
+                by_group[arena.group_of[i]][1].append(arena.index_in_group[i])
+        return _plans_text([by_group[gi] for gi in sorted(by_group)])
 
     def _run_arena(self, arena: _Arena, cohorts: dict[float, list[int]], absent: list[int], inv_scale: float) -> float | None:
         if not cohorts:
@@ -441,10 +618,16 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 index += 1
 
     def state_dict(self) -> dict:
-        """The full state in ``torch.optim``'s format (collective: every rank calls it);
-        half-precision parameters add their f32 ``master`` weights (torch's optimizers
-        ignore the key)."""
-        fulls = {id(a): [a.arena.gather_state(k) for k in range(len(a.arena.state))] for a in self._arenas}
+        """The full state in ``torch.optim``'s format; half-precision parameters add their
+        f32 ``master`` weights (torch's optimizers ignore the key). Where the ranks share
+        memory (rank threads, ``mpiexec`` or ``torchrun`` on one node) this rank reads its
+        peers' state slices itself: it may be called on one rank alone (``if rank == 0:
+        torch.save(opt.state_dict(), path)``). Elsewhere it is collective (every rank
+        calls it; one that does not is found by the agreement, on every rank)."""
+        if not all(a.arena.gathers_alone for a in self._arenas):
+            steps.agree(self.comm, None, {"the call": COLLECTIVE_STATE_DICT}, WHAT)
+        with self._collective("state_dict()"):
+            fulls = {id(a): [a.arena.gather_state(k) for k in range(len(a.arena.state))] for a in self._arenas}
         sd = super().state_dict()
         state = {}
         for index, p in self._indexed():
@@ -489,13 +672,49 @@ class _DistirOptimizer(torch.optim.Optimizer):
         self.state[p] = new
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state dict of this optimizer or of ``torch.optim``'s (full state)."""
-        given = dict(state_dict["state"])
+        """Load a state dict of this optimizer or of ``torch.optim``'s (full state). It is
+        checked whole before anything is loaded (``InputRejected``: another model's
+        state, another optimizer's, options distir does not implement): every rank given
+        the same dict loads it or rejects it alike. Not collective: every rank loads its
+        own slices from the full state."""
+        why = self._state_dict_problem(state_dict)
+        if why:
+            raise InputRejected(f"{type(self).__name__}.load_state_dict: {why}")
+        given = dict(state_dict["state"])  # before torch casts the moments to the parameters' dtype
         super().load_state_dict(state_dict)
         for index, p in self._indexed():
             if id(p) in self._where:
                 arena, i = self._where[id(p)]
                 self._load_tensor_state(arena, i, given.get(index, {}))
+
+    def _state_dict_problem(self, sd: Any) -> str | None:
+        """What makes ``sd`` unfit for this optimizer, or None."""
+        if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict) or not isinstance(sd.get("param_groups"), list):
+            return "not an optimizer state dict (a dict of 'state' and 'param_groups')"
+        groups = sd["param_groups"]
+        if len(groups) != len(self.param_groups):
+            return f"the state dict has {len(groups)} parameter groups, the optimizer {len(self.param_groups)}"
+        for gi, (saved, group) in enumerate(zip(groups, self.param_groups)):
+            ids = list(saved.get("params", []))
+            if len(ids) != len(group["params"]):
+                return f"group {gi} of the state dict has {len(ids)} parameters, the optimizer's {len(group['params'])}: it is another model's state"
+            why = _flags_problem(saved, f"group {gi} of the state dict")
+            if why:
+                return why
+            for i, (key, p) in enumerate(zip(ids, group["params"])):
+                st = sd["state"].get(key, {})
+                names = set(self.state_names) | {"step"} | ({"master"} if p.dtype in (torch.bfloat16, torch.float16) else set())
+                other = sorted(set(st) - names)
+                if other:
+                    return (f"parameter {i} of group {gi} has state {other} in the state dict: it is another optimizer's state "
+                            f"({type(self).__name__} keeps {sorted(names)})")
+                for name in names - {"step"}:
+                    t = st.get(name)
+                    if t is not None and (not isinstance(t, torch.Tensor) or t.numel() != p.numel()):
+                        size = t.numel() if isinstance(t, torch.Tensor) else type(t).__name__
+                        return (f"'{name}' of parameter {i} of group {gi} has {size} elements in the state dict, the parameter "
+                                f"{p.numel()} (shape {list(p.shape)}): it is another model's state")
+        return None
 
     def sharded_state_dict(self) -> dict:
         """The state in ``torch.optim``'s format for ``torch.distributed.checkpoint``, each
@@ -613,19 +832,76 @@ def _pieces(arena: _Arena, k: int, i: int) -> list[tuple[tuple[int, ...], tuple[
     return out
 
 
+COLLECTIVE_STATE_DICT = (
+    "state_dict() (collective here: the ranks share no memory, so every rank must call it; "
+    "save on rank 0 only: sd = opt.state_dict(); if rank == 0: torch.save(sd, path))"
+)
+
+
+class _AbortOnError:
+    """``with``: an error on this rank ends the job through ``comm.abort`` (its peers are
+    in the same collectives and would wait for it), then goes on as raised."""
+
+    def __init__(self, comm: Any, what: str):
+        self.comm, self.what = comm, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, value, tb) -> None:
+        if value is not None and isinstance(value, Exception):
+            text = str(value)
+            rank = f"rank {self.comm.rank}"
+            self.comm.abort(text if text.startswith(rank) else f"{rank}: {self.what} failed: {type(value).__name__}: {text}")
+
+
+def _plans_text(plans) -> str:
+    """Which parameters of each group have gradients, by step count: per group,
+    (cohorts: step count -> indices in the group, indices without a gradient)."""
+    out = []
+    for gi, (cohorts, skipped) in enumerate(plans):
+        parts = [f"step {int(c)}: {_ranges(ms)}" for c, ms in sorted(cohorts.items())]
+        if skipped:
+            parts.append(f"none: {_ranges(skipped)}")
+        out.append(f"group {gi} ({'; '.join(parts) or 'no parameters'})")
+    return ", ".join(out)
+
+
+def _ranges(xs: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2, 5``."""
+    out, run = [], []
+    for x in sorted(xs):
+        if run and x == run[-1] + 1:
+            run.append(x)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [x]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
 def _bad_grad(grad: torch.Tensor, p: torch.Tensor) -> str | None:
+    """What makes ``grad`` unfit for ``p``'s place in the arena (any dense layout of the
+    right shape and dtype is copied in), or None."""
+    if grad.layout != torch.strided:
+        return f"its gradient is sparse ({grad.layout}): distir's optimizers take dense gradients (nn.Embedding(sparse=False))"
     if grad.dtype != p.dtype:
         return f"its gradient is {grad.dtype}, the parameter {p.dtype}"
     if tuple(grad.shape) != tuple(p.shape):
         return f"its gradient has shape {list(grad.shape)}"
-    if grad.is_sparse:
-        return "sparse gradients are not supported"
     return None
 
 
-def _torch_defaults(cls, kwargs: dict) -> dict:
-    """torch's own defaults and argument checks for ``cls`` (a torch.optim class)."""
-    return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
+def _torch_defaults(cls, kwargs: dict) -> tuple[dict, BaseException | None]:
+    """torch's own defaults and argument checks for ``cls`` (a torch.optim class): the
+    defaults, or the error torch raised (reported by every rank's agreement, as torch's
+    type)."""
+    try:
+        return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults), None
+    except (TypeError, ValueError, RuntimeError) as e:
+        return {}, e
 
 
 class AdamW(_DistirOptimizer):
@@ -637,10 +913,10 @@ class AdamW(_DistirOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *, maximize=False,
                  schedule: str | None = None, comm: Any = None, clip_grad_norm: float | None = None, loss_scaling: bool | None = None,
                  **torch_kwargs):
-        if amsgrad or maximize:
-            raise InputRejected(f"{type(self).__name__}: amsgrad and maximize are not supported")
-        defaults = _torch_defaults(self._torch_class(), dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **torch_kwargs))
-        super().__init__(params, defaults, schedule=schedule, comm=comm, clip_grad_norm=clip_grad_norm, loss_scaling=loss_scaling)
+        defaults, problem = _torch_defaults(
+            self._torch_class(), dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize, **torch_kwargs)
+        )
+        super().__init__(params, defaults, schedule=schedule, comm=comm, problem=problem, clip_grad_norm=clip_grad_norm, loss_scaling=loss_scaling)
 
     @staticmethod
     def _torch_class():
@@ -674,10 +950,11 @@ class SGD(_DistirOptimizer):
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, maximize=False,
                  schedule: str | None = None, comm: Any = None, clip_grad_norm: float | None = None, loss_scaling: bool | None = None,
                  **torch_kwargs):
-        if maximize:
-            raise InputRejected("SGD: maximize is not supported")
-        defaults = _torch_defaults(torch.optim.SGD, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, **torch_kwargs))
-        super().__init__(params, defaults, schedule=schedule, comm=comm, nesterov=nesterov, clip_grad_norm=clip_grad_norm, loss_scaling=loss_scaling)
+        defaults, problem = _torch_defaults(
+            torch.optim.SGD, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, maximize=maximize, **torch_kwargs)
+        )
+        super().__init__(params, defaults, schedule=schedule, comm=comm, nesterov=nesterov, problem=problem, clip_grad_norm=clip_grad_norm,
+                         loss_scaling=loss_scaling)
 
 
 class LAMB(_DistirOptimizer):
@@ -689,9 +966,11 @@ class LAMB(_DistirOptimizer):
     state_names = ("exp_avg", "exp_avg_sq")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *, schedule: str | None = None, comm: Any = None):
+        problem = None
         if not lr >= 0 or not eps >= 0 or not weight_decay >= 0 or not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"LAMB: invalid hyperparameters lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), schedule=schedule, comm=comm, loss_scaling=False)
+            problem = f"invalid hyperparameters lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}"
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), schedule=schedule, comm=comm, problem=problem,
+                         loss_scaling=False)
 
 
 class GradScaler(torch.amp.GradScaler):
@@ -808,8 +1087,16 @@ def _define_op(step: steps.Step):
 
     def impl(handle: int, *args):
         s = _STEPS[handle]
-        bufs = [a.detach().contiguous().numpy() if isinstance(a, torch.Tensor) and s.arguments[i].inplace is None
-                else a.detach().numpy() if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        bufs, problem = [], None
+        for a, arg in zip(args, s.arguments):
+            try:
+                bufs.append(a.detach().contiguous().numpy() if isinstance(a, torch.Tensor) and arg.inplace is None
+                            else a.detach().numpy() if isinstance(a, torch.Tensor) else a)
+            except (TypeError, RuntimeError) as e:  # a dtype numpy lacks (bf16), a tensor off the CPU
+                problem = f"argument '{arg.name}' must hold {arg.dtype}, got a torch {a.dtype} tensor on {a.device} ({e})"
+                break
+        if problem is not None:
+            s.agree(problem)  # raises on every rank: the peers are in this call's agreement
         results = s(*bufs)
         outs = [torch.from_numpy(np.array(v, copy=True)) for v, r in zip(results, s.results) if r.inplace is None]
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)

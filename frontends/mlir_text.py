@@ -44,8 +44,9 @@ MAX_DIMS = 64
 
 ELEMENT_TYPES = ("f16", "bf16", "f32", "f64", "i1", "i8", "i16", "i32", "i64")
 """Element types a program may use (unsigned and complex types are rejected)."""
-SCALAR_ONLY_TYPES = ("ui8", "ui16", "ui32", "ui64")
-"""Unsigned types, read in 0-d tensors only (``partition_id`` and the arithmetic on it)."""
+UNSIGNED_TYPES = ("ui8", "ui16", "ui32", "ui64")
+"""Unsigned types (``partition_id``, random bits); distir computes on their bits as
+signless integers of their width (``stablehlo.py``)."""
 
 
 # ======================================================================================
@@ -365,7 +366,7 @@ class Reader:
             self.pos = m.end()
             self._tok = None
             tt = TensorT(tuple(int(d) for d in dims_text), elt)
-            if not (elt in SCALAR_ONLY_TYPES and not tt.shape):
+            if elt not in UNSIGNED_TYPES:
                 check_element_type(self, elt, t.start, m.end())
             return tt
         if t.kind == "ident":

@@ -38,6 +38,16 @@ sliced gets ``take_slice`` (no communication). (4) Resharding plans per axis: ga
 the target does not slice the same way (innermost first; ``all_to_all`` when the axis
 moves to another dim), reduce partial sums, then slice (outermost first).
 
+**Open values.** In a manual computation over some of the mesh axes a value is placed on
+its manual axes by the program (``local``: each device's own) and unplaced on the free
+ones. Such a value is *open*: its layout pins what the program places (``Lay.pinned``,
+and the slices of a manual axis as dims) and the partitioner decides the rest, as for a
+global value. A boundary primitive between open values (``dist.slice``/``repl`` pinning a
+manual axis at the body's entry, ``join``/``drop``/``reduce`` freeing it at its exit)
+emits nothing itself: its result is its operand resharded to the result's layout; a
+view (``to_local``/``from_local``) or a collective on open values keeps its free axes on
+the dims its manual axes do not slice.
+
 With ``remarks=true`` each inserted collective is reported (``partition_module`` returns
 them; ``distir-import --remarks`` prints them): what it is, on which value, why.
 
@@ -102,9 +112,13 @@ class Lay:
 
     dims: list[tuple[int, ...]]
     pending: dict[int, str] = field(default_factory=dict)
+    pinned: dict[int, Placement] = field(default_factory=dict)
+    """Axes the value is placed on by the program itself, not ``unplaced``: the manual
+    axes of a manual computation over some of the mesh axes (``local``: each device's
+    own value), and what its collectives make of them."""
 
     def used(self) -> set[int]:
-        return {a for d in self.dims for a in d} | set(self.pending)
+        return {a for d in self.dims for a in d} | set(self.pending) | set(self.pinned)
 
     def placements(self, naxes: int) -> list[Placement]:
         out: list[Placement] = [REPLICATED] * naxes
@@ -113,6 +127,8 @@ class Lay:
                 out[a] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
         for a in self.pending:
             out[a] = LOCAL
+        for a, p in self.pinned.items():
+            out[a] = p
         return out
 
 
@@ -126,6 +142,22 @@ def lay_of(t: TensorType, kinds: dict[int, str] | None = None) -> Lay:
 def is_global(v: SSAValue) -> bool:
     t = v.type
     return isinstance(t, TensorType) and all(isinstance(p, Unplaced) for p in t.get_placements())
+
+
+def is_open(v: SSAValue) -> bool:
+    """Unplaced on some mesh axis: a global value, or a value of a manual computation over
+    some of the axes (placed on its manual axes, unplaced on the free ones)."""
+    t = v.type
+    return isinstance(t, TensorType) and any(isinstance(p, Unplaced) for p in t.get_placements())
+
+
+def lay_of_open(t: TensorType) -> Lay:
+    """The layout an open value starts with: what its type places (slices are pinned as
+    dims, ``local``/``replicated`` axes pinned), the rest to be decided."""
+    ps = t.get_placements()
+    dims = [tuple(a for a in layout.slicing_axes(ps, d)) for d in range(t.rank)]
+    pinned = {a: p for a, p in enumerate(ps) if not isinstance(p, (Unplaced, Sliced))}
+    return Lay(dims, {}, pinned)
 
 
 def is_placed(v: SSAValue) -> bool:
@@ -151,6 +183,8 @@ def factors(op: Operation) -> list[Factor] | None:
     """The op's factors, or None for an op the partitioner does not know (it then runs
     on replicated operands)."""
     rule = FACTORS.get(type(op))
+    if rule is None and isinstance(op, coll.CollectiveOp):
+        rule = _f_view
     return rule(op) if rule is not None else None
 
 
@@ -245,9 +279,46 @@ def _f_embedding_bag(op: dist.EmbeddingBagOp) -> list[Factor]:
     return out
 
 
+def _f_view(op: Operation) -> list[Factor]:
+    """``to_local``/``from_local`` (and a collective) on open values: each dim carries its
+    free axes, except the dims that the axes whose placement changes slice."""
+    x, r = op.operands[0], op.results[0]
+    tx, tr_ = x.type, r.type
+    assert isinstance(tx, TensorType) and isinstance(tr_, TensorType)
+    px, pr = tx.get_placements(), tr_.get_placements()
+    changed = [a for a in range(len(px)) if px[a] != pr[a]] + list(getattr(op, "axes", ()))
+    touched = {p.dim.data for ps in (px, pr) for a in changed for p in [ps[a]] if isinstance(p, Sliced)}
+    if isinstance(op, (coll.AllToAllOp, coll.ReduceScatterOp)):
+        touched.add(op.option("dim"))  # type: ignore[attr-defined]
+    return [Factor([(x, d), (r, d)]) for d in range(tx.rank) if d not in touched]
+
+
+def _f_scatter_add(op: dist.ScatterAddOp) -> list[Factor]:
+    """The table dim (of 3-d operands), the result's rows (a result sliced on them adds
+    only the rows each rank holds), the row width, and the bags as a summed factor
+    (bags sliced over ranks leave partial sums)."""
+    i, u, r = op.indices, op.updates, op.result
+    lead = len(_tensor_shape(i) or ()) - 2
+    out = [Factor([(i, 0), (u, 0), (r, 0)])] if lead else []
+    out.append(Factor([(r, lead)]))
+    out.append(Factor([(u, lead + 1), (r, lead + 1)]))
+    out.append(Factor([(i, lead), (u, lead)], reduce="sum"))
+    return out
+
+
+def _f_sort(op: dist.SortOp) -> list[Factor]:
+    """Every dim but the sorted one, shared by all operands and results."""
+    dim = op.option("dim")
+    vals = [*op.inputs, *op.outputs]
+    rank = len(_tensor_shape(op.outputs[0]) or ())
+    return [Factor([(v, d) for v in vals]) for d in range(rank) if d != dim]
+
+
 FACTORS = {
     dist.MapOp: _f_map,
     dist.EmbeddingBagOp: _f_embedding_bag,
+    dist.ScatterAddOp: _f_scatter_add,
+    dist.SortOp: _f_sort,
     dist.CastOp: _f_same,
     dist.DropoutOp: _f_same,
     dist.MatmulOp: _f_matmul,
@@ -257,7 +328,17 @@ FACTORS = {
     dist.IotaOp: _f_iota,
     dist.ExtractSliceOp: _f_extract,
     dist.ConcatOp: _f_concat,
+    # on open values only (in a manual computation over some axes): see ``collect``
+    dist.SliceOp: _f_same,
+    dist.ReplOp: _f_same,
+    dist.JoinOp: _f_same,
+    dist.DropOp: _f_same,
+    dist.ReduceOp: _f_same,
+    dist.ToLocalOp: _f_view,
+    dist.FromLocalOp: _f_view,
 }
+PRIMS = (*SOURCE_PRIMS, *SINK_PRIMS)
+"""The boundary primitives: on open values they pin or free an axis (``place_op``)."""
 
 
 # ======================================================================================
@@ -323,52 +404,61 @@ class Partitioner:
             if op in chain_ops:
                 continue
             if isinstance(op, SOURCE_PRIMS) and is_placed(op.operands[0]):
-                chain = self._follow(op, SOURCE_PRIMS, is_global)
-                if chain is not None:
-                    g = chain[-1].results[0]
-                    self.sources[g] = (op.operands[0], chain)
-                    chain_ops.update(chain)
-                    continue
-            if isinstance(op, SINK_PRIMS) and is_global(op.operands[0]):
-                chain = self._follow(op, SINK_PRIMS, is_placed)
-                if chain is None:
-                    raise self.fail(op, f"{self.name(op.operands[0])} is placed only partly ('{op.name}' chain does not end placed)")
-                self.sinks.append((op.operands[0], chain[-1].results[0], chain))
+                chain = self._follow_open(op, SOURCE_PRIMS, is_global)
+                g = chain[-1].results[0]
+                self.sources[g] = (op.operands[0], chain)
                 chain_ops.update(chain)
                 continue
+            if isinstance(op, SINK_PRIMS) and is_open(op.operands[0]):
+                chain = self._follow_open(op, SINK_PRIMS, is_placed)
+                if is_placed(chain[-1].results[0]):
+                    self.sinks.append((op.operands[0], chain[-1].results[0], chain))
+                    chain_ops.update(chain)
+                    continue
+                if is_global(op.operands[0]) and not any(isinstance(u.operation, dist.ToLocalOp) for c in chain for u in c.results[0].uses):
+                    raise self.fail(op, f"{self.name(op.operands[0])} is placed only partly ('{op.name}' chain does not end placed)")
             if isinstance(op, UnrealizedConversionCastOp) and len(op.operands) == 1 and is_global(op.operands[0]) and is_placed(op.results[0]):
                 self.sinks.append((op.operands[0], op.results[0], [op]))
                 chain_ops.add(op)
                 continue
-            if any(is_global(v) for v in (*op.operands, *op.results)):
+            if any(is_open(v) for v in (*op.operands, *op.results)):
                 if isinstance(op, func.ReturnOp):
                     continue
                 if op.regions and not isinstance(op, dist.MapOp):
                     raise self.fail(op, f"'{op.name}' on unplaced values is not supported")
-                bad = [v for v in (*op.operands, *op.results) if isinstance(v.type, TensorType) and not is_global(v)]
+                bad = [v for v in (*op.operands, *op.results) if isinstance(v.type, TensorType) and not is_open(v)]
                 if bad:
                     raise self.fail(op, f"'{op.name}' mixes placed and unplaced values")
                 self.global_ops.append(op)
         return bool(self.global_ops or self.sources or self.sinks)
 
-    def _follow(self, op: Operation, kinds: tuple, done) -> list[Operation] | None:
+    def _follow_open(self, op: Operation, kinds: tuple, done) -> list[Operation]:
+        """``op`` and the ops of ``kinds`` that follow it one by one (each the only user of
+        the one before), up to a value that is ``done`` or where the chain ends."""
         chain = [op]
         while not done(chain[-1].results[0]):
-            r = chain[-1].results[0]
-            users = [u.operation for u in r.uses]
+            users = [u.operation for u in chain[-1].results[0].uses]
             if len(users) != 1 or not isinstance(users[0], kinds):
-                return None
+                break
             chain.append(users[0])
         return chain
 
     # ------------------------------------------------------------------ propagation
     def init_layouts(self) -> None:
         for g, (p, _) in self.sources.items():
-            self.lay[g] = lay_of(p.type)  # type: ignore[arg-type]
+            lay = lay_of(p.type)  # type: ignore[arg-type]
+            for a, q in enumerate(g.type.get_placements()):  # type: ignore[attr-defined]
+                if not isinstance(q, (Unplaced, Sliced)):
+                    lay.pending.pop(a, None)
+                    lay.pinned[a] = q
+            self.lay[g] = lay
         for op in self.global_ops:
-            for r in op.results:
-                if isinstance(r.type, TensorType) and r not in self.lay:
-                    self.lay[r] = Lay([()] * r.type.rank)
+            for v in (*op.operands, *op.results):
+                if isinstance(v.type, TensorType) and v not in self.lay and is_open(v):
+                    self.lay[v] = lay_of_open(v.type)
+            if isinstance(op, dist.ReduceOp) and op.results[0] in self.lay:
+                # a manual axis freed by a sum: partial sums the uses reduce
+                self.lay[op.results[0]].pending[op.option("axis")] = op.option("op")  # type: ignore[attr-defined]
 
     def propagate(self) -> None:
         users: dict[SSAValue, list[object]] = {}
@@ -536,7 +626,13 @@ class Partitioner:
         return self.lay[g].placements(len(t.get_placements()))
 
     def place_op(self, op: Operation) -> None:
-        """Emit ``op`` on placed operands, before the old op."""
+        """Emit ``op`` on placed operands, before the old op. A boundary primitive on open
+        values (pinning or freeing a manual axis) emits nothing itself: its result is its
+        operand resharded to the result's layout."""
+        if isinstance(op, PRIMS):
+            r = op.results[0]
+            self.real[r] = self.reshard(self.real_of(op.operands[0], op), self.target(r), f"'{op.name}'")
+            return
         new = self.build(op, False)
         if new is None:
             new = self.build(op, True)
@@ -575,7 +671,14 @@ class Partitioner:
             if not isinstance(t, TensorType):
                 out.append(None)
                 continue
-            out.append([REPLICATED] * len(t.get_placements()))
+            base: list[Placement] = [REPLICATED] * len(t.get_placements())
+            lay = self.lay.get(x)
+            if lay is not None:  # what the program itself places (manual axes) stays
+                own = lay.placements(len(base))
+                for a, p in enumerate(t.get_placements()):
+                    if not isinstance(p, Unplaced):
+                        base[a] = own[a]
+            out.append(base)
         if replicate:
             return out
         if isinstance(op, dist.MapOp):
@@ -639,11 +742,29 @@ class Partitioner:
         if isinstance(op, (coll.CollectiveOp, dist.TakeSliceOp)):
             t = x.type
             assert isinstance(t, TensorType)
-            self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}"))
+            self.remarks.append(Remark(self.current, f"{what} of {self.name(x)} ({t.format_shape()}x{t.element_type}): {why}{self.padding_note(op, t)}"))
         y = op.results[0]
+        if y.name_hint is None:
+            y.name_hint = op.name.rsplit(".", 1)[-1]  # %all_reduce: a name a pipeline's targets can give
         if x in self.kinds:
             self.kinds[y] = {a: k for a, k in self.kinds[x].items() if isinstance(y.type.get_placements()[a], Local)}  # type: ignore[attr-defined]
         return y
+
+    def padding_note(self, op: Operation, t: TensorType) -> str:
+        """``; moves N padding bytes per rank (...)`` for a collective over a dim the
+        ranks do not divide (NCCL's equal counts: blocks of the largest block's size)."""
+        if not isinstance(op, coll.CollectiveOp):
+            return ""
+        sizes = self.mesh_sizes(t)
+        r = op.result.type
+        assert isinstance(r, TensorType)
+        pad = type(op).padding(t, r, op.options(), sizes)
+        if not pad:
+            return ""
+        item = dist.element_bytes(t.element_type)
+        dims = sorted({*layout.uneven_dims(t.get_shape(), t.get_placements(), sizes), *layout.uneven_dims(r.get_shape(), r.get_placements(), sizes)})
+        blocks = "; ".join(layout.describe_uneven(r.get_shape() if d in layout.sliced_dims(r.get_placements()) else t.get_shape(), r.get_placements() if d in layout.sliced_dims(r.get_placements()) else t.get_placements(), sizes, d) for d in dims)
+        return f"; moves {pad * item} padding bytes per rank ({blocks})"
 
     def reshard(self, x: SSAValue, target: Sequence[Placement], use: str) -> SSAValue:
         """``x`` placed as ``target`` (DTensor's transition table, per axis)."""
@@ -662,90 +783,141 @@ class Partitioner:
     def _reshard(self, x: SSAValue, target: list[Placement], use: str) -> SSAValue:
         t = x.type
         assert isinstance(t, TensorType)
-        mesh_axes = self.axis_names(t)
         fmt = layout.format_placements
         why = f"{fmt(t.get_placements())} -> {fmt(target)} for {use}"
-        kinds = self.kinds.get(x, {})
-        # at<r> holders first: broadcast to every rank of the axis
-        for a, p in enumerate(t.get_placements()):
-            if isinstance(p, At) and not (isinstance(target[a], At) and target[a] == p):
-                x = self.emit(coll.BroadcastOp.of(x, axes=[a]), x, f"coll.broadcast over {mesh_axes[a]}", why)
-        # 1. gather (or all_to_all) what the target does not slice the same way: an
-        #    all_to_all when an axis can move to the dim the target slices by it, else the
-        #    gathers of axes the target does not want elsewhere first (they may open one)
-        while True:
-            cur = x.type.get_placements()  # type: ignore[attr-defined]
-            steps = []
-            for d in sorted(layout.sliced_dims(cur)):
-                have, want = layout.slicing_axes(cur, d), layout.slicing_axes(target, d)
-                k = 0
-                while k < len(have) and k < len(want) and have[k] == want[k]:
-                    k += 1
-                if k < len(have):
-                    steps.append((d, have[-1]))
-            if not steps:
-                break
-
-            def movable(step: tuple[int, int]) -> int | None:
-                d, a = step
-                tp = target[a]
-                if isinstance(tp, Sliced) and tp.dim.data != d:
-                    e = tp.dim.data
-                    before = layout.slicing_axes(target, e)
-                    if layout.slicing_axes(cur, e) == before[: before.index(a)]:
-                        return e
-                return None
-
-            moves = [(st, movable(st)) for st in steps if movable(st) is not None]
-            if moves:
-                (d, a), e = moves[0]
-                x = self.emit(coll.AllToAllOp.of(x, dim=e, axes=[a]), x, f"coll.all_to_all over {mesh_axes[a]} (dim {d} -> {e})", why)
-                continue
-            wanted_elsewhere = lambda st: isinstance(target[st[1]], Sliced) and target[st[1]].dim.data != st[0]  # noqa: E731
-            d, a = next((st for st in steps if not wanted_elsewhere(st)), steps[0])
-            x = self.emit(coll.AllGatherOp.of(x, axes=[a]), x, f"coll.all_gather over {mesh_axes[a]} (dim {d})", why)
-        # 2. partial results: reduce_scatter where the target slices next, else all_reduce
-        cur = x.type.get_placements()  # type: ignore[attr-defined]
-        to_reduce: dict[str, list[int]] = {}
-        for a, p in enumerate(cur):
-            if not isinstance(p, Local) or isinstance(target[a], Local):
-                continue
-            kind = kinds.get(a, "sum")
-            tp = target[a]
-            if isinstance(tp, Sliced):
-                e = tp.dim.data
-                want = layout.slicing_axes(target, e)
-                if layout.slicing_axes(x.type.get_placements(), e) == want[: want.index(a)]:  # type: ignore[attr-defined]
-                    x = self.emit(coll.ReduceScatterOp.of(x, op=kind, dim=e, axes=[a]), x, f"coll.reduce_scatter {kind} over {mesh_axes[a]} (dim {e})", why)
-                    continue
-            to_reduce.setdefault(kind, []).append(a)
-        for kind, axes in to_reduce.items():
-            names = ", ".join(mesh_axes[a] for a in axes)
-            x = self.emit(coll.AllReduceOp.of(x, op=kind, axes=axes), x, f"coll.all_reduce {kind} over {names}", why)
-        # 3. slice what the target slices, outermost first
-        for d in sorted(layout.sliced_dims(target)):
-            for a in layout.slicing_axes(target, d):
-                cur = x.type.get_placements()  # type: ignore[attr-defined]
-                if isinstance(cur[a], Sliced) and cur[a].dim.data == d:
-                    continue
-                if not isinstance(cur[a], Replicated):
-                    raise self.fail(self.current, f"cannot place {self.name(x)} as {fmt(target)} ({cur[a]} on axis {mesh_axes[a]}) for {use}")
-                x = self.emit(dist.TakeSliceOp.of(x, dim=d, axis=a), x, f"dist.take_slice over {mesh_axes[a]} (dim {d})", why)
-        # 4. what is left: at<r> targets, partial-sum targets
-        cur = x.type.get_placements()  # type: ignore[attr-defined]
-        for a, (p, q) in enumerate(zip(cur, target)):
-            if isinstance(q, At) and isinstance(p, Replicated):
-                x = self.emit(dist.DropOp.of(x, axis=a), x, "dist.drop", why)
-                x = self.emit(dist.StoreOp.of(x, rank=q.rank.data, axis=a), x, "dist.store", why)
-            elif isinstance(q, Local) and not isinstance(p, Local):
-                raise self.fail(self.current, f"{self.name(x)} is {p} on axis {mesh_axes[a]}: it cannot become partial sums (unreduced) for {use}")
-        if not layout.same_layout(x.type.get_placements(), target):  # type: ignore[attr-defined]
-            raise self.fail(self.current, f"cannot place {self.name(x)} as {fmt(target)} for {use} (it is {fmt(x.type.get_placements())})")  # type: ignore[attr-defined]
+        try:
+            steps = reshard_steps(t, target, self.kinds.get(x, {}), self.axis_names(t))
+        except ReshardError as e:
+            raise self.fail(self.current, f"cannot place {self.name(x)} as {e} for {use}") from None
+        for st in steps:
+            x = self.emit(st.cls.make([x], [st.result], **st.options), x, st.what, why)
         return x
 
     def axis_names(self, t: TensorType) -> list[str]:
         names = self.axis_names_of.get(t.mesh_name)
         return list(names) if names else [f"axis {a}" for a in range(len(t.get_placements()))]
+
+
+class ReshardError(Exception):
+    """No sequence of the transition table turns a value into the target (the message
+    names the target and why)."""
+
+
+@dataclass(frozen=True)
+class ReshardStep:
+    """One op of a resharding: ``cls.make([x], [result], **options)``; ``what`` says it
+    in words (a remark)."""
+
+    cls: type
+    options: dict
+    result: TensorType
+    what: str
+
+    @property
+    def kind(self) -> str:
+        """``all_gather``, ``reduce_scatter``, ``take_slice``, ... (the op's name without
+        its dialect)."""
+        return self.cls.name.split(".", 1)[1]
+
+    @property
+    def axes(self) -> list[int]:
+        return list(self.options.get("axes", [self.options.get("axis", 0)]))
+
+
+def reshard_steps(t: TensorType, target: Sequence[Placement], kinds: dict[int, str] | None = None, axis_names: Sequence[str] | None = None) -> list[ReshardStep]:
+    """The ops that turn a value of type ``t`` into one placed as ``target``, per axis
+    (the transition table of the module doc; planned here, emitted by the partitioner,
+    costed by the planner): broadcast ``at<r>`` holders; gather (or all_to_all) what the
+    target does not slice the same way, innermost first; reduce partial sums
+    (``kinds``: the reduction of each ``local`` axis, default sum) with a reduce_scatter
+    where the target slices next, else an all_reduce; slice what the target slices,
+    outermost first (``take_slice``); last ``at<r>`` targets. ``ReshardError`` when no
+    sequence does it (e.g. a target that wants partial sums of a whole value)."""
+    target = list(target)
+    kinds = kinds or {}
+    names = list(axis_names) if axis_names else [f"axis {a}" for a in range(len(target))]
+    fmt = layout.format_placements
+    steps: list[ReshardStep] = []
+
+    def step(cls, what: str, **options) -> None:
+        nonlocal t
+        result = cls.infer([t], None, {**{kw.keyword: kw.default for kw in cls.KEYWORDS if kw.default is not None}, **options})[0]
+        steps.append(ReshardStep(cls, options, result, what))
+        t = result
+
+    # at<r> holders first: broadcast to every rank of the axis
+    for a, p in enumerate(t.get_placements()):
+        if isinstance(p, At) and not (isinstance(target[a], At) and target[a] == p):
+            step(coll.BroadcastOp, f"coll.broadcast over {names[a]}", axes=[a])
+    # 1. gather (or all_to_all) what the target does not slice the same way: an
+    #    all_to_all when an axis can move to the dim the target slices by it, else the
+    #    gathers of axes the target does not want elsewhere first (they may open one)
+    while True:
+        cur = t.get_placements()
+        pending = []
+        for d in sorted(layout.sliced_dims(cur)):
+            have, want = layout.slicing_axes(cur, d), layout.slicing_axes(target, d)
+            k = 0
+            while k < len(have) and k < len(want) and have[k] == want[k]:
+                k += 1
+            if k < len(have):
+                pending.append((d, have[-1]))
+        if not pending:
+            break
+
+        def movable(st: tuple[int, int]) -> int | None:
+            d, a = st
+            tp = target[a]
+            if isinstance(tp, Sliced) and tp.dim.data != d:
+                e = tp.dim.data
+                before = layout.slicing_axes(target, e)
+                if layout.slicing_axes(cur, e) == before[: before.index(a)]:
+                    return e
+            return None
+
+        moves = [(st, movable(st)) for st in pending if movable(st) is not None]
+        if moves:
+            (d, a), e = moves[0]
+            step(coll.AllToAllOp, f"coll.all_to_all over {names[a]} (dim {d} -> {e})", dim=e, axes=[a])
+            continue
+        wanted_elsewhere = lambda st: isinstance(target[st[1]], Sliced) and target[st[1]].dim.data != st[0]  # noqa: E731
+        d, a = next((st for st in pending if not wanted_elsewhere(st)), pending[0])
+        step(coll.AllGatherOp, f"coll.all_gather over {names[a]} (dim {d})", axes=[a])
+    # 2. partial results: reduce_scatter where the target slices next, else all_reduce
+    to_reduce: dict[str, list[int]] = {}
+    for a, p in enumerate(t.get_placements()):
+        if not isinstance(p, Local) or isinstance(target[a], Local):
+            continue
+        kind = kinds.get(a, "sum")
+        tp = target[a]
+        if isinstance(tp, Sliced):
+            e = tp.dim.data
+            want = layout.slicing_axes(target, e)
+            if layout.slicing_axes(t.get_placements(), e) == want[: want.index(a)]:
+                step(coll.ReduceScatterOp, f"coll.reduce_scatter {kind} over {names[a]} (dim {e})", op=kind, dim=e, axes=[a])
+                continue
+        to_reduce.setdefault(kind, []).append(a)
+    for kind, axes in to_reduce.items():
+        step(coll.AllReduceOp, f"coll.all_reduce {kind} over {', '.join(names[a] for a in axes)}", op=kind, axes=axes)
+    # 3. slice what the target slices, outermost first
+    for d in sorted(layout.sliced_dims(target)):
+        for a in layout.slicing_axes(target, d):
+            cur = t.get_placements()
+            if isinstance(cur[a], Sliced) and cur[a].dim.data == d:
+                continue
+            if not isinstance(cur[a], Replicated):
+                raise ReshardError(f"{fmt(target)} ({cur[a]} on axis {names[a]})")
+            step(dist.TakeSliceOp, f"dist.take_slice over {names[a]} (dim {d})", dim=d, axis=a)
+    # 4. what is left: at<r> targets, partial-sum targets
+    for a, (p, q) in enumerate(zip(t.get_placements(), target)):
+        if isinstance(q, At) and isinstance(p, Replicated):
+            step(dist.DropOp, "dist.drop", axis=a)
+            step(dist.StoreOp, "dist.store", rank=q.rank.data, axis=a)
+        elif isinstance(q, Local) and not isinstance(p, Local):
+            raise ReshardError(f"{fmt(target)}: it is {p} on axis {names[a]}, and cannot become partial sums (unreduced)")
+    if not layout.same_layout(t.get_placements(), target):
+        raise ReshardError(f"{fmt(target)} (it is {fmt(t.get_placements())})")
+    return steps
 
 
 def _user_name(q: SSAValue) -> str:
@@ -760,12 +932,22 @@ def _user_name(q: SSAValue) -> str:
 
 def result_types(op: Operation, in_types: list[Attribute], target, part: Partitioner) -> list[Attribute]:
     """The result types of ``op`` on operands of ``in_types``: the op's rule (``infer``),
-    or for a ``dist.map`` the target placements (its operands were placed to match)."""
-    if isinstance(op, (dist.MapOp, dist.IotaOp)):
+    or for a ``dist.map`` (``iota``, ``scatter_add``) the target placements (its operands
+    were placed to match; the op's verifier checks the rule)."""
+    if isinstance(op, (dist.MapOp, dist.IotaOp, dist.ScatterAddOp)):
         rt_ = op.results[0].type
         assert isinstance(rt_, TensorType)
         ps = target(op.results[0]) if target is not None else [REPLICATED] * len(rt_.get_placements())
-        return [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        types = [r.type.with_(placements=ps) for r in op.results]  # type: ignore[attr-defined]
+        if isinstance(op, dist.ScatterAddOp):
+            dist.ScatterAddOp.check(in_types[0], in_types[1], types[0])
+        return types
+    if isinstance(op, (dist.ToLocalOp, dist.FromLocalOp)):
+        rt_ = op.results[0].type
+        assert isinstance(rt_, TensorType)
+        if target is not None:
+            return [rt_.with_(placements=target(op.results[0]))]
+        return [rt_.with_(placements=[REPLICATED if isinstance(p, Unplaced) else p for p in rt_.get_placements()])]
     if isinstance(op, dist.CastOp):
         t = in_types[0]
         assert isinstance(t, TensorType)
@@ -810,6 +992,30 @@ def partition_module(module: ModuleOp, spans: dict[Operation, Span] | None = Non
         p.materialize()
         remarks.extend(p.remarks)
     return remarks
+
+
+def partition_decided(
+    module: ModuleOp,
+    f: func.FuncOp,
+    layouts: dict[SSAValue, Lay],
+    op_axes: dict[Operation, dict[int, int]],
+    spans: dict[Operation, Span] | None = None,
+) -> list[Remark]:
+    """Partition ``f`` (a function of ``module`` in the form of the module doc) with the
+    layout of its global values and the factor of each mesh axis of its ops decided by
+    the caller, the planner (``planner/``), instead of propagated: rules (1), (3) and
+    (4) only. ``layouts`` maps global values (op results) to their ``Lay``; ``op_axes``
+    maps each global op to ``{mesh axis: index in factors(op)}``. The remarks, one per
+    inserted collective."""
+    sizes, names = mesh_table(module)
+    p = Partitioner(f, sizes, spans if spans is not None else {}, names)
+    if not p.collect():
+        return []
+    p.init_layouts()
+    p.lay.update(layouts)
+    p.op_axes.update(op_axes)
+    p.materialize()
+    return p.remarks
 
 
 def format_remark(r: Remark, spans: dict[Operation, Span]) -> str:

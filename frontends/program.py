@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
-from xdsl.utils.exceptions import ParseError
+from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
 
+from distir.dialects.diagnostics import PassProducedInvalidIR
 from distir.frontends.partition import Remark, format_remark, partition_module
 
 SOURCES = ("sdy", "shard", "auto")
@@ -57,7 +58,9 @@ class Imported:
 
 def import_program(text: str, name: str, source: str = "auto") -> Imported:
     """Read ``text`` as ``source`` (``sdy``, ``shard`` or ``auto``), partition and verify
-    it. Raises ``ParseError``/``VerifyException`` (located) or ``InputRejected``."""
+    it. Raises ``ParseError``/``VerifyException`` (located) or ``InputRejected``, and
+    ``PassProducedInvalidIR`` when the partition breaks a program that verified (a bug
+    in distir)."""
     from distir.dialects.verifier import verify_module
 
     kind = detect(text) if source == "auto" else source
@@ -73,7 +76,10 @@ def import_program(text: str, name: str, source: str = "auto") -> Imported:
         raise ParseError(Span(0, 1, Input(text, name)), "no StableHLO, Shardy (sdy) or MLIR shard ops in this input (for distir IR use distir-opt)")
     verify_module(module, spans)
     remarks = partition_module(module, spans)
-    verify_module(module, spans)
+    try:
+        verify_module(module, spans)
+    except VerifyException as e:  # the input verified: a partition that breaks it is a bug
+        raise PassProducedInvalidIR("partition", str(e)) from None
     return Imported(module, spans, remarks, kind)
 
 

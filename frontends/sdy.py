@@ -74,9 +74,10 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.collectives.permute import check_pairs
+from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.dist import RuleError, TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced
-from distir.frontends import device_values, stablehlo
+from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Local, Placement, Replicated, Sliced
+from distir.frontends import device_values, stablehlo, stablehlo_verify
 from distir.frontends.device_values import DevVal
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.stablehlo import Translator, Val, shape_of
@@ -84,6 +85,11 @@ from distir.frontends.stablehlo import Translator, Val, shape_of
 # ======================================================================================
 # Shardings
 # ======================================================================================
+
+
+ONE_DEVICE_AXIS = "_"
+"""The axis of the one-rank mesh of a program without ``sdy.mesh`` (or with a mesh of no
+axes): a one-device program, every value replicated on that one rank."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ class AxisRef:
 class DimSharding:
     axes: tuple[AxisRef, ...]
     open: bool = False
+    priority: int | None = None  # ``p<N>``: Shardy's propagation order (no meaning in distir)
 
 
 @dataclass(frozen=True)
@@ -138,8 +145,18 @@ class Mesh:
         cuts = sorted({1, total, *self.cuts.get(axis, set())})
         return [(a, b // a) for a, b in zip(cuts, cuts[1:])]
 
+    def refinable(self, axis: str) -> bool:
+        """Whether the sub-axes used of ``axis`` split it in factors that refine one
+        another (each cut divides the next: distir's factor axes)."""
+        total = self.size(axis) or 1
+        cuts = sorted({1, total, *self.cuts.get(axis, set())})
+        return all(b % a == 0 for a, b in zip(cuts, cuts[1:]))
+
     def refined(self) -> list[tuple[str, int, str, int]]:
-        """The parent mesh's axes: (dist axis name, size, Shardy axis, pre)."""
+        """The parent mesh's axes: (dist axis name, size, Shardy axis, pre). A mesh without
+        axes (``<[]>``, or none at all: a one-device program) is one axis ``_`` of size 1."""
+        if not self.axes:
+            return [(ONE_DEVICE_AXIS, 1, ONE_DEVICE_AXIS, 1)]
         out = []
         for n, s in self.axes:
             fs = self.factors(n)
@@ -185,12 +202,22 @@ def parse_sharding_body(r: Reader, start: int) -> Sharding:
     dims: list[DimSharding] = r.items("]", lambda: _dim_sharding(r), " or ']' between dim shardings")
     replicated: tuple[AxisRef, ...] = ()
     unreduced: tuple[AxisRef, ...] = ()
+    seen: set[str] = set()
     while r.accept(","):
+        t = r.peek()
         key = r.ident("'replicated' or 'unreduced'")
+        if key in seen:
+            raise r.error(f"the sharding gives '{key}' twice", t.start, t.end)
+        seen.add(key)
         r.expect("=")
         if key == "replicated":
             replicated = _axis_set(r)
         elif key == "unreduced":
+            t = r.peek()
+            if t.kind == "ident":  # the reduction of the unreduced axes: `unreduced=max{"z"}`
+                r.next()
+                if t.text != "sum":
+                    raise r.error(f"unreduced axes reduced by '{t.text}' are not supported (distir's unreduced values are partial sums)", t.start, t.end)
             unreduced = _axis_set(r)
         else:
             raise r.error(f"unknown sharding clause '{key}'")
@@ -213,9 +240,18 @@ def _dim_sharding(r: Reader) -> DimSharding:
                 break
             r.expect(",", " or '}' in a dim sharding")
     t = r.peek()
+    priority = None
     if t.kind == "ident" and t.text.startswith("p") and t.text[1:].isdigit():
-        r.next()  # priority: propagation order in Shardy, no meaning here
-    return DimSharding(tuple(axes), is_open)
+        r.next()  # priority: propagation order in Shardy, no meaning here, but Shardy's rules
+        digits = t.text[1:]
+        if len(digits) > 1 and digits.startswith("0"):
+            raise r.error(f"priority {t.text} has leading zeros (Shardy writes p<N>, e.g. p1)", t.start, t.end)
+        priority = int(digits)
+        if priority >= 2**63:
+            raise r.error(f"priority {t.text} does not fit a 64-bit integer", t.start, t.end)
+        if not axes and not is_open:
+            raise r.error(f"a closed dim sharding without axes cannot have a priority ({t.text})", t.start, t.end)
+    return DimSharding(tuple(axes), is_open, priority)
 
 
 def _sharding_attr(r: Reader, start: int) -> Sharding:
@@ -223,9 +259,16 @@ def _sharding_attr(r: Reader, start: int) -> Sharding:
 
 
 def _sharding_list(r: Reader) -> list[Sharding]:
-    """``[<@m, [..]>, ...]`` (``[]`` allowed)."""
+    """``[<@m, [..]>, ...]`` (``[]`` allowed; each may be spelled ``#sdy.sharding<..>``)."""
     r.expect("[")
-    return r.items("]", lambda: parse_sharding_body(r, r.peek().start))
+
+    def one() -> Sharding:
+        start = r.peek().start
+        if r.peek().kind == "hash" and r.peek().text == "#sdy.sharding":
+            r.next()
+        return parse_sharding_body(r, start)
+
+    return r.items("]", one)
 
 
 def _sharding_per_value(r: Reader, start: int) -> list[Sharding]:
@@ -236,6 +279,63 @@ def _sharding_per_value(r: Reader, start: int) -> list[Sharding]:
 
 
 ATTR_HOOKS = {"#sdy.sharding": _sharding_attr, "#sdy.sharding_per_value": _sharding_per_value}
+
+
+# ======================================================================================
+# Shardy's rules for axis references and shardings (its verifier, ``verifiers.cc``)
+# ======================================================================================
+
+
+def axis_span(ref: AxisRef, size: int) -> tuple[int, int]:
+    """(pre-size, next pre-size) of an axis reference on an axis of ``size``."""
+    return (ref.pre, ref.pre * ref.size) if ref.size else (1, size)
+
+
+def check_axis_ref(ref: AxisRef, mesh: Mesh, error) -> None:
+    """A sub-axis ``"a":(pre)size`` of an axis of size n: pre >= 1, size > 1, pre * size
+    divides n, and it is not the whole axis (which is written ``"a"``)."""
+    n = mesh.size(ref.name)
+    if n is None or not ref.size:  # an axis not in the mesh: MeshMap.expand says so, where it is used
+        return
+    if ref.pre < 1:
+        raise error(f"sub-axis {ref.text()}: its pre-size must be at least 1")
+    if ref.size <= 1:
+        raise error(f"sub-axis {ref.text()}: its size must be greater than 1")
+    if n % (ref.pre * ref.size):
+        raise error(f'sub-axis {ref.text()} does not divide axis "{ref.name}" of size {n}')
+    if ref.size == n:
+        raise error(f'sub-axis {ref.text()} is the whole axis "{ref.name}": write "{ref.name}"')
+
+
+def check_axis_list(refs: Sequence[AxisRef], mesh: Mesh, error) -> None:
+    """Each reference valid, no two consecutive sub-axes of one axis that are one
+    sub-axis (``"x":(1)2, "x":(2)2`` is ``"x"`` on an axis of 4)."""
+    for ref in refs:
+        check_axis_ref(ref, mesh, error)
+    for a, b in zip(refs, refs[1:]):
+        if a.name == b.name and a.size and b.size and a.pre * a.size == b.pre:
+            raise error(f"consecutive sub-axes {a.text()}, {b.text()} are one sub-axis: write them as one")
+
+
+def mesh_order(mesh: Mesh, ref: AxisRef) -> tuple[int, int, int]:
+    """Shardy's order of axis references: the mesh's axis order, then the sub-axes."""
+    index = next((i for i, (n, _) in enumerate(mesh.axes) if n == ref.name), len(mesh.axes))
+    n = mesh.size(ref.name) or 1
+    pre, nxt = axis_span(ref, n)
+    return index, pre, nxt
+
+
+def check_sharding(s: Sharding, mesh: Mesh, error) -> None:
+    """Shardy's rules for a sharding (besides those ``MeshMap.placements`` checks: axes
+    used twice, dims the axes do not divide): valid axis lists, and replicated and
+    unreduced axes in the mesh's order."""
+    for d in s.dims:
+        check_axis_list(d.axes, mesh, error)
+    for what, refs in (("replicated", s.replicated), ("unreduced", s.unreduced)):
+        check_axis_list(refs, mesh, error)
+        keys = [mesh_order(mesh, r) for r in refs]
+        if keys != sorted(keys):
+            raise error(f"the {what} axes {{{', '.join(r.text() for r in refs)}}} are not in the mesh's order")
 
 
 # ======================================================================================
@@ -260,6 +360,13 @@ def _mesh(r: Reader, node: OpNode) -> None:
                 if size < 1:
                     raise r.error(f"axis \"{name}\" has size {size}", t.start, r.pos)
                 axes.append((name, size))
+                if math.prod(s for _, s in axes) > MAX_RANKS:
+                    raise r.error(
+                        f"the mesh has {math.prod(s for _, s in axes)} devices with axis \"{name}\" of size {size}: "
+                        f"distir handles meshes of at most {MAX_RANKS} devices",
+                        t.start,
+                        r.pos,
+                    )
                 if r.accept("]"):
                     break
                 r.expect(",", " or ']' between axes")
@@ -299,6 +406,10 @@ def _sharded_value(r: Reader, node: OpNode) -> None:
 def _collective(kind: str):
     def hook(r: Reader, node: OpNode) -> None:
         start = r.peek().start
+        if kind in ("all_reduce", "reduce_scatter") and r.peek().kind == "ident":
+            t = r.next()  # the reduction (Shardy's newest syntax: `sdy.all_reduce max {"y"} ..`)
+            if t.text != "sum":
+                raise r.error(f"'sdy.{kind}' with reduction '{t.text}' is not supported (distir's unreduced values are partial sums)", t.start, t.end)
         if kind in ("all_gather", "all_slice", "reduce_scatter"):
             r.expect("[", f" to open the axes of 'sdy.{kind}'")
             per_dim: list[tuple[AxisRef, ...]] = []
@@ -584,10 +695,21 @@ class SdyImport:
             mesh = self.meshes.get(s.mesh)
             if mesh is None:
                 raise self.error(f"unknown mesh @{s.mesh}", s.start, s.end)
+            check_sharding(s, mesh, self.sharding_error(s))
             for ref in [r for d in s.dims for r in d.axes] + list(s.replicated) + list(s.unreduced):
                 size = mesh.size(ref.name)
                 if ref.size and size is not None and ref.pre >= 1 and ref.size >= 1 and size % (ref.pre * ref.size) == 0:
                     mesh.cuts.setdefault(ref.name, set()).update({ref.pre, ref.pre * ref.size})
+        for m in self.meshes.values():
+            for axis, _ in m.axes:
+                if not m.refinable(axis):
+                    used = ", ".join(f'"{axis}":({a})' for a in sorted(m.cuts.get(axis, set())))
+                    raise self.error(
+                        f'the sub-axes of "{axis}" used in this module split it in factors that do not refine one another (cuts at {used}); '
+                        "distir needs one factorisation of each axis",
+                        m.span.start,
+                        m.span.end,
+                    )
         self.maps = {n: MeshMap(m) for n, m in self.meshes.items()}
         out = ModuleOp([])
         for name, m in self.maps.items():
@@ -598,7 +720,7 @@ class SdyImport:
                 out.body.block.add_ops([parent, view])
                 self.spans[parent] = self.spans[view] = m.mesh.span
             else:
-                op = dist.MeshOp.create_mesh(name, [s for _, s in m.mesh.axes] or [1], [n for n, _ in m.mesh.axes] or ["_"])
+                op = dist.MeshOp.create_mesh(name, list(m.sizes()), [a for a, _, _, _ in m.axes])
                 out.body.block.add_op(op)
                 self.spans[op] = m.mesh.span
         publics = [n for n in self.ast.ops if n.name == "func.func" and n.attrs.get("visibility") != "private"]
@@ -678,7 +800,7 @@ class SdyImport:
     def function(self, node: OpNode, out: ModuleOp) -> func.FuncOp:
         mm = self.mesh_of(node)
         if mm.name not in {op.sym_name.data for op in out.ops if isinstance(op, dist.MeshOp)}:
-            op = dist.MeshOp.create_mesh(mm.name, [1], ["_"])
+            op = dist.MeshOp.create_mesh(mm.name, list(mm.sizes()), [a for a, _, _, _ in mm.axes])
             out.body.block.add_op(op)
         tr = SdyTranslator(self, mm, self.ast)
         body = node.regions[0][0]
@@ -689,6 +811,8 @@ class SdyImport:
         for i, ((v, t), attrs) in enumerate(zip(body.args, node.arg_attrs)):
             tt = tr.tensor_t(t, f"argument %{v.name}", node)
             s = attrs.get("sdy.sharding")
+            if s is not None and not isinstance(s, Sharding):
+                raise ParseError(v.span, f"the sdy.sharding of argument %{v.name} must be one #sdy.sharding<..>")
             placements = self.placements(mm, s, tt.shape) if isinstance(s, Sharding) else [REPLICATED] * mm.naxes
             ty = TensorType(tt.shape, tr.elt(tt.elt, node), mm.name, placements)
             if isinstance(s, Sharding):
@@ -709,6 +833,8 @@ class SdyImport:
                 raise self.error(f"@{node.sym} returns {stablehlo._fmt(shape_of(o))} as result {i}, its type says {tt}", node.span.start, node.span.end)
             x = tr.materialize(o)
             s = attrs.get("sdy.sharding")
+            if s is not None and not isinstance(s, Sharding):
+                raise self.error(f"the sdy.sharding of result {i} of @{node.sym} must be one #sdy.sharding<..>", node.span.start, node.span.end)
             if isinstance(s, Sharding):
                 x = from_global(tr, x, self.placements(mm, s, tt.shape), f"result {i}")
             results.append(x)
@@ -747,10 +873,12 @@ class SdyTranslator(Translator):
 
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         shardings = node.attrs.get("sdy.sharding")
+        if shardings is not None and not isinstance(shardings, list):
+            raise self.error(f"the sdy.sharding of '{node.name}' must be #sdy.sharding_per_value<[..]> (one sharding per result)", node)
         if isinstance(shardings, list) and node.name not in SDY_HANDLERS:
             if len(shardings) != len(values):
                 raise self.error(f"'{node.name}' has {len(values)} result(s) but {len(shardings)} sharding(s)", node)
-            values = [constrain(self, self.materialize(v), s, "the op's sdy.sharding") for v, s in zip(values, shardings)]
+            values = [v if isinstance(v, stablehlo.Const) else constrain(self, self.materialize(v), s, "the op's sdy.sharding") for v, s in zip(values, shardings)]
         super().bind(node, values)
         if isinstance(shardings, list):
             self.shardings.update((r.name, s) for r, s in zip(node.results, shardings) if isinstance(s, Sharding))
@@ -772,14 +900,49 @@ _sdy = stablehlo.registers(SDY_HANDLERS)
 
 @_sdy("sdy.sharding_constraint", "sdy.reshard")
 def _h_constraint(tr: SdyTranslator, node: OpNode) -> list[Val]:
-    x = tr.materialize(tr.operand(node, 0))
+    v = tr.operand(node, 0)
+    if isinstance(v, stablehlo.Const):  # a constant is made wherever it is needed
+        return [v]
+    x = tr.materialize(v)
     return [constrain(tr, x, node.attrs["sharding"], f"'{node.name}'")]
+
+
+SDY_ATTRS = (
+    "sdy.sharding", "sdy.sharding_rule", "sdy.sharding_origins", "sdy.propagation_edges", "sdy.sharding_group_id",
+    "sdy.sharding_origin_name", "sdy.block_arg_sharding_origins", "sdy.result_sharding_origins",
+    "sdy.block_arg_propagation_edges", "sdy.result_propagation_edges", "sdy.original_func_name", "sdy.func_manual_axes",
+)  # fmt: skip
+"""Shardy's attribute names on arguments, results, ops and functions (its
+``ir/constants.h``: shardings, rules, propagation metadata, the names its import passes
+record); another ``sdy.`` name (a misspelling) is a diagnostic, as is a sharding under
+another name: either would leave the value replicated without a word."""
+SHARDING_KEYS = ("sdy.sharding", "sharding", "in_shardings", "out_shardings", "out_sharding")
+
+
+def check_attributes(ops: Sequence[OpNode]) -> None:
+    """Shardy's attributes where Shardy reads them (see ``SDY_ATTRS``), in ``ops`` and
+    their regions."""
+    for op in ops:
+        for attrs in (op.attrs, *op.arg_attrs, *op.res_attrs):
+            for key, value in attrs.items():
+                sharding = bool(_shardings_in(value))
+                if key.startswith("sdy.") and key not in SDY_ATTRS:
+                    hint = " (a sharding is written 'sdy.sharding')" if sharding else ""
+                    raise ParseError(op.span, f"unknown Shardy attribute '{key}' on '{op.name}'{hint}")
+                if sharding and key not in SHARDING_KEYS:
+                    raise ParseError(op.span, f"a #sdy.sharding under '{key}' on '{op.name}': Shardy reads a sharding only as 'sdy.sharding'")
+        for region in op.regions:
+            for block in region:
+                check_attributes(block.ops)
 
 
 def sdy_import(text: str, name: str) -> tuple[ModuleOp, dict[Operation, Span]]:
     """Read StableHLO + Shardy text into a dist module (before ``partition``) and the
-    source position of every op."""
+    source position of every op; StableHLO's rules (``stablehlo_verify.py``) and
+    Shardy's attribute names are checked first."""
     ast = read_module(text, name, HOOKS, ATTR_HOOKS)
+    check_attributes(ast.ops)
+    stablehlo_verify.verify(ast)
     imp = SdyImport(ast)
     module = imp.run()
     return module, imp.spans
@@ -847,6 +1010,88 @@ def _explicit(tr: SdyTranslator, node: OpNode, in_sharding: Sharding, steps) -> 
     return [to_global(tr, y)]
 
 
+# Shardy's rules for its collectives (``verifiers.cc``), checked against the operand's
+# sharding as Shardy records it: a collective must turn it into its out_sharding.
+
+
+def operand_sharding(tr: SdyTranslator, node: OpNode, rank: int, required: bool) -> Sharding:
+    """The sharding Shardy records for the collective's operand (its argument's, its
+    op's ``sdy.sharding``, a collective's out_sharding); ``required``: its absence is a
+    diagnostic (all_gather, all_to_all, collective_permute), else fully replicated."""
+    out: Sharding = node.attrs["sharding"]
+    src = tr.shardings.get(node.operands[0].name)
+    if src is None:
+        if required:
+            raise tr.error(f"'{node.name}' of %{node.operands[0].name}, which has no sharding: Shardy requires one on the operand of this collective", node)
+        return Sharding(out.mesh, tuple(DimSharding(()) for _ in range(rank)))
+    if node.name != "sdy.collective_permute" and src.mesh != out.mesh:
+        raise tr.error(f"'{node.name}': the out_sharding's mesh @{out.mesh} is not the operand's @{src.mesh}", node)
+    if len(src.dims) != rank or len(out.dims) != rank:
+        raise tr.error(f"'{node.name}': the operand's sharding has {len(src.dims)} dim(s), the out_sharding {len(out.dims)}, the tensor {rank}", node)
+    return src
+
+
+def _canon(mesh: Mesh, name: str, pre: int, nxt: int) -> AxisRef:
+    n = mesh.size(name) or 1
+    return AxisRef(name) if pre == 1 and nxt == n else AxisRef(name, pre, nxt // pre)
+
+
+def _span(mesh: Mesh, ref: AxisRef) -> tuple[int, int]:
+    return axis_span(ref, mesh.size(ref.name) or 1)
+
+
+def _fmt_axes(refs: Sequence[AxisRef]) -> str:
+    return "{" + ", ".join(r.text() for r in refs) + "}"
+
+
+def gathered(tr: SdyTranslator, node: OpNode, mesh: Mesh, axes: Sequence[AxisRef], gathering: Sequence[AxisRef], dim: int, what: str) -> list[AxisRef]:
+    """``axes`` (a dim's sharding) without ``gathering``, which must be its innermost
+    axes (a sub-axis may end one)."""
+    out = [_canon(mesh, r.name, *_span(mesh, r)) for r in axes]
+    for g in reversed(gathering):
+        gp, gn = _span(mesh, g)
+        if not out or out[-1].name != g.name or not (_span(mesh, out[-1])[0] <= gp and _span(mesh, out[-1])[1] == gn):
+            raise tr.error(f"'{node.name}' {what} axis {g.text()} of dim {dim}, but the operand's dim {dim} is sharded {_fmt_axes(axes)}: it must end with that axis", node)
+        sp, _ = _span(mesh, out.pop())
+        if gp > sp:
+            out.append(_canon(mesh, g.name, sp, gp))
+    return out
+
+
+def sliced(mesh: Mesh, axes: Sequence[AxisRef], slicing: Sequence[AxisRef]) -> list[AxisRef]:
+    """``axes`` with ``slicing`` appended (a sub-axis that continues the last one merges
+    with it)."""
+    out = [_canon(mesh, r.name, *_span(mesh, r)) for r in axes]
+    for a in slicing:
+        ap, an = _span(mesh, a)
+        if out and out[-1].name == a.name and out[-1].size and a.size and _span(mesh, out[-1])[1] == ap:
+            out[-1] = _canon(mesh, a.name, _span(mesh, out[-1])[0], an)
+        else:
+            out.append(_canon(mesh, a.name, ap, an))
+    return out
+
+
+def check_result(tr: SdyTranslator, node: OpNode, mesh: Mesh, dim: int, expected: Sequence[AxisRef]) -> None:
+    out: Sharding = node.attrs["sharding"]
+    got = [_canon(mesh, r.name, *_span(mesh, r)) for r in out.dims[dim].axes]
+    if list(expected) != got:
+        raise tr.error(f"'{node.name}' gives dim {dim} the sharding {_fmt_axes(expected)} from its operand's, but its out_sharding says {_fmt_axes(got)}", node)
+
+
+def check_collective_axes(tr: SdyTranslator, node: OpNode, mesh: Mesh, per_dim: Sequence[Sequence[AxisRef]]) -> None:
+    """The op's axes: valid, each used once over all dims."""
+    s, e = node.attrs["axes_span"]
+    error = lambda msg: tr.imp.error(msg, s, e)  # noqa: E731
+    seen: list[AxisRef] = []
+    for refs in per_dim:
+        check_axis_list(refs, mesh, error)
+        for r in refs:
+            rp, rn = _span(mesh, r)
+            if any(q.name == r.name and rp < _span(mesh, q)[1] and _span(mesh, q)[0] < rn for q in seen):
+                raise error(f"'{node.name}' names axis {r.text()} twice")
+            seen.append(r)
+
+
 @_sdy("sdy.all_gather")
 def _h_all_gather(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
@@ -854,6 +1099,11 @@ def _h_all_gather(tr: SdyTranslator, node: OpNode) -> list[Val]:
     per_dim = _per_dim_axes(tr, node, rank)
     if len(out.dims) != rank:
         raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, per_dim)
+    src = operand_sharding(tr, node, rank, required=True)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, gathered(tr, node, mesh, src.dims[d].axes, per_dim[d], d, "gathers"))
     in_s = _with_dims(out, [out.dims[d].axes + per_dim[d] for d in range(rank)])
 
     return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.AllGatherOp.of(y, axes=[a]), True))
@@ -864,6 +1114,11 @@ def _h_all_slice(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     rank = len(shape_of(tr.operand(node, 0)))
     per_dim = _per_dim_axes(tr, node, rank)
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, per_dim)
+    src = operand_sharding(tr, node, rank, required=False)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, sliced(mesh, src.dims[d].axes, per_dim[d]))
     in_s = _with_dims(out, _without(tr, node, out, per_dim, "sliced"))
 
     return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: dist.TakeSliceOp.of(y, dim=d, axis=a)))
@@ -877,6 +1132,7 @@ def _h_all_to_all(tr: SdyTranslator, node: OpNode) -> list[Val]:
         raise tr.error(f"out_sharding has {len(out.dims)} dim(s) for a tensor of rank {rank}", node)
     dims = [list(out.dims[d].axes) for d in range(rank)]
     moves = node.attrs["moves"]
+    check_all_to_all(tr, node, rank)
     for axes, src, tgt in reversed(moves):
         if not (0 <= src < rank and 0 <= tgt < rank) or src == tgt:
             raise tr.error(f"all_to_all move {src}->{tgt} is not between two dims of a tensor of rank {rank}", node)
@@ -895,19 +1151,85 @@ def _h_all_to_all(tr: SdyTranslator, node: OpNode) -> list[Val]:
     return _explicit(tr, node, in_s, steps)
 
 
+def check_all_to_all(tr: SdyTranslator, node: OpNode, rank: int) -> None:
+    """Shardy's all_to_all: at least one move; source and target dims in range, each dim
+    in one move at most, sources ascending; each move's axes end its source dim's
+    sharding in the operand and are appended to its target dim's; other dims kept."""
+    out: Sharding = node.attrs["sharding"]
+    moves = node.attrs["moves"]
+    mesh = tr.imp.meshes[out.mesh]
+    if not moves:
+        raise tr.error("'sdy.all_to_all' moves nothing (its parameter list is empty)", node)
+    seen: set[int] = set()
+    prev = -1
+    for axes, src, tgt in moves:
+        for what, d in (("source", src), ("target", tgt)):
+            if not 0 <= d < rank:
+                raise tr.error(f"'sdy.all_to_all': {what} dim {d} is out of range for a tensor of rank {rank}", node)
+        for d in (src, tgt):
+            if d in seen:
+                raise tr.error(f"'sdy.all_to_all': dim {d} is the source or target of two moves (or both of one)", node)
+            seen.add(d)
+        if src <= prev:
+            raise tr.error(f"'sdy.all_to_all': source dims must ascend ({src} comes after {prev})", node)
+        prev = src
+    check_collective_axes(tr, node, mesh, [a for a, _, _ in moves])
+    op_s = operand_sharding(tr, node, rank, required=True)
+    for axes, src, tgt in moves:
+        check_result(tr, node, mesh, src, gathered(tr, node, mesh, op_s.dims[src].axes, axes, src, "moves"))
+        check_result(tr, node, mesh, tgt, sliced(mesh, op_s.dims[tgt].axes, axes))
+    for d in range(rank):
+        if d not in seen:
+            check_result(tr, node, mesh, d, op_s.dims[d].axes)
+
+
 @_sdy("sdy.reduce_scatter")
 def _h_reduce_scatter(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     rank = len(shape_of(tr.operand(node, 0)))
     per_dim = _per_dim_axes(tr, node, rank)
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, per_dim)
+    src = operand_sharding(tr, node, rank, required=False)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, sliced(mesh, src.dims[d].axes, per_dim[d]))
     in_s = _with_dims(out, _without(tr, node, out, per_dim, "scattered"), tuple(r for d in per_dim for r in d))
     return _explicit(tr, node, in_s, lambda y: _each_axis(tr, node, y, per_dim, lambda y, d, a: coll.ReduceScatterOp.of(y, op="sum", dim=d, axes=[a])))
+
+
+def check_all_reduce(tr: SdyTranslator, node: OpNode) -> None:
+    """Shardy's all_reduce: the out_sharding's dims are the operand's; the reduction axes
+    valid and in the mesh's order, slicing no dim of the operand, not replicated in it,
+    and not unreduced in the result."""
+    out: Sharding = node.attrs["sharding"]
+    refs: tuple[AxisRef, ...] = node.attrs["axes"]
+    rank = len(shape_of(tr.operand(node, 0)))
+    mesh = tr.imp.meshes[out.mesh]
+    check_collective_axes(tr, node, mesh, [refs])
+    keys = [mesh_order(mesh, r) for r in refs]
+    if keys != sorted(keys):
+        raise tr.error(f"'sdy.all_reduce': its axes {_fmt_axes(refs)} are not in the mesh's order", node)
+    src = operand_sharding(tr, node, rank, required=False)
+    for d in range(rank):
+        check_result(tr, node, mesh, d, src.dims[d].axes)
+
+    def overlaps(r: AxisRef, q: AxisRef) -> bool:
+        rp, rn = _span(mesh, r)
+        qp, qn = _span(mesh, q)
+        return r.name == q.name and rp < qn and qp < rn
+
+    for r in refs:
+        if any(overlaps(r, q) for d in src.dims for q in d.axes) or any(overlaps(r, q) for q in src.replicated):
+            raise tr.error(f"'sdy.all_reduce' over {r.text()}, which slices or replicates its operand (a reduction axis must be unreduced there)", node)
+        if any(overlaps(r, q) for q in out.unreduced):
+            raise tr.error(f"'sdy.all_reduce' over {r.text()}, which its out_sharding leaves unreduced", node)
 
 
 @_sdy("sdy.all_reduce")
 def _h_all_reduce(tr: SdyTranslator, node: OpNode) -> list[Val]:
     out: Sharding = node.attrs["sharding"]
     refs = node.attrs["axes"]
+    check_all_reduce(tr, node)
     in_s = _with_dims(out, [d.axes for d in out.dims], tuple(refs))
 
     def steps(y: SSAValue) -> SSAValue:
@@ -924,12 +1246,18 @@ def _h_collective_permute(tr: SdyTranslator, node: OpNode) -> list[Val]:
     ``coll.permute`` of the devices' blocks (``dist.to_local``, ``coll.permute``,
     ``dist.from_local``). Shardy requires every dim to keep its number of blocks, so each
     device sends one block and receives one. The operand's sharding is the one Shardy
-    records for it (its argument's, its op's ``sdy.sharding`` or out_sharding); without
-    one, or with unreduced axes, the op is a reshard that ``partition`` plans."""
+    records for it (its argument's, its op's ``sdy.sharding`` or out_sharding; without one
+    it is a diagnostic, as in Shardy); with unreduced axes, the op is a reshard that
+    ``partition`` plans."""
     x = tr.materialize(tr.operand(node, 0))
     out: Sharding = node.attrs["sharding"]
-    src = tr.shardings.get(node.operands[0].name)
-    if src is None or src.unreduced or out.unreduced:
+    src = operand_sharding(tr, node, len(shape_of(x)), required=True)
+    a, b = tr.imp.meshes[src.mesh], tr.imp.meshes[out.mesh]
+    if a.axes != b.axes:
+        raise tr.error(f"'sdy.collective_permute' from mesh @{src.mesh} to @{out.mesh}, whose axes differ", node)
+    if src.mesh != out.mesh and (a.device_ids or list(range(math.prod(n for _, n in a.axes)))) == (b.device_ids or list(range(math.prod(n for _, n in b.axes)))):
+        raise tr.error(f"'sdy.collective_permute' from mesh @{src.mesh} to @{out.mesh}, which has the same devices in the same order (use one mesh)", node)
+    if src.unreduced or out.unreduced:
         return [constrain(tr, x, out, "the out_sharding of 'sdy.collective_permute'")]
     sizes = tr.mm.sizes()
     shape = shape_of(x)
@@ -1035,8 +1363,20 @@ def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
     its out_sharding says (``dist.from_local``)."""
     mm = tr.mm
     manual = set(_dist_axes_list(tr, node, node.attrs["manual_axes"]))
+    names = {r.name for r in node.attrs["manual_axes"]}
+    for what, shardings in (("operand", node.attrs["in_shardings"]), ("result", node.attrs["out_shardings"])):
+        for i, sh in enumerate(shardings):
+            for d, ds in enumerate(sh.dims):
+                first_free = next((k for k, r in enumerate(ds.axes) if r.name not in names), len(ds.axes))
+                if any(r.name in names for r in ds.axes[first_free:]):
+                    raise tr.imp.error(
+                        f"the sharding of {what} {i} of 'sdy.manual_computation' names a free axis before a manual one in dim {d} "
+                        f"({_fmt_axes(ds.axes)}): the manual axes come first",
+                        sh.start,
+                        sh.end,
+                    )
     if manual != set(range(mm.naxes)):
-        raise tr.error("manual computations over some of the mesh axes are not supported (make every axis manual)", node)
+        return _partly_manual(tr, node, sorted(manual))
     ins, outs = node.attrs["in_shardings"], node.attrs["out_shardings"]
     body = node.regions[0][0]
     if len(ins) != len(node.operands) or len(body.args) != len(node.operands):
@@ -1080,6 +1420,95 @@ def _h_manual(tr: SdyTranslator, node: OpNode) -> list[Val]:
     return out_vals
 
 
+def _partly_manual(tr: SdyTranslator, node: OpNode, manual: list[int]) -> list[Val]:
+    """A manual computation over some of the mesh axes (``shard_map(.., axis_names=..)``):
+    the body is per device on the manual axes and global on the free ones, which the
+    partitioner places as it places the rest of the program. Each operand is pinned to its
+    in_sharding's manual axes (``dist.slice``/``dist.repl``) and seen as each device's
+    block there (``dist.to_local``: ``local`` on the manual axes, ``unplaced`` on the
+    others); each result is the blocks seen as one value (``dist.from_local``) and freed
+    (``dist.join``/``dist.drop``). The free axes of the in/out shardings are constraints
+    on the operands and results, outside the body."""
+    mm = tr.mm
+    ins, outs = node.attrs["in_shardings"], node.attrs["out_shardings"]
+    body = node.regions[0][0]
+    if len(ins) != len(node.operands) or len(body.args) != len(node.operands):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.operands)} operand(s), {len(ins)} in_sharding(s) and {len(body.args)} body argument(s)", node)
+    if len(outs) != len(node.results):
+        raise tr.error(f"'sdy.manual_computation' has {len(node.results)} result(s) and {len(outs)} out_sharding(s)", node)
+    meshes = {sh.mesh for sh in [*ins, *outs]}
+    if len(meshes) > 1:
+        raise tr.error(f"the shardings of 'sdy.manual_computation' name several meshes ({', '.join('@' + m for m in sorted(meshes))})", node)
+    sizes = mm.sizes()
+    free = [a for a in range(mm.naxes) if a not in manual]
+
+    def split(s: Sharding, shape: Sequence[int], what: str) -> tuple[list[Placement], Sharding | None]:
+        """The sharding's placements on the manual axes, and its constraint on the free
+        axes (None when it names none of them)."""
+        pl = tr.imp.placements(mm, s, shape)
+        if any(isinstance(pl[a], Local) for a in manual):
+            raise tr.error(f"{what}: unreduced manual axes in a manual computation over some of the mesh axes are not supported", node)
+        names = {ax for _, _, ax, _ in (mm.axes[a] for a in free)}
+        keep = lambda refs: tuple(r for r in refs if r.name in names)  # noqa: E731
+        dims = tuple(DimSharding(keep(d.axes), d.open) for d in s.dims)
+        fs = Sharding(s.mesh, dims, keep(s.replicated), keep(s.unreduced), s.start, s.end)
+        named = any(d.axes for d in dims) or fs.replicated or fs.unreduced
+        return pl, (fs if named else None)
+
+    args = []
+    for i, ((v, t), s) in enumerate(zip(body.args, ins)):
+        x = tr.materialize(tr.operand(node, i))
+        pl, constraint = split(s, shape_of(x), f"operand {i}")
+        if constraint is not None:
+            x = constrain(tr, x, constraint, f"the in_sharding of operand {i} of 'sdy.manual_computation'")
+        y = x
+        target = [pl[a] if a in manual else UNPLACED for a in range(mm.naxes)]
+        for d in layout.sliced_dims(target):
+            for a in layout.slicing_axes(target, d):
+                y = tr.emit(dist.SliceOp.of(y, dim=d, axis=a)).results[0]
+        for a in manual:
+            if isinstance(target[a], Replicated):
+                y = tr.emit(dist.ReplOp.of(y, axis=a)).results[0]
+        yt = y.type
+        assert isinstance(yt, TensorType)
+        local = layout.local_shape(yt.get_shape(), yt.get_placements(), sizes)
+        tt = tr.tensor_t(t, f"body argument %{v.name}", node)
+        if tuple(tt.shape) != tuple(local):
+            raise ParseError(v.span, f"body argument %{v.name} is {tt}, but each device holds a {stablehlo._fmt(local)} block of operand {i}")
+        body_ps = [LOCAL if a in manual else UNPLACED for a in range(mm.naxes)]
+        args.append(tr.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=body_ps)])).results[0])
+    inner = ManualTranslator(tr, tr.imp.maps[meshes.pop()] if meshes else mm, manual)
+    results = inner.translate_body(body, args)
+    tr.node = node
+    if len(results) != len(node.results):
+        raise tr.error(f"the body returns {len(results)} value(s) for {len(node.results)} result(s)", node)
+    out_vals: list[Val] = []
+    for i, (r, s, t) in enumerate(zip(results, outs, node.out_types)):
+        rv = inner.materialize(r)
+        gt = tr.tensor_t(t, f"result {i}", node)
+        pl, constraint = split(s, gt.shape, f"result {i}")
+        target = [pl[a] if a in manual else UNPLACED for a in range(mm.naxes)]
+        rt_ = rv.type
+        assert isinstance(rt_, TensorType)
+        want = layout.local_shape(gt.shape, target, sizes)
+        if tuple(want) != rt_.get_shape():
+            raise tr.error(f"the body returns {rt_.format_shape()} per device as result {i}, its out_sharding needs {stablehlo._fmt(want)}", node)
+        y = tr.emit(dist.FromLocalOp.make([rv], [rt_.with_(shape=gt.shape, placements=target)])).results[0]
+        for a in manual:
+            if isinstance(target[a], Replicated):
+                y = tr.emit(dist.DropOp.of(y, axis=a)).results[0]
+        while True:
+            ps = y.type.get_placements()  # type: ignore[attr-defined]
+            dims = sorted(layout.sliced_dims(ps))
+            if not dims:
+                break
+            y = tr.emit(dist.JoinOp.of(y, axis=layout.slicing_axes(ps, dims[0])[-1])).results[0]
+        if constraint is not None:
+            y = constrain(tr, y, constraint, f"the out_sharding of result {i} of 'sdy.manual_computation'")
+        out_vals.append(y)
+    return out_vals
+
+
 def _dist_axes_list(tr: SdyTranslator, node: OpNode, refs: Sequence[AxisRef]) -> list[int]:
     return [a for r in refs for a in tr.mm.expand(r, lambda msg: tr.error(msg, node))]
 
@@ -1088,33 +1517,78 @@ class ManualTranslator(Translator):
     """The body of a manual computation: every value ``local`` on the (manual) mesh axes,
     StableHLO's collectives over ``replica_groups`` of device ids."""
 
-    def __init__(self, outer: SdyTranslator, mesh: MeshMap):
+    def __init__(self, outer: SdyTranslator, mesh: MeshMap, manual: Sequence[int] | None = None):
         super().__init__(outer.module, outer.mesh, outer.naxes, outer.spans, MANUAL_HANDLERS)
+        self.manual = list(range(outer.naxes)) if manual is None else list(manual)
+        """The manual axes (every axis unless ``shard_map(.., axis_names=..)`` names some):
+        body values are ``local`` on them and ``unplaced`` (global) on the others."""
         self.device_ids = mesh.device_ids()
         self.rank_of = {d: r for r, d in enumerate(self.device_ids)}
         for name in SDY_HANDLERS:
-            self.handlers.pop(name, None)
+            if name not in MANUAL_HANDLERS:
+                self.handlers.pop(name, None)
         self.block = outer.block
         self.outer = outer
         self.grid = layout.base_grid(outer.mesh, outer.mm.sizes())
         self._rank: SSAValue | None = None
         self._scalars: dict[tuple, SSAValue] = {}
 
+    def bind(self, node: OpNode, values: Sequence[Val]) -> None:
+        """An op's ``sdy.sharding`` inside the body may name only free axes (a hint
+        here: the partitioner places the free axes)."""
+        shardings = node.attrs.get("sdy.sharding")
+        if isinstance(shardings, list):
+            mm = self.outer.mm
+            for sh in shardings:
+                for r in [r for d in sh.dims for r in d.axes] + list(sh.replicated) + list(sh.unreduced):
+                    if mm.mesh.size(r.name) is not None and any(a in self.manual for a in mm.expand(r, lambda msg: self.error(msg, node))):
+                        raise self.error(f"the sdy.sharding of '{node.name}' names {r.text()}, a manual axis of the enclosing manual computation", node)
+        super().bind(node, values)
+
+    def body_placements(self) -> list[Placement]:
+        """A body value's placements: ``local`` on the manual axes, ``unplaced`` on the
+        free ones."""
+        return [LOCAL if a in self.manual else UNPLACED for a in range(self.naxes)]
+
     def fresh_type(self, shape: Sequence[int], elt) -> TensorType:
-        return TensorType(tuple(shape), elt, self.mesh, [LOCAL] * self.naxes)
+        return TensorType(tuple(shape), elt, self.mesh, self.body_placements())
 
     def sizes(self) -> tuple[int | None, ...] | None:
         return self.outer.mm.sizes()
+
+    def manual_sizes(self) -> tuple[int, ...]:
+        sizes = self.outer.mm.sizes()
+        return tuple(sizes[a] for a in self.manual)
+
+    def manual_values(self, values: Sequence[Any], what: str) -> tuple[Any, ...]:
+        """Per-device values as one per device of the manual axes (row-major over them):
+        they must not differ along the free axes, whose devices the body does not tell
+        apart."""
+        sizes = self.outer.mm.sizes()
+        if len(self.manual) == self.naxes:
+            return tuple(values)
+        msizes = self.manual_sizes()
+        out: dict[int, Any] = {}
+        for r, x in enumerate(values):
+            coords = layout.at_digits(r, sizes)
+            m = 0
+            for a in self.manual:
+                m = m * sizes[a] + coords[a]
+            if out.setdefault(m, x) != x:
+                raise self.error(f"{what} differs between devices along the free axes of a manual computation over some of the mesh axes")
+        return tuple(out[m] for m in range(math.prod(msizes)))
 
     def rank_value(self) -> SSAValue:
         """Each device's rank (row-major over the mesh) as a 0-d ``i64`` local value: its
         block of ``dist.iota`` over all devices (made once per manual computation)."""
         if self._rank is None:
-            sizes = self.outer.mm.sizes()
-            ps: list[Placement] = [Sliced(0, k) if len(sizes) > 1 else Sliced(0) for k in range(len(sizes))]
+            sizes = self.manual_sizes()
+            ps: list[Placement] = list(self.body_placements())
+            for k, a in enumerate(self.manual):
+                ps[a] = Sliced(0, k) if len(self.manual) > 1 else Sliced(0)
             whole = TensorType((math.prod(sizes),), i64, self.mesh, ps)
             io = self.emit(dist.IotaOp.make([], [whole], dim=0)).results[0]
-            one = self.emit(dist.ToLocalOp.make([io], [whole.with_(shape=(1,), placements=[LOCAL] * self.naxes)])).results[0]
+            one = self.emit(dist.ToLocalOp.make([io], [whole.with_(shape=(1,), placements=self.body_placements())])).results[0]
             self._rank = self.reshape(one, ())
             self._rank.name_hint = "rank"
         return self._rank
@@ -1129,8 +1603,9 @@ class ManualTranslator(Translator):
         key = (v.values, v.elt)
         if key in self._scalars:
             return self._scalars[key]
-        sizes = self.outer.mm.sizes()
-        form = device_values.affine(v.values, sizes)
+        sizes = self.manual_sizes()
+        values = self.manual_values(v.values, f"a per-device value used by '{self.node.name if self.node else '?'}'")
+        form = device_values.affine(values, sizes)
         strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
 
         def body(args: list[SSAValue]) -> list[Operation]:
@@ -1159,12 +1634,12 @@ class ManualTranslator(Translator):
                         acc = ops[-1].results[0]
                 assert acc is not None
                 return ops + _from_i64(acc, elt)
-            acc = const(v.values[-1], elt)
-            for r in range(len(v.values) - 2, -1, -1):
-                if v.values[r] == v.values[-1]:
+            acc = const(values[-1], elt)
+            for r in range(len(values) - 2, -1, -1):
+                if values[r] == values[-1]:
                     continue
                 eq = arith.CmpiOp(rank, const(r, i64), "eq")
-                sel = arith.SelectOp(eq.results[0], const(v.values[r], elt), acc)
+                sel = arith.SelectOp(eq.results[0], const(values[r], elt), acc)
                 ops += [eq, sel]
                 acc = sel.results[0]
             return ops
@@ -1185,7 +1660,8 @@ class ManualTranslator(Translator):
         plan: list[tuple[int, list[int]]] = []
         used: set[int] = set()
         for d, starts, size in dims:
-            axes = _block_axes(starts, size, shape[d], sizes, used)
+            found = _block_axes(self.manual_values(starts, "a start index of 'stablehlo.dynamic_slice'"), size, shape[d], self.manual_sizes(), {self.manual.index(a) for a in used})
+            axes = None if found is None else [self.manual[k] for k in found]
             if axes is None:
                 raise self.error(
                     f"'stablehlo.dynamic_slice' starts dim {d} at {list(starts)} on the devices: not each device's block of "
@@ -1193,7 +1669,7 @@ class ManualTranslator(Translator):
                 )
             plan.append((d, axes))
             used.update(axes)
-        ps: list[Placement] = [REPLICATED if a in used else LOCAL for a in range(self.naxes)]
+        ps: list[Placement] = [REPLICATED if a in used else p for a, p in enumerate(self.body_placements())]
         y = self.emit(dist.FromLocalOp.make([x], [t.with_(placements=ps)])).results[0]
         for d, axes in plan:
             for a in axes:
@@ -1201,7 +1677,7 @@ class ManualTranslator(Translator):
         yt = y.type
         assert isinstance(yt, TensorType)
         local = layout.local_shape(shape, yt.get_placements(), sizes)
-        return self.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
+        return self.emit(dist.ToLocalOp.make([y], [yt.with_(shape=local, placements=self.body_placements())])).results[0]
 
     def group_axes(self, node: OpNode) -> list[int]:
         """The mesh axes whose rank groups are the op's ``replica_groups``."""
@@ -1223,6 +1699,9 @@ class ManualTranslator(Translator):
         for k in range(0, self.naxes + 1):
             for axes in itertools.permutations(range(self.naxes), k):
                 if sorted(tuple(g) for g in self.grid.groups(list(axes))) == want:
+                    if any(a not in self.manual for a in axes):
+                        names = ", ".join(self.outer.mm.axes[a][0] for a in axes if a not in self.manual)
+                        raise self.error(f"'{node.name}' is a collective over {names}, which the manual computation leaves automatic", node)
                     return list(axes)
         raise self.error(f"replica_groups of '{node.name}' are not the groups of any mesh axes", node)
 
@@ -1235,7 +1714,7 @@ class ManualTranslator(Translator):
         t = y.type
         assert isinstance(t, TensorType)
         local = layout.local_shape(t.get_shape(), t.get_placements(), self.outer.mm.sizes())
-        out = self.emit(dist.ToLocalOp.make([y], [t.with_(shape=local, placements=[LOCAL] * self.naxes)])).results[0]
+        out = self.emit(dist.ToLocalOp.make([y], [t.with_(shape=local, placements=self.body_placements())])).results[0]
         res = node.out_types[0] if node.out_types else None
         if isinstance(res, TensorT) and tuple(res.shape) != tuple(local):
             raise self.error(f"'{node.name}' gives {stablehlo._fmt(local)} per device, its type says {res}", node)
@@ -1250,7 +1729,7 @@ class ManualTranslator(Translator):
         n = math.prod(self.outer.mm.sizes()[a] for a in axes)
         shape = list(t.get_shape())
         shape[dim] *= n
-        ps: list[Placement] = [LOCAL] * self.naxes
+        ps: list[Placement] = self.body_placements()
         for k, a in enumerate(axes):
             ps[a] = Sliced(dim, k) if len(axes) > 1 else Sliced(dim)
         return self.emit(dist.FromLocalOp.make([x], [t.with_(shape=shape, placements=ps)])).results[0]
@@ -1294,6 +1773,66 @@ def _block_axes(starts: Sequence[int], size: int, extent: int, sizes: Sequence[i
 
 MANUAL_HANDLERS: dict[str, stablehlo.Handler] = {}
 _manual = stablehlo.registers(MANUAL_HANDLERS)
+
+
+@_manual("sdy.sharding_constraint", "sdy.reshard")
+def _m_constraint(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    """A constraint in a manual computation over some of the mesh axes: the value placed
+    as the sharding says on the free axes there (the manual axes stay each device's own:
+    the sharding cannot name them). A sharding that names no axis and leaves every dim
+    open constrains nothing (JAX writes ``<@mesh, [{?}, {?}]>`` after each op)."""
+    v = tr.operand(node, 0)
+    s: Sharding = node.attrs["sharding"]
+    if isinstance(v, (stablehlo.Const, DevVal)) or (not any(d.axes or not d.open for d in s.dims) and not s.replicated and not s.unreduced):
+        return [v]
+    x = tr.materialize(v)
+    if len(tr.manual) == tr.naxes:
+        raise tr.error(f"'{node.name}' inside a manual computation over every mesh axis constrains nothing that can be placed", node)
+    mm = tr.outer.mm
+    pl = tr.outer.imp.placements(mm, s, shape_of(x))
+    for r in [r for d in s.dims for r in d.axes] + list(s.replicated) + list(s.unreduced):
+        if any(a in tr.manual for a in mm.expand(r, lambda msg: tr.error(msg, node))):
+            raise tr.error(f"'{node.name}' in a manual computation names its manual axis {r.text()}", node)
+    if any(isinstance(pl[a], Local) for a in range(tr.naxes) if a not in tr.manual):
+        raise tr.error(f"'{node.name}' with unreduced axes inside a manual computation is not supported", node)
+    target = [p if a not in tr.manual else LOCAL for a, p in enumerate(pl)]
+    y = x
+    for d in layout.sliced_dims(target):
+        for a in layout.slicing_axes(target, d):
+            y = tr.emit(dist.SliceOp.of(y, dim=d, axis=a)).results[0]
+    for a, p in enumerate(target):
+        if isinstance(p, Replicated):
+            y = tr.emit(dist.ReplOp.of(y, axis=a)).results[0]
+    for a, p in enumerate(target):
+        if isinstance(p, Replicated):
+            y = tr.emit(dist.DropOp.of(y, axis=a)).results[0]
+    while True:
+        ps = y.type.get_placements()  # type: ignore[attr-defined]
+        dims = sorted(layout.sliced_dims(ps))
+        if not dims:
+            return [y]
+        y = tr.emit(dist.JoinOp.of(y, axis=layout.slicing_axes(ps, dims[0])[-1])).results[0]
+
+
+@_manual("sdy.manual_computation")
+def _m_nested_manual(tr: ManualTranslator, node: OpNode) -> list[Val]:
+    """A manual computation inside one over some of the axes, over (some of) the others:
+    what JAX writes for ``axis_index`` of a manual axis there (``partition_id`` arithmetic
+    in a body without operands). Its results are values known per device, used as such by
+    the enclosing body; anything else is a diagnostic."""
+    mm = tr.outer.mm
+    nested = set(_dist_axes_list(tr.outer, node, node.attrs["manual_axes"]))
+    if nested & set(tr.manual):
+        raise tr.error("a nested 'sdy.manual_computation' names an axis that is already manual", node)
+    if node.operands:
+        raise tr.error("a nested 'sdy.manual_computation' with operands is not supported (only the per-device index computations JAX writes for axis_index)", node)
+    inner = ManualTranslator(tr.outer, tr.outer.imp.maps.get(mm.mesh.name, mm), sorted(set(tr.manual) | nested))
+    inner.block = tr.block
+    results = inner.translate_body(node.regions[0][0], [])
+    tr.node = node
+    if len(results) != len(node.results) or not all(isinstance(r, (stablehlo.Const, DevVal)) for r in results):
+        raise tr.error("a nested 'sdy.manual_computation' must compute values known per device (partition_id arithmetic, as JAX's axis_index)", node)
+    return results
 
 
 @_manual("stablehlo.partition_id")
@@ -1404,6 +1943,8 @@ def _m_collective_permute(tr: ManualTranslator, node: OpNode) -> list[Val]:
     axes, options = plan_permute(pairs, sizes)
     if options.get("offset") == 0:
         return [x]
+    if any(a not in tr.manual for a in axes):
+        raise tr.error("'stablehlo.collective_permute' moves values along mesh axes that the manual computation leaves automatic", node)
     return [tr.emit_checked(lambda: coll.PermuteOp.of(x, sizes=sizes, axes=axes, **options)).results[0]]
 
 

@@ -70,8 +70,8 @@ from xdsl.utils.lexer import Span
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Placement, Sliced
-from distir.frontends import sdy, stablehlo
-from distir.frontends.mlir_text import Module, OpNode, Reader, TensorT, read_module
+from distir.frontends import sdy, stablehlo, stablehlo_verify
+from distir.frontends.mlir_text import ELEMENT_TYPES, Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.sdy import from_global, to_global
 from distir.frontends.stablehlo import Translator, Val, shape_of
 
@@ -125,6 +125,13 @@ def _split_axes(r: Reader) -> tuple[tuple[int, ...], ...]:
 
 
 def _grid(r: Reader, node: OpNode) -> None:
+    """``shard.grid ["private"] @g(shape = 2x4) [{attrs}]`` (the visibility string, or
+    ``{sym_visibility = ..}``, has no meaning for distir)."""
+    if r.peek().kind == "string":
+        t = r.peek()
+        visibility = r.string()
+        if visibility not in ("private", "public", "nested"):
+            raise r.error(f"a grid's visibility is \"private\", \"public\" or \"nested\", got \"{visibility}\"", t.start, t.end)
     node.sym = r.symbol("the grid name")
     r.expect("(")
     r.keyword("shape")
@@ -202,8 +209,13 @@ def _collective(r: Reader, node: OpNode) -> None:
         if key == "rotate":
             node.attrs["rotate"] = True
             continue
+        if key not in KEYWORDS:
+            raise r.error(f"unknown keyword '{key}' in '{node.name}' (ShardOps.td's: {', '.join(sorted(KEYWORDS))})", t.start, t.end)
+        key = SPELLINGS.get(key, key)
         r.expect("=", f" after '{key}'")
         if key in ("grid_axes", "mesh_axes", "root", "source", "destination"):
+            if key in ("root", "source", "destination") and r.at("["):
+                _static_device_index(r, node, key)
             node.attrs["axes" if key.endswith("_axes") else key] = r.int_list(f"the {key}")
         elif key == "reduction":
             if r.accept("<"):
@@ -218,6 +230,26 @@ def _collective(r: Reader, node: OpNode) -> None:
     r.expect(":")
     node.in_types, node.out_types = r.function_type()
     r.check_counts(node)
+
+
+KEYWORDS = ("grid_axes", "mesh_axes", "root", "source", "destination", "reduction", "gather_axis", "scatter_axis", "scatter_dim", "slice_axis", "split_axis", "concat_axis", "shift_axis", "offset", "rotate")
+"""The keywords of the collectives' assembly formats (ShardOps.td; ``mesh_axes`` in the
+``mesh`` spelling)."""
+SPELLINGS = {"scatter_dim": "scatter_axis"}
+"""Newer spellings of ShardOps.td's keywords (``reduce_scatter``'s and ``scatter``'s
+``scatter_axis`` is ``scatter_dim`` in MLIR's newest tests)."""
+
+
+def _static_device_index(r: Reader, node: OpNode, key: str) -> None:
+    """A ``root``/``source``/``destination`` given by SSA values (``[1, %arg1]``) is known
+    only at run time: a diagnostic naming it (distir reads static device indices)."""
+    save, tok = r.pos, r._tok
+    r.expect("[")
+    while not r.at("]") and r.peek().kind != "eof":
+        t = r.next()
+        if t.kind == "ssa":
+            raise r.error(f"'{node.name}' with a {key} given at run time ({t.text}) is not supported: distir reads static device indices", t.start, t.end)
+    r.pos, r._tok = save, tok
 
 
 ARITH_BINARY = {
@@ -237,6 +269,26 @@ def _arith_elementwise(r: Reader, node: OpNode) -> None:
     """``arith.addf %a, %b : T``, ``arith.cmpf olt, %a, %b : T``, ``arith.select %c, %a,
     %b : C, T``, ``arith.constant dense<..> : T``."""
     name = node.name
+    if name == "arith.constant" and not (r.peek().kind == "ident" and r.peek().text == "dense"):
+        # a scalar: `arith.constant 3 : i64`, `arith.constant 2 : index`, `arith.constant true`
+        t = r.peek()
+        if t.kind == "ident" and t.text in ("true", "false"):
+            r.next()
+            value: object = t.text == "true"
+        else:
+            value = r.number("a number or dense<..> after 'arith.constant'")
+        ty = "i1"
+        if r.accept(":"):
+            tt = r.peek()
+            ty = r.ident("a scalar type (i64, index, f32, ...)")
+            if ty == "index":
+                ty = "i64"  # an index as the integer it is
+            elif ty not in ELEMENT_TYPES:
+                raise r.error(f"element type '{ty}' is not supported", tt.start, tt.end)
+        node.attrs["value"] = Dense(value, TensorT((), ty))
+        node.out_types = [TensorT((), ty)]
+        r.check_counts(node)
+        return
     if name == "arith.constant":
         node.attrs["value"] = r.dense()
         d = node.attrs["value"]
@@ -771,6 +823,7 @@ for _n in MATH_UNARY:
 def shard_import(text: str, name: str) -> tuple[ModuleOp, dict[Operation, Span]]:
     """Read MLIR shard (or mesh) text into a dist module (before ``partition``)."""
     ast = read_module(text, name, HOOKS)
+    stablehlo_verify.verify(ast)
     imp = ShardImport(ast)
     module = imp.run()
     return module, imp.spans

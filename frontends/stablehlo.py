@@ -12,10 +12,18 @@ StableHLO op (custom form printed)    dist IR
 ====================================  ==============================================
 ``constant dense<c> : T``             a splat; folded into the ``dist.map`` bodies that
                                       use it (``arith.constant``), else a ``dist.map``
-                                      without operands. Only splats are accepted.
+                                      without operands; a non-splat one is a
+                                      ``Literal`` (folded by data movement, else a
+                                      select per element of ``dist.iota``)
 ``add subtract multiply divide``      ``dist.map`` with ``arith.addf``/``addi``, ...
 ``maximum minimum power remainder``   (``maximumf``, ``maxsi``, ``math.powf``,
-``and or xor not shift_*``            ``remsi`` (integers only), ``andi``, ...)
+``and or xor not shift_*``            ``remf``, ``remsi``, ``andi``, ...); integer
+                                      division by zero and shifts beyond the width as
+                                      StableHLO gives them (``INT_EDGES``); booleans:
+                                      add/max are or, multiply/min and
+``chlo.square erf erfc tan``          ``dist.map`` with ``mulf``, ``math.erf``, ``erfc``
+``is_finite``  ``bitcast_convert``    ``cmpf one |x|, inf``; ``arith.bitcast``
+``reduce_precision``                  integer ops on the bits (f32, f64)
 ``negate abs sign exponential log``   ``dist.map`` with ``arith``/``math`` ops
 ``exponential_minus_one``             (``math.exp``, ``math.log1p``, ``math.tanh``,
 ``log_plus_one tanh logistic sqrt``   ``math.rsqrt``, ...; ``logistic`` is
@@ -23,9 +31,11 @@ StableHLO op (custom form printed)    dist IR
 ``ceil round_nearest_even``
 ``round_nearest_afz``
 ``compare DIR, a, b, TYPE``           ``dist.map`` with ``arith.cmpf``/``cmpi`` (FLOAT,
-                                      SIGNED, UNSIGNED; TOTALORDER is rejected)
+                                      SIGNED, UNSIGNED; TOTALORDER only in jnp.sort's
+                                      comparator)
 ``select p, a, b``  ``clamp lo, x, hi``  ``dist.map`` with ``arith.select`` / max+min
-``convert x``                         ``dist.cast`` (nothing when the type is the same)
+``convert x``                         ``dist.cast`` (nothing when the type is the same;
+                                      ``uitofp``/``extui``/``fptoui`` maps for unsigned)
 ``broadcast_in_dim x, dims = [..]``   kept lazy: a ``dist.map`` operand broadcasts as
                                       numpy does, after a ``dist.reshape`` (and
                                       ``dist.transpose``) when ``dims`` need it;
@@ -37,36 +47,47 @@ StableHLO op (custom form printed)    dist IR
   [..] x [..]``  ``dot a, b``         it when the dims are elsewhere or several
 ``reduce(x init: c) applies OP        ``dist.reduce_tensor`` sum / prod / max / min
   across dimensions = [..]``          (then OP with ``c`` unless ``c`` is OP's
-  (or a ``reducer`` region of one     identity)
-  binary op)
+  (or a ``reducer`` region of one     identity); of booleans: min/max of 0/1 as i32;
+  binary op)                          argmax/argmin (two operands, JAX's comparator):
+                                      max/min, then the least index reaching it
+``sort`` (jnp.sort's comparator)      ``dist.sort`` (stable, NaN last)
 ``iota dim = d``                      ``dist.iota``
 ``slice x [a:b:s, ...]``              ``dist.extract_slice``
 ``dynamic_slice x, i.., sizes = [..]``  constant starts: ``dist.extract_slice``; starts that
                                       differ per device (from ``partition_id``) and are
                                       each device's block of a group of mesh axes:
                                       ``dist.take_slice`` (``sdy.py``); clamped as StableHLO
-``gather`` (row lookups)              ``dist.embedding_bag`` of bags of one row, indices
-                                      clamped into the table (``_h_gather``)
+``gather`` (row lookups,              ``dist.embedding_bag`` of bags of one row, indices
+  ``take_along_axis``)                clamped into the table (``_h_gather``)
+``scatter`` (adding rows)             ``dist.scatter_add`` (+ the operand unless +0)
+``dynamic_update_slice``              known starts: slices and ``dist.concat``
 ``partition_id`` (manual bodies)      a value known per device (``device_values.py``):
                                       the scalar arithmetic on it is evaluated at import
 ``concatenate a, b, dim = d``         ``dist.concat``
 ``func.call @f(...)`` / ``call``      the body of the private ``@f``, inlined
 ``func.return`` / ``return``          the function's results
+``while``, ``case``, ``if``,          unrolled / chosen or selected at import
+``dynamic_update_slice``              (``control_flow.py``)
 ====================================  ==============================================
 
 Any other op, attribute form or type is a diagnostic at the op naming it. Element types:
-f16, bf16, f32, f64, i1, i8, i16, i32, i64; unsigned ones in 0-d tensors only (the
-arithmetic on ``partition_id``).
+f16, bf16, f32, f64, i1, i8, i16, i32, i64, and ui8 .. ui64 as the signless integers of
+their width (``SIGNLESS``; the sign-dependent ops take arith's unsigned forms from the
+op's declared types). StableHLO's type rules are checked before translation
+(``stablehlo_verify.py``).
 """
 
 from __future__ import annotations
 
+import bisect
 import math as pymath
+import re
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
@@ -88,7 +109,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
-from distir.dialects import dist
+from distir.dialects import dist, scalar
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import UNPLACED
 from distir.frontends import device_values
@@ -111,8 +132,21 @@ bf16 = BFloat16Type()
 
 ELEMENT = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i1": i1, "i8": i8, "i16": i16, "i32": i32, "i64": i64}
 UNSIGNED = ("ui8", "ui16", "ui32", "ui64")
-"""Read in constants and per-device values only (``partition_id`` is ``ui32``); a tensor of
-them is a diagnostic."""
+SIGNLESS = {"ui8": i8, "ui16": i16, "ui32": i32, "ui64": i64}
+"""Unsigned element types are computed on as MLIR's arith does: as the signless integers of
+their width (the same bits); the ops whose meaning depends on the sign (divide,
+remainder, maximum, minimum, convert, compare UNSIGNED) take the unsigned form
+(``divui``, ``remui``, ``maxui``, ``uitofp``, ``extui``, ``cmpi ult``, ...) from the op's
+declared types."""
+
+
+def element_of(name: str) -> Attribute | None:
+    """The dist element type of a StableHLO element type name (unsigned: signless)."""
+    return ELEMENT.get(name) or SIGNLESS.get(name)
+
+
+def signless_name(name: str) -> str:
+    return name.removeprefix("u") if name in UNSIGNED else name
 
 
 # ======================================================================================
@@ -246,6 +280,12 @@ def _slice(r: Reader, node: OpNode) -> None:
     _typed(r, node)
 
 
+def _operands_typed(r: Reader, node: OpNode) -> None:
+    """``%a, %b, .. : (..) -> T`` (dynamic_update_slice)."""
+    node.operands = r.values()
+    _typed(r, node)
+
+
 def _dynamic_slice(r: Reader, node: OpNode) -> None:
     """``%x, %i0, %i1, sizes = [..] : (T, tensor<i32>, ..) -> U``."""
     _operands_then(r, node, "sizes", "slice_sizes", lambda: r.int_list("the slice sizes"), ", sizes = [..]")
@@ -336,6 +376,33 @@ def _reduce(r: Reader, node: OpNode) -> None:
         node.regions.append(body)
 
 
+def _chlo_unary(r: Reader, node: OpNode) -> None:
+    """``chlo.erfc %x : tensor<..> -> tensor<..>`` (chlo's custom form), or ``: T``."""
+    node.operands = [r.value()]
+    r.expect(":", f" before the type of '{node.name}'")
+    if r.at("("):
+        node.in_types, node.out_types = r.function_type()
+    else:
+        t = r.type()
+        node.in_types, node.out_types = [t], [r.type() if r.accept("->") else t]
+    r.check_counts(node)
+
+
+def _reduce_precision(r: Reader, node: OpNode) -> None:
+    """``%x, format = e5m10 : T``."""
+    node.operands = [r.value()]
+    r.expect(",", " after the operand")
+    r.keyword("format")
+    r.expect("=")
+    t = r.peek()
+    fmt = r.ident("a format eEmM (exponent and mantissa bits)")
+    m = re.fullmatch(r"e(\d+)m(\d+)", fmt)
+    if m is None:
+        raise r.error(f"expected a format eEmM (exponent and mantissa bits), got '{fmt}'", t.start, t.end)
+    node.attrs["exponent_bits"], node.attrs["mantissa_bits"] = int(m.group(1)), int(m.group(2))
+    _same_type_sig(r, node)
+
+
 def _return(r: Reader, node: OpNode) -> None:
     node.operands = r.values()
     if node.operands:
@@ -422,6 +489,11 @@ HOOKS: dict[str, Callable[[Reader, OpNode], None]] = {
     "stablehlo.dot_general": _dot_general,
     "stablehlo.dot": _dot,
     "stablehlo.reduce": _reduce,
+    "stablehlo.dynamic_update_slice": _operands_typed,
+    "stablehlo.is_finite": _unary_typed,
+    "stablehlo.bitcast_convert": _unary_typed,
+    "stablehlo.reduce_precision": _reduce_precision,
+    **{f"chlo.{n}": _chlo_unary for n in ("square", "erf", "erfc", "tan", "is_inf", "is_pos_inf", "is_neg_inf")},
 }
 
 FLOAT_BINARY: dict[str, type[Operation]] = {
@@ -433,6 +505,7 @@ FLOAT_BINARY: dict[str, type[Operation]] = {
     "minimum": arith.MinimumfOp,
     "power": xmath.PowFOp,
     "atan2": xmath.Atan2Op,
+    "remainder": scalar.RemFOp,
 }
 INT_BINARY: dict[str, type[Operation]] = {
     "add": arith.AddiOp,
@@ -477,7 +550,7 @@ CMPF = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "
 CMPI_SIGNED = {"EQ": "eq", "NE": "ne", "LT": "slt", "LE": "sle", "GT": "sgt", "GE": "sge"}
 CMPI_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt", "GE": "uge"}
 
-REDUCE_KINDS = {"stablehlo.add": "sum", "stablehlo.multiply": "prod", "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
+REDUCE_KINDS = {"stablehlo.add": "sum", "stablehlo.multiply": "prod", "stablehlo.maximum": "max", "stablehlo.minimum": "min", "stablehlo.and": "and", "stablehlo.or": "or"}
 
 
 # ======================================================================================
@@ -504,7 +577,110 @@ class Bcast:
     shape: tuple[int, ...]
 
 
-Val = SSAValue | Const | Bcast | DevVal
+@dataclass(eq=False)
+class PatchLog:
+    """The blocks written into one lazily updated value, in order, and an index of them
+    all (start -> (size, value), non-overlapping; ``starts`` sorted). Every ``Patched``
+    that shares the log is the base with a prefix of the writes."""
+
+    writes: list[tuple[int, int, Any]] = field(default_factory=list)
+    index: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)
+
+    def add(self, start: int, size: int, value: Any) -> None:
+        if start not in self.index:
+            bisect.insort(self.starts, start)
+        self.index[start] = (size, value)
+        self.writes.append((start, size, value))
+
+
+@dataclass(eq=False)
+class Patched:
+    """``dynamic_update_slice`` at offsets known at import time, kept lazy: ``base`` with
+    the first ``n`` blocks of ``log`` written along ``dim`` (each block spans every other
+    dim). A scan's stacked outputs are such values; a ``dynamic_slice`` that reads one
+    block back takes it directly, anything else gets one ``dist.concat``
+    (``Translator.materialize``), so a loop of L iterations writes O(L) data, not O(L^2).
+    A write to the newest value of a log extends the log (O(log L)); a write to an older
+    one copies its prefix first."""
+
+    base: Any
+    dim: int
+    shape: tuple[int, ...]
+    elt: Attribute
+    log: PatchLog = field(default_factory=PatchLog)
+    n: int = 0
+    _view: tuple[dict[int, tuple[int, Any]], list[int]] | None = None
+
+    def view(self) -> tuple[dict[int, tuple[int, Any]], list[int]]:
+        """The blocks of this value: start -> (size, value), and the sorted starts."""
+        if self.n == len(self.log.writes):
+            return self.log.index, self.log.starts
+        if self._view is None:
+            old = PatchLog()
+            for w in self.log.writes[: self.n]:
+                old.add(*w)
+            self._view = (old.index, old.starts)
+        return self._view
+
+    def write(self, start: int, size: int, value: Any) -> Patched | None:
+        """This value with [start, start + size) along ``dim`` replaced by ``value``; None
+        when the block overlaps a written one without being it."""
+        index, starts = self.view()
+        i = bisect.bisect_left(starts, start)
+        prev_end = starts[i - 1] + index[starts[i - 1]][0] if i > 0 else 0
+        same = i < len(starts) and starts[i] == start and index[start][0] == size
+        if not same and not (prev_end <= start and (i == len(starts) or start + size <= starts[i])):
+            return None
+        log = self.log
+        if self.n != len(log.writes):
+            log = PatchLog()
+            for w in self.log.writes[: self.n]:
+                log.add(*w)
+        log.add(start, size, value)
+        return Patched(self.base, self.dim, self.shape, self.elt, log, len(log.writes))
+
+    def block(self, starts: Sequence[int], sizes: Sequence[int]) -> Any:
+        """The written block that a slice at ``starts`` of ``sizes`` reads whole (a scan
+        reading back what an earlier scan wrote), or None."""
+        d = self.dim
+        hit = self.view()[0].get(starts[d])
+        if hit is None or hit[0] != sizes[d]:
+            return None
+        if any(starts[k] != 0 or sizes[k] != self.shape[k] for k in range(len(self.shape)) if k != d):
+            return None
+        return hit[1]
+
+
+@dataclass(frozen=True, eq=False)
+class Literal:
+    """A constant of several values (``dense<[13, 15, 26, 6]>``), kept out of the IR while
+    the ops that only move data (slice, reshape, transpose, broadcast_in_dim, convert)
+    fold it; a slice of equal values is a ``Const``. Materialised (at most
+    ``LITERAL_LIMIT`` elements) as a ``dist.map`` of the element's flat index."""
+
+    values: tuple  # row-major
+    elt: str
+    shape: tuple[int, ...]
+
+    def array(self) -> Any:
+        return np.array(self.values, dtype=object).reshape(self.shape)
+
+    @staticmethod
+    def of(array: Any, elt: str) -> Literal | Const:
+        values = tuple(array.reshape(-1).tolist())
+        if values and all(_same_number(v, values[0]) for v in values):
+            return Const(values[0], elt, tuple(array.shape))
+        return Literal(values, elt, tuple(array.shape))
+
+
+LITERAL_LIMIT = 256
+"""The most elements of a non-splat constant that becomes a dist value (a select per
+element in a map body); larger ones are a diagnostic."""
+
+Val = SSAValue | Const | Bcast | DevVal | Literal | Patched
+LAZY_USERS = ("stablehlo.return", "func.return", "return", "sdy.return", "func.call", "call", "stablehlo.while", "stablehlo.optimization_barrier")
+"""Ops that take a ``Patched`` operand as it is (the others get it materialised)."""
 
 
 class ImportError_(Exception):
@@ -512,7 +688,7 @@ class ImportError_(Exception):
 
 
 def shape_of(v: Val) -> tuple[int, ...]:
-    if isinstance(v, (Const, Bcast, DevVal)):
+    if isinstance(v, (Const, Bcast, DevVal, Literal, Patched)):
         return v.shape
     t = v.type
     return t.get_shape() if isinstance(t, TensorType) else ()
@@ -582,10 +758,13 @@ class Translator:
         self.handlers: dict[str, Handler] = dict(HANDLERS)
         self.handlers.update(extra or {})
         self.env: dict[str, Val] = {}
+        self.stype: dict[str, str] = {}  # the StableHLO element type of each name in env
         self.block: Block = Block()
         self.node: OpNode | None = None
         self.inlining: list[str] = []
         self.depth = 0
+        self.visited = 0  # source ops translated (loops count each iteration: control_flow.py)
+        self._patched: dict[Patched, SSAValue] = {}
 
     # ------------------------------------------------------------------ diagnostics
     def error(self, msg: str, node: OpNode | None = None, span: Span | None = None) -> ParseError:
@@ -599,7 +778,7 @@ class Translator:
         return TensorType(tuple(shape), elt, self.mesh, [UNPLACED] * self.naxes)
 
     def elt(self, name: str, node: OpNode | None = None) -> Attribute:
-        t = ELEMENT.get(name)
+        t = element_of(name)
         if t is None:
             raise self.error(f"element type '{name}' is not supported", node)
         return t
@@ -647,24 +826,29 @@ class Translator:
     def bind(self, node: OpNode, values: Sequence[Val]) -> None:
         if len(values) != len(node.results):
             raise self.error(f"'{node.name}' gives {len(values)} value(s) for {len(node.results)} result(s)", node)
-        for r, v in zip(node.results, values):
+        for k, (r, v) in enumerate(zip(node.results, values)):
             if r.name in self.env:
                 raise ParseError(r.span, f"%{r.name} is defined twice")
             self.env[r.name] = v
-            if isinstance(v, SSAValue) and v.name_hint is None and _valid_hint(r.name):
-                v.name_hint = r.name
+            t = node.out_types[k] if k < len(node.out_types) else None
+            if isinstance(t, TensorT):
+                self.stype[r.name] = t.elt
+            if isinstance(v, SSAValue) and v.name_hint is None:
+                v.name_hint = value_name(r.name, node.name)
 
     def operand(self, node: OpNode, i: int) -> Val:
         v = self.lookup(node.operands[i])
+        if isinstance(v, Patched) and node.name not in LAZY_USERS and not (node.name in ("stablehlo.dynamic_update_slice", "stablehlo.dynamic_slice") and i == 0):
+            v = self.materialize(v)
         t = node.in_types[i] if i < len(node.in_types) else None
         if isinstance(t, TensorT) and tuple(t.shape) != shape_of(v):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has shape {_fmt(shape_of(v))}, the op's type says {t}")
+        declared = self.stype.get(node.operands[i].name)
         if isinstance(v, (Const, DevVal)):
-            if v.elt in UNSIGNED and node.name.removeprefix("stablehlo.") not in (*FOLDABLE, "dynamic_slice"):
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} is {v.elt}: unsigned values are read only in scalar arithmetic on partition_id")
-            if isinstance(t, TensorT) and v.elt != t.elt:
-                raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {v.elt}, the op's type says {t}")
-        elif isinstance(t, TensorT) and t.elt in ELEMENT and elt_name(_elt_of(v)) != t.elt:
+            declared = v.elt
+        if isinstance(t, TensorT) and declared is not None and declared != t.elt:
+            raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {declared}, the op's type says {t}")
+        if isinstance(t, TensorT) and not isinstance(v, (Const, DevVal)) and element_of(t.elt) is not None and elt_name(_elt_of(v)) != signless_name(t.elt):
             raise ParseError(node.operands[i].span, f"%{node.operands[i].name} has element type {elt_name(_elt_of(v))}, the op's type says {t}")
         return v
 
@@ -672,17 +856,78 @@ class Translator:
         """A dist value for ``v`` (a constant or a lazy broadcast becomes a ``dist.map``)."""
         if isinstance(v, SSAValue):
             return v
+        if isinstance(v, Patched):
+            return self.materialize_patched(v)
         if isinstance(v, DevVal):
             x = self.device_scalar(v)
             return x if v.shape == () else self.materialize(Bcast(x, (), v.shape))
         if isinstance(v, Const):
             elt = self.elt(v.elt)
             return self.map_op([], [], v.shape, elt, lambda args: [self.const_op(v.value, elt)])
+        if isinstance(v, Literal):
+            return self.literal(v)
         if _only_unit_dims_added(shape_of(v.src), v.dims, v.shape):
             return self.reshape(v.src, v.shape)
         operand = self.broadcastable(v)
         elt = _elt_of(v)
         return self.map_op([operand], [elt], v.shape, elt, lambda args: [args[0]])
+
+    def materialize_patched(self, v: Patched) -> SSAValue:
+        """The blocks of ``v`` and the parts of its base between them, concatenated along
+        ``v.dim`` (one ``dist.concat``, made once per value)."""
+        done = self._patched.get(v)
+        if done is not None:
+            return done
+        pieces: list[SSAValue] = []
+        pos = 0
+
+        def base_part(lo: int, hi: int) -> None:
+            if lo >= hi:
+                return
+            shape = list(v.shape)
+            shape[v.dim] = hi - lo
+            if isinstance(v.base, Const):
+                pieces.append(self.materialize(Const(v.base.value, v.base.elt, tuple(shape))))
+                return
+            b = self.materialize(v.base)
+            offsets = [lo if d == v.dim else 0 for d in range(len(shape))]
+            pieces.append(self.emit_checked(lambda: dist.ExtractSliceOp.get(b, offsets, shape, [1] * len(shape))).results[0])
+
+        index, starts = v.view()
+        for start in starts:
+            size, value = index[start]
+            base_part(pos, start)
+            pieces.append(self.materialize(value))
+            pos = start + size
+        base_part(pos, v.shape[v.dim])
+        if len(pieces) == 1:
+            out = pieces[0]
+        else:
+            xs = self.unify(pieces, v.shape)
+            out = self.emit_checked(lambda: dist.ConcatOp.of(*xs, dim=v.dim)).results[0]
+        self._patched[v] = out
+        return out
+
+    def literal(self, v: Literal) -> SSAValue:
+        """A non-splat constant: element k (row-major) is a select on its flat index."""
+        n = len(v.values)
+        if n > LITERAL_LIMIT:
+            raise self.error(f"non-splat constants of more than {LITERAL_LIMIT} elements are not supported (this one has {n})")
+        elt = self.elt(v.elt)
+        index = self.emit_checked(lambda: dist.IotaOp.make([], [self.fresh_type((n,), i32)], dim=0)).results[0]
+
+        def body(a: list[SSAValue]) -> list[Operation]:
+            ops: list[Operation] = [last := self.const_op(v.values[-1], elt)]
+            picked = last.results[0]
+            for k in range(n - 2, -1, -1):
+                c, kc = self.const_op(v.values[k], elt), self.const_op(k, i32)
+                eq = arith.CmpiOp(a[0], kc.results[0], "eq")
+                sel = arith.SelectOp(eq, c.results[0], picked)
+                ops += [c, kc, eq, sel]
+                picked = sel.results[0]
+            return ops
+
+        return self.reshape(self.map_op([index], [i32], (n,), elt, body), v.shape)
 
     def broadcastable(self, v: Bcast) -> SSAValue:
         """``v.src`` in a shape that numpy broadcasting takes to ``v.shape``."""
@@ -715,8 +960,11 @@ class Translator:
             return arith.ConstantOp(FloatAttr(float(value), elt))
         assert isinstance(elt, IntegerType)
         v = int(value)
-        if elt.width.data == 1:
+        w = elt.width.data
+        if w == 1:
             v = 1 if v else 0
+        else:  # an unsigned value as the signed integer of the same bits
+            v = (v + 2 ** (w - 1)) % 2**w - 2 ** (w - 1)
         return arith.ConstantOp(IntegerAttr(v, elt))
 
     def map_op(
@@ -768,20 +1016,36 @@ class Translator:
 
     # ------------------------------------------------------------------ functions
     def translate_body(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
-        """Translate a body whose block arguments are ``args``; the values it returns."""
-        saved = self.env
-        self.env = {}
-        for (v, _), a in zip(body.args, args):
+        """Translate a function body whose block arguments are ``args``; the values it
+        returns. The body sees only its arguments (a function is isolated from above)."""
+        saved, saved_types = self.env, self.stype
+        self.env, self.stype = {}, {}
+        try:
+            return self.translate_region(body, args)
+        finally:
+            self.env, self.stype = saved, saved_types
+
+    def translate_region(self, body: AstBlock, args: Sequence[Val]) -> list[Val]:
+        """Translate a region that also sees the values defined around it (a loop body,
+        a branch); the names it defines are forgotten after it, so that it can be
+        translated again (each iteration of an unrolled loop) at a cost linear in its
+        size."""
+        own = [v.name for v, _ in body.args] + [r.name for node in body.ops for r in node.results]
+        for (v, t), a in zip(body.args, args):
             if v.name in self.env:
                 raise ParseError(v.span, f"%{v.name} is defined twice")
             self.env[v.name] = a
+            if isinstance(t, TensorT):
+                self.stype[v.name] = t.elt
         try:
             for node in body.ops:
+                self.visited += 1
                 if node.name in ("func.return", "return", "stablehlo.return", "sdy.return"):
-                    outs = [self.lookup_typed(node, i) for i in range(len(node.operands))]
-                    return outs
+                    return [self.lookup_typed(node, i) for i in range(len(node.operands))]
                 self.node = node
                 folded = fold_device(self, node)
+                if folded is None:
+                    folded = fold_constant(self, node)
                 if folded is not None:
                     self.bind(node, folded)
                     continue
@@ -791,7 +1055,9 @@ class Translator:
                 self.bind(node, handler(self, node))
             raise self.error("the body does not end with a return", None, body.ops[-1].span if body.ops else None)
         finally:
-            self.env = saved
+            for name in own:
+                self.env.pop(name, None)
+                self.stype.pop(name, None)
 
     def lookup_typed(self, node: OpNode, i: int) -> Val:
         self.node = node
@@ -800,6 +1066,18 @@ class Translator:
 
 def _valid_hint(name: str) -> bool:
     return bool(name) and (name[0].isalpha() or name[0] == "_") and "#" not in name
+
+
+def value_name(source: str, op_name: str) -> str | None:
+    """The name an imported value prints with: its name in the source when that reads
+    as a name (``%cst``, ``%arg0``), else the kind of op that computed it
+    (``stablehlo.dot_general`` gives ``%dot_general``, the printer numbers repeats:
+    ``%dot_general_1``), so that pipelines name values as ``targets=dot_general_1``
+    rather than by a number that the next pass renumbers."""
+    if _valid_hint(source):
+        return source
+    kind = op_name.rsplit(".", 1)[-1]
+    return kind if _valid_hint(kind) and kind.replace("_", "").isalnum() else None
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -888,8 +1166,12 @@ def _h_constant(tr: Translator, node: OpNode) -> list[Val]:
     if len(values) not in (1, n):
         raise tr.error(f"the constant has {len(values)} values for a {t} of {n} elements", node)
     if any(not _same_number(v, values[0]) for v in values):
-        raise tr.error("only splat constants (one value repeated) are supported", node)
+        return [Literal(tuple(values), t.elt, t.shape)]
     return [Const(values[0], t.elt, t.shape)]
+
+
+def _np_array(values: Sequence[Any], shape: Sequence[int]) -> Any:
+    return np.array(list(values), dtype=object).reshape(tuple(shape))
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -920,6 +1202,8 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
             continue
         if isinstance(v, DevVal):
             v = tr.device_scalar(v)
+        if isinstance(v, Literal):
+            v = tr.materialize(v)
         if isinstance(v, Bcast) and isinstance(v.src, Const):  # pragma: no cover - consts broadcast to consts
             slots.append(("const", v.src))
             continue
@@ -951,8 +1235,10 @@ def elementwise(tr: Translator, node: OpNode, scalar: Callable[[list[SSAValue], 
 
 
 def _elt_of(v: Val) -> Attribute:
-    if isinstance(v, Const):
-        return ELEMENT[v.elt]
+    if isinstance(v, (Const, DevVal, Literal)):
+        return element_of(v.elt)  # type: ignore[return-value]
+    if isinstance(v, Patched):
+        return v.elt
     if isinstance(v, Bcast):
         return v.src.type.element_type  # type: ignore[attr-defined]
     t = v.type
@@ -979,7 +1265,80 @@ def _h_binary(tr: Translator, node: OpNode) -> list[Val]:
     if cls is None:
         what = "float" if _is_float(elt) else "integer"
         raise tr.error(f"'{node.name}' on {what} elements is not supported", node)
+    unsigned = _result(tr, node).elt in UNSIGNED
+    if elt == i1:
+        cls = BOOL_BINARY.get(kind)
+        if cls is None:
+            raise tr.error(f"'{node.name}' is not defined on i1 (booleans) in StableHLO", node)
+    elif not _is_float(elt) and (unsigned and kind in UINT_EDGES or kind in INT_EDGES):
+        build = UINT_EDGES[kind] if unsigned and kind in UINT_EDGES else INT_EDGES[kind]
+        return elementwise(tr, node, lambda a, e: build(tr, a[0], a[1], elt))
     return elementwise(tr, node, lambda a, e: [cls(a[0], a[1])])
+
+
+BOOL_BINARY: dict[str, type[Operation]] = {
+    "add": arith.OrIOp,
+    "maximum": arith.OrIOp,
+    "multiply": arith.AndIOp,
+    "minimum": arith.AndIOp,
+    "and": arith.AndIOp,
+    "or": arith.OrIOp,
+    "xor": arith.XOrIOp,
+}
+"""StableHLO's binary ops on booleans: ``add``/``maximum`` are logical or, ``multiply``/
+``minimum`` logical and; the others are not defined on i1."""
+
+
+# StableHLO's integer ops where arith leaves the result undefined, with the values XLA
+# gives (and JAX therefore computes): x / 0 = -1, x % 0 = x (INT_MIN / -1 = INT_MIN and
+# INT_MIN % -1 = 0 wrap as arith's ops do); a shift by the bit width or more (or by a
+# negative amount) gives 0, or the sign in every bit for an arithmetic right shift. The
+# shift amount is masked to the width inside, so no backend meets an undefined shift.
+
+
+def _guarded_division(cls: type[Operation], by_zero: Callable[[SSAValue, Translator, Attribute], list[Operation]]):
+    def build(tr: Translator, a: SSAValue, b: SSAValue, elt: Attribute) -> list[Operation]:
+        zero, one = tr.const_op(0, elt), tr.const_op(1, elt)
+        is_zero = arith.CmpiOp(b, zero.results[0], "eq")
+        safe = arith.SelectOp(is_zero, one.results[0], b)
+        q = cls(a, safe)
+        edge = by_zero(a, tr, elt)
+        return [zero, one, is_zero, safe, q, *edge, arith.SelectOp(is_zero, edge[-1].results[0] if edge else a, q)]
+
+    return build
+
+
+def _guarded_shift(cls: type[Operation], beyond: str):
+    def build(tr: Translator, a: SSAValue, b: SSAValue, elt: Attribute) -> list[Operation]:
+        assert isinstance(elt, IntegerType)
+        w = elt.width.data
+        width, mask = tr.const_op(w, elt), tr.const_op(w - 1, elt)
+        inside = arith.CmpiOp(b, width.results[0], "ult")
+        amount = arith.AndIOp(b, mask.results[0])
+        shifted = cls(a, amount)
+        if beyond == "sign":
+            edge: Operation = arith.ShRSIOp(a, mask.results[0])
+        else:
+            edge = tr.const_op(0, elt)
+        return [width, mask, inside, amount, shifted, edge, arith.SelectOp(inside, shifted, edge.results[0])]
+
+    return build
+
+
+INT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[Operation]]] = {
+    "divide": _guarded_division(arith.DivSIOp, lambda a, tr, elt: [tr.const_op(-1, elt)]),
+    "remainder": _guarded_division(arith.RemSIOp, lambda a, tr, elt: []),
+    "shift_left": _guarded_shift(arith.ShLIOp, "zero"),
+    "shift_right_logical": _guarded_shift(arith.ShRUIOp, "zero"),
+    "shift_right_arithmetic": _guarded_shift(arith.ShRSIOp, "sign"),
+}
+UINT_EDGES: dict[str, Callable[[Translator, SSAValue, SSAValue, Attribute], list[Operation]]] = {
+    "divide": _guarded_division(arith.DivUIOp, lambda a, tr, elt: [tr.const_op(-1, elt)]),
+    "remainder": _guarded_division(arith.RemUIOp, lambda a, tr, elt: []),
+    "maximum": lambda tr, a, b, elt: [arith.MaxUIOp(a, b)],
+    "minimum": lambda tr, a, b, elt: [arith.MinUIOp(a, b)],
+}
+"""The ops on unsigned integers whose meaning is not the signed one's (x / 0 is all ones)."""
 
 
 @handles(*(f"stablehlo.{n}" for n in UNARY))
@@ -1005,6 +1364,8 @@ def _h_unary(tr: Translator, node: OpNode) -> list[Val]:
     assert isinstance(elt, IntegerType)
     if kind == "not":
         return elementwise(tr, node, lambda a, e: _not(tr, a[0], elt))
+    if elt == i1:
+        raise tr.error(f"'{node.name}' is not defined on i1 (booleans) in StableHLO", node)
     if kind == "negate":
 
         def neg(a: list[SSAValue], e: list[Attribute]) -> list[Operation]:
@@ -1017,6 +1378,125 @@ def _h_unary(tr: Translator, node: OpNode) -> list[Val]:
     if kind == "sign":
         return elementwise(tr, node, lambda a, e: _sign(tr, a[0], elt, False))
     raise tr.error(f"'{node.name}' on integer elements is not supported", node)
+
+
+@handles("chlo.square", "chlo.erf", "chlo.erfc", "chlo.tan")
+def _h_chlo_unary(tr: Translator, node: OpNode) -> list[Val]:
+    """chlo's element-wise ops JAX emits: ``square`` (``x.var()``: x * x), ``erf`` and
+    ``erfc`` (exact GELU), ``tan``."""
+    kind, elt = _arity(tr, node, 1)
+    if kind == "chlo.square":
+        mul = arith.MulfOp if _is_float(elt) else arith.MuliOp
+        if elt == i1:
+            mul = arith.AndIOp
+        return elementwise(tr, node, lambda a, e: [mul(a[0], a[0])])
+    if not _is_float(elt):
+        raise tr.error(f"'{node.name}' takes float elements", node)
+    cls = {"chlo.erf": xmath.ErfOp, "chlo.erfc": scalar.ErfcOp, "chlo.tan": xmath.TanOp}[kind]
+    return elementwise(tr, node, lambda a, e: [cls(a[0])])
+
+
+@handles("stablehlo.is_finite", "chlo.is_inf", "chlo.is_pos_inf", "chlo.is_neg_inf")
+def _h_float_class(tr: Translator, node: OpNode) -> list[Val]:
+    """``is_finite``: |x| compared (ordered, not equal) with +inf, false for NaN and
+    infinities; ``is_inf``/``is_pos_inf``/``is_neg_inf``: equal to +-inf."""
+    if len(node.operands) != 1:
+        raise tr.error(f"'{node.name}' takes one operand", node)
+    if _result(tr, node).elt != "i1":
+        raise tr.error(f"'{node.name}' gives i1 (booleans), the result type says {_result(tr, node)}", node)
+    in_elt = tr.elt(tr.tensor_t(node.in_types[0], "operand 0", node).elt, node)
+    if not _is_float(in_elt):
+        raise tr.error(f"'{node.name}' takes float elements", node)
+    kind = node.name.split(".", 1)[1]
+
+    def test(a: list[SSAValue], e: list[Attribute]) -> list[Operation]:
+        inf = tr.const_op(float("-inf") if kind == "is_neg_inf" else float("inf"), in_elt)
+        x: Operation | SSAValue = a[0]
+        ops: list[Operation] = [inf]
+        if kind in ("is_finite", "is_inf"):
+            x = xmath.AbsFOp(a[0])
+            ops.append(x)
+        xv = x.results[0] if isinstance(x, Operation) else x
+        return [*ops, arith.CmpfOp(xv, inf.results[0], "one" if kind == "is_finite" else "oeq")]
+
+    return elementwise(tr, node, test, out_elt=i1)
+
+
+BITCASTS = {("f32", "i32"), ("i32", "f32"), ("f64", "i64"), ("i64", "f64")}
+"""``bitcast_convert`` pairs read (32 and 64 bits, signed or unsigned; an integer to an
+integer of its width is the value itself)."""
+
+
+@handles("stablehlo.bitcast_convert")
+def _h_bitcast(tr: Translator, node: OpNode) -> list[Val]:
+    """The bits of each element read as another type of the same width (``arith.bitcast``)."""
+    t = _result(tr, node)
+    src = tr.tensor_t(node.in_types[0], "operand 0", node) if node.in_types else None
+    if src is None or src.shape != t.shape:
+        raise tr.error("'stablehlo.bitcast_convert' between element types of one width keeps the shape", node)
+    pair = (signless_name(src.elt), signless_name(t.elt))
+    if pair[0] == pair[1]:
+        return [tr.operand(node, 0)]
+    if pair not in BITCASTS:
+        raise tr.error(f"'stablehlo.bitcast_convert' from {src.elt} to {t.elt} is not supported (f32 <-> i32/ui32, f64 <-> i64/ui64)", node)
+    elt = tr.elt(t.elt, node)
+    return elementwise(tr, node, lambda a, e: [arith.BitcastOp(a[0], elt)])
+
+
+@handles("stablehlo.reduce_precision")
+def _h_reduce_precision(tr: Translator, node: OpNode) -> list[Val]:
+    """Each element rounded to ``mantissa_bits`` (to nearest, ties to even) and to the
+    range of ``exponent_bits`` (beyond it: +-inf; below its smallest normal: +-0), as a
+    float of its own type; NaN stays NaN (StableHLO's ``reduce_precision``, on the bits:
+    f32 and f64)."""
+    kind, elt = _arity(tr, node, 1)
+    e_bits, m_bits = (_attr_int(tr, node, k) for k in ("exponent_bits", "mantissa_bits"))
+    if elt not in (f32, f64):
+        raise tr.error(f"'{node.name}' of {elt_name(elt)} is not supported (f32, f64)", node)
+    width, src_e, src_m = (32, 8, 23) if elt == f32 else (64, 11, 52)
+    if e_bits < 1 or m_bits < 0:
+        raise tr.error(f"'{node.name}' needs exponent_bits >= 1 and mantissa_bits >= 0, got {e_bits} and {m_bits}", node)
+    if e_bits >= src_e and m_bits >= src_m:
+        return [tr.operand(node, 0)]
+    ielt = IntegerType(width)
+    return elementwise(tr, node, lambda a, e: _reduce_precision_body(tr, a[0], elt, ielt, e_bits, m_bits, src_e, src_m))
+
+
+def _reduce_precision_body(tr: Translator, x: SSAValue, elt: Attribute, ielt: IntegerType, e_bits: int, m_bits: int, src_e: int, src_m: int) -> list[Operation]:
+    w = ielt.width.data
+    ops: list[Operation] = []
+
+    def c(v: int) -> SSAValue:
+        v = (v + 2 ** (w - 1)) % 2**w - 2 ** (w - 1)  # the bits as a signed integer
+        op = tr.const_op(v, ielt)
+        ops.append(op)
+        return op.results[0]
+
+    def emit(op: Operation) -> SSAValue:
+        ops.append(op)
+        return op.results[0]
+
+    bits = emit(arith.BitcastOp(x, ielt))
+    if m_bits < src_m:
+        shift = src_m - m_bits
+        last = 1 << shift
+        last_bit = emit(arith.ShRUIOp(emit(arith.AndIOp(bits, c(last))), c(shift)))
+        bias = emit(arith.AddiOp(last_bit, c((last >> 1) - 1)))
+        bits = emit(arith.AndIOp(emit(arith.AddiOp(bits, bias)), c(~(last - 1))))
+    if e_bits < src_e:
+        exp_mask = ((1 << src_e) - 1) << src_m
+        src_bias, bias = (1 << (src_e - 1)) - 1, (1 << (e_bits - 1)) - 1
+        exponent = emit(arith.AndIOp(bits, c(exp_mask)))
+        over = emit(arith.CmpiOp(exponent, c((src_bias + bias) << src_m), "sgt"))
+        under = emit(arith.CmpiOp(exponent, c((src_bias - bias) << src_m), "sle"))
+        zero = emit(arith.AndIOp(bits, c(1 << (w - 1))))
+        inf = emit(arith.OrIOp(zero, c(exp_mask)))
+        bits = emit(arith.SelectOp(over, inf, emit(arith.SelectOp(under, zero, bits))))
+    y = emit(arith.BitcastOp(bits, elt))
+    if m_bits > 0:
+        nan = emit(arith.CmpfOp(x, x, "uno"))
+        y = emit(arith.SelectOp(nan, x, y))
+    return ops
 
 
 def _not(tr: Translator, x: SSAValue, elt: IntegerType) -> list[Operation]:
@@ -1085,6 +1565,13 @@ def _minmax(mx: type[Operation], mn: type[Operation], a: list[SSAValue]) -> list
 def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
     t = _result(tr, node)
     v = tr.operand(node, 0)
+    if isinstance(v, Literal):
+        tr.elt(t.elt, node)
+        try:
+            values = [device_values.convert(x, v.elt, t.elt) for x in v.values]
+        except FoldError as e:
+            raise tr.error(f"bad conversion of a constant: {e}", node) from None
+        return [Literal.of(_np_array(values, v.shape), t.elt)]
     if isinstance(v, Const) and (t.elt in UNSIGNED or v.elt in UNSIGNED):
         try:
             return [Const(device_values.convert(v.value, v.elt, t.elt), t.elt, v.shape)]
@@ -1103,10 +1590,27 @@ def _h_convert(tr: Translator, node: OpNode) -> list[Val]:
             value = float(value)
         return [Const(value, t.elt, v.shape)]
     elt = tr.elt(t.elt, node)
+    src = node.in_types[0].elt if node.in_types and isinstance(node.in_types[0], TensorT) else elt_name(_elt_of(v))
     if _elt_of(v) == elt:
         return [v]
     x = tr.materialize(v)
+    unsigned_cast = _unsigned_cast(_elt_of(x), elt, src in UNSIGNED, t.elt in UNSIGNED)
+    if unsigned_cast is not None:
+        return elementwise(tr, node, lambda a, e: [unsigned_cast(a[0], elt)])
     return [tr.emit_checked(lambda: dist.CastOp.make([x], [x.type.with_(element_type=elt)])).results[0]]  # type: ignore[union-attr]
+
+
+def _unsigned_cast(src: Attribute, dst: Attribute, from_unsigned: bool, to_unsigned: bool) -> type[Operation] | None:
+    """The arith conversion where an unsigned operand or result changes its meaning from
+    ``dist.cast``'s signed one (an unsigned integer widened or made a float, a float made
+    an unsigned integer); None where the signed conversion gives the same bits."""
+    if from_unsigned and isinstance(dst, AnyFloat):
+        return arith.UIToFPOp
+    if to_unsigned and isinstance(src, AnyFloat):
+        return arith.FPToUIOp
+    if from_unsigned and isinstance(dst, IntegerType) and isinstance(src, IntegerType) and dst.width.data > src.width.data:
+        return arith.ExtUIOp
+    return None
 
 
 @handles("stablehlo.broadcast_in_dim")
@@ -1122,6 +1626,13 @@ def _h_broadcast(tr: Translator, node: OpNode) -> list[Val]:
             raise tr.error(f"operand dim {i} of size {src_shape[i]} cannot broadcast to result dim {d} of size {t.shape[d]}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        order = sorted(range(len(dims)), key=lambda i: dims[i])
+        src = v.array().transpose(order)
+        shaped = [1] * t.rank
+        for i in order:
+            shaped[dims[i]] = src_shape[i]
+        return [Literal.of(np.broadcast_to(src.reshape(shaped), t.shape), v.elt)]
     if isinstance(v, Bcast):
         return [Bcast(v.src, tuple(dims[d] for d in v.dims), t.shape)]
     if tuple(dims) == tuple(range(len(src_shape))) and src_shape == t.shape:
@@ -1137,6 +1648,10 @@ def _h_reshape(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"reshape of {_fmt(shape_of(v))} to {t}: the element counts differ", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().reshape(t.shape), v.elt)]
+    if pymath.prod(t.shape) == 0:  # no element to move: a constant of the new shape
+        return [Const(0, t.elt, t.shape)]
     return [tr.reshape(tr.materialize(v), t.shape)]
 
 
@@ -1151,6 +1666,8 @@ def _h_transpose(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"transpose of {_fmt(shape_of(v))} by {perm} does not give {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array().transpose(perm), v.elt)]
     return [tr.transpose(tr.materialize(v), perm)]
 
 
@@ -1183,6 +1700,8 @@ def _h_slice(tr: Translator, node: OpNode) -> list[Val]:
         raise tr.error(f"the slice gives {_fmt(sizes)}, the result type says {t}", node)
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Literal):
+        return [Literal.of(v.array()[tuple(slice(a, b, c) for a, b, c in zip(start, limit, strides))], v.elt)]
     x = tr.materialize(v)
     return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, start, sizes, strides)).results[0]]
 
@@ -1214,7 +1733,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     else:
         dn = node.attrs.get("dot_dimension_numbers")
         if isinstance(dn, Opaque):
-            dn = _parse_dot_numbers(tr, node, dn.text)
+            dn = dimension_numbers(tr, node, "dot_dimension_numbers", "dot", DOT_KEYS, ())
         if not isinstance(dn, dict):
             raise tr.error("'stablehlo.dot_general' needs its dimension numbers", node)
     lb, rbd = list(dn.get("lhs_batching_dimensions", [])), list(dn.get("rhs_batching_dimensions", []))
@@ -1223,14 +1742,7 @@ def _h_dot(tr: Translator, node: OpNode) -> list[Val]:
     return [dot_general(tr, node, a, b, lb, rbd, lc, rc, t.shape, elt)]
 
 
-def _parse_dot_numbers(tr: Translator, node: OpNode, text: str) -> dict[str, list[int]]:
-    import re
-
-    out: dict[str, list[int]] = {}
-    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions"):
-        m = re.search(key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    return out
+DOT_KEYS = ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions", "rhs_contracting_dimensions")
 
 
 def dot_general(
@@ -1294,8 +1806,10 @@ def dot_general(
 
 @handles("stablehlo.reduce")
 def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    if len(node.operands) == 4 and len(node.results) == 2:
+        return _arg_reduce(tr, node)
     if len(node.operands) != 2 or len(node.results) != 1:
-        raise tr.error("'stablehlo.reduce' of several operands at once (e.g. argmax) is not supported", node)
+        raise tr.error("'stablehlo.reduce' of several operands at once is supported only as argmax/argmin (values and their indices)", node)
     kind_op = node.attrs.get("applies")
     span = None
     if kind_op is None:
@@ -1305,7 +1819,7 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
         span = Span(s[0], s[1], tr.module.source) if s else None
     kind = REDUCE_KINDS.get(kind_op)
     if kind is None:
-        raise tr.error(f"reduction by '{kind_op}' is not supported (add, multiply, maximum, minimum)", node, span)
+        raise tr.error(f"reduction by '{kind_op}' is not supported (add, multiply, maximum, minimum; and, or of booleans)", node, span)
     t = _result(tr, node)
     dims = _attr_ints(tr, node, "dimensions")
     x = tr.operand(node, 0)
@@ -1316,8 +1830,10 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
     if tuple(s for d, s in enumerate(shape) if d not in dims) != t.shape:
         raise tr.error(f"reducing {_fmt(shape)} over {dims} does not give {t}", node)
     elt = tr.elt(t.elt, node)
-    if kind in ("max", "min") and elt == i1:
-        raise tr.error("max/min reductions of i1 are not supported", node)
+    if elt == i1:
+        return [_reduce_bools(tr, x, init, dims, t.shape, BOOL_REDUCE[kind])]
+    if kind in ("and", "or"):
+        raise tr.error(f"bitwise '{kind}' reductions of integers are not supported (of booleans they are)", node, span)
     xv = tr.materialize(x)
     r = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xv, op=kind, dims=sorted(dims), sizes=tr.sizes())).results[0]
     if isinstance(init, Const) and _is_identity(kind, init.value):
@@ -1331,19 +1847,225 @@ def _h_reduce(tr: Translator, node: OpNode) -> list[Val]:
     return [tr.map_op([r, iv], [elt, elt], t.shape, elt, lambda a: [cls(a[0], a[1])])]
 
 
-def _reducer_kind(tr: Translator, node: OpNode) -> tuple[str, Span | None]:
+# ------------------------------------------------------------------ regions as expressions
+# The regions of variadic reduce and sort are small functions; the ones JAX writes for
+# argmax, argmin and jnp.sort are recognised by their expression trees (block argument k
+# is ("arg", k); and/or are commutative), never by running them.
+
+
+def region_exprs(tr: Translator, node: OpNode) -> list[tuple]:
+    """The values a one-block region returns, as expression trees over its arguments."""
+    if not node.regions or len(node.regions[0]) != 1:
+        raise tr.error(f"'{node.name}' needs a region of one block", node)
+    body = node.regions[0][0]
+    env: dict[str, tuple] = {v.name: ("arg", k) for k, (v, _) in enumerate(body.args)}
+
+    def get(v: Value) -> tuple:
+        if v.name not in env:
+            raise ParseError(v.span, f"%{v.name} is not defined in the region of '{node.name}'")
+        return env[v.name]
+
+    for op in body.ops:
+        if op.name in ("stablehlo.return", "func.return", "return"):
+            return [get(v) for v in op.operands]
+        args = [get(v) for v in op.operands]
+        kind = op.name.removeprefix("stablehlo.")
+        if kind == "constant" and isinstance(op.attrs.get("value"), Dense) and op.out_types:
+            t = op.out_types[0]
+            value = flat(op.attrs["value"].value)
+            e: tuple = ("const", repr(decode_scalar(value[0], t.elt)) if isinstance(t, TensorT) and len(value) == 1 else repr(value))
+        elif kind == "compare":
+            d, ct = (x.text.rstrip(">").split()[-1] if isinstance(x, Opaque) else x for x in (op.attrs.get("comparison_direction"), op.attrs.get("compare_type")))
+            e = ("compare", d, ct, *args)
+        elif kind in ("and", "or", "add", "multiply", "maximum", "minimum") and len(args) == 2:
+            e = (kind, *sorted(args, key=repr))
+        else:
+            e = (kind, *args)
+        for r in op.results:
+            env[r.name] = e
+    raise tr.error(f"the region of '{node.name}' does not end with a return", node)
+
+
+def _argmax_exprs(direction: str, ctype: str) -> list[tuple]:
+    """JAX's argmax (GT) / argmin (LT) reducer over (value, index) pairs: the first value
+    wins when it is greater (smaller) or NaN, the smaller index on ties."""
+    xa, ia, xb, ib = (("arg", k) for k in range(4))
+
+    def both(kind: str, a: tuple, b: tuple) -> tuple:
+        return (kind, *sorted([a, b], key=repr))
+
+    pick = both("or", ("compare", direction, ctype, xa, xb), ("compare", "NE", ctype, xa, xa))
+    tie = both("and", ("compare", "EQ", ctype, xa, xb), ("compare", "LT", "SIGNED", ia, ib))
+    return [("select", pick, xa, xb), ("select", both("or", pick, tie), ia, ib)]
+
+
+def _arg_reduce(tr: Translator, node: OpNode) -> list[Val]:
+    """argmax/argmin as JAX writes them (a reduce of values and their indices): the
+    max (min) over the dims (NaN wins: maximumf), then the smallest index whose value
+    equals it (or is NaN), each combined with the init pair as one more candidate."""
+    x, ix, v0, i0 = (tr.operand(node, i) for i in range(4))
+    shape = shape_of(x)
+    dims = _attr_ints(tr, node, "dimensions")
+    exprs = region_exprs(tr, node)
+    elt, ielt = _elt_of(x), _elt_of(ix)
+    ctype = "FLOAT" if _is_float(elt) else "SIGNED"
+    kind = next((k for k, d in (("max", "GT"), ("min", "LT")) if exprs == _argmax_exprs(d, ctype)), None)
+    if kind is None or shape_of(ix) != shape or not isinstance(ielt, IntegerType) or ielt == i1 or elt == i1:
+        raise tr.error("a 'stablehlo.reduce' of two operands is supported as JAX's argmax/argmin (values, integer indices, its comparator region)", node)
+    if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
+        raise tr.error(f"reduced dims {dims} are not dims of {_fmt(shape)}", node)
+    keep = [d for d in range(len(shape)) if d not in dims]
+    out_shape = tuple(shape[d] for d in keep)
+    for i in range(2):
+        if _result(tr, node, i).shape != out_shape:
+            raise tr.error(f"reducing {_fmt(shape)} over {dims} does not give {_result(tr, node, i)}", node)
+    xv, iv = tr.materialize(x), tr.materialize(ix)
+    m = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xv, op=kind, dims=sorted(dims), sizes=tr.sizes())).results[0]
+    best = (1 << (ielt.width.data - 1)) - 1
+    mb = tr.broadcastable(Bcast(m, tuple(keep), shape))
+    pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
+    if not _is_float(elt):
+        pick = arith.MaxSIOp if kind == "max" else arith.MinSIOp
+
+    def hit(v: SSAValue, mv: SSAValue) -> list[Operation]:
+        eq = arith.CmpfOp(v, mv, "oeq") if _is_float(elt) else arith.CmpiOp(v, mv, "eq")
+        if not _is_float(elt):
+            return [eq]
+        nan = arith.CmpfOp(v, v, "uno")
+        return [eq, nan, arith.OrIOp(eq.results[0], nan.results[0])]
+
+    def candidate(a: list[SSAValue]) -> list[Operation]:
+        h = hit(a[0], a[1])
+        big = tr.const_op(best, ielt)
+        return [*h, big, arith.SelectOp(h[-1].results[0], a[2], big.results[0])]
+
+    cand = tr.map_op([xv, mb, iv], [elt, elt, ielt], shape, ielt, candidate)
+    idx = tr.emit_checked(lambda: dist.ReduceTensorOp.of(cand, op="min", dims=sorted(dims), sizes=tr.sizes())).results[0]
+    # the init pair: one more candidate
+    operands, elts = [m, idx], [elt, ielt]
+    inits: list[Val] = [v0, i0]
+    for v, e in zip(inits, (elt, ielt)):
+        if not isinstance(v, Const):
+            operands.append(tr.materialize(v))
+            elts.append(e)
+
+    def combine(a: list[SSAValue], index: bool) -> list[Operation]:
+        """The init pair as one more candidate: the value is pick(m, v0); the index is
+        the smaller of the two whose values reach it."""
+        ops: list[Operation] = []
+        vals, k = [], 2
+        for v, e in zip(inits, (elt, ielt)):
+            if isinstance(v, Const):
+                c = tr.const_op(v.value, e)
+                ops.append(c)
+                vals.append(c.results[0])
+            else:
+                vals.append(a[k])
+                k += 1
+        total = pick(a[0], vals[0])
+        ops.append(total)
+        if not index:
+            return ops
+        init_hit, elem_hit = hit(vals[0], total.results[0]), hit(a[0], total.results[0])
+        both = arith.MinSIOp(a[1], vals[1])
+        init_wins = arith.SelectOp(elem_hit[-1].results[0], both.results[0], vals[1])
+        return [*ops, *init_hit, *elem_hit, both, init_wins, arith.SelectOp(init_hit[-1].results[0], init_wins.results[0], a[1])]
+
+    return [tr.map_op(operands, elts, out_shape, elt, lambda a: combine(a, False)), tr.map_op(operands, elts, out_shape, ielt, lambda a: combine(a, True))]
+
+
+def _sort_key_exprs(ctype: str) -> tuple:
+    """jnp.sort's comparator of operand 0's keys (arguments 0 and 1): ``LT`` of the keys,
+    floats first made canonical (-0.0 as +0.0, every NaN as one NaN) and compared in
+    TOTALORDER; integers SIGNED."""
+    a, b = ("arg", 0), ("arg", 1)
+    if ctype == "SIGNED":
+        return ("compare", "LT", "SIGNED", a, b)
+
+    def canon(v: tuple) -> tuple:
+        zero = ("select", ("compare", "EQ", "FLOAT", v, ("const", "0.0")), ("const", "0.0"), v)
+        return ("select", ("compare", "NE", "FLOAT", v, v), ("const", "nan"), zero)
+
+    return ("compare", "LT", "TOTALORDER", canon(a), canon(b))
+
+
+@handles("stablehlo.sort")
+def _h_sort(tr: Translator, node: OpNode) -> list[Val]:
+    """``jnp.sort``/``jnp.argsort`` (the keys of operand 0, JAX's comparator; stable) as
+    ``dist.sort`` along ``dimension``. Other comparators are a diagnostic."""
+    if not node.operands or len(node.results) != len(node.operands):
+        raise tr.error("'stablehlo.sort' gives one result per operand", node)
+    dim = _attr_int(tr, node, "dimension")
+    xs = [tr.materialize(tr.operand(node, i)) for i in range(len(node.operands))]
+    shape = shape_of(xs[0])
+    if dim < 0:
+        dim += len(shape)
+    if not 0 <= dim < len(shape):
+        raise tr.error(f"sort dimension {dim} is out of range for {_fmt(shape)}", node)
+    for i, x in enumerate(xs):
+        if shape_of(x) != shape or _result(tr, node, i).shape != shape:
+            raise tr.error(f"the operands and results of 'stablehlo.sort' share the shape {_fmt(shape)}", node)
+    elt = _elt_of(xs[0])
+    (expr,) = region_exprs(tr, node) or [None]
+    if elt == i1 or expr != _sort_key_exprs("FLOAT" if _is_float(elt) else "SIGNED"):
+        raise tr.error("'stablehlo.sort' is supported with jnp.sort's comparator (ascending keys of operand 0: floats in total order with -0 = +0 and NaN last, signed integers)", node)
+    xs = tr.unify(xs, shape)
+    return list(tr.emit_checked(lambda: dist.SortOp.of(*xs, dim=dim, sizes=tr.sizes())).results)
+
+
+BOOL_REDUCE = {"sum": "or", "max": "or", "or": "or", "prod": "and", "min": "and", "and": "and"}
+"""Reductions of booleans (StableHLO's add and maximum of i1 are or, multiply and minimum
+are and): ``jnp.all``, ``jnp.any``, the bounds check of ``jnp.take``'s ``mode="fill"``."""
+
+
+def _reduce_bools(tr: Translator, x: Val, init: Val, dims: list[int], shape: tuple[int, ...], kind: str) -> SSAValue:
+    """``and``/``or`` of booleans over ``dims``: the min / max of their 0/1 values as i32
+    (``dist.reduce_tensor``, so that a sliced dim leaves partial results that an
+    all-reduce of the same kind completes), compared with 0, then combined with
+    ``init`` unless it is the identity (true for and, false for or)."""
+    xv = tr.materialize(x)
+    xi = tr.emit_checked(lambda: dist.CastOp.make([xv], [xv.type.with_(element_type=i32)])).results[0]  # type: ignore[attr-defined]
+    r = tr.emit_checked(lambda: dist.ReduceTensorOp.of(xi, op="min" if kind == "and" else "max", dims=sorted(dims), sizes=tr.sizes())).results[0]
+    combine = arith.AndIOp if kind == "and" else arith.OrIOp
+    operands, elts = [r], [i32]
+    if not isinstance(init, Const):
+        operands.append(tr.materialize(init))
+        elts.append(i1)
+    elif bool(init.value) == (kind == "and"):
+        init = None
+
+    def body(a: list[SSAValue]) -> list[Operation]:
+        zero = tr.const_op(0, i32)
+        ne = arith.CmpiOp(a[0], zero.results[0], "ne")
+        if init is None:
+            return [zero, ne]
+        if isinstance(init, Const):
+            c = tr.const_op(init.value, i1)
+            return [zero, ne, c, combine(ne.results[0], c.results[0])]
+        return [zero, ne, combine(ne.results[0], a[1])]
+
+    return tr.map_op(operands, elts, shape, i1, body)
+
+
+def _reducer_kind(tr: Translator, node: OpNode, what: str = "reduce") -> tuple[str, Span | None]:
     """The op of a ``reducer`` region that returns OP(a, b) of its two arguments."""
     if not node.regions or len(node.regions[0]) != 1:
-        raise tr.error("'stablehlo.reduce' needs a reducer body", node)
+        raise tr.error(f"'stablehlo.{what}' needs a region combining two values", node)
     body = node.regions[0][0]
     ops = body.ops
     args = [v.name for v, _ in body.args]
+    aliases: dict[str, str] = {}
+    if len(ops) == 3 and ops[1].name == "sdy.sharding_constraint" and ops[0].results and ops[1].operands and ops[1].results:
+        # JAX constrains the combined scalar in a shard_map's reducer: no meaning here
+        aliases[ops[1].results[0].name] = ops[1].operands[0].name
+        ops = [ops[0], ops[2]]
     if len(ops) == 2 and len(args) == 2 and ops[1].name in ("stablehlo.return", "func.return", "return"):
         op, ret = ops
         names = sorted(v.name for v in op.operands)
-        if names == sorted(args) and len(ret.operands) == 1 and op.results and ret.operands[0].name == op.results[0].name:
+        returned = aliases.get(ret.operands[0].name, ret.operands[0].name) if len(ret.operands) == 1 else None
+        if names == sorted(args) and len(ret.operands) == 1 and op.results and returned == op.results[0].name:
             return op.name, op.span
-    raise tr.error("only a reducer body of one binary op (add, multiply, maximum, minimum) is supported", node)
+    raise tr.error(f"only a '{what}' region of one binary op (add, multiply, maximum, minimum, and, or) is supported", node)
 
 
 def _is_identity(kind: str, v: float | int | bool) -> bool:
@@ -1405,6 +2127,43 @@ def fold_device(tr: Translator, node: OpNode) -> list[Val] | None:
     return [DevVal(tuple(out) * (n // len(out)), t.elt, t.shape)]
 
 
+INTEGER_FOLDABLE = (*device_values.UNARY, *device_values.BINARY, "compare", "select", "clamp")
+"""Ops evaluated at import time when every operand is an integer or boolean splat constant:
+a loop's counter and its condition (``control_flow.py``) are known so."""
+
+
+def fold_constant(tr: Translator, node: OpNode) -> list[Val] | None:
+    """The op evaluated at import time (StableHLO's integer semantics, ``device_values``)
+    when all its operands are splat constants of integer or boolean type (a comparison's
+    may be floats: comparing is exact); a ``select`` whose predicate is such a constant
+    is the operand it picks. None for any other op."""
+    kind = node.name.removeprefix("stablehlo.")
+    if kind not in INTEGER_FOLDABLE or not node.name.startswith("stablehlo.") or not node.operands:
+        return None
+    known = [tr.env.get(v.name) for v in node.operands]
+    if kind == "select" and isinstance(known[0], Const) and len(known) == 3 and node.out_types:
+        t = _result(tr, node)
+        picked = tr.operand(node, 1 if known[0].value else 2)
+        return [picked] if shape_of(picked) == t.shape else None
+    if not all(isinstance(v, Const) for v in known):
+        return None
+    t = _result(tr, node)
+    ints = lambda e: e == "i1" or device_values.is_int(e)  # noqa: E731
+    if not ints(t.elt) or not all(ints(v.elt) or kind == "compare" for v in known):  # type: ignore[union-attr]
+        return None
+    vals: list[Const] = [tr.operand(node, i) for i in range(len(node.operands))]  # type: ignore[misc]
+    direction = None
+    if kind == "compare":
+        direction = node.attrs.get("comparison_direction")
+        if isinstance(direction, Opaque):
+            direction = direction.text.rstrip(">").split()[-1]
+    try:
+        (value,) = device_values.elementwise(kind, [(v.value,) for v in vals], t.elt, None if direction is None else str(direction))
+    except FoldError as e:
+        raise tr.error(f"'{node.name}' of constants: {e}", node) from None
+    return [Const(value, t.elt, t.shape)]
+
+
 @handles("stablehlo.dynamic_slice")
 def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
     """``dynamic_slice`` at offsets known at import time: constants (``dist.extract_slice``)
@@ -1433,6 +2192,10 @@ def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
             offsets.append(min(max(int(st.values[0] if isinstance(st, DevVal) else st.value), 0), hi))
     if isinstance(v, Const):
         return [Const(v.value, v.elt, t.shape)]
+    if isinstance(v, Patched) and not per_device:
+        block = v.block(offsets, sizes)
+        if block is not None:
+            return [block]
     x = tr.materialize(v)
     if per_device:
         x = tr.device_slice(x, per_device)
@@ -1441,36 +2204,113 @@ def _h_dynamic_slice(tr: Translator, node: OpNode) -> list[Val]:
     return [tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, offsets, list(sizes), [1] * len(sizes))).results[0]]
 
 
-def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
-    import re
+@handles("stablehlo.dynamic_update_slice")
+def _h_dynamic_update_slice(tr: Translator, node: OpNode) -> list[Val]:
+    """``x`` with ``update`` written at start indices known at import time (constants),
+    each clamped into ``[0, dim - update dim]`` as StableHLO does: the parts of ``x``
+    around the update's box and the update, put together dim by dim
+    (``dist.extract_slice``, ``dist.concat``: data movement only, exact)."""
+    t = _result(tr, node)
+    if len(node.operands) < 2:
+        raise tr.error("'stablehlo.dynamic_update_slice' takes an operand, an update and one start index per dim", node)
+    x, u = tr.operand(node, 0), tr.operand(node, 1)
+    shape, ushape = shape_of(x), shape_of(u)
+    starts = [tr.operand(node, i) for i in range(2, len(node.operands))]
+    if not len(starts) == len(shape) == len(ushape) or t.shape != shape:
+        raise tr.error(f"'stablehlo.dynamic_update_slice' needs an update of the operand's rank, one start index per dim of {_fmt(shape)} and the operand's type as result", node)
+    if any(not 0 <= a <= b for a, b in zip(ushape, shape)):
+        raise tr.error(f"the update {_fmt(ushape)} does not fit in {_fmt(shape)}", node)
+    if _elt_of(x) != _elt_of(u):
+        raise tr.error(f"the update's element type {elt_name(_elt_of(u))} is not the operand's {elt_name(_elt_of(x))}", node)
+    offsets = []
+    for d, st in enumerate(starts):
+        value = st.values[0] if isinstance(st, DevVal) and st.uniform() else getattr(st, "value", None)
+        if shape_of(st) != () or not isinstance(value, int) or isinstance(value, bool):
+            raise ParseError(node.operands[d + 2].span, "a start index of 'stablehlo.dynamic_update_slice' must be an integer scalar known at import time (a constant)")
+        offsets.append(min(max(value, 0), shape[d] - ushape[d]))
+    if ushape == shape:
+        return [u]
+    return [paste(tr, tr.materialize(x), tr.materialize(u), offsets, 0)]
 
-    dn = node.attrs.get("dimension_numbers")
+
+def paste(tr: Translator, x: SSAValue, u: SSAValue, offsets: Sequence[int], d: int) -> SSAValue:
+    """``x`` with ``u`` at ``offsets`` in dims ``d`` and after (earlier dims already
+    match): the part before the box along d, ``u`` pasted into the box's slab, the part
+    after, concatenated along d."""
+    shape, ushape = shape_of(x), shape_of(u)
+    if d == len(shape):
+        return u
+    o, n = offsets[d], ushape[d]
+    if o == 0 and n == shape[d]:
+        return paste(tr, x, u, offsets, d + 1)
+
+    def part(lo: int, hi: int) -> SSAValue:
+        off = [0] * len(shape)
+        off[d] = lo
+        size = list(shape)
+        size[d] = hi - lo
+        return tr.emit_checked(lambda: dist.ExtractSliceOp.get(x, off, size, [1] * len(shape))).results[0]
+
+    pieces = [part(0, o)] if o else []
+    pieces.append(paste(tr, part(o, o + n), u, offsets, d + 1))
+    if o + n < shape[d]:
+        pieces.append(part(o + n, shape[d]))
+    pieces = tr.unify(pieces, shape)
+    return tr.emit_checked(lambda: dist.ConcatOp.of(*pieces, dim=d)).results[0]
+
+
+def dimension_numbers(tr: Translator, node: OpNode, attr: str, kind: str, lists: Sequence[str], ints: Sequence[str] = ("index_vector_dim",)) -> dict[str, Any]:
+    """``#stablehlo.KIND<key = [..], key = N, ..>`` (attribute ``attr``) as a dict: every
+    key of ``lists`` (absent: []) and ``ints`` (absent: None); any other key, or a key
+    given twice, is a diagnostic (a misspelled key would otherwise change the meaning)."""
+    dn = node.attrs.get(attr)
     text = dn.text if isinstance(dn, Opaque) else ""
-    if not text.startswith("#stablehlo.gather<"):
-        raise tr.error("'stablehlo.gather' needs dimension_numbers = #stablehlo.gather<...>", node)
-    out: dict[str, Any] = {}
-    for key in ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"):
-        m = re.search(r"\b" + key + r"\s*=\s*\[([0-9,\s]*)\]", text)
-        out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x] if m else []
-    m = re.search(r"index_vector_dim\s*=\s*(\d+)", text)
-    out["index_vector_dim"] = int(m.group(1)) if m else None
+    head = f"#stablehlo.{kind}<"
+    if not (text.startswith(head) and text.endswith(">")):
+        raise tr.error(f"'{node.name}' needs {attr} = {head}...>", node)
+    out: dict[str, Any] = {k: [] for k in lists} | {k: None for k in ints}
+    seen: set[str] = set()
+    for m in re.finditer(r"\s*([A-Za-z_]\w*)\s*=\s*(\[[0-9,\s]*\]|-?\d+)\s*(,|$)", text[len(head) : -1]):
+        key, value = m.group(1), m.group(2)
+        if key in seen or (key not in lists and key not in ints):
+            what = "given twice" if key in seen else f"not a key of #stablehlo.{kind} ({', '.join([*lists, *ints])})"
+            raise tr.error(f"'{key}' in {attr} is {what}", node)
+        seen.add(key)
+        if value.startswith("["):
+            if key not in lists:
+                raise tr.error(f"'{key}' in {attr} takes an integer, got {value}", node)
+            out[key] = [int(x) for x in value[1:-1].replace(" ", "").split(",") if x]
+        else:
+            if key not in ints:
+                raise tr.error(f"'{key}' in {attr} takes a list, got {value}", node)
+            out[key] = int(value)
+    rest = re.sub(r"\s*([A-Za-z_]\w*)\s*=\s*(\[[0-9,\s]*\]|-?\d+)\s*(,|$)", "", text[len(head) : -1])
+    if rest.strip():
+        raise tr.error(f"cannot read '{rest.strip()}' in {attr}", node)
     return out
+
+
+def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
+    return dimension_numbers(tr, node, "dimension_numbers", "gather", ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"))
 
 
 GATHER_SUBSET = (
     "distir reads row lookups: one collapsed dim that the indices select (start_index_map = "
-    "collapsed_slice_dims = [g]) of a 2-d table, or of a 3-d table whose dim 0 is a batching dim "
-    "of the indices' dim 0, every other dim taken whole, the index vector dim last"
+    "collapsed_slice_dims = [g]) of a 1-d or 2-d table, or of a 2-d or 3-d table whose dim 0 is a "
+    "batching dim of the indices' dim 0, every other dim taken whole, the index vector dim last"
 )
 
 
 @handles("stablehlo.gather")
 def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
     """Row lookups (``jnp.take(table, idx, axis=g)``, ``table[idx]``, the sdy export of
-    ``dist.embedding_bag``) as ``dist.embedding_bag`` of bags of one row: the indices
-    clamped into the table (StableHLO's rule for a start index), flattened to ``[N, 1]``
-    (``[T, N, 1]`` with a batching dim), the bags ``[N, D]`` reshaped to the indices'
-    shape and the row moved to the offset dim. Any other gather is a diagnostic."""
+    ``dist.embedding_bag``) and element lookups along a dim of each row
+    (``jnp.take_along_axis``: a table ``[B, V]`` whose dim 0 is a batching dim, no
+    offset dim) as ``dist.embedding_bag`` of bags of one row: the indices clamped into
+    the table (StableHLO's rule for a start index), flattened to ``[N, 1]`` (``[T, N,
+    1]`` with a batching dim), a table without a row width seen as rows of width 1, the
+    bags ``[N, D]`` reshaped to the indices' shape and the row moved to the offset dim.
+    Any other gather is a diagnostic."""
     if len(node.operands) != 2:
         raise tr.error("'stablehlo.gather' takes a table and indices", node)
     t = _result(tr, node)
@@ -1483,8 +2323,9 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
     g = nums["start_index_map"]
     ivd = nums["index_vector_dim"]
     idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
+    has_width = len(ts) == lead + 2
     ok = (
-        len(ts) == 2 + lead
+        len(ts) in (lead + 1, lead + 2)
         and batch in ([], [0])
         and nums["start_indices_batching_dims"] == batch
         and len(g) == 1
@@ -1495,24 +2336,28 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
         and all(sizes[d] == ts[d] for d in range(len(ts)) if d not in (*batch, g[0]))
         and ivd is not None
         and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
-        and len(nums["offset_dims"]) == 1
+        and len(nums["offset_dims"]) == (1 if has_width else 0)
         and isinstance(idx_elt, IntegerType)
         and idx_elt != i1
     )
     bshape = tuple(ish[:ivd])
     if ok:
-        ok = nums["offset_dims"][0] <= len(bshape) and (not lead or (bshape and bshape[0] == ts[0]))
+        ok = (not has_width or nums["offset_dims"][0] <= len(bshape)) and (not lead or (bshape and bshape[0] == ts[0]))
     if not ok:
         raise tr.error(f"this form of 'stablehlo.gather' is not supported ({GATHER_SUBSET})", node)
-    width_dim = next(d for d in range(len(ts)) if d not in (*batch, g[0]))
-    rows, width = ts[g[0]], ts[width_dim]
+    rows = ts[g[0]]
     want = list(bshape)
-    want.insert(nums["offset_dims"][0], width)
+    if has_width:
+        width_dim = next(d for d in range(len(ts)) if d not in (*batch, g[0]))
+        want.insert(nums["offset_dims"][0], ts[width_dim])
     if tuple(want) != t.shape:
         raise tr.error(f"the gather gives {_fmt(want)}, the result type says {t}", node)
     tab = tr.materialize(table)
-    if g[0] != len(ts) - 2:  # the looked-up dim second to last
+    if not has_width:
+        tab = tr.reshape(tab, (*ts, 1))
+    elif g[0] != len(ts) - 2:  # the looked-up dim second to last
         tab = tr.transpose(tab, [*range(lead), g[0], width_dim])
+    width = shape_of(tab)[-1]
     n = pymath.prod(bshape[lead:])
     flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
     elt = _elt_of(flat_idx)
@@ -1524,6 +2369,8 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
 
     safe = tr.map_op([flat_idx], [elt], shape_of(flat_idx), elt, clamp)
     bags = tr.emit_checked(lambda: dist.EmbeddingBagOp.of(tab, safe, mode="sum", sizes=tr.sizes())).results[0]
+    if not has_width:
+        return [tr.reshape(bags, bshape)]
     y = tr.reshape(bags, (*bshape, width))
     k = nums["offset_dims"][0]
     if k != len(bshape):
@@ -1531,6 +2378,86 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
         perm.insert(k, len(bshape))
         y = tr.transpose(y, perm)
     return [y]
+
+
+SCATTER_SUBSET = (
+    "distir reads additions into rows (the gradient of a row lookup, table.at[ids].add(u)): one "
+    "inserted dim that the indices select (scatter_dims_to_operand_dims = inserted_window_dims = [g]) "
+    "of a 1-d or 2-d operand, or of a 2-d or 3-d operand whose dim 0 is a batching dim of the indices' "
+    "dim 0, updates holding whole rows, the index vector dim last, an add region"
+)
+
+
+@handles("stablehlo.scatter")
+def _h_scatter(tr: Translator, node: OpNode) -> list[Val]:
+    """Additions into rows as ``dist.scatter_add`` (the adjoint of ``embedding_bag``): the
+    indices flattened to ``[N, 1]`` (``[T, N, 1]`` with a batching dim), the updates to
+    ``[N, D]`` with the row last, an operand without a row width seen as rows of width
+    1; indices outside the operand add nothing (StableHLO: such updates are skipped);
+    the operand added unless it is a zero constant (the usual gradient). Any other
+    scatter is a diagnostic."""
+    if len(node.operands) != 3 or len(node.results) != 1:
+        raise tr.error("'stablehlo.scatter' of several operands at once is not supported (one operand, indices, updates)", node)
+    kind, span = _reducer_kind(tr, node, "scatter")
+    if kind != "stablehlo.add":
+        raise tr.error(f"'stablehlo.scatter' combining by '{kind}' is not supported (add: the gradient of a lookup)", node, span)
+    t = _result(tr, node)
+    operand, idx, upd = (tr.operand(node, i) for i in range(3))
+    os_, ish, us = shape_of(operand), shape_of(idx), shape_of(upd)
+    nums = dimension_numbers(tr, node, "scatter_dimension_numbers", "scatter", ("update_window_dims", "inserted_window_dims", "input_batching_dims", "scatter_indices_batching_dims", "scatter_dims_to_operand_dims"))
+    batch = nums["input_batching_dims"]
+    lead = len(batch)
+    g = nums["scatter_dims_to_operand_dims"]
+    ivd = nums["index_vector_dim"]
+    idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
+    has_width = len(os_) == lead + 2
+    bshape = tuple(ish[:ivd]) if ivd is not None else ()
+    window = nums["update_window_dims"]
+    ok = (
+        len(os_) in (lead + 1, lead + 2)
+        and batch in ([], [0])
+        and nums["scatter_indices_batching_dims"] == batch
+        and len(g) == 1
+        and nums["inserted_window_dims"] == g
+        and g[0] >= lead
+        and ivd is not None
+        and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
+        and len(window) == (1 if has_width else 0)
+        and isinstance(idx_elt, IntegerType)
+        and idx_elt != i1
+        and (not lead or (bshape and bshape[0] == os_[0]))
+        and t.shape == os_
+    )
+    if ok:
+        width_dim = next((d for d in range(len(os_)) if d not in (*batch, g[0])), None)
+        want = list(bshape)
+        if has_width:
+            ok = window[0] <= len(bshape)
+            want.insert(window[0], os_[width_dim])
+        ok = ok and tuple(want) == us
+    if not ok:
+        raise tr.error(f"this form of 'stablehlo.scatter' is not supported ({SCATTER_SUBSET})", node)
+    elt = tr.elt(t.elt, node)
+    n = pymath.prod(bshape[lead:])
+    u = tr.materialize(upd)
+    if has_width and window[0] != len(bshape):  # the row width last
+        u = tr.transpose(u, [d for d in range(len(us)) if d != window[0]] + [window[0]])
+    width = os_[width_dim] if has_width else 1
+    u = tr.reshape(u, (*bshape[:lead], n, width))
+    flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
+    rows = os_[g[0]]
+    placed = (*os_[:lead], rows, width)
+    ty = tr.new_type_like([u], placed, elt)
+    y = tr.emit_checked(lambda: dist.ScatterAddOp.make([flat_idx, u], [ty])).results[0]
+    if not has_width:
+        y = tr.reshape(y, os_)
+    elif g[0] != len(os_) - 2:  # the row dim back where the operand has it
+        y = tr.transpose(y, [*range(lead), lead + 1, lead])
+    if isinstance(operand, Const) and operand.value == 0 and pymath.copysign(1, operand.value) > 0:
+        return [y]  # scatter_add starts from +0, as the zeros of a gradient do
+    add = arith.AddfOp if _is_float(elt) else arith.AddiOp
+    base = tr.materialize(operand)
+    return [tr.map_op([base, y], [elt, elt], os_, elt, lambda a: [add(a[0], a[1])])]
 
 
 @handles("func.call", "call")
@@ -1559,3 +2486,6 @@ def _h_call(tr: Translator, node: OpNode) -> list[Val]:
         if isinstance(t, TensorT) and shape_of(o) != t.shape:
             raise tr.error(f"@{node.sym} returns {_fmt(shape_of(o))} as result {i}, its type says {t}", node)
     return outs
+
+
+from distir.frontends import control_flow  # noqa: E402,F401  (registers while, case, if: its handlers and custom form)

@@ -8,6 +8,7 @@ rank count, as NCCL communicators are.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, i64
@@ -23,6 +24,10 @@ PASS = "fix-mesh-sizes"
 @dataclass(frozen=True)
 class FixMeshSizesPass(ModulePass):
     name = "fix-mesh-sizes"
+
+    REQUEST_DECIDES_VALIDITY: ClassVar[bool] = True
+    """A program this pass leaves invalid (a sliced dim the ranks do not divide) is the
+    request's fault, not a bug (``passes/pipeline.py``)."""
 
     ranks: int = 0
     """The rank count of the run (0: every mesh must already be static)."""

@@ -29,8 +29,15 @@ all-gathers from ``combine-collectives``) is computed into this rank's block of 
 gathered buffer, so the all-gather runs in place. ``coll.overlap`` chains run chunk by
 chunk (see ``overlap_p2p.py``).
 
+Blocks of different sizes (a sliced dim the ranks do not divide): buffers hold the
+largest block, and a value whose dim a collective cuts into one block per member lives
+in a padded buffer (``padding.py``): collectives run on equal blocks; reductions over
+the dim, a matmul contracting it and an embedding's rows take the rank's part
+(``rt.span``, ``rt.prefix``).
+
 The lowered function keeps its dist-level signature in the attribute ``rt.dist_type``
-(the runtime reads it to distribute inputs and assemble outputs).
+(the runtime reads it to distribute inputs and assemble outputs; an argument's buffer
+may be padded beyond its block).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ from distir.lowering.common import (
     meshes,
     static_sizes,
 )
+from distir.lowering.padding import cut, padding_plan
 from distir.passes.support import gc_paused
 
 PASS = "lower-collectives"
@@ -101,6 +109,8 @@ class FuncLowering:
             dist.MatmulOp: self._matmul,
             dist.ReduceTensorOp: self._reduce_tensor,
             dist.EmbeddingBagOp: self._embedding_bag,
+            dist.ScatterAddOp: self._scatter_add,
+            dist.SortOp: self._sort,
             dist.TakeSliceOp: self._take_slice,
             dist.RemeshOp: self._remesh,
             dist.ToLocalOp: self._remesh,
@@ -170,6 +180,128 @@ class FuncLowering:
         self.contig[v] = True
         return v
 
+    # ------------------------------------------------------------------ padded buffers
+    def alloc_value(self, v: SSAValue, hint: str | None = None) -> SSAValue:
+        """A new buffer for value ``v``: laid out padded where the padding plan says so
+        (``padding.py``; the value is then the padded buffer's prefix)."""
+        t = self.memref(v.type)
+        pads = self.pads.get(v)
+        if not pads:
+            return self.alloc(t, hint)
+        assert isinstance(t, MemRefType)
+        padded = list(t.get_shape())
+        for d, e in pads.items():
+            padded[d] = e
+        parent = self.alloc(MemRefType(t.element_type, padded), f"{hint}_padded" if hint else None)
+        return self.prefix_view(parent, t.get_shape(), entry=True)
+
+    def prefix_view(self, buf: SSAValue, dims: Sequence[int], entry: bool = False) -> SSAValue:
+        """The view of ``buf``'s leading ``dims`` elements (``rt.prefix`` per cut dim);
+        remembers ``buf`` as the view's padded buffer."""
+        view = buf
+        for d, (have, want) in enumerate(zip(shape(buf), dims)):
+            if have == want:
+                continue
+            new = list(shape(view))
+            new[d] = want
+            op = rt.PrefixOp.make([view], [MemRefType(element(buf), new)], dim=d)
+            nxt = (self.emit_entry(op) if entry else self.emit(op)).results[0]
+            self.contig[nxt] = self.contig.get(view, True) and all(x == 1 for x in new[:d])
+            view = nxt
+        if view is not buf:
+            self.padded_of[view] = buf
+        return view
+
+    def padded_parent(self, buf: SSAValue, dim: int, extent: int) -> SSAValue | None:
+        """The padded buffer ``buf`` is the prefix of, when it differs from ``buf`` only
+        in holding ``extent`` elements along ``dim``."""
+        p = self.padded_of.get(buf)
+        if p is None:
+            return None
+        a, b = shape(p), shape(buf)
+        if a[dim] != extent or any(x != y for k, (x, y) in enumerate(zip(a, b)) if k != dim):
+            return None
+        return p
+
+    def span(self, t: TensorType, dim: int) -> tuple[SSAValue, SSAValue]:
+        """(offset, count) of this rank's block of ``t``'s dim ``dim`` (``rt.span``)."""
+        axes = layout.slicing_axes(t.get_placements(), dim)
+        size = t.get_shape()[dim]
+        if not axes:
+            return self.const(0), self.const(size)
+        key = ("span", t.mesh_name, tuple(axes), size)
+        if key not in self.cache:
+            op = self.emit_entry(rt.SpanOp.get(t.mesh_name, axes, size))
+            self.cache[key] = op.results[0]
+            self.cache[key + ("len",)] = op.results[1]
+        return self.cache[key], self.cache[key + ("len",)]
+
+    def valid(self, buf: SSAValue, t: TensorType, dim: int) -> SSAValue:
+        """This rank's part of its padded buffer of ``t`` along ``dim`` (a ``?`` dim)
+        where the ranks do not divide the dim, else ``buf``."""
+        if dim not in layout.uneven_dims(t.get_shape(), t.get_placements(), self.sizes(t)):
+            return buf
+        new = list(shape(buf))
+        new[dim] = rt.DYNAMIC
+        v = self.emit(rt.PrefixOp.make([buf, self.span(t, dim)[1]], [MemRefType(element(buf), new)], dim=dim)).results[0]
+        self.contig[v] = self.contig.get(buf, True) and all(x == 1 for x in new[:dim])
+        return v
+
+    def laid_out(self, buf: SSAValue, t: TensorType, dim: int, counts: Sequence[int]) -> SSAValue:
+        """``buf`` (a value of type ``t``) as a buffer of one equal block per member of a
+        group over axes of ``counts`` ranks along ``dim``, each holding the member's
+        block: itself where the ranks divide it, its padded buffer, else a padded copy."""
+        extent, ok = cut(t, dim, self.sizes(t), counts)
+        if shape(buf)[dim] == extent:
+            return buf
+        if ok:
+            parent = self.padded_parent(buf, dim, extent)
+            if parent is not None:
+                return parent
+        padded = list(shape(buf))
+        padded[dim] = extent
+        tmp = self.alloc(MemRefType(element(buf), padded))
+        if ok:
+            self.copy(buf, self.prefix_view(tmp, shape(buf), entry=True))
+        else:
+            self.emit(rt.PadBlocksOp.make([buf, tmp, self.span(t, dim)[1], self.stream], [], dim=dim, counts=list(counts)))
+        return tmp
+
+    def receiving(self, buf: SSAValue, t: TensorType, dim: int, counts: Sequence[int], after: list[Callable[[], None]]) -> SSAValue:
+        """The buffer a collective over a group of ``counts`` ranks per axis writes one
+        equal block per member along ``dim`` into, for a result of type ``t`` whose
+        buffer is ``buf``: ``buf`` itself, its padded buffer, else a padded one whose
+        blocks ``after`` moves into ``buf``."""
+        extent, ok = cut(t, dim, self.sizes(t), counts)
+        if shape(buf)[dim] == extent:
+            return buf
+        if ok:
+            parent = self.padded_parent(buf, dim, extent)
+            if parent is not None:
+                return parent
+        padded = list(shape(buf))
+        padded[dim] = extent
+        tmp = self.alloc(MemRefType(element(buf), padded))
+        if ok:
+            view = self.prefix_view(tmp, shape(buf), entry=True)
+            after.append(lambda: self.copy(view, buf))
+        else:
+            length = self.span(t, dim)[1]
+            after.append(lambda: self.emit(rt.UnpadBlocksOp.make([tmp, buf, length, self.stream], [], dim=dim, counts=list(counts))))
+        return tmp
+
+    def gather_slot(self, recv: SSAValue, t: TensorType, axes: Sequence[int], dim: int) -> SSAValue | None:
+        """This rank's block of the buffer an all-gather over ``axes`` writes (result
+        ``recv`` of type ``t``, gathered along ``dim``), where a kernel can compute its
+        block in place: None when that buffer is not ``recv``'s own (padded) one or its
+        blocks are not contiguous."""
+        n = group_size(self.sizes(t), axes)
+        extent, ok = cut(t, dim, self.sizes(t), [self.sizes(t)[a] for a in axes])
+        base = recv if shape(recv)[dim] == extent else self.padded_parent(recv, dim, extent) if ok else None
+        if base is None or not is_contiguous_block(shape(base), dim) or not self.contig.get(base, True):
+            return None
+        return self.block(base, self.group_rank(t.mesh_name, axes), dim, n)
+
     def block(self, buf: SSAValue, index: SSAValue, dim: int, count: int) -> SSAValue:
         key = ("block", id(self.blocks[-1]), buf, index, dim, count)
         if key in self.cache:
@@ -219,7 +351,7 @@ class FuncLowering:
                 view = self.assembled_block(use.operation, use.index)
                 self.assembled_of[v] = view
                 return view
-        return self.alloc(self.memref(v.type), hint or v.name_hint)
+        return self.alloc_value(v, hint or v.name_hint)
 
     def assembled_block(self, asm: rt.AssembleOp, index: int) -> SSAValue:
         if asm not in self.assembled:
@@ -275,24 +407,40 @@ class FuncLowering:
     def run(self) -> func.FuncOp:
         f = self.f
         old_block = f.body.block
+        self.pads = padding_plan(f, self.sizes)
+        self.padded_of: dict[SSAValue, SSAValue] = {}
         arg_types = [self.memref(a.type) for a in old_block.args]
+        logical = list(arg_types)
+        for k, a in enumerate(old_block.args):
+            if a in self.pads:
+                t = arg_types[k]
+                assert isinstance(t, MemRefType)
+                padded = list(t.get_shape())
+                for d, e in self.pads[a].items():
+                    padded[d] = e
+                arg_types[k] = MemRefType(t.element_type, padded)
         res_types = [self.memref(t) for t in f.function_type.outputs.data]
         arenas = self._arenas(old_block)
-        self.entry = Block(arg_types=[*arg_types, *(self.memref(p.result.type) for p, _ in arenas)])
+        arena_types = [self.memref(p.result.type) for p, _ in arenas]
+        arena_logical = list(arena_types)
+        for k, (p, _) in enumerate(arenas):
+            if p.result in self.pads:  # one dim (a bucket is 1-d)
+                arena_types[k] = MemRefType(arena_types[k].element_type, [self.pads[p.result][0]])  # type: ignore[attr-defined]
+        self.entry = Block(arg_types=[*arg_types, *arena_types])
         self.blocks = [self.entry]
-        for old, new in zip(old_block.args, self.entry.args):
+        for old, new, t in zip(old_block.args, self.entry.args, logical):
             new.name_hint = old.name_hint
-            self.buf[old] = new
             self.contig[new] = True
+            self.buf[old] = new if new.type == t else self.prefix_view(new, t.get_shape(), entry=True)  # type: ignore[attr-defined]
         self.arena_members: dict[SSAValue, list[int]] = {}
         self.arena_of: dict[tuple[int, ...], tuple[SSAValue, SSAValue]] = {}
         for k, (p, idx) in enumerate(arenas):
             a = self.entry.args[len(arg_types) + k]
             a.name_hint = f"arena{k}"
-            self.buf[p.result] = a
             self.contig[a] = True
-            self.arena_members[a] = idx
-            self.arena_of[tuple(idx)] = (a, p.result)
+            self.buf[p.result] = a if a.type == arena_logical[k] else self.prefix_view(a, arena_logical[k].get_shape(), entry=True)  # type: ignore[attr-defined]
+            self.arena_members[self.buf[p.result]] = idx
+            self.arena_of[tuple(idx)] = (self.buf[p.result], p.result)
         self.stream = self.stream_n(0)
         self.inplace = self._inplace_results()
         self._assign_inplace_dests()
@@ -307,7 +455,7 @@ class FuncLowering:
             arg_attrs = ArrayAttr([*arg_attrs.data, *(DictionaryAttr({}) for _ in arenas)])
         new = func.FuncOp(
             f.sym_name.data,
-            ([*arg_types, *(self.memref(p.result.type) for p, _ in arenas)], res_types),
+            ([*arg_types, *arena_types], res_types),
             Region(self.entry),
             f.sym_visibility,
             arg_attrs=arg_attrs,
@@ -521,10 +669,11 @@ class FuncLowering:
                 if arg is None or not self._only_read_in_place(arg, call, axes, d, order):
                     continue
             else:
-                recv = self.alloc(recv_t, result.name_hint)
+                recv = self.alloc_value(result, result.name_hint)
                 self.dest[result] = recv
-            n = group_size(self.sizes(xt), axes)
-            self.dest[x] = self.block(recv, self.group_rank(xt.mesh_name, axes), d, n)
+            slot = self.gather_slot(recv, result.type, axes, d)  # type: ignore[arg-type]
+            if slot is not None:
+                self.dest[x] = slot
 
     @staticmethod
     def _gathers(block: Block) -> list[tuple[SSAValue, SSAValue, list[int]]]:
@@ -575,7 +724,7 @@ class FuncLowering:
         for i, v in enumerate(op.arguments):
             b = self.input(v)
             if i in self.inplace:
-                arg = self.entry.args[self.inplace[i]]
+                arg = self.buf[self.f.body.block.args[self.inplace[i]]]
                 if b is not arg:
                     self.guarded(v.type, lambda b=b, arg=arg: self.copy(b, arg))
                 b = arg
@@ -595,17 +744,26 @@ class FuncLowering:
 
     def _matmul(self, op: dist.MatmulOp) -> None:
         a, b = self.input(op.lhs), self.input(op.rhs)
+        at, bt = op.lhs.type, op.rhs.type
+        assert isinstance(at, TensorType) and isinstance(bt, TensorType)
+        a, b = self.valid(a, at, at.rank - 1), self.valid(b, bt, bt.rank - 2)  # a contracted dim: no padding
         c = self.out(op.result)
         self.guarded(op.result.type, lambda: self.emit(rt.MatmulOp.make([a, b, c, self.stream], [])))
         self.buf[op.result] = c
 
     def _reduce_tensor(self, op: dist.ReduceTensorOp) -> None:
         a = self.input(op.input)
+        t = op.input.type
+        assert isinstance(t, TensorType)
+        dims = op.option("dims")
+        options = {"op": op.option("op"), "dims": dims}
+        uneven = [d for d in dims if d in layout.uneven_dims(t.get_shape(), t.get_placements(), self.sizes(t))]
+        for d in uneven:  # a reduced dim: no padding
+            a = self.valid(a, t, d)
+        if uneven and op.option("op") == "avg":
+            options["count"] = float(layout.avg_count(t.get_shape(), t.get_placements(), self.sizes(t), dims))
         c = self.out(op.result)
-        self.guarded(
-            op.result.type,
-            lambda: self.emit(rt.ReduceTensorOp.make([a, c, self.stream], [], op=op.option("op"), dims=op.option("dims"))),
-        )
+        self.guarded(op.result.type, lambda: self.emit(rt.ReduceTensorOp.make([a, c, self.stream], [], **options)))
         self.buf[op.result] = c
 
     def embedding_row0(self, op: dist.EmbeddingBagOp) -> SSAValue:
@@ -615,12 +773,17 @@ class FuncLowering:
         axes = layout.slicing_axes(table_t.get_placements(), row_dim)
         if not axes:
             return self.const(0)
+        if row_dim in layout.uneven_dims(table_t.get_shape(), table_t.get_placements(), self.sizes(table_t)):
+            return self.span(table_t, row_dim)[0]
         rows = local_shape(table_t, self.sizes(table_t))[row_dim]
         g = self.group_rank(table_t.mesh_name, axes)
         return self.cached(("row0", g, rows), lambda: arith.MuliOp(g, self.const(rows)))
 
     def _embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
         t, i = self.input(op.table), self.input(op.indices)
+        tt = op.table.type
+        assert isinstance(tt, TensorType)
+        t = self.valid(t, tt, tt.rank - 2)  # rows past this rank's block are not its rows
         c = self.out(op.result)
         row0 = self.embedding_row0(op)
         self.guarded(
@@ -629,11 +792,40 @@ class FuncLowering:
         )
         self.buf[op.result] = c
 
+    def _scatter_add(self, op: dist.ScatterAddOp) -> None:
+        """``rt.scatter_add`` into this rank's block of the result, whose first row is
+        global row ``row0`` (0 unless the result is sliced on its rows)."""
+        i, u = self.input(op.indices), self.input(op.updates)
+        c = self.out(op.result)
+        t: TensorType = op.result.type  # type: ignore[assignment]
+        row_dim = t.rank - 2
+        axes = layout.slicing_axes(t.get_placements(), row_dim)
+        rows_of = c
+        if axes and row_dim in layout.uneven_dims(t.get_shape(), t.get_placements(), self.sizes(t)):
+            row0 = self.span(t, row_dim)[0]
+            rows_of = self.valid(c, t, row_dim)  # the padding's rows are other ranks' (nested) or none
+        elif axes:
+            rows = local_shape(t, self.sizes(t))[row_dim]
+            g = self.group_rank(t.mesh_name, axes)
+            row0 = self.cached(("row0", g, rows), lambda: arith.MuliOp(g, self.const(rows)))
+        else:
+            row0 = self.const(0)
+        self.guarded(t, lambda: self.emit(rt.ScatterAddOp.make([i, u, row0, rows_of, self.stream], [])))
+        self.buf[op.result] = c
+
+    def _sort(self, op: dist.SortOp) -> None:
+        ins = [self.input(x) for x in op.inputs]
+        outs = [self.out(r) for r in op.outputs]
+        self.guarded(op.outputs[0].type, lambda: self.emit(rt.SortOp.make([*ins, *outs, self.stream], [], dim=op.option("dim"))))
+        for r, b in zip(op.outputs, outs):
+            self.buf[r] = b
+
     def _take_slice(self, op: dist.TakeSliceOp) -> None:
         t: TensorType = op.input.type  # type: ignore[assignment]
         axis, dim = op.option("axis"), op.option("dim")
         n = self.sizes(t)[axis]
-        self.buf[op.result] = self.block(self.input(op.input), self.group_rank(t.mesh_name, [axis]), dim, n)
+        base = self.laid_out(self.input(op.input), t, dim, [n])
+        self.buf[op.result] = self.block(base, self.group_rank(t.mesh_name, [axis]), dim, n)
 
     def _pack(self, op: rt.PackOp) -> None:
         """A bucket: the arena of its arguments, else a new buffer the members are
@@ -701,7 +893,8 @@ class FuncLowering:
             self.buf[op.result] = self.input(x)
         elif isinstance(op, dist.SliceOp):
             n = self.sizes(t)[axis]
-            self.buf[op.result] = self.block(self.input(x), self.group_rank(t.mesh_name, [axis]), op.option("dim"), n)
+            base = self.laid_out(self.input(x), t, op.option("dim"), [n])
+            self.buf[op.result] = self.block(base, self.group_rank(t.mesh_name, [axis]), op.option("dim"), n)
         else:
             cls = {dist.ReduceOp: coll.AllReduceOp, dist.JoinOp: coll.AllGatherOp, dist.LoadOp: coll.BroadcastOp}[type(op)]
             options = {"axes": [axis], "op": op.option("op") if isinstance(op, dist.ReduceOp) else None}
@@ -732,8 +925,25 @@ class FuncLowering:
         xt: TensorType = x.type  # type: ignore[assignment]
         axes = list(options.get("axes") or (0,))
         sizes = self.sizes(xt, op)
-        call = Call(op, xt, rtype, options, axes, sizes, group_size(sizes, axes), self.input(x), recv, self.comm(xt.mesh_name, axes))  # type: ignore[arg-type]
-        return cls.lower(self, call)
+        n = group_size(sizes, axes)
+        # Dims cut into one block per member: equal blocks of a padded buffer where the
+        # ranks do not divide them (``padding.py``).
+        cut_send, cut_recv = cls.cut_dims(xt, options, axes)
+        counts = [sizes[a] for a in axes]
+        send = self.input(x)
+        for d in cut_send:
+            send = self.laid_out(send, xt, d, counts)
+        after: list[Callable[[], None]] = []
+        into = recv
+        for d in cut_recv:
+            into = self.receiving(into, rtype, d, counts, after)  # type: ignore[arg-type]
+        call = Call(op, xt, rtype, options, axes, sizes, n, send, into, self.comm(xt.mesh_name, axes))  # type: ignore[arg-type]
+        got = cls.lower(self, call)
+        if got is into and into is not recv:
+            for move in after:
+                self.guarded(rtype, move)
+            return recv
+        return got
 
     def gather_block(self, send: SSAValue, recv: SSAValue, dim: int, n: int, comm: SSAValue) -> None:
         """All-gather this rank's block ``send`` along ``dim`` into ``recv``."""
@@ -774,7 +984,7 @@ class FuncLowering:
             elif op.FIRST is None:
                 self.buf[arg] = self.input(x)
             else:
-                self.buf[arg] = self.collective(op.FIRST, x, at, op.first_options(), self.alloc(self.memref(at), arg.name_hint), op)
+                self.buf[arg] = self.collective(op.FIRST, x, at, op.first_options(), self.alloc_value(arg, arg.name_hint), op)
         term = region.last_op
         assert isinstance(term, coll.YieldOp)
         flags = op.gather_flags()
@@ -791,8 +1001,9 @@ class FuncLowering:
             if op.FINISH is coll.AllGatherOp:
                 d = layout.innermost_slicing(yt.get_placements(), axes)
                 if d is not None and is_contiguous_block(shape(recv), d) and y not in self.dest and isinstance(y.owner, rt.CallOp):
-                    view = self.block(recv, self.group_rank(yt.mesh_name, axes), d, group_size(self.sizes(yt), axes))
-                    self.dest[y] = view
+                    view = self.gather_slot(recv, res.type, axes, d)  # type: ignore[arg-type]
+                    if view is not None:
+                        self.dest[y] = view
             elif op.FINISH is coll.BroadcastOp and y not in self.dest and isinstance(y.owner, rt.CallOp):
                 self.dest[y] = recv
         for inner_op in region.ops:

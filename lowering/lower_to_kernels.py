@@ -446,7 +446,9 @@ class LowerToKernelsPass(ModulePass):
             chunk_major = chunk is not None and len(chunk) > 3 and chunk[3] == 1
             if chunk is not None and not chunk_major:
                 extent *= chunk[2]
-            if axes:
+            if axes and chunk is None and d in layout.uneven_dims(t.get_shape(), t.get_placements(), builder.sizes):
+                new.append(rt.SpanOp.get(t.mesh_name, axes, t.get_shape()[d]))  # blocks of different sizes
+            elif axes:
                 g = rt.GroupRankOp.get(t.mesh_name, axes)
                 c = arith.ConstantOp.from_int_and_width(extent, INDEX)
                 new += [g, c, arith.MuliOp(g, c)]

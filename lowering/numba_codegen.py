@@ -66,7 +66,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from distir.dialects import rt
+from distir.dialects import rt, scalar
 
 ZERO_COPY_TILE = 2048
 """Elements per tile of the zero-copy fused kernel (its reduction buffer stays in L1/L2)."""
@@ -210,7 +210,7 @@ def _round(x):
 def _roundeven(x):
     r = math.floor(x)
     d = x - r
-    if d > 0.5 or (d == 0.5 and math.fmod(r, 2.0) != 0.0):
+    if d > 0.5 or (d == 0.5 and r - 2.0 * math.floor(r * 0.5) != 0.0):  # r odd (numba's CPU has no math.fmod)
         r += 1.0
     return r
 
@@ -382,6 +382,7 @@ _FLOAT_BIN = {
     xmath.PowFOp: "math.pow({a}, {b})",
     xmath.Atan2Op: "math.atan2({a}, {b})",
     xmath.CopySignOp: "math.copysign({a}, {b})",
+    scalar.RemFOp: "FMOD({a}, {b})",
 }
 
 _FLOAT_UN = {
@@ -408,6 +409,7 @@ _FLOAT_UN = {
     xmath.RoundEvenOp: "_roundeven({a})",
     xmath.TruncOp: "_trunc({a})",
     xmath.CbrtOp: "math.copysign(math.pow(abs({a}), {third}), {a})",
+    scalar.ErfcOp: "math.erfc({a})",
 }
 for _name in ("AsinOp", "AcosOp", "SinhOp", "CoshOp", "AsinhOp", "AcoshOp", "AtanhOp", "ErfcOp"):
     if hasattr(xmath, _name):
@@ -428,6 +430,13 @@ _INT_BIN = {
     arith.MinSIOp: "min({a}, {b})",
     arith.ShLIOp: "({a} << {b})",
     arith.ShRSIOp: "({a} >> {b})",
+}
+
+_UINT_BIN = {
+    arith.DivUIOp: "(({a} // {b}) if {y} != 0 else 0)",
+    arith.RemUIOp: "(({a} % {b}) if {y} != 0 else 0)",
+    arith.MaxUIOp: "({x} if {a} >= {b} else {y})",
+    arith.MinUIOp: "({x} if {a} <= {b} else {y})",
 }
 
 _CMPF = {
@@ -561,7 +570,10 @@ class Translator:
         ft = self.cast(op.results[0].type) if op.results else ""
         if cls in _FLOAT_BIN:
             a, b = (self.name(x) for x in op.operands)
-            return [self.assign(op.results[0], f"{ft}({_FLOAT_BIN[cls].format(a=a, b=b)})")]
+            expr = _FLOAT_BIN[cls].format(a=a, b=b)
+            # numba has np.fmod on the CPU and math.fmod on CUDA (not the other way round)
+            expr = expr.replace("FMOD(", "np.fmod(" if self.target == "cpu" else "math.fmod(")
+            return [self.assign(op.results[0], f"{ft}({expr})")]
         if cls in _FLOAT_UN:
             a = self.name(op.operands[0])
             expr = _FLOAT_UN[cls].format(a=a, one=f"{ft}(1.0)", two=f"{ft}(2.0)", third=f"{ft}(1.0 / 3.0)")
@@ -582,6 +594,11 @@ class Translator:
             t = op.results[0].type
             u = "numba.uint64" if isinstance(t, IndexType) else f"numba.uint{int_name(t).removeprefix('int')}"
             return [self.assign(op.results[0], f"{self.cast(t)}({u}({a}) >> {u}({b}))")]
+        if cls in _UINT_BIN:  # the bits as unsigned; division by zero gives 0, as arith.py
+            a, b = (self.unsigned(x) for x in op.operands)
+            t = op.results[0].type
+            expr = _UINT_BIN[cls].format(a=a, b=b, x=self.name(op.operands[0]), y=self.name(op.operands[1]))
+            return [self.assign(op.results[0], f"{self.cast(t)}({expr})")]
         if cls in _INT_BIN:
             a, b = (self.name(x) for x in op.operands)
             t = op.results[0].type
@@ -607,14 +624,32 @@ class Translator:
         if isinstance(op, (arith.ExtFOp, arith.TruncFOp)):
             # f16/bf16 compute in f32 (rounded on store), so only f64 boundaries convert.
             return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
-        if isinstance(op, (arith.SIToFPOp, arith.UIToFPOp)):
+        if isinstance(op, arith.UIToFPOp):  # the bits as unsigned
+            return [self.assign(op.results[0], f"{ft}({self.unsigned(op.operands[0])})")]
+        if isinstance(op, arith.ExtUIOp):
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.unsigned(op.operands[0])})")]
+        if isinstance(op, arith.FPToUIOp):  # through uint64: a value above the signed range wraps
+            return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}(numba.uint64({self.name(op.operands[0])}))")]
+        if isinstance(op, arith.SIToFPOp):
             return [self.assign(op.results[0], f"{ft}({self.name(op.operands[0])})")]
-        if isinstance(op, (arith.FPToSIOp, arith.FPToUIOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp, arith.IndexCastOp)):
+        if isinstance(op, (arith.FPToSIOp, arith.ExtSIOp, arith.TruncIOp, arith.IndexCastOp)):
             return [self.assign(op.results[0], f"{self.cast(op.results[0].type)}({self.name(op.operands[0])})")]
+        if isinstance(op, arith.BitcastOp):
+            src, dst = op.operands[0].type, op.results[0].type
+            if float_bits(src) not in (0, 32, 64) or float_bits(dst) not in (0, 32, 64) or int_name(src if not is_float(src) else dst) not in ("int32", "int64"):
+                raise UnsupportedKernel(f"'arith.bitcast' from {src} to {dst} is not supported in kernels (32 and 64 bits)")
+            name = f"_bitcast_{'f' if is_float(src) else 'i'}{'f' if is_float(dst) else 'i'}{max(float_bits(src), float_bits(dst))}"
+            return [self.assign(op.results[0], f"{name}({self.cast(src)}({self.name(op.operands[0])}))")]
         if isinstance(op, rt.RandomOp):
             seed, index = (self.name(x) for x in op.operands)
             return [self.assign(op.results[0], f"_bits({seed}, {index})")]
         raise UnsupportedKernel(f"'{op.name}' is not supported in kernels")
+
+    def unsigned(self, v: SSAValue) -> str:
+        """``v``'s bits as an unsigned integer of its width."""
+        t = v.type
+        w = 64 if isinstance(t, IndexType) else t.width.data  # type: ignore[attr-defined]
+        return f"numba.uint{w if w in (8, 16, 32, 64) else 64}({self.name(v)})"
 
     def assign(self, v: SSAValue, expr: str) -> str:
         n = self.fresh()
@@ -626,14 +661,78 @@ def _indent(lines: Sequence[str], n: int) -> list[str]:
     return [" " * n + line for line in lines]
 
 
+BITCAST_CPU = '''
+# arith.bitcast: the bits of a scalar as another type of the same width (an LLVM bitcast).
+from llvmlite import ir as _ir
+from numba.core import types as _types
+from numba.extending import intrinsic as _intrinsic
+
+
+def _bitcaster(src, dst, to):
+    @_intrinsic
+    def cast(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], to)
+
+        return dst(src), codegen
+
+    return cast
+
+
+_bitcast_fi32 = _bitcaster(_types.float32, _types.int32, _ir.IntType(32))
+_bitcast_if32 = _bitcaster(_types.int32, _types.float32, _ir.FloatType())
+_bitcast_fi64 = _bitcaster(_types.float64, _types.int64, _ir.IntType(64))
+_bitcast_if64 = _bitcaster(_types.int64, _types.float64, _ir.DoubleType())
+'''
+
+BITCAST_CUDA = '''
+# arith.bitcast on a GPU: libdevice's __float_as_int and friends; in numba's simulator,
+# numpy views.
+from numba import config as _config
+
+if _config.ENABLE_CUDASIM:
+    def _bitcast_fi32(x):
+        return np.array([x], np.float32).view(np.int32)[0]
+
+    def _bitcast_if32(x):
+        return np.array([x], np.int32).view(np.float32)[0]
+
+    def _bitcast_fi64(x):
+        return np.array([x], np.float64).view(np.int64)[0]
+
+    def _bitcast_if64(x):
+        return np.array([x], np.int64).view(np.float64)[0]
+else:
+    from numba.cuda import libdevice as _libdevice
+
+    @_dev
+    def _bitcast_fi32(x):
+        return _libdevice.float_as_int(x)
+
+    @_dev
+    def _bitcast_if32(x):
+        return _libdevice.int_as_float(x)
+
+    @_dev
+    def _bitcast_fi64(x):
+        return _libdevice.double_as_longlong(x)
+
+    @_dev
+    def _bitcast_if64(x):
+        return _libdevice.longlong_as_double(x)
+'''
+
+
 def _header(target: str, fastmath: Any = None, parallel: bool = False) -> str:
     if target == "cuda":
         dev = "cuda.jit(device=True, inline=True)"
         head = "import math\nimport numba\nimport numpy as np\nfrom numba import cuda\n"
+        bitcast = BITCAST_CUDA
     else:
         dev = "numba.njit(inline='always', error_model='numpy')"
         head = "import math\nimport numba\nimport numpy as np\n"
-    return head + f"_dev = {dev}\n" + CONSTANTS + HELPERS
+        bitcast = BITCAST_CPU
+    return head + f"_dev = {dev}\n" + CONSTANTS + HELPERS + bitcast
 
 
 def _param_kinds(tr: Translator, target: str) -> tuple[list[str], list[str | None]]:
@@ -860,6 +959,10 @@ def cache_dir() -> Path:
 
 
 def _load_module(source: str, tag: str):
+    """The module of a kernel's source: a file in the cache directory (Numba caches a
+    function only when its module has one), or, when the cache cannot be written (a
+    read-only folder, a file where the folder should be), a module in memory, with a
+    warning (``cached`` is then False on it)."""
     digest = hashlib.sha256((tag + source).encode()).hexdigest()[:24]
     modname = f"distir_kernel_{digest}"
     if modname in sys.modules:
@@ -868,7 +971,7 @@ def _load_module(source: str, tag: str):
     try:
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{modname}.py"
-        if not path.exists() or path.read_text() != source:
+        if not path.exists() or path.read_text(errors="replace") != source:
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(source)
             os.replace(tmp, path)
@@ -876,13 +979,57 @@ def _load_module(source: str, tag: str):
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-    except OSError:
+        mod.cached = True
+    except OSError as e:
         import types
 
+        why = "it is a file, not a folder" if d.exists() and not d.is_dir() else e.strerror or str(e)
+        _cache_warning(f"the kernel cache {d} cannot be written ({why}): kernels are compiled in every run")
         mod = types.ModuleType(modname)
         exec(compile(source, f"<{modname}>", "exec"), mod.__dict__)
+        mod.cached = False
     sys.modules[modname] = mod
     return mod
+
+
+def _cache_warning(text: str) -> None:
+    """A warning about the kernel cache, once per process."""
+    from distir.dialects.diagnostics import warn_once
+
+    warn_once(text)
+
+
+def _robust_cache(fn):
+    """``fn`` (a Numba dispatcher with ``cache=True``) whose on-disk cache never fails a
+    run: a cached kernel that cannot be read (an empty or truncated index or data file:
+    Numba raised EOFError or UnpicklingError at every call until the cache was deleted by
+    hand) is a warning, its entries are dropped and the kernel compiled and cached again;
+    one that cannot be written is a warning."""
+    cache = getattr(fn, "_cache", None)
+    if cache is None or not hasattr(cache, "load_overload"):
+        return fn
+    load, save = cache.load_overload, cache.save_overload
+
+    def load_overload(*args, **kwargs):
+        try:
+            return load(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any damage to the files: compile again
+            _cache_warning(f"a cached kernel in {cache_dir()} could not be read ({type(e).__name__}: {e}): it is compiled and cached again")
+            try:
+                cache.flush()
+            except Exception:  # noqa: BLE001 - the index cannot even be rewritten
+                pass
+            return None
+
+    def save_overload(*args, **kwargs):
+        try:
+            return save(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the kernel runs; only the cache misses it
+            _cache_warning(f"a kernel could not be cached in {cache_dir()} ({type(e).__name__}: {e})")
+            return None
+
+    cache.load_overload, cache.save_overload = load_overload, save_overload
+    return fn
 
 
 def _quiet_numba_notes() -> None:
@@ -907,9 +1054,12 @@ def compile_cpu(ks: KernelSource, parallel: bool = False, fastmath: frozenset[st
         fn = _COMPILED.get(key)
         if fn is None:
             mod = _load_module(ks.source, "cpu")
-            fn = numba.njit(
-                parallel=parallel, fastmath=set(fastmath), error_model="numpy", nogil=True, cache=True
-            )(getattr(mod, ks.name))
+            options = dict(parallel=parallel, fastmath=set(fastmath), error_model="numpy", nogil=True)
+            try:
+                fn = _robust_cache(numba.njit(**options, cache=mod.cached)(getattr(mod, ks.name)))
+            except RuntimeError as e:  # Numba finds no usable cache folder for the module
+                _cache_warning(f"kernels cannot be cached ({e}): they are compiled in every run")
+                fn = numba.njit(**options)(getattr(mod, ks.name))
             _COMPILED[key] = fn
     return fn
 

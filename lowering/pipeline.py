@@ -25,9 +25,11 @@ from collections.abc import Sequence
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import dist
 from distir.lowering.lower_collectives import DIST_TYPE
+from distir.lowering.target import planned_target
 from distir.passes.support import gc_paused
 
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
@@ -48,30 +50,39 @@ def is_lowered(module: ModuleOp) -> bool:
     return bool(funcs) and all(DIST_TYPE in f.attributes for f in funcs)
 
 
-def lower(
-    module: ModuleOp, ranks: int, verify: bool = True, target: str | None = None, scattered: Sequence[str] = ()
-) -> ModuleOp:
+def lower(module: ModuleOp, ranks: int, target: str | None = None, scattered: Sequence[str] = ()) -> ModuleOp:
     """The module lowered for ``ranks`` ranks (a copy; the input is left as it is) and,
     with a ``target``, planned for it (``plan-execution``; ``scattered`` names the
-    arguments a run passes in pieces). ``verify=False`` skips verifying the lowered
-    module (a quarter of the time; the tuner's cost model reads it, nothing runs it)."""
+    arguments a run passes in pieces).
+
+    Nothing that does not verify comes out: the input is verified first (free when it
+    verified already and did not change since, ``dialects/verifier.ensure_verified``),
+    and every pass's result after it (incrementally: the ops it changed). A pass that
+    produces a program that does not verify is a ``PassProducedInvalidIR`` naming it (a
+    bug in distir); a rank count the program cannot take (``fix-mesh-sizes``) a
+    ``VerifyException``. Scopes are checked once, at the end; should anything fail, the
+    lowering runs again checking them after every pass, to name the pass and locate the
+    diagnostic in the source."""
+    from distir.dialects.verifier import ensure_verified, verified_clone
     from distir.lowering.plan_execution import plan
-    from distir.lowering.target import planned_target
 
     if is_lowered(module):
+        ensure_verified(module)  # an already lowered program verifies before it runs
         if target is not None:
             if planned_target(module) is None:
-                module = module.clone()
+                module = verified_clone(module)
             plan(module, target, scattered)
         return module
     with gc_paused():
-        out = _lower(module, ranks, verify)
+        out = _lower(module, ranks)
         if target is not None:
             plan(out, target, scattered)
         return out
 
 
-def _lower(module: ModuleOp, ranks: int, verify: bool = True) -> ModuleOp:
+def passes_for(module: ModuleOp, ranks: int) -> list:
+    """The passes of the default lowering of ``module`` for ``ranks`` ranks
+    (``pipeline_string``)."""
     from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
     from distir.lowering.lower_buckets import LowerBucketsPass
     from distir.lowering.lower_collectives import LowerCollectivesPass
@@ -79,21 +90,34 @@ def _lower(module: ModuleOp, ranks: int, verify: bool = True) -> ModuleOp:
     from distir.lowering.lower_to_kernels import LowerToKernelsPass
     from distir.passes.combine_collectives import CombineCollectivesPass
 
-    out = module.clone()
-    ctx = Context()
-    if any(isinstance(op, PRIMITIVES) for op in out.walk()):
+    out = []
+    if any(isinstance(op, PRIMITIVES) for op in module.walk()):
         from distir.passes.registry import ALL_PASSES
 
-        ALL_PASSES["form-collectives"]()().apply(ctx, out)
-    FixMeshSizesPass(ranks=ranks).apply(ctx, out)
-    out.verify()  # with the mesh sizes known: a sliced dim the ranks do not divide
-    CombineCollectivesPass().apply(ctx, out)
-    LowerOverlapPass().apply(ctx, out)
-    LowerBucketsPass().apply(ctx, out)
-    LowerToKernelsPass().apply(ctx, out)
-    LowerCollectivesPass().apply(ctx, out)
-    if verify:
-        out.verify()
+        out.append(ALL_PASSES["form-collectives"]()())
+    return out + [FixMeshSizesPass(ranks=ranks), CombineCollectivesPass(), LowerOverlapPass(), LowerBucketsPass(), LowerToKernelsPass(), LowerCollectivesPass()]
+
+
+def _lower(module: ModuleOp, ranks: int, checked: bool = False) -> ModuleOp:
+    """``lower`` without a target. Fast (``checked=False``): scopes checked once at the
+    end, no source positions; any failure runs the lowering again ``checked`` (scopes
+    after every pass, diagnostics located in the source), which raises the diagnostic
+    that names the pass."""
+    from distir.dialects.diagnostics import InternalError
+    from distir.dialects.verifier import check_scopes, verified_clone
+    from distir.passes.pipeline import run_passes
+
+    out = verified_clone(module, spans=checked)
+    try:
+        run_passes(out, passes_for(out, ranks), Context(), scopes=checked, input_verified=True)
+        broken = not checked and check_scopes(out) is not None
+    except (InternalError, VerifyException):
+        if checked:
+            raise
+        broken = True
+    if broken:
+        _lower(module, ranks, checked=True)
+        raise InternalError("the default lowering produced a program that does not verify (not again when run checking every pass)")
     return out
 
 

@@ -255,9 +255,11 @@ class PlanExecutionPass(ModulePass):
 def plan(module: ModuleOp, target: str | TargetAttr, scattered: Sequence[str] = ()) -> None:
     """Plan a lowered ``module`` for ``target`` in place (``plan-execution``), unless it is
     planned already; then check that ``target`` can execute its plan."""
+    from distir.passes.pipeline import run_passes
+
     t = get_target(target)
     if planned_target(module) is None:
-        PlanExecutionPass(t.target_name, tuple(scattered)).apply(Context(), module)
+        run_passes(module, [PlanExecutionPass(t.target_name, tuple(scattered))], Context())  # verified after, as every pass
         return
     check_executable(module, t, scattered)
 

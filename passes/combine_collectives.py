@@ -12,15 +12,31 @@ its arguments; fused collectives concatenate their regions and ``gather`` flags:
     all_gather / reduce / broadcast / all_to_all likewise
     fused_c(x1){f1} ; fused_c(x2){f2}        = fused_c(x1, x2){f1; f2}
 
-Valid when the members are independent (no member reads, directly or through other
-ops, what another produces), which the plan guarantees: collectives are taken in block
-order into the open bucket of their kind, and a bucket closes at the first op that
-reads one of its members' results; the combined op is placed there. An all_reduce is
-combined as a ``fused_all_reduce`` that slices along a dim the group divides (the
-first such dim of every member), so only once the group size is known (the default
-lowering runs this pass after ``fix-mesh-sizes``); 0-d all_reduces, sends and
-collectives inside regions stay as they are. A collective larger than
-``bucket-bytes`` on its own is left alone.
+Valid when
+
+* the members are independent (no member reads, directly or through other ops, what
+  another produces), which the plan guarantees: collectives are taken in block order
+  into the open bucket of their kind, and a bucket closes at the first op that reads
+  one of its members' results; the combined op is placed there;
+* they run on the same group: the same mesh, ``axes`` and options, and the same ranks
+  taking part (the same ``at<r>`` placements on the other axes: with ``at<r>`` only
+  the ranks holding the value take part);
+* the combined op has a layout that carries every member. An all_reduce is combined
+  as a ``fused_all_reduce`` whose region sees each member reduce-scattered along one
+  ``dim`` (the same for all members of a bucket): a dim no other mesh axis already
+  slices, the first one the group divides. A dim another axis slices
+  would nest the group's blocks inside that axis's blocks, which is not the plain
+  ``sliced<dim>`` block a combined buffer holds (an all_reduce over ``dp`` of
+  ``[local, sliced<0>]`` on a 2x4 mesh keeps dim 0 out of the choice and takes dim 1
+  if ``dp`` divides it). Where no such dim is divided by the group, the one with the
+  least padding (uneven blocks). Members whose dim differs go to different buckets;
+  an all_reduce with every dim sliced by other axes (or before the group size is
+  known: the default lowering runs this pass after ``fix-mesh-sizes``) stays as it
+  is. Other collectives carry their own ``dim``, which each member's verifier has
+  checked.
+
+0-d all_reduces, sends and collectives inside regions stay as they are. A collective
+larger than ``bucket-bytes`` on its own is left alone.
 
 The lowering (``lower-buckets``) then runs each combined collective as one call over
 one buffer holding its operands side by side, and the maps that follow as one kernel
@@ -50,7 +66,8 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, layout
 from distir.dialects.dist import TensorType
-from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes, replace_values
+from distir.dialects.placements import At, Sliced
+from distir.passes.support import ancestor_in, fail, gc_paused, infer_type, make_yield, mesh_sizes, replace_values, slice_dim
 
 DEFAULT_BUCKET_BYTES = 32 * 1024 * 1024
 """Operand bytes of one combined collective (the logical size of its operands)."""
@@ -73,17 +90,23 @@ def _options_key(options: dict) -> tuple:
 
 
 def _ar_dim(op: coll.AllReduceOp) -> int | None:
-    """The dim a combined all_reduce slices: the first one the (known) group divides."""
+    """The dim a combined all_reduce slices (module doc): among the dims no other mesh
+    axis slices, the first one the (known) group divides, else the one with the least
+    padding (``support.slice_dim``)."""
     t = op.input.type
     assert isinstance(t, TensorType)
     sizes = mesh_sizes(op, t)
     if sizes is None or any(sizes[a] is None for a in op.axes):
         return None
-    n = layout.group_size(sizes, list(op.axes))
-    for d, extent in enumerate(t.get_shape()):
-        if extent % n == 0:
-            return d
-    return None
+    taken = {p.dim.data for p in t.get_placements() if isinstance(p, Sliced)}
+    free = [d for d in range(t.rank) if d not in taken]
+    return slice_dim(t, layout.group_size(sizes, list(op.axes)), free) if free else None
+
+
+def _taking_part(t: TensorType, axes) -> tuple:
+    """Which ranks of the other axes take part in a collective over ``axes`` of a value
+    of type ``t``: the ``at<r>`` placements elsewhere (part of the group)."""
+    return tuple((a, p.rank.data) for a, p in enumerate(t.get_placements()) if a not in axes and isinstance(p, At))
 
 
 def candidate(op: Operation) -> tuple[tuple, int] | None:
@@ -96,7 +119,11 @@ def candidate(op: Operation) -> tuple[tuple, int] | None:
         assert isinstance(t, TensorType)
         if any(x.element_type != t.element_type or x.mesh_name != t.mesh_name for x in types):  # type: ignore[attr-defined]
             return None
-        key = (type(op), t.mesh_name, t.element_type, _options_key(op.options()))
+        axes = list(op.option("axes"))
+        part = _taking_part(t, axes)
+        if any(_taking_part(x, axes) != part for x in types):  # type: ignore[arg-type]
+            return None
+        key = (type(op), t.mesh_name, t.element_type, _options_key(op.options()), part)
         return key, sum(_bytes(x) for x in types)
     if type(op) not in COMBINED:
         return None
@@ -109,7 +136,7 @@ def candidate(op: Operation) -> tuple[tuple, int] | None:
         if d is None:
             return None
         options = {**options, "dim": d}
-    key = (type(op), t.mesh_name, t.element_type, _options_key(options))
+    key = (type(op), t.mesh_name, t.element_type, _options_key(options), _taking_part(t, list(op.option("axes"))))  # type: ignore[attr-defined]
     return key, _bytes(t)
 
 

@@ -18,7 +18,7 @@ map(f, slice(u), slice(o))``), so they run in the fused op's region on the value
 first collective produces, their other operands placed to match by the same
 primitive, e.g. ``reduce ; map* ; slice -> coll.fused_reduce_scatter``; a
 ``coll.fused_all_reduce`` is sliced along the first dim the group size divides (dim 0
-when the size is unknown).
+when the size is unknown), else the dim with the least padding (blocks of ceil(s/n)).
 
 Example::
 
@@ -56,6 +56,7 @@ from distir.passes.support import (
     new_block_region,
     place_like,
     same_type,
+    slice_dim,
     try_build,
 )
 
@@ -206,11 +207,9 @@ class FormTakeSlice(RewritePattern):
 
 
 def _fused_dim(t: TensorType, n: int | None) -> int | None:
-    """The dim a fused all-reduce slices: the first one the group size divides."""
-    for d, extent in enumerate(t.get_shape()):
-        if n is None or extent % n == 0:
-            return d
-    return None
+    """The dim a fused all-reduce slices: the first one the group size divides, else
+    the one with the least padding (``support.slice_dim``)."""
+    return slice_dim(t, n)
 
 
 def _map_chain(end: Operation) -> tuple[list[dist.MapOp], SSAValue] | None:

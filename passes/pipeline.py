@@ -8,13 +8,17 @@ Every pass a pipeline may name is xDSL's (``canonicalize``, ``cse``, ...) or one
 ``passes/registry.py``'s table, which lists every layer's passes by module name. An
 unknown pass or option name is an ``InputRejected`` that suggests the closest name.
 
-The pass manager (``run_passes``, used by ``apply_pipeline`` and ``distir-opt``)
-re-verifies the module after each pass (``dialects/verifier.py``: scopes, then every
-op), so that no pass sees invalid IR: a pass that produces IR that does not verify (or
-a request that makes the program invalid, ``fix-mesh-sizes{ranks=3}`` on a program
-sliced 4 ways) is a ``VerifyException`` naming the pass, located at the source line of
-the failing op (or of its nearest ancestor that came from the source). A pass failure
-raised with an ``op`` attribute is located at that op.
+The pass manager (``run_passes``, used by ``apply_pipeline``, ``distir-opt``, the
+default lowering and every tool) verifies the module before the first pass and again
+after each pass (``dialects/verifier.py``: scopes, then every op that changed), so that
+no pass sees, and no backend runs, a program that does not verify. A pass that produces
+one is a bug in distir: a ``PassProducedInvalidIR`` (an ``InternalError``, exit 3)
+naming the pass, with the located diagnostic of the first failing op. The exception is
+a pass that applies the user's request to the program (``REQUEST_DECIDES_VALIDITY``:
+``fix-mesh-sizes{ranks=3}`` on a program sliced 4 ways): there the request is wrong, a
+``VerifyException`` naming the pass (exit 1). Diagnostics are located at the source
+line of the failing op (or of its nearest ancestor that came from the source). A pass
+failure raised with an ``op`` attribute is located at that op.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
+from xdsl.utils.exceptions import PassFailedException, VerifyException
 from xdsl.utils.lexer import Span
 
 from distir.dialects.diagnostics import InputRejected
@@ -69,6 +73,7 @@ def pass_summary(cls: type[ModulePass]) -> str:
         doc = (sys.modules[cls.__module__].__doc__ or "").strip()
     para = " ".join(doc.split("\n\n")[0].split())
     para = re.sub(r"^``[^`]*``:\s*", "", para).replace("``", "")
+    para = re.sub(r"\s*\(see the module doc(string)?\)", "", para)
     para = re.sub(r";?\s*see the module doc(string)?\.?", "", para)
     first = re.split(r"(?<=\.)\s+(?=[A-Z])|::", para)[0].rstrip(".:; ")
     return first[:1].upper() + first[1:] + "." if first else ""
@@ -129,8 +134,21 @@ def _value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return v if _BARE.match(v) else '"' + v.replace('"', '\\"') + '"'
+        return v if _BARE.match(v) and _reads_as_text(v) else '"' + v.replace('"', '\\"') + '"'
     return str(v)
+
+
+def _reads_as_text(v: str) -> bool:
+    """Whether ``-p``'s parser reads the bare word ``v`` back as that string (``19``
+    reads as a number, ``true`` as a flag: they are printed quoted, ``targets="19"``)."""
+    from xdsl.utils.arg_spec import ArgSpecParseError
+    from xdsl.utils.arg_spec import parse_pipeline as parse_specs
+
+    try:
+        (spec,) = parse_specs(f"p{{o={v}}}")
+    except (ArgSpecParseError, ValueError):
+        return False
+    return spec.parameters.get("o") == (v,)
 
 
 def pass_spec(p: ModulePass) -> str:
@@ -162,15 +180,21 @@ def run_passes(
     verify: bool = True,
     line_offset: int = 0,
     after_each: Callable[[ModulePass, float], None] | None = None,
+    scopes: bool = True,
+    input_verified: bool = False,
 ) -> None:
-    """The pass manager: apply ``passes`` in order, re-verifying after each (see the
-    module doc). ``spans`` locates diagnostics (default: the spans recorded when the
-    module was parsed); ``after_each(pass, seconds)`` runs after each pass."""
+    """The pass manager: apply ``passes`` in order, verifying the module first and after
+    each pass (see the module doc). ``spans`` locates diagnostics (default: the spans
+    recorded when the module was parsed); ``after_each(pass, seconds)`` runs after each
+    pass; ``scopes=False`` leaves the scope check to the caller (it checks the ops);
+    ``input_verified``: the caller has just verified the module (``verified_clone``)."""
     from distir.dialects.frontend import source_spans
-    from distir.dialects.verifier import located, verify_module
+    from distir.dialects.verifier import ensure_verified, located
 
     if spans is None:
         spans = source_spans(module)
+    if verify and not input_verified:
+        ensure_verified(module, spans, line_offset)  # cheap when it verified and did not change
     for p in passes:
         start = time.perf_counter()
         try:
@@ -184,14 +208,31 @@ def run_passes(
             raise
         elapsed = time.perf_counter() - start
         if verify:
-            verify_module(module, spans, line_offset, note=f"in the program that pass '{p.name}' produced")
+            verify_after(p, module, spans, line_offset, scopes)
         if after_each is not None:
             after_each(p, elapsed)
 
 
+def verify_after(p: ModulePass, module: ModuleOp, spans: Mapping[Operation, Span] | None = None, line_offset: int = 0, scopes: bool = True) -> None:
+    """Verify what pass ``p`` changed in ``module``; ``PassProducedInvalidIR`` naming it
+    when the result does not verify (a ``VerifyException`` for a pass whose request
+    decides, see the module doc)."""
+    from distir.dialects.diagnostics import PassProducedInvalidIR
+    from distir.dialects.verifier import ensure_verified
+
+    note = f"in the program that pass '{p.name}' produced"
+    try:
+        ensure_verified(module, spans, line_offset, note=note, scopes=scopes)
+    except VerifyException as e:
+        if getattr(p, "REQUEST_DECIDES_VALIDITY", False):
+            raise
+        raise PassProducedInvalidIR(p.name, str(e).replace(f" ({note})", "")) from None
+
+
 def apply_pipeline(module: ModuleOp, pipeline: str | Sequence[ModulePass], ctx: Context | None = None) -> ModuleOp:
     """Run a pipeline (``-p`` text or pass objects) on ``module`` in place, verifying
-    after each pass as ``distir-opt`` does (``run_passes``); return ``module``."""
+    it first and after each pass as ``distir-opt`` does (``run_passes``); return
+    ``module``."""
     from distir.dialects.context import make_context
 
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else tuple(pipeline)

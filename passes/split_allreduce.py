@@ -6,19 +6,21 @@
     repl(reduce(x)) = repl(join(slice(reduce(x))))    all_reduce = all_gather . reduce_scatter
     repl(reduce(x)) = repl(load(store(reduce(x), r))) all_reduce = broadcast . reduce
 
-The split always keeps the meaning (CoCoNet: "always valid"), but ``rs-ag`` slices the
-tensor along a dim, which the group must divide: it may only run where the original
-ran. The dim is ``dim`` when given (the group must divide it when its size is known;
-when it is ``?``, a run on a rank count that does not divide it is rejected at run
-time). Without ``dim`` the pass picks, among the dims the group divides when its size
-is known (all of them when it is ``?``), the one that keeps the program runnable on the
-most rank counts: the dim whose size shares the largest factor with ``G``, the extents
-the function already slices over the group's axes (the rank counts the program runs on
+The split always keeps the meaning (CoCoNet: "always valid"), along any dim: a dim the
+group does not divide is cut in blocks of ceil(s/n), the last ranks holding fewer
+elements or none (DESIGN §2), which the lowering lays out padded. The dim is ``dim``
+when given. Without ``dim`` the pass prefers a dim whose blocks are equal, so that no
+collective moves padding: among the dims the group divides when its size is known
+(all of them when it is ``?``), the one that keeps blocks equal on the most rank
+counts: the dim whose size shares the largest factor with ``G``, the extents the
+function already slices over the group's axes (the rank counts the program runs on
 divide them), the largest dim when nothing is sliced there; the earliest among equals.
-So ``2x48`` all-reduced over 4 ranks splits dim 1, and a ``[?]`` mesh whose other
-tensors are sliced 64 ways splits ``2x48`` along dim 1 (runnable on 1, 2, 4, 8 and 16
-ranks). When no dim fits, the all_reduce is left alone (named in ``targets``: an
-error). A 0-d all_reduce has no dim to slice and is left alone. ``%sum`` becomes
+When the group divides no dim, the dim with the least padding (the padded size over
+the size, then the largest dim). So ``2x48`` all-reduced over 4 ranks splits dim 1, a
+``[?]`` mesh whose other tensors are sliced 64 ways splits ``2x48`` along dim 1
+(equal blocks on 1, 2, 4, 8 and 16 ranks), and ``6x3`` over 4 ranks splits dim 0
+(blocks of 2, 2, 2, 0: 8 rows for 6, against 4 columns for 3). A 0-d all_reduce has no
+dim to slice and is left alone (named in ``targets``: an error). ``%sum`` becomes
 ``%sum_rs`` and ``%sum_ag`` (or ``%sum_reduce`` and ``%sum_bcast``); uses of ``%sum``
 read the last one. Example::
 
@@ -83,26 +85,40 @@ def sliced_extents(module: ModuleOp) -> dict[tuple[str, int], int]:
 def _scatter_error(t: TensorType, sizes: Sequence[int | None] | None, dim: int, axes: Sequence[int]) -> str | None:
     """Why ``t`` may not be reduce-scattered along ``dim`` over ``axes``, or None."""
     try:
-        (out,) = coll.ReduceScatterOp.infer([t], sizes, {"op": "sum", "dim": dim, "axes": list(axes)})
+        coll.ReduceScatterOp.infer([t], sizes, {"op": "sum", "dim": dim, "axes": list(axes)})
     except RuleError as e:
         return str(e)
-    return layout.divisibility_error(t.get_shape(), out.get_placements(), sizes or [])
+    return None
+
+
+def _padding(t: TensorType, sizes: Sequence[int | None] | None, dim: int, axes: Sequence[int]) -> float:
+    """Padded size over size of ``dim`` cut over ``axes`` (1: equal blocks, or sizes not
+    known yet)."""
+    n = layout.group_size(sizes or [None] * len(t.get_placements()), list(axes))
+    (out,) = coll.ReduceScatterOp.infer([t], sizes, {"op": "sum", "dim": dim, "axes": list(axes)})
+    if n is None or not layout.uneven_dims(t.get_shape(), out.get_placements(), sizes or []):
+        return 1.0
+    outer = layout.slicing_counts(t.get_placements(), sizes, dim)  # type: ignore[arg-type]
+    s = t.get_shape()[dim]
+    return n * layout.ceil_div(layout.max_block(s, outer), n) / max(s, 1)
 
 
 def choose_dim(t: TensorType, sizes: Sequence[int | None] | None, axes: Sequence[int], extents: dict[tuple[str, int], int]) -> int | None:
     """The dim ``rs-ag`` splits ``t`` along when none is given (module docstring), or
-    None when the group divides no dim."""
+    None when ``t`` has none."""
     g = 0
     for a in axes:
         g = math.gcd(g, extents.get((t.mesh_name, a), 0))
-    best: tuple[int, int] | None = None
+    best: tuple[float, int, int] | None = None
     for d, size in enumerate(t.get_shape()):
         if _scatter_error(t, sizes, d, axes) is not None:
             continue
+        pad = _padding(t, sizes, d, axes)
         score = math.gcd(size, g) if g else size
-        if best is None or score > best[0]:
-            best = (score, d)
-    return None if best is None else best[1]
+        key = (-pad, score if pad == 1.0 else size, -d)
+        if best is None or key > best:
+            best = key
+    return None if best is None else -best[2]
 
 
 def _split(ar: coll.AllReduceOp, strategy: str, dim: int | None, root: int, extents: dict[tuple[str, int], int]) -> tuple[list[Operation] | None, str]:
@@ -119,7 +135,7 @@ def _split(ar: coll.AllReduceOp, strategy: str, dim: int | None, root: int, exte
             dim = choose_dim(t, sizes, axes, extents)
             if dim is None:
                 whys = [_scatter_error(t, sizes, d, axes) for d in range(t.rank)]
-                return None, whys[0] if t.rank == 1 else f"no dim fits: {'; '.join(w for w in whys if w)}"
+                return None, whys[0] if t.rank == 1 else f"no dim fits: {'; '.join(w for w in whys if w)}"  # type: ignore[return-value]
         if not 0 <= dim < t.rank:
             return None, f"dim {dim} is out of range for a tensor of rank {t.rank}"
         why = _scatter_error(t, sizes, dim, axes)

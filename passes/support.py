@@ -244,6 +244,22 @@ def group_size(op: Operation, t: TensorType, axes: Sequence[int]) -> int | None:
     return None if sizes is None else layout.group_size(sizes, axes)
 
 
+def slice_dim(t: TensorType, n: int | None, among: Sequence[int] | None = None) -> int | None:
+    """The dim to cut ``t`` along over a group of ``n`` ranks (None: not known yet) when
+    any dim will do (any of ``among``, when given): the first one the group divides
+    (equal blocks, no padding), else the one with the least padding (blocks of
+    ceil(s/n): n * ceil(s/n) over s), the larger on a tie; None for a 0-d tensor."""
+    shape = t.get_shape()
+    dims = list(range(len(shape)) if among is None else among)
+    for d in dims:
+        if n is None or shape[d] % n == 0:
+            return d
+    if not dims:
+        return None
+    assert n is not None
+    return min(dims, key=lambda d: (n * layout.ceil_div(shape[d], n) / max(shape[d], 1), -shape[d], d))
+
+
 def inside_fused_or_overlap(op: Operation) -> bool:
     """Whether ``op`` sits in the region of a fused collective or a ``coll.overlap``."""
     from distir.dialects import coll

@@ -14,6 +14,7 @@ Numerics:
   toward zero, ``floordivsi``/``ceildivsi`` round down/up, the unsigned ops (``divui``,
   ``remui``, ``cmpi ult``, ``shrui``, ``extui``, ``uitofp``, ...) reinterpret the bits as
   unsigned. Division by zero, undefined in arith, gives 0 here.
+* ``remf`` is C's ``fmod`` (exact), ``bitcast`` reinterprets the bits (same width).
 * ``cmpf`` follows IEEE ordered/unordered predicates; ``maximumf``/``minimumf``
   propagate NaN, ``maxnumf``/``minnumf`` ignore it; ``math.round`` rounds half away
   from zero, ``roundeven`` half to even; ``fma`` of f32 is computed in f64 and rounded
@@ -30,6 +31,7 @@ from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr
 from xdsl.ir import Block, Operation
 
+from distir.dialects import scalar
 from distir.runtime.values import compute_dtype, numpy_dtype
 
 Handler = Callable[[Operation, list[np.ndarray]], list[np.ndarray]]
@@ -82,6 +84,11 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.asarray(flat, dtype=np.float64).astype(x.dtype)
 
 
+def _erfc(x: np.ndarray) -> np.ndarray:
+    flat = np.frompyfunc(pymath.erfc, 1, 1)(x.astype(np.float64))
+    return np.asarray(flat, dtype=np.float64).astype(x.dtype)
+
+
 def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     if a.dtype == np.float32:
         return (a.astype(np.float64) * b + c).astype(np.float32)
@@ -120,6 +127,8 @@ for _cls, _fn in {
     math.Atan2Op: np.arctan2,
     math.CbrtOp: np.cbrt,
     math.ErfOp: _erf,
+    scalar.ErfcOp: _erfc,
+    scalar.RemFOp: np.fmod,
     math.AbsFOp: np.abs,
     math.CopySignOp: np.copysign,
     math.FmaOp: _fma,
@@ -302,6 +311,12 @@ for _cls, _h in {
     arith.TruncIOp: _cast(),
 }.items():
     SCALAR_OPS[_cls] = _h
+
+
+@_register(arith.BitcastOp)
+def _bitcast(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    """The bits of each element as the result type (of the same width)."""
+    return [np.ascontiguousarray(args[0]).view(_out(op))]
 
 
 # --------------------------------------------------------------------------------------

@@ -17,9 +17,22 @@ communicator as keywords, given only when the program says so: ``in_place=True``
 ``P2P`` (the host copies of its data use streaming stores from N bytes on), only for
 communicators that copy collectives on the host (the ``local`` target's).
 
+Failures: ``abort(message)`` is how a rank that cannot go on (an error between two
+collectives, a peer found gone) stops the job instead of leaving its peers waiting for
+it in a collective. ``message`` names the rank and the cause; every backend implements
+it once, and every layer above (``step.Step``, the framework bridges) calls it:
+
+    local   the peers' waits raise ``CommError`` carrying the message (rank threads;
+            a peer whose thread ended, or a wait longer than the world's timeout, is
+            found by the waiters themselves: ``local.LocalWorld``)
+    mpi     the message on standard error, then ``MPI_Abort``: mpiexec ends every rank
+    nccl    as mpi (the nccl backend runs under mpiexec)
+    torch   the peers' shared-memory waits raise; the process group's peers fail when
+            this process ends (torchrun then stops the job)
+
 Implementations: ``local.LocalComm`` (threads sharing memory), ``mpi.MpiComm``,
-``nccl.NcclComm``, and ``recording.RecordingComm`` which wraps any of them and records
-the call sequence.
+``nccl.NcclComm``, ``frameworks/torch_comm.TorchComm``, and ``recording.RecordingComm``
+which wraps any of them and records the call sequence.
 """
 
 from __future__ import annotations
@@ -58,6 +71,8 @@ class Comm(Protocol):
     def broadcast(self, send, recv, count: int, root: int, stream) -> None: ...
 
     def group(self, calls: list[P2P], stream) -> None: ...
+
+    def abort(self, message: str) -> None: ...
 
 
 class CommError(RuntimeError):

@@ -149,6 +149,10 @@ class CudaDevice:
         step = buf.shape[dim] // count
         return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
 
+    def span(self, buf, dim: int, lo: int, n: int):
+        """Elements ``lo .. lo + n`` of ``buf`` along ``dim`` (a view)."""
+        return buf[(slice(None),) * dim + (slice(lo, lo + n),)]
+
     def copy(self, src, dst, stream) -> None:
         total = math.prod(dst.shape)
         if total == 0:
@@ -230,7 +234,7 @@ class CudaDevice:
         if not c.is_c_contiguous():
             self.copy(c3.reshape(*tuple(c.shape)), c, stream)
 
-    def reduce_tensor(self, kind: str, a, out, dims: Sequence[int], stream) -> None:
+    def reduce_tensor(self, kind: str, a, out, dims: Sequence[int], stream, count: float | None = None) -> None:
         cuda = _cuda()
         x = self.contiguous(a, stream)
         shape = list(a.shape)
@@ -250,6 +254,7 @@ class CudaDevice:
             arr([strides[d] for d in kept] if kept else [0]),
             arr([shape[d] for d in dims]),
             arr([strides[d] for d in dims] if dims else [0]),
+            np.float64(count if count is not None else max(total_red, 1)),
         )
         if flat_out is not out:
             self.copy(flat_out, out, stream)
@@ -266,6 +271,34 @@ class CudaDevice:
         self._run(ck.embedding_kernel(mode, self.dtype_name(out)), blocks, threads, stream, t, i, o3, np.int64(row0))
         if o is not out:
             self.copy(o, out, stream)
+
+    def scatter_add(self, indices, updates, row0: int, out, stream) -> None:
+        i = self.contiguous(indices, stream)
+        u = self.contiguous(updates, stream)
+        o = self.contiguous(out, stream)
+        if i.ndim == 2:
+            i, u, o3 = i.reshape(1, *tuple(i.shape)), u.reshape(1, *tuple(u.shape)), o.reshape(1, *tuple(o.shape))
+        else:
+            o3 = o
+        t_n, _, d_n = tuple(o3.shape)
+        blocks, threads = grid_for(t_n * d_n)
+        self._run(ck.scatter_add_kernel(self.dtype_name(out)), blocks, threads, stream, i, u, o3, np.int64(row0))
+        if o is not out:
+            self.copy(o, out, stream)
+
+    def sort(self, ins, outs, dim: int, stream) -> None:
+        """``rt.sort``: one thread per column along ``dim`` (a stable insertion sort:
+        quadratic in the sorted dim's length, meant for rows of up to a few thousand)."""
+        shape = tuple(ins[0].shape)
+        outer, n, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1 :])
+        xs = [self.contiguous(x, stream).reshape(outer, n, inner) for x in ins]
+        flat = [self.contiguous(y, stream) for y in outs]
+        ys = [y.reshape(outer, n, inner) for y in flat]
+        blocks, threads = grid_for(outer * inner)
+        self._run(ck.sort_kernel(len(ins), self.dtype_name(ins[0])), blocks, threads, stream, *xs, *ys, outer, n, inner)
+        for y, out in zip(flat, outs):
+            if y is not out:
+                self.copy(y, out, stream)
 
     def wait_flag(self, flags, index: int, target: int, stream: CudaStream) -> None:
         """Queue on ``stream`` a wait until ``flags[index] >= target``."""

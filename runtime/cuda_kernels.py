@@ -147,7 +147,7 @@ import numpy as np
 from numba import cuda
 
 
-def reduce(x, out, total_out, total_red, kept_shape, kept_strides, red_shape, red_strides):
+def reduce(x, out, total_out, total_red, kept_shape, kept_strides, red_shape, red_strides, divisor):
     # x: flat contiguous input; out: flat output; one thread per output element.
     for o in range(cuda.grid(1), total_out, cuda.gridsize(1)):
         base = 0
@@ -185,6 +185,31 @@ def embedding_bag(table, indices, out, row0):
         b = (g // d_n) % b_n
         t = g // (d_n * b_n)
 {pool}
+"""
+
+
+SCATTER_ADD = """
+import numba
+import numpy as np
+from numba import cuda
+
+
+def scatter_add(indices, updates, out, row0):
+    # indices [T, B, L], updates [T, B, D], out [T, R, D] (rows row0 ..); one thread per
+    # (t, d) walks the (b, l) pairs in order: the sums are deterministic.
+    t_n, r_n, d_n = out.shape
+    b_n, bag = indices.shape[1], indices.shape[2]
+    for g in range(cuda.grid(1), t_n * d_n, cuda.gridsize(1)):
+        d = g % d_n
+        t = g // d_n
+        for r in range(r_n):
+            out[t, r, d] = {cast}(0)
+        for b in range(b_n):
+            v = {load}(updates[t, b, d])
+            for l in range(bag):
+                r = indices[t, b, l] - row0
+                if r >= 0 and r < r_n:
+                    out[t, r, d] = {cast}({load}(out[t, r, d]) + v)
 """
 
 
@@ -322,7 +347,7 @@ def copy_blocks_kernel(src_ndim: int, dst_ndim: int, src_dim: int, dst_dim: int)
 
 _REDUCTIONS = {
     "sum": ("numba.{acc}(0)", "acc += v", ""),
-    "avg": ("numba.{acc}(0)", "acc += v", "acc = acc / total_red"),
+    "avg": ("numba.{acc}(0)", "acc += v", "acc = acc / divisor"),
     "prod": ("numba.{acc}(1)", "acc *= v", ""),
     "max": ("numba.{acc}(-math.inf)", "acc = v if v > acc or v != v else acc", ""),
     "min": ("numba.{acc}(math.inf)", "acc = v if v < acc or v != v else acc", ""),
@@ -336,7 +361,7 @@ def reduce_source(kind: str, dtype_name: str) -> str:
         init = "numba.int64(-(2**62))" if kind == "max" else "numba.int64(2**62)"
         combine = "acc = v if v > acc else acc" if kind == "max" else "acc = v if v < acc else acc"
     if acc == "int64" and kind == "avg":
-        finish = "acc = numba.int64(abs(acc) // total_red) * (1 if acc >= 0 else -1)"
+        finish = "acc = numba.int64(abs(acc) // divisor) * (1 if acc >= 0 else -1)"
     src = REDUCE.format(init=init.format(acc=acc), combine=combine, finish=finish or "pass", acc=acc, cast=cast(dtype_name), load=load(dtype_name))
     return _with_bf16(dtype_name, src)
 
@@ -420,6 +445,65 @@ def _with_bf16(dtype_name: str, source: str) -> str:
     if dtype_name != "bfloat16":
         return source
     return source.replace("from numba import cuda\n", "from numba import cuda\n" + cg.BF16_HELPERS, 1)
+
+
+def scatter_add_source(dtype_name: str) -> str:
+    return _with_bf16(dtype_name, SCATTER_ADD.format(cast=cast(dtype_name), load=load(dtype_name)))
+
+
+def scatter_add_kernel(dtype_name: str):
+    return _compile(("scatter_add", dtype_name), scatter_add_source(dtype_name), "scatter_add")
+
+
+SORT = """
+import numba
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit(device=True, inline=True)
+def _before(a, b):
+    # a strictly before b: NaN after everything (and equal to NaN), -0.0 equal to +0.0
+    if a != a:
+        return False
+    if b != b:
+        return True
+    return a < b
+
+
+def sort({params}, outer, n, inner):
+    # arrays viewed as [outer, n, inner]; one thread per (o, i) sorts its column of the
+    # keys y0 (a stable insertion sort), moving the other operands alike.
+    for g in range(cuda.grid(1), outer * inner, cuda.gridsize(1)):
+        o = g // inner
+        i = g % inner
+        for j in range(n):
+{copy}
+        for j in range(1, n):
+{hold}
+            m = j - 1
+            while m >= 0 and _before({key}, {key_at_m}):
+{shift}
+                m -= 1
+{place}
+"""
+
+
+def sort_source(count: int, key_dtype: str) -> str:
+    """The sort kernel of ``count`` operands (``x0 ..`` in, ``y0 ..`` out) whose keys
+    have element type ``key_dtype`` (bf16 keys are compared as floats)."""
+    xs, ys = [f"x{k}" for k in range(count)], [f"y{k}" for k in range(count)]
+    load = "_bf16_load" if key_dtype == "bfloat16" else ""
+    copy = "\n".join(f"            {y}[o, j, i] = {x}[o, j, i]" for x, y in zip(xs, ys))
+    hold = "\n".join(f"            h{k} = {y}[o, j, i]" for k, y in enumerate(ys))
+    shift = "\n".join(f"                {y}[o, m + 1, i] = {y}[o, m, i]" for y in ys)
+    place = "\n".join(f"            {y}[o, m + 1, i] = h{k}" for k, y in enumerate(ys))
+    src = SORT.format(params=", ".join(xs + ys), copy=copy, hold=hold, shift=shift, place=place, key=f"{load}(h0)", key_at_m=f"{load}(y0[o, m, i])")
+    return _with_bf16(key_dtype, src)
+
+
+def sort_kernel(count: int, key_dtype: str):
+    return _compile(("sort", count, key_dtype), sort_source(count, key_dtype), "sort")
 
 
 def embedding_kernel(mode: str, dtype_name: str):

@@ -78,7 +78,9 @@ class LoweredProgram:
         f0 = npz.select_function(module, func_name)
         npz.check_sizes(f0, npz.resolve_grids(module, ranks), ranks)  # a diagnostic, not a lowering failure
         if is_lowered(module):
-            module = module.clone()
+            from distir.dialects.verifier import verified_clone
+
+            module = verified_clone(module)  # verified: nothing runs that does not
         try:
             lowered = lower(module, ranks, target=target, scattered=scattered)
         except LoweringError as e:
@@ -192,11 +194,12 @@ class LoweredProgram:
                 bufs = npz.distribute(a, t, grid)
                 assert isinstance(bufs, dict)
                 coords = rank_coords(grid)[rank]
+                host = new_buffer(new_t.get_shape(), numpy_dtype(t.element_type))  # type: ignore[attr-defined]
                 if rank in bufs and stores(t.get_placements(), coords):
-                    host = new_buffer(bufs[rank].shape, bufs[rank].dtype)
-                    host[...] = bufs[rank]
-                else:
-                    host = new_buffer(new_t.get_shape(), numpy_dtype(t.element_type))  # type: ignore[attr-defined]
+                    # the rank's block at the start of its buffer (padded where the ranks'
+                    # blocks differ, or where the lowering pads the argument: padding.py)
+                    block = bufs[rank]
+                    host[tuple(slice(0, n) for n in block.shape)] = block
                 hosts.append(host)
             else:
                 hosts.append(np.array(a, dtype=numpy_dtype(t))[()])
@@ -204,13 +207,14 @@ class LoweredProgram:
         # one buffer, an extra argument; each of them is a view of its part.
         out: list[Any] = [None] * len(hosts)
         extra: list[Any] = []
-        for members in self.arenas():
+        arena_types = self.func.function_type.inputs.data[len(hosts) :]
+        for members, arena_t in zip(self.arenas(), arena_types):
             parts = [hosts[i] for i in members]
             if any(isinstance(p, ScatteredArray) for p in parts):
                 pieces = [q for p in parts for q in (p.pieces if isinstance(p, ScatteredArray) else [p.reshape(-1)])]
                 extra.append(ScatteredArray(pieces))
                 continue
-            flat = new_buffer((sum(p.size for p in parts),), parts[0].dtype)
+            flat = new_buffer(tuple(arena_t.get_shape()), parts[0].dtype)  # type: ignore[attr-defined]  (padded: padding.py)
             at = 0
             spans = []
             for p in parts:
@@ -247,11 +251,19 @@ class LoweredProgram:
             if isinstance(t, TensorType):
                 grid = self.grid(t)
                 coords = rank_coords(grid)
-                bufs = {r: to_host(per_rank[r][i]) for r in range(self.ranks) if stores(t.get_placements(), coords[r])}
+                bufs = {r: _block_of(to_host(per_rank[r][i]), t, grid, coords[r]) for r in range(self.ranks) if stores(t.get_placements(), coords[r])}
                 outs.append(npz.collect(t, grid, bufs, f"result{i}"))
             else:
                 outs.append(np.asarray(to_host(per_rank[0][i])))
         return outs
+
+
+def _block_of(buf: np.ndarray, t: TensorType, grid: layout.MeshGrid, coords: Sequence[int]) -> np.ndarray:
+    """The rank's block of a value: the start of its (maybe padded) buffer."""
+    shape = layout.local_shape(t.get_shape(), t.get_placements(), grid.sizes, coords)
+    if tuple(buf.shape) == shape:
+        return buf
+    return buf[tuple(slice(0, n) for n in shape)]
 
 
 # ======================================================================================
@@ -448,6 +460,37 @@ def _block(ex: RankExecutor, op: rt.BlockOp) -> None:
     ex.env[op.result] = ex.device.block(buf, int(i), op.option("dim"), op.option("count"))
 
 
+@handles(rt.SpanOp)
+def _span(ex: RankExecutor, op: rt.SpanOp) -> None:
+    grid, c = ex.grid_of(op.mesh_name), ex.coords(op.mesh_name)
+    axes = op.axis_list
+    ex.env[op.offset], ex.env[op.length] = layout.dim_block(op.size_value, [grid.sizes[a] for a in axes], [c[a] for a in axes])
+
+
+@handles(rt.PrefixOp)
+def _prefix(ex: RankExecutor, op: rt.PrefixOp) -> None:
+    buf = ex.v(op.args[0])
+    d = op.option("dim")
+    n = int(ex.v(op.args[1])) if len(op.args) == 2 else op.result.type.get_shape()[d]  # type: ignore[attr-defined]
+    ex.env[op.result] = ex.device.span(buf, d, 0, n)
+
+
+@handles(rt.PadBlocksOp, rt.UnpadBlocksOp)
+def _pad_blocks(ex: RankExecutor, op: rt.PadBlocksOp | rt.UnpadBlocksOp) -> None:
+    src, dst, extent, s = (ex.v(x) for x in op.args)
+    d, counts = op.option("dim"), list(op.option("counts"))
+    n = math.prod(counts)
+    dev = ex.device
+    for j in range(n):
+        lo, size = layout.dim_block(int(extent), counts, layout.at_digits(j, counts))
+        if size == 0:
+            continue
+        if isinstance(op, rt.PadBlocksOp):
+            dev.copy(dev.span(src, d, lo, size), dev.span(dev.block(dst, j, d, n), d, 0, size), s)
+        else:
+            dev.copy(dev.span(dev.block(src, j, d, n), d, 0, size), dev.span(dst, d, lo, size), s)
+
+
 @handles(rt.ViewOp)
 def _view(ex: RankExecutor, op: rt.ViewOp) -> None:
     buf = ex.v(op.buffer)
@@ -491,13 +534,28 @@ def _matmul(ex: RankExecutor, op: rt.MatmulOp) -> None:
 @handles(rt.ReduceTensorOp)
 def _reduce_tensor(ex: RankExecutor, op: rt.ReduceTensorOp) -> None:
     a, out, s = (ex.v(x) for x in op.args)
-    ex.device.reduce_tensor(op.option("op"), a, out, op.option("dims"), s)
+    if op.option("count") is None:
+        ex.device.reduce_tensor(op.option("op"), a, out, op.option("dims"), s)
+    else:
+        ex.device.reduce_tensor(op.option("op"), a, out, op.option("dims"), s, op.option("count"))
 
 
 @handles(rt.EmbeddingBagOp)
 def _embedding_bag(ex: RankExecutor, op: rt.EmbeddingBagOp) -> None:
     t, i, row0, out, s = (ex.v(x) for x in op.args)
     ex.device.embedding_bag(t, i, int(row0), out, op.option("mode"), s)
+
+
+@handles(rt.ScatterAddOp)
+def _scatter_add(ex: RankExecutor, op: rt.ScatterAddOp) -> None:
+    i, u, row0, out, s = (ex.v(x) for x in op.args)
+    ex.device.scatter_add(i, u, int(row0), out, s)
+
+
+@handles(rt.SortOp)
+def _sort(ex: RankExecutor, op: rt.SortOp) -> None:
+    ins, outs = op.io()
+    ex.device.sort([ex.v(x) for x in ins], [ex.v(x) for x in outs], op.option("dim"), ex.v(op.args[-1]))
 
 
 # ------------------------------------------------------------------ communication

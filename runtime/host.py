@@ -81,6 +81,10 @@ class HostDevice:
         step = buf.shape[dim] // count
         return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
 
+    def span(self, buf: np.ndarray, dim: int, lo: int, n: int) -> np.ndarray:
+        """Elements ``lo .. lo + n`` of ``buf`` along ``dim`` (a view)."""
+        return buf[(slice(None),) * dim + (slice(lo, lo + n),)]
+
     def copy(self, src: np.ndarray, dst: np.ndarray, stream, stream_from: int | None = None) -> None:
         """``rt.copy`` (streaming stores from ``stream_from`` bytes on: the program's
         ``stream_from``)."""
@@ -174,13 +178,27 @@ class HostDevice:
         self._no_scattered("rt.matmul", a, b, c)
         stream.submit(lambda: _matmul(a, b, c))
 
-    def reduce_tensor(self, kind: str, a: np.ndarray, out: np.ndarray, dims: Sequence[int], stream) -> None:
+    def reduce_tensor(self, kind: str, a: np.ndarray, out: np.ndarray, dims: Sequence[int], stream, count: float | None = None) -> None:
         self._no_scattered("rt.reduce_tensor", a, out)
-        stream.submit(lambda: _assign(out, interpreter.reduce_tensor(a, kind, dims)))
+        stream.submit(lambda: _assign(out, interpreter.reduce_tensor(a, kind, dims, count)))
 
     def embedding_bag(self, table, indices, row0: int, out, mode: str, stream) -> None:
         self._no_scattered("rt.embedding_bag", table, indices, out)
         stream.submit(lambda: embedding_into(table, indices, row0, out, mode))
+
+    def scatter_add(self, indices, updates, row0: int, out, stream) -> None:
+        self._no_scattered("rt.scatter_add", indices, updates, out)
+        held = out.shape[-2]
+        stream.submit(lambda: _assign(out, interpreter.scatter_add(indices, updates, row0, held, out.dtype)))
+
+    def sort(self, ins, outs, dim: int, stream) -> None:
+        self._no_scattered("rt.sort", *ins, *outs)
+
+        def run() -> None:
+            for out, y in zip(outs, interpreter.sort_along(ins, dim)):
+                _assign(out, y)
+
+        stream.submit(run)
 
     # ------------------------------------------------------------------ fused tile operators
     # Synchronous pieces of the fused computation-collective operators (runtime/tiles.py):
@@ -318,7 +336,8 @@ def _matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         out = c if c.flags.c_contiguous else np.empty(c.shape, c.dtype)
         if b.ndim == 2 and a.ndim > 2:
-            np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
+            rows = int(np.prod(a.shape[:-1], dtype=np.int64))  # (not -1: a dim may be 0)
+            np.matmul(a.reshape(rows, a.shape[-1]), b, out=out.reshape(rows, out.shape[-1]))
         else:
             np.matmul(a, b, out=out)
         if out is not c:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,7 @@ from distir.runtime.values import (
     UnsupportedType,
     compute_dtype,
     frozen,
+    is_float,
     local_nbytes,
     numpy_dtype,
     rank_coords,
@@ -166,10 +168,10 @@ class Interpreter:
         if not alias and id(value) not in self._counted:
             self._counted.add(id(value))
             self._keep.append(value)  # keeps ids unique for the whole run
-            nbytes = local_nbytes(value.type, value.grid.sizes)
+            coords = rank_coords(value.grid)
             for r in value.buffers:
                 if value.holds(r):
-                    sizes[r] = nbytes
+                    sizes[r] = local_nbytes(value.type, value.grid.sizes, coords[r])
         self.allocated[self._name(ssa)] = sizes
 
     # ---------------------------------------------------------------- execution
@@ -409,14 +411,17 @@ def _overlap(it: Interpreter, op: coll.OverlapOp, args: list[Value]) -> list[Val
 def _map(it: Interpreter, op: dist.MapOp, args: list[Value]) -> list[Value]:
     types: list[TensorType] = list(op.result_types)  # type: ignore[arg-type]
     grid = it.grid(types[0])
-    shape = layout.local_shape(types[0].get_shape(), types[0].get_placements(), grid.sizes)
+    coords = rank_coords(grid)
     dtypes = [numpy_dtype(t.element_type) for t in types]
+
+    def shape(r: int) -> tuple[int, ...]:
+        return layout.local_shape(types[0].get_shape(), types[0].get_placements(), grid.sizes, coords[r])
 
     def fn(bufs: list[np.ndarray], r: int) -> list[np.ndarray]:
         ys = eval_body(op.body.block, bufs)
-        return [np.broadcast_to(np.asarray(y).astype(dt, copy=False), shape) for y, dt in zip(ys, dtypes)]
+        return [np.broadcast_to(np.asarray(y).astype(dt, copy=False), shape(r)) for y, dt in zip(ys, dtypes)]
 
-    return list(it.local(types, args, fn))
+    return list(it.local(types, args, fn, key=shape))
 
 
 def matmul(a: np.ndarray, b: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -425,7 +430,8 @@ def matmul(a: np.ndarray, b: np.ndarray, dtype: np.dtype) -> np.ndarray:
     a = a.astype(cdt, copy=False)
     b = b.astype(cdt, copy=False)
     if b.ndim == 2 and a.ndim > 2:
-        y = np.matmul(np.ascontiguousarray(a).reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+        rows = int(np.prod(a.shape[:-1], dtype=np.int64))  # (not -1: a dim may be 0)
+        y = np.matmul(np.ascontiguousarray(a).reshape(rows, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
     else:
         y = np.matmul(a, b)
     return y.astype(dtype, copy=False)
@@ -438,9 +444,23 @@ def _matmul(it: Interpreter, op: dist.MatmulOp, args: list[Value]) -> list[Value
     return list(it.local([t], args, lambda b, r: [matmul(b[0], b[1], dt)]))
 
 
-def reduce_tensor(x: np.ndarray, kind: str, dims: Sequence[int]) -> np.ndarray:
-    """Reduce ``x`` over ``dims`` (sum, prod, max, min, avg = mean), in compute_dtype."""
+def identity(dtype: np.dtype, kind: str):
+    """The identity of ``max``/``min`` in ``dtype``: what an empty block reduces to."""
+    if dtype == np.bool_:
+        return kind == "min"
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return info.min if kind == "max" else info.max
+    return dtype.type(-np.inf if kind == "max" else np.inf)
+
+
+def reduce_tensor(x: np.ndarray, kind: str, dims: Sequence[int], count: Fraction | float | None = None) -> np.ndarray:
+    """Reduce ``x`` over ``dims`` (sum, prod, max, min, avg = mean), in compute_dtype.
+    ``avg`` divides the sum by ``count`` (default: the elements reduced; ``rt``'s float
+    counts are ratios of small integers)."""
     axis = tuple(dims)
+    if isinstance(count, float):
+        count = Fraction(count).limit_denominator(1 << 24)
     cdt = compute_dtype(x.dtype)
     with np.errstate(all="ignore"):
         if kind == "sum":
@@ -448,16 +468,19 @@ def reduce_tensor(x: np.ndarray, kind: str, dims: Sequence[int]) -> np.ndarray:
         elif kind == "prod":
             y = np.prod(x, axis=axis, dtype=cdt)
         elif kind == "max":
-            y = np.max(x, axis=axis) if axis else x
+            y = np.max(x, axis=axis, initial=identity(x.dtype, "max")) if axis else x
         elif kind == "min":
-            y = np.min(x, axis=axis) if axis else x
+            y = np.min(x, axis=axis, initial=identity(x.dtype, "min")) if axis else x
         elif kind == "avg":
-            count = int(np.prod([x.shape[d] for d in axis], dtype=np.int64))
+            if count is None:
+                count = Fraction(int(np.prod([x.shape[d] for d in axis], dtype=np.int64)))
             s = np.sum(x, axis=axis, dtype=cdt)
             if np.issubdtype(cdt, np.integer):
-                y = np.sign(s) * (np.abs(s) // count)
+                y = np.sign(s) * ((np.abs(s) * count.denominator) // count.numerator)
+            elif count.denominator == 1:
+                y = np.divide(s, cdt.type(count.numerator), dtype=cdt)
             else:
-                y = np.divide(s, cdt.type(count), dtype=cdt)
+                y = np.divide(s, cdt.type(float(count)), dtype=cdt)
         else:
             raise ValueError(f"unknown reduction '{kind}'")
     return np.asarray(y).astype(x.dtype, copy=False)
@@ -466,7 +489,10 @@ def reduce_tensor(x: np.ndarray, kind: str, dims: Sequence[int]) -> np.ndarray:
 @handles(dist.ReduceTensorOp)
 def _reduce_tensor(it: Interpreter, op: dist.ReduceTensorOp, args: list[Value]) -> list[Value]:
     kind, dims = op.option("op"), op.option("dims")
-    return list(it.local([op.result.type], args, lambda b, r: [reduce_tensor(b[0], kind, dims)]))  # type: ignore[list-item]
+    x = args[0]
+    assert isinstance(x, DistValue)
+    count = layout.avg_count(x.shape, x.placements, x.grid.sizes, dims)
+    return list(it.local([op.result.type], args, lambda b, r: [reduce_tensor(b[0], kind, dims, count)]))  # type: ignore[list-item]
 
 
 @handles(dist.CastOp)
@@ -507,6 +533,8 @@ def embedding_bag(table: np.ndarray, indices: np.ndarray, mode: str, row0: int, 
     loc = indices.astype(np.int64) - row0
     valid = (loc >= 0) & (loc < held)
     safe = np.where(valid, loc, 0)
+    if held == 0:  # an empty block of rows: nothing to add
+        return np.zeros((*indices.shape[:-1], table.shape[-1]), dtype=dtype)
     if lead:
         g = table[np.arange(table.shape[0])[:, None, None], safe]
     else:
@@ -545,6 +573,59 @@ def _embedding_bag(it: Interpreter, op: dist.EmbeddingBagOp, args: list[Value]) 
     return list(it.local([t], args, fn, key=lambda r: table.block(r)[row_dim].start))
 
 
+def scatter_add(indices: np.ndarray, updates: np.ndarray, row0: int, held: int, dtype: np.dtype) -> np.ndarray:
+    """The rows ``row0 .. row0 + held`` of ``scatter_add(indices, updates)``: each update
+    row added to the row its index names, in the order of the (bag, position) pairs;
+    indices outside the rows held add nothing. In compute_dtype, rounded once."""
+    cdt = compute_dtype(dtype)
+    lead = indices.ndim - 2
+    loc = indices.astype(np.int64) - row0
+    valid = (loc >= 0) & (loc < held)
+    shape = (*updates.shape[:lead], held, updates.shape[-1])
+    out = np.zeros(shape, cdt)
+    rows = np.broadcast_to(updates[..., :, None, :], (*indices.shape, updates.shape[-1])).astype(cdt)
+    if lead:
+        t = np.broadcast_to(np.arange(indices.shape[0])[:, None, None], indices.shape)
+        np.add.at(out, (t[valid], loc[valid]), rows[valid])
+    else:
+        np.add.at(out, loc[valid], rows[valid])
+    return out.astype(dtype, copy=False)
+
+
+@handles(dist.ScatterAddOp)
+def _scatter_add(it: Interpreter, op: dist.ScatterAddOp, args: list[Value]) -> list[Value]:
+    t: TensorType = op.result.type  # type: ignore[assignment]
+    grid = it.grid(t)
+    coords = rank_coords(grid)
+    row_dim = t.rank - 2
+    dt = numpy_dtype(t.element_type)
+
+    def block(r: int) -> slice:
+        return layout.block(t.get_shape(), t.get_placements(), grid.sizes, coords[r])[row_dim]
+
+    def fn(b: list[np.ndarray], r: int) -> list[np.ndarray]:
+        rs = block(r)  # indices outside it (or outside the table) add nothing
+        return [scatter_add(b[0], b[1], rs.start, rs.stop - rs.start, dt)]
+
+    return list(it.local([t], args, fn, key=lambda r: block(r).start))
+
+
+def sort_along(arrays: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
+    """``arrays`` reordered along ``dim`` by the keys of ``arrays[0]``: ascending, stable,
+    -0.0 equal to +0.0 and NaN last (numpy's order of floats), integers signed."""
+    keys = arrays[0]
+    if is_float(keys.dtype) and keys.dtype.itemsize < 4:
+        keys = keys.astype(np.float32)  # exact; numpy sorts f16/bf16 no better
+    order = np.argsort(keys, axis=dim, kind="stable")
+    return [np.take_along_axis(a, order, axis=dim) for a in arrays]
+
+
+@handles(dist.SortOp)
+def _sort(it: Interpreter, op: dist.SortOp, args: list[Value]) -> list[Value]:
+    dim = op.option("dim")
+    return list(it.local([r.type for r in op.outputs], args, lambda b, r: sort_along(b, dim)))  # type: ignore[misc]
+
+
 @handles(dist.RemeshOp)
 def _remesh(it: Interpreter, op: dist.RemeshOp, args: list[Value]) -> list[Value]:
     # The same global rank keeps the same buffer; only its coordinates change.
@@ -562,8 +643,13 @@ def _transpose(it: Interpreter, op: dist.TransposeOp, args: list[Value]) -> list
 @handles(dist.ReshapeOp)
 def _reshape(it: Interpreter, op: dist.ReshapeOp, args: list[Value]) -> list[Value]:
     t: TensorType = op.result.type  # type: ignore[assignment]
-    shape = layout.local_shape(t.get_shape(), t.get_placements(), it.grid(t).sizes)
-    return list(it.local([t], args, lambda b, r: [np.reshape(b[0], shape)]))
+    grid = it.grid(t)
+    coords = rank_coords(grid)
+
+    def shape(r: int) -> tuple[int, ...]:
+        return layout.local_shape(t.get_shape(), t.get_placements(), grid.sizes, coords[r])
+
+    return list(it.local([t], args, lambda b, r: [np.reshape(b[0], shape(r))], key=shape))
 
 
 @handles(dist.IotaOp)
@@ -579,13 +665,13 @@ def _iota(it: Interpreter, op: dist.IotaOp, args: list[Value]) -> list[Value]:
 
     def fn(b: list[np.ndarray], r: int) -> list[np.ndarray]:
         s = rows(r)
-        local = layout.local_shape(shape, placements, grid.sizes)
-        idx = np.arange(s.start or 0, s.stop if s.stop is not None else shape[dim]).astype(dt)
+        local = layout.local_shape(shape, placements, grid.sizes, coords[r])
+        idx = np.arange(s.start, s.stop).astype(dt)
         view = [1] * len(shape)
         view[dim] = len(idx)
         return [np.broadcast_to(idx.reshape(view), local)]
 
-    return list(it.local([t], args, fn, key=lambda r: (rows(r).start, rows(r).stop)))
+    return list(it.local([t], args, fn, key=lambda r: tuple((s.start, s.stop) for s in layout.block(shape, placements, grid.sizes, coords[r]))))
 
 
 @handles(dist.ExtractSliceOp)
@@ -660,8 +746,13 @@ def run_function(module: ModuleOp | str, func_name: str | None = None, inputs: M
     """Run function ``func_name`` (default: the only one) of ``module`` on ``ranks``
     simulated ranks. ``inputs`` follow the in.npz convention (``runtime/npz.py``);
     missing ones are drawn at random from ``seed``. Returns an ``Execution`` with the
-    logical outputs, the per-rank result values and the allocation statistics."""
+    logical outputs, the per-rank result values and the allocation statistics. The
+    module is verified first (``VerifyException``), unless it verified and has not
+    changed since."""
+    from distir.dialects.verifier import ensure_verified
+
     module = as_module(module)
+    ensure_verified(module)  # never runs a program that does not verify (free when it did)
     f = npz.select_function(module, func_name)
     grids = npz.resolve_grids(module, ranks)
     full = npz.prepare_inputs(module, f, ranks, inputs, seed, grids=grids)

@@ -22,7 +22,13 @@ plans a program that is not planned yet, and the copies of the collectives strea
 program's ``stream_from`` says.
 
 Stream 1 (``coll.overlap``) is a worker thread per rank. A failure on one rank aborts
-the others (no deadlock) and is reported with the rank.
+the others (no deadlock) and is reported with the rank. Ranks that are threads of the
+caller (``step.local_comms``) can also stop without a word: a rank's thread that raised
+or returned while its peers wait for it in a collective. The waiters find that
+themselves (``LocalWorld.watch``, every ``TIMEOUT`` seconds of a wait): a peer whose
+thread has ended (for ``GONE_GRACE`` seconds, so that a rank moving to another thread is
+not taken for gone) or a wait longer than the world's ``timeout`` fails the world, and
+every wait raises ``CommError`` with the message that names the rank and the cause.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,6 +52,11 @@ from distir.runtime.scattered import ScatteredArray, copy_into, segments
 from distir.runtime.values import reduce_arrays
 
 TIMEOUT = 0.05
+"""Seconds between two looks at the world's state while a rank waits."""
+WAIT_LIMIT = 300.0
+"""Default seconds a rank waits in one collective before it gives up (``LocalWorld``)."""
+GONE_GRACE = 1.0
+"""Seconds a rank's thread must have ended before its waiting peers take it for gone."""
 
 # ======================================================================================
 # Element-wise reductions over peers (numba, generated per peer count and reduction)
@@ -123,15 +135,21 @@ def share(count: int, parts: int, i: int) -> tuple[int, int]:
 
 class LocalWorld:
     """The state the rank threads of one run share: every group's barrier, and the abort
-    flag that stops all waits when a rank fails."""
+    flag that stops all waits when a rank fails (``fail``; ``cause`` is the message every
+    wait then raises). ``timeout`` bounds one wait in a collective (seconds)."""
 
-    def __init__(self, ranks: int):
+    def __init__(self, ranks: int, timeout: float = WAIT_LIMIT):
         self.ranks = ranks
+        self.timeout = timeout
         self.abort = threading.Event()
         self.errors: dict[int, BaseException] = {}
+        self.cause: str | None = None
+        self.threads: dict[int, threading.Thread] = {}
+        """rank -> the thread that last entered a collective for it."""
+        self._gone: dict[int, tuple[threading.Thread, float]] = {}
         self._groups: list[_Group] = []
         self._lock = threading.Lock()
-        self.root = _Group(ranks, self)
+        self.root = _Group(ranks, self, list(range(ranks)))
 
     def register(self, g: _Group) -> None:
         with self._lock:
@@ -140,12 +158,46 @@ class LocalWorld:
     def fail(self, rank: int, error: BaseException) -> None:
         with self._lock:
             self.errors.setdefault(rank, error)
+            if self.cause is None:
+                text, who = str(error), f"rank {rank}" if rank >= 0 else "a stream"
+                self.cause = text if isinstance(error, CommError) or text.startswith(who) else f"{who}: {type(error).__name__}: {text}"
             groups = list(self._groups)
         self.abort.set()
         for g in groups:
             g.barrier.abort()
             with g.cond:
                 g.cond.notify_all()
+
+    def failure(self, what: str) -> CommError:
+        """The error every wait raises once the world failed: the cause, the same on every
+        rank (``what``, where this rank waited, when there is none)."""
+        return CommError(self.cause or f"a peer failed while {what}")
+
+    def watch(self, me: int, members: Sequence[int], started: float) -> None:
+        """Called by rank ``me`` while it waits for ``members`` (world ranks) since
+        ``started`` (``time.monotonic``): fail the world when one of them is gone (its
+        thread ended) or the wait is over the timeout (module doc)."""
+        now = time.monotonic()
+        gone = None
+        with self._lock:
+            for r in members:
+                t = self.threads.get(r)
+                if r == me or t is None or t.is_alive():
+                    self._gone.pop(r, None)
+                    continue
+                seen = self._gone.get(r)
+                if seen is None or seen[0] is not t:
+                    self._gone[r] = (t, now)
+                elif now - seen[1] >= GONE_GRACE:
+                    gone = r
+                    break
+        if gone is not None:
+            self.fail(gone, CommError(
+                f"rank {gone} stopped (its thread ended) while rank {me} waited for it in a collective: "
+                "a rank that raises or returns early must not leave its peers in a collective (every rank makes the same calls)"
+            ))
+        elif now - started > self.timeout:
+            self.fail(me, CommError(f"rank {me} waited {self.timeout:g} s in a collective for its peers and gave up (local_comms(timeout=...))"))
 
     def comm(self, rank: int) -> LocalComm:
         return LocalComm(self.root, rank, self)
@@ -166,7 +218,9 @@ class _Barrier:
         self._own = threading.local()
         self._broken = False
 
-    def wait(self) -> None:
+    def wait(self, watch=None) -> None:
+        """Wait for every party; ``watch(started)`` is called every ``TIMEOUT`` seconds
+        of the wait (it may abort the barrier)."""
         me = getattr(self._own, "lock", None)
         if me is None:
             me = self._own.lock = threading.Lock()
@@ -184,9 +238,12 @@ class _Barrier:
             for lock in release:
                 lock.release()
             return
+        started = time.monotonic()
         while not me.acquire(timeout=TIMEOUT):
             if self._broken:
                 raise threading.BrokenBarrierError
+            if watch is not None:
+                watch(started)
         if self._broken:
             raise threading.BrokenBarrierError
 
@@ -199,10 +256,16 @@ class _Barrier:
 
 
 class _Group:
-    def __init__(self, size: int, world: LocalWorld):
+    def __init__(self, size: int, world: LocalWorld, members: list[int]):
         self.size = size
+        self.members = members
+        """The world rank of each group rank."""
         self.barrier = _Barrier(size)
-        self.slots: list[Any] = [None] * size
+        # two sets of slots, used in turn by the group's successive publications: a rank
+        # that leaves a collective right after publishing (``peer_buffers``) writes the
+        # other set in its next one, while a slower peer may still read this one
+        self.slots: list[list[Any]] = [[None] * size, [None] * size]
+        self.turn = [0] * size
         self.splits: dict[tuple[int, int], _Group] = {}
         self.lock = threading.Lock()
         self.cond = threading.Condition()
@@ -228,18 +291,31 @@ class LocalComm:
         self.rank = rank
         self.size = group.size
         self.world = world
+        self.world_rank = group.members[rank]
         self._splits = 0
 
+    def _watch(self, started: float) -> None:
+        self.world.watch(self.world_rank, self.g.members, started)
+
     def _sync(self) -> None:
+        self.world.threads[self.world_rank] = threading.current_thread()
         try:
-            self.g.barrier.wait()
+            self.g.barrier.wait(self._watch)
         except threading.BrokenBarrierError:
-            raise CommError("a peer failed while this rank waited in a collective") from None
+            raise self.world.failure(f"rank {self.world_rank} waited in a collective") from None
+
+    def abort(self, message: str) -> None:
+        """This rank cannot go on: every wait of the world raises with ``message``."""
+        self.world.fail(self.world_rank, CommError(message))
 
     def _publish(self, value: Any) -> list[Any]:
-        self.g.slots[self.rank] = value
+        g = self.g
+        turn = g.turn[self.rank]
+        g.turn[self.rank] = 1 - turn
+        slots = g.slots[turn]
+        slots[self.rank] = value
         self._sync()
-        return list(self.g.slots)
+        return list(slots)
 
     def split(self, color: int, key: int) -> LocalComm:
         seq = self._splits
@@ -249,7 +325,7 @@ class LocalComm:
         with self.g.lock:
             sub = self.g.splits.get((seq, color))
             if sub is None:
-                sub = self.g.splits[(seq, color)] = _Group(len(members), self.world)
+                sub = self.g.splits[(seq, color)] = _Group(len(members), self.world, [self.g.members[r] for _, r in members])
         self._sync()
         return LocalComm(sub, [r for _, r in members].index(self.rank), self.world)
 
@@ -315,6 +391,8 @@ class LocalComm:
                     g.mail.setdefault((self.rank, c.peer), deque()).append(m)
                     posted.append(m)
             g.cond.notify_all()
+        started = time.monotonic()
+        self.world.threads[self.world_rank] = threading.current_thread()
         for c in calls:
             if c.kind != "recv":
                 continue
@@ -322,8 +400,10 @@ class LocalComm:
                 box = g.mail.setdefault((c.peer, self.rank), deque())
                 while not box:
                     if self.world.abort.is_set():
-                        raise CommError("a peer failed while this rank waited for a message")
+                        raise self.world.failure(f"rank {self.world_rank} waited for a message")
                     g.cond.wait(TIMEOUT)
+                    if not box:
+                        self._watch(started)
                 m = box.popleft()
             if m.count != c.count:
                 m.done.set()
@@ -333,7 +413,8 @@ class LocalComm:
         for m in posted:
             while not m.done.wait(TIMEOUT):
                 if self.world.abort.is_set():
-                    raise CommError("a peer failed while this rank waited for its message to be received")
+                    raise self.world.failure(f"rank {self.world_rank} waited for its message to be received")
+                self._watch(started)
 
     # ------------------------------------------------------------------ shared buffers
     def peer_buffers(self, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
@@ -356,7 +437,7 @@ class LocalComm:
             table = g.__dict__.setdefault("tile_flags", {})
             flags = table.get(seq)
             if flags is None:
-                flags = table[seq] = ThreadFlags(self.size, count, self.world.abort)
+                flags = table[seq] = ThreadFlags(self.size, count, self.world.abort, lambda r, t: self.world.watch(g.members[r], g.members, t))
         return flags.handle(self.rank)
 
 

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, JobFailed, ResultsDiffer, Terminated
 from distir.runtime.buffers import STAGGER, STAGGER_FROM
 from distir.runtime.comm import P2P
 from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecutor
@@ -137,7 +137,8 @@ class RequestStream:
             if self.active is not None:
                 reqs, post, _keep = self.active
                 if block:
-                    MPI.Request.Waitall(reqs)
+                    with _waiting(0, issue=False):
+                        MPI.Request.Waitall(reqs)
                 elif not MPI.Request.Testall(reqs):
                     return
                 self.active = None
@@ -281,7 +282,13 @@ class MpiComm:
         self.node_ranks = heap.node_ranks(self.comm)
 
     def split(self, color: int, key: int) -> MpiComm:
-        return MpiComm(self.comm.Split(color, key), self.heap)
+        with _waiting(self.size):
+            return MpiComm(self.comm.Split(color, key), self.heap)
+
+    def abort(self, message: str) -> None:
+        """End the job: ``message`` on standard error, then ``MPI_Abort`` (mpiexec ends
+        every rank; ``comm.py``)."""
+        abort_job(message)
 
     # ------------------------------------------------------------------ shared buffers
     def peer_buffers(self, arrays: list[np.ndarray]) -> list[list[np.ndarray]] | None:
@@ -292,13 +299,15 @@ class MpiComm:
             return None
         assert self.heap is not None
         heap = self.heap
-        everyone = self.comm.allgather([heap.locate(a) for a in arrays])
+        with _waiting(self.size):
+            everyone = self.comm.allgather([heap.locate(a) for a in arrays])
         if any(w is None for ws in everyone for w in ws):
             return None
         return [[heap.view(self.node_ranks[r], w) for w in ws] for r, ws in enumerate(everyone)]
 
     def peer_barrier(self) -> None:
-        self.comm.Barrier()
+        with _waiting(self.size):
+            self.comm.Barrier()
 
     def tile_flags(self, count: int):
         """``count`` per-tile ready flags per rank in shared memory (``tiles.SharedFlags``;
@@ -325,10 +334,12 @@ class MpiComm:
             return [nonblocking(*args)], post, keep
 
         if isinstance(stream, RequestStream):
+            _issued(self.size)
             stream.issue(start)
             return
         args, post, _ = prepare()
-        blocking(*args)
+        with _waiting(self.size):
+            blocking(*args)
         if post is not None:
             post()
 
@@ -351,9 +362,11 @@ class MpiComm:
     # stream order; pieces are cut where the buffers that all ranks share are cut.
     def _per_piece(self, stream, fn) -> None:
         if isinstance(stream, RequestStream):
+            _issued(self.size)
             stream.submit(fn)
         else:
-            fn()
+            with _waiting(self.size):
+                fn()
 
     def _reduce_piece(self, send: np.ndarray, op: str, root: int | None) -> np.ndarray:
         out = np.empty_like(send)
@@ -490,9 +503,11 @@ class MpiComm:
             return reqs, None, tuple(bufs)
 
         if isinstance(stream, RequestStream):
+            _issued(self.size)
             stream.issue(start)
         else:
-            _mpi().Request.Waitall(start()[0])
+            with _waiting(self.size):
+                _mpi().Request.Waitall(start()[0])
 
 
 class MpiDevice(HostDevice):
@@ -557,6 +572,187 @@ class PollingExecutor(RankExecutor):
 
 
 # ======================================================================================
+# A job's ranks that leave: the guard of a training script's MPI job
+# ======================================================================================
+#
+# A script run under mpiexec (a training loop calling distir's steps) hangs when one
+# rank leaves while its peers wait for it in a collective: an exception escapes the
+# script on one rank, or one rank returns (sys.exit(0)) early. Its process then waits
+# in MPI_Finalize, its peers in the collective, and mpiexec waits for both. The guard
+# (``guard_job``, installed by ``step.mpi_comm``) ends such a job with one message:
+#
+#   * every rank marks, in a small shared-memory window of its node, whether it waits
+#     in a collective of the whole job and how many it has issued (``_waiting``, around
+#     each blocking MPI call of ``MpiComm``);
+#   * a rank that leaves (Python's exit: the end of the script, sys.exit, an exception
+#     that escaped: its message is kept by ``sys.excepthook``) marks that it left, then
+#     waits, as MPI_Finalize would, until every rank of its node has left too. If it
+#     sees a peer waiting in a collective it never issued, that peer would wait
+#     forever: it ends the job (``abort_job``) with a message naming itself and why;
+#   * a rank that enters a collective after a peer has left ends the job the same way.
+#
+# Only ranks of one node see each other's marks; a job over several nodes keeps
+# MPI's own behaviour across nodes. A rank killed (a signal) is mpiexec's to report:
+# it ends every other rank at once.
+
+_GUARD: JobGuard | None = None
+
+
+class JobGuard:
+    """This process's part of the guard (the comment above). ``WORDS``: per rank, waiting
+    (0/1), collectives of the job issued, left (0/1), ending the job (0/1); then
+    ``REASON`` bytes saying why it left."""
+
+    WORDS = 4
+    REASON = 256
+
+    def __init__(self, world):
+        import atexit
+
+        MPI = _mpi()
+        self.world = world
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        self.node = world.Split_type(MPI.COMM_TYPE_SHARED)
+        row = 8 * self.WORDS + self.REASON
+        self.win = MPI.Win.Allocate_shared(row, 1, comm=self.node)
+        rows = [np.frombuffer(self.win.Shared_query(r)[0], np.uint8)[:row] for r in range(self.node.Get_size())]
+        self.words = [r[: 8 * self.WORDS].view(np.int64) for r in rows]
+        self.reasons = [r[8 * self.WORDS :] for r in rows]
+        self.node_rank = self.node.Get_rank()
+        self.mine = self.words[self.node_rank]
+        self.mine[:] = 0
+        self.ranks = self.node.allgather(self.rank)
+        """The world rank of each rank of the node."""
+        self.why = "its script returned or called sys.exit"
+        unlink_mpich_segments(self.node)  # a barrier: every row is zeroed before use
+        self.previous_hook = sys.excepthook
+        sys.excepthook = self._excepthook
+        atexit.register(self.leave)
+
+    def _excepthook(self, kind, value, tb) -> None:
+        self.why = f"it raised {kind.__name__}: {value}"
+        self.previous_hook(kind, value, tb)
+
+    def _reason(self, r: int) -> str:
+        return bytes(self.reasons[r]).rstrip(b"\0").decode(errors="replace")
+
+    def enter(self, issue: bool) -> None:
+        me = self.mine
+        if issue:
+            me[1] += 1
+        me[0] = 1
+        for r, w in enumerate(self.words):
+            if w[2]:
+                self.end_job(
+                    f"rank {self.ranks[r]} left the job ({self._reason(r)}) while rank {self.rank} still calls distir's collectives: "
+                    "every rank of the job must make the same calls; the job stops"
+                )
+
+    def end_job(self, message: str) -> None:
+        """End the job with ``message``, printed once: two ranks may find the same
+        fault at once (one leaving, one entering); the lowest of those that mark
+        themselves ending prints it and aborts, the others wait to be ended with it."""
+        import time
+
+        me = self.node_rank
+        if not any(w[3] for r, w in enumerate(self.words) if r != me):
+            self.mine[3] = 1
+            time.sleep(0.05)  # every mark made by now is seen
+            if not any(w[3] for r, w in enumerate(self.words) if r < me):
+                abort_job(message)
+        time.sleep(10)  # another rank ends the job (MPI_Abort ends this process too)
+        abort_job(message, quiet=True)
+
+    def leave(self) -> None:
+        """Python's exit on this rank (atexit): wait for the node's other ranks to leave,
+        or end the job when one of them waits for this one (the comment above)."""
+        import time
+
+        if _mpi().Is_finalized():
+            return
+        me = self.mine
+        why = self.why.encode()[: self.REASON - 1]
+        self.reasons[self.node_rank][: len(why)] = np.frombuffer(why, np.uint8)
+        me[0] = 0
+        me[2] = 1
+        while True:
+            if all(w[2] for w in self.words):
+                return
+            for r, w in enumerate(self.words):
+                if not w[2] and (w[0] and w[1] > me[1] or w[3]):
+                    self.end_job(
+                        f"rank {self.rank} left the job ({self.why}) while rank {self.ranks[r]} waits for it in a collective: "
+                        "every rank of the job must make the same calls; the job stops"
+                    )
+            time.sleep(0.005)
+
+
+class _Mark:
+    """``with``: this rank waits in a collective (``JobGuard``)."""
+
+    __slots__ = ("guard", "issue")
+
+    def __init__(self, guard: JobGuard, issue: bool):
+        self.guard, self.issue = guard, issue
+
+    def __enter__(self) -> None:
+        self.guard.enter(self.issue)
+
+    def __exit__(self, *exc) -> None:
+        self.guard.mine[0] = 0
+
+
+class _NoMark:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+_NO_MARK = _NoMark()
+
+
+def _waiting(size: int, issue: bool = True):
+    """The mark around a blocking call on a communicator of ``size`` ranks (``issue``:
+    it is a new collective, not the wait for one issued before): counted when it spans
+    the job, and only once a guard is installed."""
+    g = _GUARD
+    if g is None or (issue and size != g.size):
+        return _NO_MARK
+    return _Mark(g, issue)
+
+
+def _issued(size: int) -> None:
+    """A collective of the job issued without waiting (a request stream's)."""
+    g = _GUARD
+    if g is not None and size == g.size:
+        g.mine[1] += 1
+
+
+def guard_job(world=None) -> JobGuard | None:
+    """Install this process's ``JobGuard`` over ``world`` (default ``COMM_WORLD``) once;
+    collective the first time. Nothing for a job of one rank."""
+    global _GUARD
+    MPI = _mpi()
+    world = world if world is not None else MPI.COMM_WORLD
+    if _GUARD is None and world.Get_size() > 1:
+        _GUARD = JobGuard(world)
+    return _GUARD
+
+
+def abort_job(message: str, code: int = 1, quiet: bool = False) -> None:
+    """End the whole MPI job now: ``distir: message`` on standard error (unless
+    ``quiet``), then ``MPI_Abort`` (mpiexec ends every rank)."""
+    try:
+        sys.stdout.flush()
+        if not quiet:
+            print(f"distir: {message}", file=sys.stderr, flush=True)
+    finally:
+        _mpi().COMM_WORLD.Abort(code)
+
+
+# ======================================================================================
 # The backend
 # ======================================================================================
 
@@ -573,7 +769,30 @@ def _shared_heap(world, program: LoweredProgram) -> SharedHeap | None:
         heap, ok = None, 0
     if world.allreduce(ok, op=MPI.MIN) == 0:
         return None
+    assert heap is not None
+    unlink_mpich_segments(heap.node)
     return heap
+
+
+def unlink_mpich_segments(node) -> None:
+    """Remove the names of the ``/dev/shm`` files MPICH made for this node's ranks at
+    ``MPI_Init`` (collective over ``node``, the ranks of one node: every one of them has
+    mapped them by now). The memory stays mapped until the last rank ends, as the
+    segments of ``shm.py``; MPICH removes the names at ``MPI_Finalize`` only, so a job
+    whose ranks were killed left them behind (2 MiB each)."""
+    node.Barrier()
+    if node.Get_rank() != 0:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            names = {line.split()[-1] for line in f if "/dev/shm/mpich_shm_" in line and not line.rstrip().endswith("(deleted)")}
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
 
 
 def mpiexec_path() -> str:
@@ -789,12 +1008,22 @@ class PreparedRun:
         return self.runner.executor.where()
 
     def execute(self) -> list[np.ndarray]:
+        """Run; rank 0 assembles the outputs, checking that replicas agree, and every
+        rank gets them, or the same ``ResultsDiffer`` (the peers wait for rank 0's
+        verdict: were it rank 0's alone, they would wait forever)."""
         from distir.runtime import scattered
 
         runner = self.runner
-        outs = runner.outputs(runner.step())
+        results = runner.step()
+        verdict: tuple[Any, ResultsDiffer | None]
+        try:
+            verdict = (runner.outputs(results), None)
+        except ResultsDiffer as e:
+            verdict = (None, e)
         self.backend.is_output_rank = runner.rank == 0
-        outs = runner.world.bcast(outs, root=0)
+        outs, differ = runner.world.bcast(verdict, root=0)
+        if differ is not None:
+            raise differ
         return scattered.as_pieces(self.program, outs, self.pieces) if self.scatter else outs
 
 
@@ -961,27 +1190,53 @@ def _verdict(rank: int, info: Sequence[tuple[int, str, Mapping[str, str]]]) -> A
 
 class Watchdog:
     """``--timeout S``: if the run has not finished ``seconds`` after it started, print
-    what this process waits in (``where()``; ``label`` names the rank), wait ``grace``
-    seconds so that the other ranks of an MPI job print theirs, and end the process
-    (``stop_job``: mpiexec then ends the whole job)."""
+    what this process waits in (``where()``; ``label`` names the rank) and end the
+    process (``stop_job``: mpiexec then ends the whole job).
 
-    def __init__(self, seconds: float, label: str, where: Callable[[], str], grace: float = 0.0, code: int = 1):
+    In an MPI job (``comm``) the ranks start at different moments (a loaded machine
+    imports Python for seconds), so each rank's clock runs out at another time. The
+    first rank whose clock runs out tells every other rank (a message with tag
+    ``WATCHDOG_TAG``), and a rank told so reports at once: every rank prints where it
+    waits. A rank that has reported then waits until every other rank has reported too
+    (at most ``grace`` seconds, for a rank that cannot) before it ends the job. Without
+    ``comm`` it waits ``grace`` seconds."""
+
+    POLL = 0.02
+
+    def __init__(self, seconds: float, label: str, where: Callable[[], str], grace: float = 0.0, code: int = 1, comm=None):
         import threading
         import time
 
         self.seconds, self.label, self.where, self.grace, self.code = seconds, label, where, grace, code
         self.deadline = time.monotonic() + seconds
+        self.comm = comm
+        self._notices: list = []
+        if comm is not None:
+            me = comm.Get_rank()
+            self._peers = [r for r in range(comm.Get_size()) if r != me]
+            self._boxes = {r: np.zeros(1, np.uint8) for r in self._peers}
+            self._notices = [comm.Irecv(self._boxes[r], source=r, tag=WATCHDOG_TAG) for r in self._peers]
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._fired = False
         self._thread = threading.Thread(target=self._watch, name="distir-watchdog", daemon=True)
         self._thread.start()
 
+    def _told(self) -> bool:
+        """Whether another rank has reported its timeout."""
+        from mpi4py import MPI
+
+        return bool(self._notices) and MPI.Request.Testany(self._notices)[1]
+
     def _watch(self) -> None:
         import time
 
-        if self._done.wait(max(self.deadline - time.monotonic(), 0)):
-            return
+        while True:
+            left = self.deadline - time.monotonic()
+            if self._done.wait(max(min(left, self.POLL), 0) if self._notices else max(left, 0)):
+                return
+            if left <= 0 or self._told():
+                break
         with self._lock:
             if self._done.is_set():
                 return
@@ -992,8 +1247,23 @@ class Watchdog:
             where = f"an unknown place ({type(e).__name__})"
         who = f"{self.label}: " if self.label else ""
         print(f"distir-run: {who}no result within {self.seconds:g} s (--timeout): waiting in {where}", file=sys.stderr, flush=True)
-        time.sleep(self.grace)
+        self._settle()
         stop_job(self.code)
+
+    def _settle(self) -> None:
+        """After this rank's report: tell the others, and wait for theirs."""
+        import time
+
+        if not self._notices:
+            time.sleep(self.grace)
+            return
+        from mpi4py import MPI
+
+        sent = [self.comm.Isend(np.ones(1, np.uint8), dest=r, tag=WATCHDOG_TAG) for r in self._peers]
+        end = time.monotonic() + self.grace
+        while not MPI.Request.Testall(self._notices) and time.monotonic() < end:
+            time.sleep(self.POLL)
+        MPI.Request.Testall(sent)
 
     def stop(self) -> None:
         """The run is over; once the timeout was reported, the process ends as the
@@ -1002,8 +1272,15 @@ class Watchdog:
         with self._lock:
             self._done.set()
             fired = self._fired
-        if fired:
-            self._thread.join()
+        self._thread.join()  # (once it has reported, it ends the process)
+        for req in self._notices:  # no rank reported: the receives wait no more
+            if not req.Test():
+                req.Cancel()
+                req.Wait()
+
+
+WATCHDOG_TAG = 27017
+"""The tag of a rank's message saying that it reached ``--timeout`` (``Watchdog``)."""
 
 
 def stop_job(code: int) -> None:
@@ -1014,6 +1291,68 @@ def stop_job(code: int) -> None:
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+STOP_GRACE = 10.0
+"""Seconds mpiexec has to end its ranks after SIGTERM before it gets SIGKILL."""
+
+
+def run_mpiexec(cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run an ``mpiexec`` command to its end, its output captured. SIGTERM or SIGHUP to
+    this process (``timeout``, SLURM, Kubernetes: asked to stop) is passed on to mpiexec,
+    which ends its ranks; once it has ended, ``Terminated`` is raised (the caller's
+    ``with`` blocks then remove its temporary files). Past ``timeout`` seconds mpiexec
+    gets SIGTERM too and ``subprocess.TimeoutExpired`` is raised once it has ended. A
+    mpiexec that ignores SIGTERM for ``STOP_GRACE`` seconds is killed."""
+    import signal
+    import threading
+    import time
+
+    asked: list[int] = []
+
+    def forward(signum, frame) -> None:
+        asked.append(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, forward)
+    deadline = time.monotonic() + timeout
+    stopping: float | None = None
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=None if env is None else dict(env))
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if stopping is None and (asked or now > deadline):
+                    stopping = now
+                    proc.terminate()
+                elif stopping is not None and now - stopping > STOP_GRACE:
+                    proc.kill()
+            except BaseException:  # Ctrl-C: mpiexec has it too; do not leave it behind
+                proc.terminate()
+                try:
+                    proc.wait(STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if asked:
+        name = signal.Signals(asked[0]).name
+        raise Terminated(asked[0], f"stopped by {name}: mpiexec and its ranks were stopped, the job's files removed")
+    if stopping is not None:
+        raise subprocess.TimeoutExpired(cmd, timeout, out, err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: int, seed: int, scatter: Sequence[str] = (), timeout: float = 600) -> list[Any]:
@@ -1031,21 +1370,23 @@ def spawn(module: ModuleOp, func: str | None, inputs: Mapping[str, Any], ranks: 
         (job / "job.json").write_text(json.dumps({"func": func, "ranks": ranks, "seed": seed, "scatter": list(scatter)}))
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.runtime.mpi_worker", str(job)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            proc = run_mpiexec(cmd, timeout)
         except subprocess.TimeoutExpired:
-            raise ExecutionFailed(f"mpiexec -n {ranks} did not finish within {timeout:.0f} s") from None
+            raise JobFailed(f"mpiexec -n {ranks} did not finish within {timeout:.0f} s: it was stopped") from None
         err = job / "error.txt"
         if err.exists():
             kind, _, msg = err.read_text().partition("\n")
             if kind == "rejected":
                 raise InputRejected(msg)
+            if kind == "differ":
+                raise ResultsDiffer(msg)
             raise ExecutionFailed(msg)
         if proc.returncode != 0 or not (job / "outputs.npz").exists():
             import re
 
             died = re.search(r"EXIT STRING: (.*)", proc.stdout + proc.stderr)
             if died:
-                raise ExecutionFailed(f"a rank of 'mpiexec -n {ranks}' died ({died.group(1).strip()}); mpiexec ended the other ranks")
+                raise JobFailed(f"a rank of 'mpiexec -n {ranks}' died ({died.group(1).strip()}); mpiexec ended the other ranks")
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
             raise ExecutionFailed(f"mpiexec -n {ranks} failed (exit {proc.returncode}): " + " | ".join(tail))
         data = npz.load_npz(str(job / "outputs.npz"))
@@ -1096,6 +1437,10 @@ def worker_main(job_dir: str) -> int:
 
             np.savez(job / "outputs.npz", **scattered.flatten_outputs(outs))
         return 0
+    except ResultsDiffer as e:  # every rank has rank 0's verdict (PreparedRun.execute)
+        if rank == 0:
+            _report(job, rank, f"differ\n{e}")
+        return 1
     except InputRejected as e:
         _report(job, rank, f"rejected\n{e}")
     except Exception as e:  # noqa: BLE001 - reported to the parent

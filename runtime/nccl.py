@@ -61,6 +61,13 @@ class NcclComm:
     def split(self, color: int, key: int) -> NcclComm:
         return NcclComm(self.comm.split(color, key), self.device)
 
+    def abort(self, message: str) -> None:
+        """End the job (``comm.py``): the nccl backend's ranks are the processes of an
+        MPI job, and ``MPI_Abort`` ends them all, whatever their GPUs wait for."""
+        from distir.runtime.mpi import abort_job
+
+        abort_job(message)
+
     def _b(self, buf, count: int):
         flat = _flat(buf, count)
         if self.device is None or not self.device.is_bf16(buf):

@@ -12,8 +12,8 @@ without ``%`` (``arg<i>`` for an unnamed one):
 * builtin scalars (``f32`` arguments) as 0-d arrays.
 
 Dtypes must match exactly (f16 float16, bf16 ``ml_dtypes.bfloat16``, f32 float32, f64
-float64, i1 bool, iN intN). numpy saves bfloat16 arrays as 2-byte void records; such
-records are read back as bfloat16. Arguments missing from the file are drawn at random
+float64, i1 bool, iN intN; an iN argument also takes a uintN array, as its bits). numpy
+saves bfloat16 arrays as 2-byte void records; such records are read back as bfloat16. Arguments missing from the file are drawn at random
 from the run's seed (``random_inputs``): floats uniform in [0, 1), integers uniform in
 [0, 8), indices of an ``embedding_bag`` uniform over the table's rows.
 
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, BlockArgument, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.diagnostics import InputRejected, ResultsDiffer, check_body
@@ -138,19 +138,38 @@ def _type_error(t: TensorType, grid: layout.MeshGrid) -> str | None:
     for a, p in enumerate(t.get_placements()):
         if isinstance(p, At) and p.rank.data >= grid.sizes[a]:
             return f"it is at<{p.rank.data}> on axis {a} of @{grid.name}, which has {grid.sizes[a]} ranks"
-    return layout.divisibility_error(t.get_shape(), t.get_placements(), grid.sizes)
+    return None
+
+
+def _rule_error(op: Operation, grids: Mapping[str, layout.MeshGrid], ranks: int) -> str | None:
+    """Why an op whose rule depends on the mesh sizes (how the ranks' blocks fall) does
+    not hold for this run's sizes, or None."""
+    if isinstance(op, dist.ReshapeOp):
+        t, r = op.input.type, op.result.type
+        return dist.ReshapeOp.blocks_error(t, r.get_shape(), grid_of(grids, t).sizes)  # type: ignore[union-attr, arg-type]
+    if isinstance(op, dist.RemeshOp):
+        t, r = op.input.type, op.result.type
+        return dist.remesh_blocks_error(t, dist.lookup_mesh(op, t), r, dist.lookup_mesh(op, r), ranks)  # type: ignore[arg-type]
+    if isinstance(op, (dist.ToLocalOp, dist.FromLocalOp)):
+        t, r = op.input.type, op.result.type
+        return dist.view_blocks_error(t, r, grid_of(grids, t).sizes)  # type: ignore[arg-type]
+    return None
 
 
 def check_sizes(func: FuncOp, grids: Mapping[str, layout.MeshGrid], ranks: int) -> None:
-    """Check every tensor type of ``func`` against the mesh sizes of this run: sliced dims
-    divisible by the ranks slicing them, ``at<r>`` within the axis (meshes with ``?``
-    sizes could not be checked before)."""
+    """Check every tensor type of ``func`` against the mesh sizes of this run: ``at<r>``
+    within the axis, and the rules that depend on how the ranks' blocks fall (reshape,
+    remesh, to_local of dims the ranks do not divide): meshes with ``?`` sizes could not
+    be checked before."""
     for name, t in signature(func):
         if isinstance(t, TensorType):
             why = _type_error(t, grid_of(grids, t))
             if why:
                 raise InputRejected(f"argument '{name}' ({t}): {why} (--ranks {ranks})")
     for op in func.walk():
+        why = _rule_error(op, grids, ranks)
+        if why:
+            raise InputRejected(f"'{op.name}' op {why} (--ranks {ranks})")
         for i, r in enumerate(op.results):
             if isinstance(r.type, TensorType):
                 why = _type_error(r.type, grid_of(grids, r.type))
@@ -203,9 +222,13 @@ def _fmt_shape(shape: Sequence[int]) -> str:
 
 
 def normalise_array(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Read 2-byte void records (how numpy saves bfloat16) as bfloat16."""
+    """Read 2-byte void records (how numpy saves bfloat16) as bfloat16, and an unsigned
+    array for a signless integer argument of its width as its bits (JAX's ``uint32``
+    random keys for an imported ``tensor<2xui32>`` argument, which distir holds as i32)."""
     if dtype == BFLOAT16 and a.dtype.kind == "V" and a.dtype.itemsize == 2:
         return a.view(BFLOAT16)
+    if a.dtype.kind == "u" and dtype.kind == "i" and a.dtype.itemsize == dtype.itemsize:
+        return a.view(dtype)
     return a
 
 
@@ -346,10 +369,14 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         raise InputRejected(f"cannot read {path} as an npz file: {e}") from None
 
 
-def save_npz(path: str, outputs: Sequence[np.ndarray]) -> None:
-    """Write results as ``result0``, ``result1``, ..."""
+def save_npz(path: str, outputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
+    """Write results as ``result0``, ``result1``, ... (or the arrays of a mapping by
+    their names) to exactly ``path`` (``np.savez`` given a name adds ``.npz`` to one
+    that lacks it: ``--outputs res.out`` wrote ``res.out.npz``)."""
+    arrays = dict(outputs) if isinstance(outputs, Mapping) else {f"result{i}": np.asarray(a) for i, a in enumerate(outputs)}
     try:
-        np.savez(path, **{f"result{i}": np.asarray(a) for i, a in enumerate(outputs)})
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
     except OSError as e:
         raise InputRejected(f"cannot write {path}: {e.strerror or e}") from None
 
@@ -400,14 +427,15 @@ def collect(t: Attribute, grid: layout.MeshGrid | None, buffers: Mapping[int, np
         buf = buffers[r]
         lead = tuple(c[a] for a in la)
         blk = layout.block(t.get_shape(), placements, grid.sizes, c)
-        key = (lead, tuple((s.start, s.stop) for s in blk))
+        key = (lead, tuple((s.start, s.stop) for s in blk), layout.block_key(placements, grid.sizes, c))
         if key in first:
             r0, b0 = first[key]
             if b0 is not buf and not np.array_equal(b0, buf, equal_nan=dtype.kind == "f" or dtype == BFLOAT16):
                 bad = tuple(int(i) for i in np.argwhere(~_same_elements(b0, buf))[0])
                 raise ResultsDiffer(
                     f"{what}: replicas disagree: ranks {r0} and {r} hold different values at {list(bad)} "
-                    f"of their block: {b0[bad]!r} vs {buf[bad]!r}"
+                    f"of their block: {b0[bad]!r} vs {buf[bad]!r} (replicated inputs that differ between the ranks "
+                    "give such results: under mpiexec, --trust-inputs skips the check of the inputs' checksums)"
                 )
             continue
         first[key] = (r, buf)
@@ -422,7 +450,7 @@ def collect(t: Attribute, grid: layout.MeshGrid | None, buffers: Mapping[int, np
         ((_, buf),) = first.values()
         return np.asarray(buf).reshape(shape)
     out = np.empty(shape, dtype=dtype)
-    for (lead, blk), (_, buf) in first.items():
+    for (lead, blk, _), (_, buf) in first.items():
         out[lead + tuple(slice(a, b) for a, b in blk)] = buf
     return out
 

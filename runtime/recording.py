@@ -81,6 +81,9 @@ class RecordingComm:
             Call(op, count, _dtype(buf) if buf is not None else "", reduction, peer, self.number, getattr(stream, "index", 0))
         )
 
+    def abort(self, message: str) -> None:
+        self.inner.abort(message)
+
     def split(self, color: int, key: int) -> RecordingComm:
         number = self.counter.next()
         self.log.append(Call("split", comm=number, color=color, key=key))
@@ -124,6 +127,9 @@ class HostViewComm:
         self.rank = inner.rank
         self.size = inner.size
         self._now = SyncStream(0)
+
+    def abort(self, message: str) -> None:
+        self.inner.abort(message)
 
     def split(self, color: int, key: int) -> HostViewComm:
         return HostViewComm(self.inner.split(color, key), self.view)

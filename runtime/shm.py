@@ -42,6 +42,8 @@ CONTROL = 1 << 16
 """Bytes of the control block at the start of each segment (counter, abort word,
 mailbox)."""
 MAILBOX = 64
+REASON = 512
+"""Bytes at the end of the control block for the message of a rank that aborted."""
 SPINS = 2000
 TIMEOUT = 600.0
 """Seconds a barrier waits for its peers before it gives up (a peer that hangs)."""
@@ -146,21 +148,32 @@ class ShmHeap:
             spins += 1
             if spins > SPINS:
                 if any(int(a[0]) for a in self.aborts):
-                    raise CommError("a peer failed while this rank waited at a shared-memory barrier")
+                    raise CommError(self.failure())
                 if start is None:
                     start = time.monotonic()
                 elif time.monotonic() - start > TIMEOUT:
                     raise CommError(f"a peer did not reach a shared-memory barrier within {TIMEOUT:.0f} s")
                 time.sleep(0 if spins < 4 * SPINS else 1e-4)
 
-    def abort(self) -> None:
-        """Tell the peers that this rank failed (their barriers raise)."""
+    def abort(self, message: str = "") -> None:
+        """Tell the peers that this rank failed (their barriers raise with ``message``)."""
+        raw = message.encode()[: REASON - 1]
+        self.mine[CONTROL - REASON : CONTROL] = 0
+        self.mine[CONTROL - REASON : CONTROL - REASON + len(raw)] = np.frombuffer(raw, np.uint8)
         self.aborts[self.rank][0] = 1
+
+    def failure(self) -> str:
+        """Why a peer aborted (``abort``), as its message says."""
+        for r, a in enumerate(self.aborts):
+            if int(a[0]):
+                text = bytes(self.segments[r][CONTROL - REASON : CONTROL]).rstrip(b"\0").decode(errors="replace")
+                return text or f"rank {r} failed"
+        return "a peer failed"
 
     def exchange(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (small: it travels through the mailboxes; collective)."""
         data = pickle.dumps(obj)
-        if len(data) + 8 > CONTROL - MAILBOX:
+        if len(data) + 8 > CONTROL - REASON - MAILBOX:
             raise CommError(f"a shared-memory message of {len(data)} bytes does not fit the mailbox")
         box = self.mine
         box[MAILBOX : MAILBOX + 8].view(np.int64)[0] = len(data)
@@ -204,9 +217,11 @@ class ShmPeers:
         assert self.heap is not None
         self.heap.barrier()
 
-    def abort(self, error: BaseException) -> None:
+    def abort(self, message: str) -> None:
+        """This rank cannot go on: the peers' shared-memory waits raise with ``message``
+        (``comm.py``)."""
         if self.heap is not None:
-            self.heap.abort()
+            self.heap.abort(message)
 
 
 class ShmDevice(HostDevice):

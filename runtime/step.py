@@ -17,7 +17,10 @@ that updates them where they are. A ``Step`` is that call::
         s(g, p, m, v, lr, beta1, beta2, eps, t) # p, m, v updated in place
 
 A rank's buffer of an argument has the argument's per-rank shape (``Step.arguments``:
-the logical shape with sliced dims divided by the ranks) and element type; buffers may
+the lowered signature's, the logical shape with sliced dims replaced by the largest
+block, and a dim a collective cuts padded to a multiple of the group where the ranks do
+not divide it: ``lowering/padding.py``; the rank's block is at the start) and element
+type; buffers may
 be numpy arrays, anything with the buffer protocol, or DLPack objects (a CPU torch
 tensor), all taken without a copy (``__cuda_array_interface__`` objects on a CUDA device).
 A buffer of the wrong shape, type or layout is rejected (``InputRejected``) on **every**
@@ -43,7 +46,9 @@ shared-memory window sized for that program).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,19 +62,24 @@ from distir.runtime.executor import ExecutionFailed, LoweredProgram, RankExecuto
 from distir.runtime.streams import SyncStream
 from distir.runtime.values import numpy_dtype
 
-MESSAGE_BYTES = 400
-"""Bytes of one rank's error message in the agreement that follows a rejected call."""
-
 
 def compile(program: ModuleOp | str, func: str | None = None, ranks: int = 1, pipeline: str | None = None) -> LoweredProgram:
     """``program`` (a module or its text) with ``pipeline`` (a ``-p`` string, dist level)
     applied, lowered for ``ranks`` ranks: what every rank's ``Step`` runs. The module is
     copied first (the caller's stays as it was). Raises ``InputRejected`` with the
-    diagnostic when the program, the pipeline or the sizes are wrong."""
+    diagnostic when the program, the pipeline or the sizes are wrong (a program that
+    does not verify included), and ``PassProducedInvalidIR`` naming the pass when a
+    pass of the pipeline or of the lowering breaks the program (a bug in distir)."""
+    from xdsl.utils.exceptions import ParseError, VerifyException
+
     from distir.dialects.context import parse_module
+    from distir.dialects.verifier import verified_clone
     from distir.runtime import npz
 
-    module = parse_module(program) if isinstance(program, str) else program.clone()
+    try:  # nothing that does not verify runs (free when the module verified already)
+        module = parse_module(program) if isinstance(program, str) else verified_clone(program)
+    except (ParseError, VerifyException) as e:
+        raise InputRejected(f"the program is not valid distir IR: {e}") from None
     if pipeline:
         from xdsl.utils.exceptions import DiagnosticException
 
@@ -110,20 +120,27 @@ class Result:
     inplace: int | None
 
 
-def local_comms(ranks: int) -> list[Any]:
-    """One communicator per rank for ``ranks`` threads of this process (``local``)."""
-    from distir.runtime.local import LocalWorld
+def local_comms(ranks: int, timeout: float | None = None) -> list[Any]:
+    """One communicator per rank for ``ranks`` threads of this process (``local``). A
+    rank waits at most ``timeout`` seconds in one collective (default
+    ``local.WAIT_LIMIT``), and a peer whose thread has ended is found at once: every
+    waiting rank then raises ``CommError`` naming it (``local.LocalWorld``)."""
+    from distir.runtime.local import WAIT_LIMIT, LocalWorld
 
-    world = LocalWorld(ranks)
+    world = LocalWorld(ranks, WAIT_LIMIT if timeout is None else timeout)
     return [world.comm(r) for r in range(ranks)]
 
 
 def mpi_comm(comm: Any = None) -> Any:
-    """This process's communicator over ``comm`` (default ``MPI.COMM_WORLD``): ``mpi``."""
+    """This process's communicator over ``comm`` (default ``MPI.COMM_WORLD``): ``mpi``.
+    Collective the first time: it installs the job's guard (``mpi.guard_job``), which
+    ends the job with a message when a rank leaves (an exception, an early exit) while
+    its peers wait for it in a collective, instead of a hang."""
     from mpi4py import MPI
 
-    from distir.runtime.mpi import MpiComm
+    from distir.runtime.mpi import MpiComm, guard_job
 
+    guard_job()
     return MpiComm(comm if comm is not None else MPI.COMM_WORLD)
 
 
@@ -249,41 +266,21 @@ class Step:
             raise failure from e
         return out
 
-    def agree(self, problem: str | None, digest: int = 0, what: str = "their calls") -> None:
+    def agree(self, problem: str | None, digest: int = 0, what: str = "their calls", fingerprint: Mapping[str, str] | None = None) -> None:
         """Collective: raise ``InputRejected`` on every rank when some rank has a
         ``problem`` (the message names the ranks and what was wrong on them), or when the
-        ranks' ``digest``s (a caller's plan of the collective calls to come) differ."""
-        mine = np.array([1 if problem else 0, digest], np.int64)
-        every = np.zeros(2 * self.comm.size, np.int64)
-        stream = SyncStream(0)
-        self.comm.all_gather(mine, every, 2, stream)
-        flags, digests = every[0::2], every[1::2]
-        if not flags.any():
-            if (digests == digests[0]).all():
-                return
-            odd = [r for r, d in enumerate(digests.tolist()) if d != digests[0]]
-            raise InputRejected(f"ranks {odd} differ from rank 0 in {what}: every rank must make the same calls")
-        text = np.zeros(MESSAGE_BYTES, np.uint8)
-        raw = (problem or "").encode()[:MESSAGE_BYTES]
-        text[: len(raw)] = np.frombuffer(raw, np.uint8)
-        texts = np.zeros(MESSAGE_BYTES * self.comm.size, np.uint8)
-        self.comm.all_gather(text, texts, MESSAGE_BYTES, stream)
-        lines = []
-        for r in range(self.comm.size):
-            msg = bytes(texts[r * MESSAGE_BYTES : (r + 1) * MESSAGE_BYTES]).rstrip(b"\0").decode(errors="replace")
-            if msg:
-                lines.append(f"rank {r}: {msg}")
-        raise InputRejected("; ".join(lines))
+        ranks' ``digest``s (a caller's plan of the collective calls to come) or
+        ``fingerprint``s differ (``agree``)."""
+        agree(self.comm, problem, {**(fingerprint or {}), **({what: str(digest)} if digest else {})}, what)
 
     def _fail(self, error: BaseException) -> None:
-        """Release peers blocked in a collective (the rank threads of ``local``; under
-        MPI the job ends when this process does)."""
-        world = getattr(self.comm, "world", None)
-        if world is not None and hasattr(world, "fail"):
-            world.fail(self.rank, error)
+        """This rank failed inside a call, its peers may wait for it in a collective:
+        the communicator's ``abort`` (``comm.py``: the rank threads' waits raise, an MPI
+        job ends, ...)."""
+        text = str(error)
         abort = getattr(self.comm, "abort", None)
         if callable(abort):
-            abort(error)
+            abort(text if text.startswith(f"rank {self.rank}") else f"rank {self.rank}: {text}")
 
     def _buffers(self, args: Sequence[Any]) -> list[Any]:
         if len(args) != len(self.arguments):
@@ -336,6 +333,57 @@ def _results(program: LoweredProgram) -> list[Result]:
         else:
             out.append(Result(None, np.dtype(numpy_dtype(t)), None))
     return out
+
+
+def agree(comm: Any, problem: str | None, fingerprint: Mapping[str, str] | None = None, what: str = "their calls") -> None:
+    """Collective over ``comm``: return on every rank when no rank has a ``problem`` and
+    every rank's ``fingerprint`` (what must be alike on every rank: the call it makes,
+    the plan of its collectives) is the same; else raise ``InputRejected`` on every rank
+    with one message, the same everywhere, naming the ranks and their problem, or each
+    entry of the fingerprint that differs from rank 0's (``what`` says what they are).
+
+    One ``all_gather`` of two words (a problem flag, a digest of the fingerprint) when
+    all is well; only on a disagreement a second exchange of every rank's text. Any two
+    calls of ``agree`` pair up across ranks (fixed sizes), so ranks that make different
+    calls (one in ``step()``, another in ``state_dict()``) find out here: every
+    collective of a framework bridge begins with one."""
+    fp = {k: str(v) for k, v in (fingerprint or {}).items()}
+    digest = int.from_bytes(hashlib.sha256(json.dumps(sorted(fp.items())).encode()).digest()[:7], "little")
+    mine = np.array([1 if problem else 0, digest], np.int64)
+    every = np.zeros(2 * comm.size, np.int64)
+    stream = SyncStream(0)
+    comm.all_gather(mine, every, 2, stream)
+    flags, digests = every[0::2], every[1::2]
+    if not flags.any() and (digests == digests[0]).all():
+        return
+    texts = exchange(comm, json.dumps({"problem": problem or "", "fingerprint": fp}).encode())
+    info = [json.loads(t.decode(errors="replace") or "{}") for t in texts]
+    lines = [f"rank {r}: {i['problem']}" for r, i in enumerate(info) if i.get("problem")]
+    if lines:
+        raise InputRejected("; ".join(lines))
+    base = info[0]["fingerprint"]
+    odd = [r for r in range(1, len(info)) if info[r]["fingerprint"] != base]
+    diffs = []
+    for key in sorted(set(base).union(*(info[r]["fingerprint"] for r in odd))):
+        values = {r: info[r]["fingerprint"].get(key, "(none)") for r in [0, *odd]}
+        if len(set(values.values())) > 1:
+            others = ", ".join(f"rank {r} has {v}" for r, v in values.items() if r and v != values[0])
+            diffs.append(f"{key}: rank 0 has {values[0]}, {others}")
+    raise InputRejected(f"ranks {odd} differ from rank 0 in {what} ({'; '.join(diffs)}): every rank must make the same calls")
+
+
+def exchange(comm: Any, data: bytes) -> list[bytes]:
+    """Every rank's ``data`` (collective over ``comm``: two all-gathers, the lengths and
+    then the bytes padded to the longest)."""
+    stream = SyncStream(0)
+    sizes = np.zeros(comm.size, np.int64)
+    comm.all_gather(np.array([len(data)], np.int64), sizes, 1, stream)
+    width = max(int(sizes.max()), 1)
+    mine = np.zeros(width, np.uint8)
+    mine[: len(data)] = np.frombuffer(data, np.uint8)
+    every = np.zeros(width * comm.size, np.uint8)
+    comm.all_gather(mine, every, width, stream)
+    return [bytes(every[r * width : r * width + int(sizes[r])]) for r in range(comm.size)]
 
 
 def as_array(x: Any, device: Any = None) -> Any:

@@ -391,12 +391,14 @@ def _reduce(terms, kind, dtype):
 class ThreadFlags:
     """The per-tile ready flags of a group of rank threads (``local``): one row of
     ``count`` epochs per rank, a condition variable to wait on; waits stop when a rank
-    of the run fails (``abort``)."""
+    of the run fails (``abort``). ``watch(rank, started)`` is called while rank waits (it
+    may fail the run: ``local.LocalWorld.watch``)."""
 
-    def __init__(self, ranks: int, count: int, abort):
+    def __init__(self, ranks: int, count: int, abort, watch=None):
         self.values = np.zeros((ranks, count), np.int64)
         self.cond = threading.Condition()
         self.abort = abort
+        self.watch = watch
 
     def handle(self, rank: int) -> RankFlags:
         return RankFlags(self, rank)
@@ -419,11 +421,14 @@ class RankFlags:
         f = self.flags
         row = f.values[self.rank]
         idx = np.asarray(indices, dtype=np.int64)
+        started = time.monotonic()
         with f.cond:
             while (row[idx] < value).any():
                 if f.abort is not None and f.abort.is_set():
                     raise CommError("a peer failed while this rank waited for its tiles")
                 f.cond.wait(0.05)
+                if f.watch is not None and (row[idx] < value).any():
+                    f.watch(self.rank, started)
 
 
 class SharedFlags:

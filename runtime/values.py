@@ -3,7 +3,9 @@ out exactly as the value's placements say.
 
 A ``DistValue`` has the value's ``!dist.tensor`` type, the mesh with its sizes fixed for
 the run (a ``layout.MeshGrid``) and ``buffers``: global rank -> that rank's buffer, whose
-shape is ``layout.local_shape`` of the logical shape. Which ranks have a buffer:
+shape is ``layout.local_shape`` of the logical shape at the rank's coordinates (its
+block, ``layout.block_span``: ranks that do not divide a dim hold blocks of different
+sizes, some maybe empty). Which ranks have a buffer:
 
 * ``at<r>`` on an axis: only ranks whose coordinate on that axis is r;
 * ``replicated``, ``sliced<d>`` and ``local``: every rank of the axis (``sliced``: its
@@ -99,15 +101,22 @@ def local_axes(placements: Sequence[Placement]) -> list[int]:
     return [a for a, p in enumerate(placements) if isinstance(p, Local)]
 
 
-def local_nbytes(t: TensorType, sizes: Sequence[int]) -> int:
-    shape = layout.local_shape(t.get_shape(), t.get_placements(), sizes)
+def local_nbytes(t: TensorType, sizes: Sequence[int], coords: Sequence[int] | None = None) -> int:
+    """Bytes of the buffer of the rank at ``coords`` (without: of the largest block)."""
+    shape = layout.local_shape(t.get_shape(), t.get_placements(), sizes, coords)
     return int(np.prod(shape, dtype=np.int64)) * value_dtype(t).itemsize
 
 
 def sub_block(buf: np.ndarray, dim: int, index: int, count: int) -> np.ndarray:
-    """Block ``index`` of ``count`` equal blocks of ``buf`` along ``dim`` (a view)."""
-    step = buf.shape[dim] // count
-    return buf[(slice(None),) * dim + (slice(index * step, (index + 1) * step),)]
+    """Block ``index`` of ``count`` blocks of ``buf`` along ``dim`` (a view; the blocks of
+    ``layout.dim_block``: the last ones may be shorter or empty)."""
+    lo, n = layout.dim_block(buf.shape[dim], [count], [index])
+    return buf[(slice(None),) * dim + (slice(lo, lo + n),)]
+
+
+def split_blocks(buf: np.ndarray, dim: int, count: int) -> list[np.ndarray]:
+    """The ``count`` blocks of ``buf`` along ``dim`` (``sub_block`` of each index)."""
+    return [sub_block(buf, dim, i, count) for i in range(count)]
 
 
 def frozen(a: np.ndarray) -> np.ndarray:
@@ -138,8 +147,10 @@ class DistValue:
     def dtype(self) -> np.dtype:
         return numpy_dtype(self.type.element_type)
 
-    def local_shape(self) -> tuple[int, ...]:
-        return layout.local_shape(self.shape, self.placements, self.grid.sizes)
+    def local_shape(self, rank: int | None = None) -> tuple[int, ...]:
+        """The shape of ``rank``'s buffer (without: of the largest block)."""
+        coords = None if rank is None else rank_coords(self.grid)[rank]
+        return layout.local_shape(self.shape, self.placements, self.grid.sizes, coords)
 
     def holds(self, rank: int) -> bool:
         """Whether ``rank`` really holds a buffer (not only a logical, unplaced one)."""

@@ -26,7 +26,8 @@ ReduceScatter(gpu) -> AllReduce(node) -> AllGather(gpu) for large buffers.
 
 All-reduces that are not over a view mesh, whose view does not split into the
 hierarchy's levels, whose meshes have dynamic sizes, that sit inside a fused collective
-or an overlap, or that average integers (truncation does not compose) are left alone.
+or an overlap, that average integers (truncation does not compose), or that reduce a scalar (a 0-d tensor:
+no dim to reduce-scatter) are left alone.
 """
 
 from __future__ import annotations
@@ -133,6 +134,8 @@ class SynthesizeReductionsPass(ModulePass):
             return
         kind = ar.option("op")
         if kind == "avg" and isinstance(t.element_type, IntegerType):
+            return
+        if t.rank == 0:  # a scalar has no dim 0 to reduce-scatter: the AllReduce it is
             return
         psizes = tuple(parent.sizes())
         ranks = math.prod(psizes)

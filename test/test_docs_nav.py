@@ -26,3 +26,10 @@ def test_every_page_is_in_the_nav():
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
     assert sorted(pages - nav) == [], "pages missing from mkdocs.yml's nav"
     assert sorted(nav - pages - GENERATED) == [], "nav entries without a page"
+
+
+def test_the_built_site_opens_from_disk():
+    """Links to pages as files (``autotuner.html``), not folders (``autotuner/``, which a
+    browser shows as a folder listing when the site is opened from disk)."""
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    assert config.get("use_directory_urls") == "false"

@@ -16,13 +16,14 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.programs import KINDS, programs
+from support.programs import KINDS, UNEVEN_MESHES, programs
 from xdsl.dialects.builtin import ModuleOp
 
 from distir.passes.pipeline import apply_pipeline
 from distir.runtime import equivalent
 
 RANDOM_PIPELINES = 500
+UNEVEN_PIPELINES = 100
 
 PASSES = (
     "expand-collectives",
@@ -72,6 +73,19 @@ def test_random_pipeline_keeps_meaning(prog, pipeline):
     module = apply_pipeline(prog.module(), pipeline)  # verifies after every pass
     report = equivalent(prog.text, module, prog.ranks, trials=1, func_a=prog.func)
     assert report, f"{pipeline}: {report.message}\n--- before\n{prog.text}\n--- after\n{module}"
+
+
+@settings(
+    max_examples=UNEVEN_PIPELINES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+@given(prog=st.one_of(programs(meshes=UNEVEN_MESHES, free_dims=True), programs(kinds=FOCUSED, meshes=UNEVEN_MESHES, free_dims=True)), pipeline=pipelines())
+def test_random_pipeline_keeps_meaning_on_uneven_blocks(prog, pipeline):
+    """The same on dims of 0, 1 and primes over 1, 2, 3, 5, 6, 7 and 8 ranks (blocks of
+    ceil(s/n) of different sizes, some empty)."""
+    test_random_pipeline_keeps_meaning.hypothesis.inner_test(prog, pipeline)  # type: ignore[attr-defined]
 
 
 CHANGED: Counter[str] = Counter()

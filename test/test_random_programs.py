@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
-from support.programs import COLLECTIVES, KINDS, programs
+from support.programs import COLLECTIVES, KINDS, UNEVEN_MESHES, programs
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
@@ -37,6 +37,7 @@ from distir.runtime.equivalence import compare_outputs, program_precision
 from distir.runtime.values import DistValue, numpy_dtype, rank_coords, stores
 
 RANDOM_PROGRAMS = 1000
+UNEVEN_PROGRAMS = 200
 # Collectives drawn three times as often as the other kinds.
 WEIGHTED = KINDS + tuple(f"coll.{k}" for k in COLLECTIVES) * 2
 
@@ -177,8 +178,8 @@ def check_held_as_placed(value) -> None:
     coords = rank_coords(value.grid)
     want_ranks = [r for r in range(value.grid.ranks) if stores(placements, coords[r])]
     assert sorted(value.buffers) == want_ranks
-    shape = layout.local_shape(value.shape, placements, value.grid.sizes)
-    for b in value.buffers.values():
+    for r, b in value.buffers.items():
+        shape = layout.local_shape(value.shape, placements, value.grid.sizes, coords[r])  # the rank's own block
         assert b.shape == shape and b.dtype == numpy_dtype(value.type.element_type)
 
 
@@ -200,6 +201,19 @@ def test_collectives_mean_their_primitive_expansion(prog):
     precision = program_precision(*npz.functions(expanded))
     c = compare_outputs(primitive.outputs, original.outputs, "expanded", "original", precision)
     assert c, f"{c.message}\n{prog.text}"
+
+
+@settings(
+    max_examples=UNEVEN_PROGRAMS,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+@given(programs(kinds=WEIGHTED, meshes=UNEVEN_MESHES, free_dims=True))
+def test_collectives_mean_their_primitive_expansion_on_uneven_blocks(prog):
+    """The same on dims of 0, 1 and primes over 1, 2, 3, 5, 6, 7 and 8 ranks: blocks of
+    ceil(s/n), the last ranks holding fewer elements or none."""
+    test_collectives_mean_their_primitive_expansion.hypothesis.inner_test(prog)  # type: ignore[attr-defined]
 
 
 def test_expansion_of_a_known_program_is_primitives_only():

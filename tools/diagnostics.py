@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable
 from typing import IO
 
-from distir.dialects.diagnostics import InputRejected, ResultsDiffer, check_text
+from distir.dialects.diagnostics import DistirWarning, InputRejected, InternalError, ResultsDiffer, Terminated, check_text
 
 __all__ = [
     "EXIT_INTERNAL",
@@ -102,6 +102,8 @@ def describe(tool: str, e: BaseException) -> tuple[int, str]:
         return EXIT_MISMATCH, str(e)
     if isinstance(e, MemoryError):  # a resource limit, not a bug
         return EXIT_REJECTED, f"{tool}: out of memory{': ' + str(e) if str(e) else ''}"
+    if isinstance(e, InternalError):  # distir caught its own bug: the message says where
+        return EXIT_INTERNAL, f"{tool}: internal error (a bug in distir): {e}"
     where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
     at = f" at {where.filename}:{where.lineno}" if where else ""
     return EXIT_INTERNAL, f"{tool}: internal error: {type(e).__name__}: {e}{at} (a bug in distir)"
@@ -135,7 +137,7 @@ def make_parser(tool: str, description: str, **kwargs) -> argparse.ArgumentParse
     """The argument parser of a distir tool: ``--version``, and errors as one-line
     diagnostics with did-you-mean (``argparse_error``)."""
     p = argparse.ArgumentParser(prog=tool, description=description, **kwargs)
-    p.add_argument("--version", action="version", version=f"{tool} {distir_version()}")
+    p.add_argument("-v", "--version", action="version", version=f"{tool} {distir_version()}", help="print the version and exit")
     p.error = argparse_error(tool, p)  # type: ignore[method-assign]
     return p
 
@@ -270,15 +272,26 @@ def _quiet_stdout() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def quiet_developer_warnings() -> None:
+def quiet_developer_warnings(tool: str = "distir") -> None:
     for pattern in DEVELOPER_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DistirWarning):  # one line, as the tool's diagnostics
+            print(f"{tool}: warning: {message}", file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    if not getattr(shown, "distir", False):
+        show.distir = True  # type: ignore[attr-defined]
+        warnings.showwarning = show
 
 
 def run_tool(tool: str, body: Callable[[], int]) -> int:
     """Run a tool's body with standard output guarded (module doc), mapping exceptions
     to messages on stderr and exit codes."""
-    quiet_developer_warnings()
+    quiet_developer_warnings(tool)
     saved = sys.stdout
     real = saved is None or saved is sys.__stdout__
     sys.stdout = _Output(saved, STDOUT, tool)  # type: ignore[assignment]
@@ -305,6 +318,9 @@ def run_tool(tool: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"{tool}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"{tool}: {e}", file=sys.stderr)
+        return 128 + e.signum
     except BaseException as e:  # noqa: BLE001 - the last line of defence against tracebacks
         code, message = describe(tool, e)
         print(message, file=sys.stderr)

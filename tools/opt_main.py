@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from xdsl.xdsl_opt_main import xDSLOptMain
@@ -17,10 +19,24 @@ from distir.frontends.program import read_program
 from distir.tools.diagnostics import Exit, InputRejected, argparse_error, check_text, distir_version, open_output
 
 
+HELP_WIDTH = 100
+"""The width of ``--help`` and ``--list-passes`` (argparse wraps its part to the terminal)."""
+
+UNRELATED = {"target", "shrink", "frontend", "syntax_highlight"}
+"""xDSL's options that do nothing for distir programs (other targets, its fuzzer's
+shrinking, other front ends): still accepted, not shown in ``--help``."""
+
+HELP = {
+    "disable_verify": "skip verifying the program after parsing (the passes still re-verify after each pass)",
+    "version": "print distir-opt's and xDSL's versions and exit",
+    "input_file": "the program (.mlir: distir IR, or a JAX/StableHLO or MLIR shard program); standard input if none",
+    "output_file": "write the result to this file (default: standard output)",
+}
+
+
 def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
     """distir's passes, one line each with their options (from the passes' docstrings
     and fields), then the names of ``with_xdsl`` (xDSL's own passes)."""
-    import textwrap
 
     from distir.tools.tables import plain_table
 
@@ -28,12 +44,14 @@ def distir_pass_table(with_xdsl: Sequence[str] = ()) -> str:
     from distir.passes.registry import ALL_PASSES
 
     rows = []
+    width = HELP_WIDTH - 2 - max(len(n) for n in ALL_PASSES) - 2  # the description's column
     for name, factory in ALL_PASSES.items():
         cls = factory()
-        rows.append([name, pass_summary(cls)])
         opts = pass_options(cls)
+        text = textwrap.wrap(pass_summary(cls), width, break_on_hyphens=False)
         if opts:
-            rows.append(["", "options: " + ", ".join(f"{o}={d}" for o, d in opts)])
+            text += textwrap.wrap("options: " + ", ".join(f"{o}={d}" for o, d in opts), width, break_on_hyphens=False, subsequent_indent="  ")
+        rows += [[name if i == 0 else "", t] for i, t in enumerate(text)]
     lines = ["distir passes (-p 'name{option=value ...},...'):"] + [f"  {line}".rstrip() for line in plain_table(rows)]
     if with_xdsl:
         lines.append("")
@@ -83,6 +101,10 @@ class DistirOptMain(xDSLOptMain):
         for action in arg_parser._actions:  # noqa: SLF001 - xDSL's -p help lists ~150 passes
             if action.dest == "passes":
                 action.help = "comma-separated pass pipeline, e.g. 'split-allreduce{strategy=rs-ag},fuse-allreduce' (distir's passes below; --list-passes all adds xDSL's)"
+            elif action.dest in UNRELATED:
+                action.help = argparse.SUPPRESS
+            elif action.dest in HELP:
+                action.help = HELP[action.dest]
         arg_parser.add_argument(
             "--list-passes",
             action=ListPassesAction,
@@ -95,7 +117,7 @@ class DistirOptMain(xDSLOptMain):
             choices=["sdy", "mesh"],
             help="print the result as StableHLO + sdy or as MLIR 19's mesh dialect (frontends/export.py) instead of distir IR",
         )
-        arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        arg_parser.formatter_class = lambda prog: argparse.RawDescriptionHelpFormatter(prog, width=min(HELP_WIDTH, shutil.get_terminal_size().columns))
         format_help = arg_parser.format_help
 
         def help_with_passes() -> str:  # the pass table imports every pass: only for --help

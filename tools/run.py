@@ -31,7 +31,7 @@ ranks that would run different things, stops every rank with exit 1 and one diag
 checksums (shapes and dtypes are still compared). A rank that fails after the start
 prints its diagnostic and ends its process, which makes mpiexec end the others.
 ``--timeout S`` bounds the whole run: after S seconds every rank prints the op it waits
-in and the job ends with exit 1.
+in (the first rank whose clock runs out tells the others) and the job ends with exit 1.
 
 Exit codes: 0 success; 1 input rejected (parse, verify, bad option, bad npz, a rank
 count the program cannot run on, ranks that disagree, --timeout); 2 the results of
@@ -46,6 +46,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from distir.dialects.diagnostics import Terminated
 from distir.tools.diagnostics import Exit, InputRejected, ResultsDiffer, check_text, describe, make_parser, read_input, run_tool
 
 if TYPE_CHECKING:  # the rest is imported once the arguments are parsed (--help at once)
@@ -218,6 +219,11 @@ class MpiSession:
         stop_job(code)
 
 
+WATCHDOG_GRACE = 30.0
+"""Under MPI, how long a rank that reached --timeout waits for the other ranks to report
+where they wait (they do at once unless one cannot: the wait is event-driven)."""
+
+
 def _available_memory() -> int:
     """Bytes of memory available to this process now."""
     import psutil
@@ -287,9 +293,9 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
             raise InputRejected(f"distir-run: --timeout must be positive, got {args.timeout:g}")
         from distir.runtime.mpi import Watchdog
 
-        watchdog = Watchdog(args.timeout, f"rank {session.rank}" if session else "", where, grace=1.5 if session else 0.0)
-        if session is not None:
-            session.deadline = watchdog.deadline
+        # under MPI the watchdog waits for the other ranks' reports (each says where it
+        # waits) for at most WATCHDOG_GRACE seconds; the start-up agreement waits for it
+        watchdog = Watchdog(args.timeout, f"rank {session.rank}" if session else "", where, grace=WATCHDOG_GRACE, comm=session.world if session else None)
     backend_name = args.backend or default_backend_name()
     if backend_name not in BACKENDS:
         raise InputRejected(f"distir-run: unknown backend '{backend_name}'{did_you_mean(backend_name, list(BACKENDS))} (choose from {', '.join(BACKENDS)})")
@@ -370,7 +376,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
         phase[0] = "preparing the run (lowering, buffers)"
         if backend_name == "mpi":
             prepared = backend.prepare(module, func.sym_name.data, run_inputs, ranks, args.seed, scatter)  # type: ignore[attr-defined]
-        phase[0] = "the start-up agreement of the ranks"
+        phase[0] = "the start-up agreement of the ranks (not every rank has reached it)"
         session.agree(_fingerprint(args, sources, func.sym_name.data, ranks, backend_name, {**given, **pieces}))
         phase[0] = "the run"
     else:
@@ -387,7 +393,7 @@ def _run(argv: Sequence[str] | None, session: MpiSession | None) -> int:
     quiet = not getattr(backend, "is_output_rank", True)
     if args.outputs and not quiet:
         if pieces:
-            np.savez(args.outputs, **scattered.flatten_outputs(scattered_outputs))
+            npz.save_npz(args.outputs, scattered.flatten_outputs(scattered_outputs))
         else:
             npz.save_npz(args.outputs, outputs)
     if not quiet:
@@ -428,7 +434,12 @@ def _run_tool(argv: Sequence[str] | None) -> int:
         except InputRejected as e:
             msg = str(e)
             raise InputRejected(msg if msg.startswith("distir-run:") else f"distir-run: {msg}") from None
-    except (Exit, KeyboardInterrupt, SystemExit, ResultsDiffer):
+    except ResultsDiffer as e:
+        if session is not None and session.rank != 0:
+            raise Exit(2) from None  # every rank has the verdict; rank 0 reports it
+        msg = str(e)
+        raise ResultsDiffer(msg if msg.startswith("distir-run:") else f"distir-run: {msg}") from None
+    except (Exit, KeyboardInterrupt, SystemExit, Terminated):
         raise
     except BaseException as e:
         if session is None:

@@ -40,8 +40,10 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as-slice", metavar="NAMES", help="in-place arguments the schedules may keep sliced (CoCoNet's asSlice); default: all but the first in-place result's; 'none' for none")
     p.add_argument("--rounds", type=int, default=5, metavar="R", help="timing rounds per schedule with --backend (default 5; best of them)")
     shown = p.add_mutually_exclusive_group()
-    shown.add_argument("--top", type=int, default=10, metavar="K", help="schedules shown per size besides the best and the program as written (default 10)")
+    shown.add_argument("--top", type=int, metavar="K", help="schedules shown per size besides the best and the program as written (default 10; with more than 3 sizes, one row per size)")
     shown.add_argument("--all", action="store_true", help="evaluate every schedule the exploration finds and list every one")
     p.add_argument("--max-schedules", type=int, metavar="N", help="stop after evaluating N schedules (the best found so far)")
     p.add_argument("--time-budget", type=float, metavar="S", help="stop searching after S seconds (the best found so far)")
@@ -267,44 +269,96 @@ def abridged(pipeline: str) -> str:
     return _TARGETS.sub(count, pipeline)
 
 
+SUMMARY_SIZES = 3
+"""With more sizes than this (and no ``--top``), one summary table replaces the tables
+per size."""
+
+LEGEND = (
+    "*: best; =: a tie (within the timing noise of the best); ±: the rounds' scatter above the best; "
+    "asSlice(m,v): state kept sliced (CoCoNet); [N chunks, a|b]: overlaps differing only in chunk order"
+)
+
+
+def _wrap_pipeline(pipeline: str, width: int | None) -> str:
+    """The pipeline as lines of at most ``width`` characters, cut after a pass's comma
+    (never inside a pass: each line, and their concatenation, is ``-p`` text)."""
+    if width is None or len(pipeline) <= width:
+        return pipeline
+    lines, cur = [], ""
+    for part in re.split(r"(?<=,)(?![^{]*})", pipeline):
+        if cur and len(cur) + len(part) > width:
+            lines.append(cur)
+            cur = ""
+        cur += part
+    lines.append(cur)
+    return "\n".join(lines)
+
+
+def _time_cell(s, size: int, shown_time: str) -> str:
+    sp = s.spread.get(size) if s.measured else None
+    return shown_time if sp is None else f"{shown_time} ±{sp * 100:.0f}%"
+
+
 def render_table(result, top: int | None = 10, width: int | None = None) -> str:
-    """Per size: the best (``*``), the ``top`` fastest families and the program as
-    written, by time, with the speedup over the program as written and the pipeline
-    (one longer than ``LONG_PIPELINE`` characters with its ``targets`` lists counted,
-    ``abridged``); the schedules that do not run at the size counted in one line; then
-    one ``best`` line per size. ``top=None`` lists every schedule, every pipeline whole.
-    Plain text (rich's layout, no escape codes)."""
+    """Per size: the best (``*``), the schedules tied with it (``=``), the ``top``
+    fastest families and the program as written, by time (measured times with their
+    spread, ``±``), with the speedup over the program as written and the pipeline (one
+    longer than ``LONG_PIPELINE`` characters with its ``targets`` lists counted,
+    ``abridged``; cut into lines after a pass to fit ``width``); the schedules that do
+    not run at the size counted in one line; then one ``best`` line per size (saying
+    when the best is a tie) and one line explaining the marks. ``top=None`` lists every
+    schedule, every pipeline whole. More than ``SUMMARY_SIZES`` sizes and
+    ``top=-1``: one row per size instead (``render_summary``). Plain text (rich's
+    layout, no escape codes), at most ``width`` columns where it can."""
     import io
 
     from rich.console import Console
     from rich.table import Table
 
+    if top == -1:
+        return render_summary(result, width)
     out = io.StringIO()
     console = Console(file=out, width=width or 100_000, color_system=None, force_terminal=False, soft_wrap=False, highlight=False, emoji=False, markup=False)
     shortened = False
     for size in result.sizes:
         rows, missing = size_rows(result, size, top)
+        tied = {s.name for s in result.ties(size)}
         table = Table(box=None, pad_edge=False, padding=(0, 1))
+        name_width = max((len(r.name) for r in rows), default=10)
+        name_max = None if width is None else min(name_width, max(20, width // 3))
+        # the pipeline's column: what the others leave (mark, name, "999.999 ms ±99%", speedup, 4 gaps)
+        budget = None if width is None or name_max is None else max(24, width - 1 - name_max - 15 - 7 - 4)
         table.add_column("")
-        table.add_column("schedule", no_wrap=width is None)
+        table.add_column("schedule", no_wrap=width is None, min_width=name_max, max_width=name_max)
         table.add_column("time", justify="right", no_wrap=True)
         table.add_column("speedup", justify="right", no_wrap=True)
-        table.add_column("pipeline", no_wrap=width is None, overflow="fold")
+        # cut after a pass (``_wrap_pipeline``); a pass longer than the column wraps at its spaces
+        table.add_column("pipeline", no_wrap=width is None, overflow="fold", max_width=budget)
         for row in rows:
             s = row.first
             sp = result.speedup(s, size)
-            mark = "*" if any(result.best.get(size) == m.name for m in row.members) else ""
+            mark = "*" if any(result.best.get(size) == m.name for m in row.members) else "=" if any(m.name in tied for m in row.members) else ""
             shown_time = "not predicted" if row.time is None and all(t is None for t in s.times.values()) else format_time(row.time)
             pipeline = s.pipeline or "(as written)"
             if top is not None and len(pipeline) > LONG_PIPELINE:
                 pipeline, shortened = abridged(pipeline), True
-            table.add_row(mark, row.name, shown_time, f"{sp:.2f}x" if sp else "-", pipeline)
+            table.add_row(mark, row.name, _time_cell(s, size, shown_time), f"{sp:.2f}x" if sp else "-", _wrap_pipeline(pipeline, budget))
         shown = sum(len(r.members) for r in rows)
-        console.print(f"size {format_size(size)} ({size}): {len(result.schedules)} schedules evaluated, {shown} shown")
+        console.print(f"size {format_size(size)} ({size}): {len(result.schedules)} schedules evaluated; {shown} shown in {len(rows)} rows")
         console.print(table)
         if missing:
             console.print(f"  {missing} schedule(s) do not run at this size (a dim the ranks or chunks do not divide)")
         console.print("")
+    _best_lines(console, result)
+    if shortened:
+        console.print("(targets=<N names>: a list of N value names, abridged; --all or --json gives every pipeline whole)")
+    console.print(LEGEND)
+    text = out.getvalue()
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def _best_lines(console, result) -> None:
+    ties_seen = False
     for size in result.sizes:
         name = result.best.get(size)
         if name is None:
@@ -313,11 +367,69 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
         s = result.by_name(name)
         sp = result.speedup(s, size)
         t = s.times.get(size)
-        console.print(f"best: {format_size(size)}: {name}  {format_time(t) if t is not None else '(not predicted)'}" + (f"  {sp:.2f}x over the program as written" if sp else ""))
-    if shortened:
-        console.print("(targets=<N names>: a list of N value names, abridged; --all or --json gives every pipeline whole)")
-    text = out.getvalue()
-    return "\n".join(line.rstrip() for line in text.splitlines())
+        tied = result.ties(size)
+        line = f"best: {format_size(size)}: {name}  {format_time(t) if t is not None else '(not predicted)'}" + (f"  {sp:.2f}x over the program as written" if sp else "")
+        if tied:
+            ties_seen = True
+            others = ", ".join(x.name for x in tied[:3]) + (f" and {len(tied) - 3} more" if len(tied) > 3 else "")
+            line += f"  (a tie with {others}: within the timing noise)"
+        console.print(line)
+    if ties_seen:
+        console.print("(a tie: the timed rounds of these schedules overlap; more --rounds, or a quieter machine, may separate them)")
+
+
+def render_summary(result, width: int | None = None) -> str:
+    """One row per size: the best schedule, its time and speedup, the runner-up and
+    whether it ties; then the pipelines of the schedules named (``--top K`` gives the
+    tables per size)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    out = io.StringIO()
+    console = Console(file=out, width=width or 100_000, color_system=None, force_terminal=False, soft_wrap=False, highlight=False, emoji=False, markup=False)
+    table = Table(box=None, pad_edge=False, padding=(0, 1))
+    for col, just in (("size", "right"), ("best", "left"), ("time", "right"), ("speedup", "right"), ("runner-up", "left"), ("its time", "right")):
+        table.add_column(col, justify=just, no_wrap=col in ("size", "time", "speedup", "its time"))  # type: ignore[arg-type]
+    named: dict[str, str] = {}
+    for size in result.sizes:
+        name = result.best.get(size)
+        if name is None:
+            table.add_row(format_size(size), "(none runs)", "", "", "", "")
+            continue
+        s = result.by_name(name)
+        ordered = [x for x in sorted(result.schedules, key=_sort_key(size)) if x.check == "ok" and x.times.get(size) is not None and x is not s]
+        second = ordered[0] if ordered else None
+        tied = {x.name for x in result.ties(size)}
+        sp = result.speedup(s, size)
+        named.setdefault(s.name, s.pipeline or "(as written)")
+        r2 = ""
+        if second is not None:
+            r2 = ("= " if second.name in tied else "") + second.name
+        table.add_row(
+            format_size(size), "* " + name, _time_cell(s, size, format_time(s.times.get(size))), f"{sp:.2f}x" if sp else "-",
+            r2, _time_cell(second, size, format_time(second.times.get(size))) if second else "",
+        )
+    console.print(f"{len(result.sizes)} sizes, {len(result.schedules)} schedules evaluated; the best (*) per size and the runner-up (=: a tie) (--top K: a table per size)")
+    console.print(table)
+    console.print("")
+    for name, pipeline in named.items():
+        console.print(f"{name}:")
+        console.print("  " + _wrap_pipeline(pipeline, None if width is None else max(24, width - 2)).replace("\n", "\n  "))
+    console.print("")
+    console.print(LEGEND)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
+
+
+def _width() -> int | None:
+    """The width the tables fit: the terminal's; none off a terminal (a file or a pipe
+    gets whole lines, the same wherever it runs)."""
+    if sys.stdout.isatty():
+        import shutil
+
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def render_parts(result) -> str:
@@ -418,9 +530,25 @@ def plot(result, path: str, title: str) -> None:
 # --------------------------------------------------------------------------------------
 
 
+BUSY_LOAD = 0.5
+"""A load average above this many runnable jobs per core means other work shares the
+machine: a calibration then measures it too."""
+
+
+def _busy(what: str) -> str | None:
+    """A warning when the machine's load makes a measurement unreliable, else None."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    if load <= BUSY_LOAD * cores:
+        return None
+    return (f"distir-tune: warning: {what} at load {load:.1f} on {cores} cores: other jobs share this machine and the fit "
+            "measures them too (its bandwidths come out low, its predictions slow); calibrate again when the machine is idle")
+
+
 def _calibrate(ranks: int) -> None:
     from distir.tuning.calibrate import calibrate, local_topology
 
+    before = _busy("calibrating")  # said once the fit is stored (a rejected run says only why)
     bar = _Progress()
     count = [0]
 
@@ -438,7 +566,10 @@ def _calibrate(ranks: int) -> None:
               f"step {rt.step_s * 1e6:.0f} us + {rt.dispatch_s * 1e6:.1f} us per op")
         for kind, a, b in topo.collectives:
             print(f"  {kind:15s} alpha {a * 1e6:8.1f} us  beta {b * 1e12:8.1f} ps/byte ({1 / b / 1e9:.1f} GB/s)")
-    print(f"stored in {path}")
+    print(f"stored in {path} (used by every distir-tune --model local of this user on this machine)")
+    warning = before or _busy("the calibration ran")
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
 
 
 MODEL_MAX_RANKS = 1 << 16
@@ -509,7 +640,7 @@ def _options(args, module):
         as_slice = [] if args.as_slice.strip() == "none" else [n.strip().lstrip("%") for n in args.as_slice.split(",") if n.strip()]
     if args.rounds < 1:
         raise InputRejected(f"distir-tune: --rounds must be at least 1, got {args.rounds}")
-    if args.top < 0:
+    if args.top is not None and args.top < 0:
         raise InputRejected(f"distir-tune: --top must be at least 0, got {args.top}")
     if args.max_schedules is not None and args.max_schedules < 1:
         raise InputRejected(f"distir-tune: --max-schedules must be at least 1, got {args.max_schedules}")
@@ -572,13 +703,19 @@ def _tune(args) -> int:
             f"{topo.describe() if topo is not None else backend} give no meaningful time"
         )
     where = topo.describe() if topo is not None else f"the {backend} backend of this machine"
+    if topo is not None and ranks < topo.ranks:
+        where += f", {ranks} of its {topo.ranks} devices"
     phases = ", ".join(f"{k} {v:.2f} s" for k, v in result.seconds.items())
-    print(f"distir-tune: {args.file}: {len(result.schedules)} schedules on {ranks} ranks, "
-          f"{'predicted for' if topo is not None else 'timed on'} {where} ({phases})\n")
+    width = _width()
+    header = (f"distir-tune: {args.file}: {len(result.schedules)} schedules on {ranks} ranks, "
+              f"{'predicted for' if topo is not None else 'timed on'} {where} ({phases}); "
+              f"each size replaces the program's dimension {result.dim} wherever it occurs (--dim)")
+    print((textwrap.fill(header, width, break_on_hyphens=False) if width else header) + "\n")
     parts = render_parts(result)
     if parts:
         print(parts + "\n")
-    print(render_table(result, None if args.all else args.top))
+    top = None if args.all else args.top if args.top is not None else -1 if len(result.sizes) > SUMMARY_SIZES else 10
+    print(render_table(result, top, width))
     if result.cut_short:
         print(f"\ndistir-tune: the search was cut short ({result.cut_short}): these are the best schedules found so far")
     for note in result.notes:
@@ -587,16 +724,21 @@ def _tune(args) -> int:
         print(f"distir-tune: error: {bug}", file=sys.stderr)
     if args.json:
         write_output("distir-tune", args.json, json.dumps(result_json(result), indent=1, allow_nan=False))
+        if args.json != "-":
+            print(f"distir-tune: wrote the results as JSON to {args.json}", file=sys.stderr)
     if args.plot:
         plot(result, args.plot, f"{args.file}: {ranks} ranks, {result.how}")
+        print(f"distir-tune: wrote the plot to {args.plot}", file=sys.stderr)
     if args.output:
         size = result.sizes[0]
         best = result.best_module(size)
         if best is None:
             raise InputRejected(f"distir-tune: no schedule runs at size {size}: nothing to write to {args.output}")
         name = result.best[size]
-        header = f"// distir-tune: best schedule at size {size} on {ranks} ranks ({result.how}): {name}\n//   distir-opt -p '{result.by_name(name).pipeline}'\n"
+        header = f"// distir-tune: best schedule at size {size} on {ranks} ranks ({result.how}): {name}\n//   distir-opt -p {shlex.quote(result.by_name(name).pipeline)}\n"
         write_output("distir-tune", args.output, header + str(best) + "\n")
+        if args.output != "-":
+            print(f"distir-tune: wrote the best schedule ({name}) to {args.output}", file=sys.stderr)
     if result.cut_short == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_BUG if result.bugs else 0

@@ -358,28 +358,74 @@ def calibrate(ranks: int = 2, backends: tuple[str, ...] = ("local", "mpi"), prog
 
         check_mpi_ranks(ranks, "--calibrate")
     path = cache_path()
-    data = _load(path) or {"version": VERSION, "backends": {}}
-    data["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
     fits = {backend: measure(backend, ranks, progress) for backend in backends}
     wrong = [f"{backend}: {why}" for backend, f in fits.items() for why in problems(f)]
     if wrong:
         kept = "kept the previous calibration" if path.exists() else "nothing was stored"
         raise InputRejected(f"the calibration on {ranks} ranks cannot be right ({'; '.join(wrong)}): {kept}; run it again on a quieter machine")
-    for backend, f in fits.items():
-        data["backends"].setdefault(backend, {})[str(ranks)] = f
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
+    store(path, {backend: {str(ranks): f} for backend, f in fits.items()})
     return path
 
 
+def store(path: Path, fits: dict[str, dict[str, dict]]) -> None:
+    """Merge ``fits`` (backend -> rank count -> fit) into the file at ``path``: under an
+    exclusive lock of ``path.lock``, the file is read again (another calibration may have
+    stored its fits since this one started: two at once, for 2 and 4 ranks, each kept
+    only its own), merged and replaced whole (written to a temporary file, then renamed:
+    a reader never sees half a file)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = _load(path) or {"version": VERSION, "backends": {}}
+        data["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+        for backend, by_ranks in fits.items():
+            data["backends"].setdefault(backend, {}).update(by_ranks)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+
+
 def _load(path: Path) -> dict | None:
+    """The calibration file's data, or None (none, another version, or unreadable: a
+    warning then)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) and data.get("version") == VERSION else None
+    except (OSError, ValueError) as e:
+        _warn(f"{path} cannot be read ({e}): it is ignored; run 'distir-tune --calibrate' again")
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("backends"), dict):
+        if isinstance(data, dict) and data.get("version") != VERSION:
+            return None  # another version's: calibrate again (local_topology says how)
+        _warn(f"{path} is not a calibration of this version: it is ignored; run 'distir-tune --calibrate' again")
+        return None
+    return data if data.get("version") == VERSION else None
+
+
+def _warn(text: str) -> None:
+    from distir.dialects.diagnostics import warn_once
+
+    warn_once(text)
+
+
+def _usable(fits: dict, backend: str, path: Path) -> dict:
+    """The fits of ``backend`` (rank count -> fit) that make a topology; each one that
+    does not (a key missing, a value of the wrong type) is a warning and ignored."""
+    out = {}
+    for key, f in fits.items():
+        try:
+            int(key)
+            topology_from(f, "local", int(key))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            what = f"the key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+            _warn(f"{path}: the {backend} fit for {key} ranks is incomplete ({what} is missing or wrong): it is ignored; "
+                  f"run 'distir-tune --calibrate --ranks {key}' again")
+            continue
+        out[key] = f
+    return out
 
 
 def topology_from(fit_: dict, name: str, ranks: int) -> CalibratedTopology:
@@ -412,7 +458,7 @@ def local_topology(nodes: int | None = None, backend: str = "local") -> Calibrat
     name = "local" if backend == "local" else f"local-{backend}"
     path = cache_path()
     data = _load(path)
-    fits = (data or {}).get("backends", {}).get(backend, {})
+    fits = _usable((data or {}).get("backends", {}).get(backend, {}), backend, path)
     if not fits:
         raise InputRejected(
             f"topology '{name}' is not calibrated on this machine: run 'distir-tune --calibrate --ranks N' first (it is stored in {path})"

@@ -6,7 +6,7 @@ One model, with no case for any schedule; a schedule's time comes out of the ops
 lowering emits:
 
 * **kernels** (``rt.launch``, ``rt.copy``, ``rt.copy_blocks``, ``rt.matmul``,
-  ``rt.reduce_tensor``, ``rt.embedding_bag``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
+  ``rt.reduce_tensor``, ``rt.embedding_bag``, ``rt.scatter_add``, ``rt.sort``) take ``max(bytes / memory bandwidth, flops / peak)``: bytes are
   the sizes of the buffers a kernel reads and writes, flops its arithmetic ops per
   element (``FLOPS`` weighs the expensive ones) times its iteration space, or 2·M·N·K
   for a matmul, at the device's peak for the element type;
@@ -137,7 +137,7 @@ FLOPS: dict[str, float] = {
     "math.erf": 8.0,
 }
 FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
-_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp)
+_WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.PadBlocksOp, rt.UnpadBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp, rt.ScatterAddOp, rt.SortOp)
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,9 @@ class Step:
     ``kind``: ``work`` (a kernel or copy: ``cost`` seconds per size), ``collective``
     (every taking part starts together), ``send`` / ``recv`` (a transfer's two halves),
     ``record`` / ``wait`` (events), ``sync`` (the host waits for a stream), ``host``
-    (host time only). ``classes``: the rank classes that execute it."""
+    (host time only). ``classes``: the rank classes that execute it. ``label``: what
+    it is for ``breakdown`` (``compute`` for a kernel or copy, the NCCL call's kind for
+    a collective, ``send`` for point-to-point transfers)."""
 
     kind: str
     classes: tuple[int, ...]
@@ -326,6 +328,7 @@ class Step:
     cost: Callable[[np.ndarray], np.ndarray] | None = None
     host: float = 0.0
     event: int = -1
+    label: str = ""
 
 
 @dataclass
@@ -364,6 +367,7 @@ class _Walker:
         self.target: TargetAttr = target
         self.kernels = {k.kernel_name: k for k in module.ops if isinstance(k, rt.KernelOp)}
         self.env: dict[SSAValue, Any] = {}
+        self.bounds: dict[SSAValue, tuple[int, ...]] = {}  # rt.prefix of a rank's count: its buffer's shape
         self.steps: list[Step] = []
         self.divisors: set[int] = set()
         self.events = 0
@@ -398,7 +402,7 @@ class _Walker:
         return t
 
     def _shape(self, v: SSAValue) -> tuple[int, ...]:
-        shape = tuple(self._mem(v).get_shape())
+        shape = self.bounds.get(v) or tuple(self._mem(v).get_shape())
         for d in shape:
             if d % self.scaling.q == 0:
                 self.divisors.add(self.scaling.d_ref // d)
@@ -444,6 +448,15 @@ class _Walker:
             self.env[op.result] = op.number
         elif isinstance(op, rt.CommOp):
             self.env[op.result] = (op.mesh_name, op.axis_list)
+        elif isinstance(op, rt.SpanOp):
+            grid = self.grids[op.mesh_name]
+            counts = [grid.sizes[a] for a in op.axis_list]
+            spans = [layout.dim_block(op.size_value, counts, [grid.coords(r)[a] for a in op.axis_list]) for r in range(self.ranks)]
+            self.env[op.offset] = np.array([o for o, _ in spans], dtype=np.int64)
+            self.env[op.length] = np.array([n for _, n in spans], dtype=np.int64)
+        elif isinstance(op, rt.PrefixOp) and len(op.args) == 2:
+            # a rank's part of a padded buffer: at most the buffer (the largest block)
+            self.bounds[op.result] = self.bounds.get(op.args[0]) or tuple(self._mem(op.args[0]).get_shape())
         elif isinstance(op, rt.GroupRankOp):
             grid = self.grids[op.mesh_name]
             vals = np.zeros(self.ranks, dtype=np.int64)
@@ -505,6 +518,10 @@ class _Walker:
         launch = self.runtime.launch_s + self.runtime.argument_s * extra_arguments(op)
         if isinstance(op, rt.LaunchOp):
             moved, flops, dtype = self.kernel_work(op, fused)
+        elif isinstance(op, (rt.PadBlocksOp, rt.UnpadBlocksOp)):
+            # the blocks of a short outer block moved between padded places
+            src = op.args[0 if isinstance(op, rt.PadBlocksOp) else 1]
+            moved, flops, dtype = self._copy_bytes(self._bytes(src), None), ZERO, _dtype(self._mem(src).element_type)
         elif isinstance(op, (rt.CopyOp, rt.CopyBlocksOp)):
             src = op.args[0]
             stream_from = op.option("stream_from") if isinstance(op, rt.CopyOp) else None
@@ -520,6 +537,18 @@ class _Walker:
             moved = self._bytes(a) + self._bytes(out)
             flops = self.scaling.count(self._shape(a))
             dtype = _dtype(self._mem(a).element_type)
+        elif isinstance(op, rt.SortOp):
+            ins, outs = op.io()
+            n = self._shape(ins[0])[op.option("dim")]
+            moved = sum((self._bytes(x) for x in ins[1:]), self._bytes(ins[0])).scale(2.0)
+            flops = self.scaling.count(self._shape(ins[0]), max(1.0, math.log2(max(n, 2))))
+            dtype = _dtype(self._mem(outs[0]).element_type)
+        elif isinstance(op, rt.ScatterAddOp):
+            idx, upd, _, out = op.args[:4]
+            bag = self._shape(idx)[-1]
+            moved = self._bytes(idx) + self._bytes(upd).scale(bag) + self._bytes(out)
+            flops = self.scaling.count(self._shape(upd), bag)
+            dtype = _dtype(self._mem(out).element_type)
         else:  # rt.EmbeddingBagOp
             table, idx, _, out = op.args[:4]
             moved, flops = self.embedding_work(idx, self._shape(out), _itemsize(self._mem(out).element_type))
@@ -531,7 +560,7 @@ class _Walker:
         if fused is not None:
             fused["launched"] = True
         cost = _max_cost(moved.scale(1 / bw), flops.scale(1 / peak), self.runtime.device_s if first else 0.0)
-        self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s))
+        self.emit(Step("work", classes, stream, cost, host=launch if first else self.runtime.dispatch_s, label="compute"))
 
     def _copy_bytes(self, size: Poly, stream_from: int | None) -> Poly | Callable[[np.ndarray], np.ndarray]:
         """Memory traffic of a copy of ``size`` bytes: read and write, and on a calibrated
@@ -595,7 +624,7 @@ class _Walker:
             distance = (i // tiles + skip) % n
             first = i == 0
             cost = work if not first else (lambda r, w=work: w(r) + self.runtime.device_s)
-            self.emit(Step("work", classes, s0, cost, host=self.runtime.launch_s if first else 0.0))
+            self.emit(Step("work", classes, s0, cost, host=self.runtime.launch_s if first else 0.0, label="compute"))
             if distance == 0 or n < 2:
                 continue
             pairs = [(g[j], g[(j + distance) % len(g)]) for g in groups for j in range(len(g)) if len(g) > 1]
@@ -603,7 +632,7 @@ class _Walker:
             self.emit(Step("record", classes, s0, event=self.events))
             self.emit(Step("wait", classes, s1, event=self.events))
             self.events += 1
-            self.emit(Step("collective", classes, s1, lambda r, c=send: trips * c(r)))
+            self.emit(Step("collective", classes, s1, lambda r, c=send: trips * c(r), label="send"))
         self.emit(Step("record", classes, s1, event=self.events))
         self.emit(Step("wait", classes, s0, event=self.events))
         self.events += 1
@@ -636,13 +665,7 @@ class _Walker:
             if p in loads and (a, False) not in seen and a not in free:
                 seen.add((a, False))
                 moved = moved + self._bytes(a)
-        varying: set[SSAValue] = set(kernel.indices)
-        per = 0.0
-        for o in body:
-            if isinstance(o, memref.LoadOp) or any(v in varying for v in o.operands):
-                varying.update(o.results)
-                if o.name not in FREE and not o.name.startswith("rt."):
-                    per += FLOPS.get(o.name, 1.0)
+        per = element_flops(body, kernel.indices)
         flops = self.scaling.count(kernel.space, per)
         return moved, flops, dtype
 
@@ -694,33 +717,13 @@ class _Walker:
         if fused is not None:
             fused["launched"] = True
         host = self.runtime.launch_s if first else self.runtime.dispatch_s
-        self.emit(Step("collective", classes, stream, cost, host=host))
+        self.emit(Step("collective", classes, stream, cost, host=host, label=kind))
 
     def collective_cost(self, kind: str, groups, nbytes: Poly | _Traffic, extra: float) -> Callable[[np.ndarray], np.ndarray]:
         """Seconds of a collective per size (the fastest algorithm and protocol), plus
         ``extra`` fixed seconds."""
-        if not groups or all(len(g) < 2 for g in groups):
-            return lambda r: np.zeros_like(r)
-        topo = self.topo
-        if isinstance(topo, CalibratedTopology):
-            a, b = topo.alpha_beta(kind)
-            return lambda r: a + extra + b * nbytes(r)
-        options = []
-        algorithms = self.options.algorithms if kind == "all_reduce" else ("ring",)
-        for alg in algorithms:
-            lat, per_byte = collective_cost(topo, kind, groups, alg)
-            if alg == "ring":
-                lat = ring_latency(topo, kind, groups)
-            corrected = alg == "tree" and self.options.tree_correction
-            for p in self.options.protocols:
-                options.append((lat * p.latency, per_byte / p.bandwidth, p.name if corrected else None))
-
-        def cost(r: np.ndarray) -> np.ndarray:
-            b = nbytes(r)
-            times = [lat + b * pb / (1.0 if tree is None else tree_correction(tree, b)) for lat, pb, tree in options]
-            return extra + np.min(np.stack(times), axis=0)
-
-        return cost
+        seconds = collective_seconds(self.topo, kind, groups, self.options, extra)
+        return lambda r: seconds(nbytes(r))
 
     def p2p(self, group: list[tuple[nccl.NcclOp, tuple[int, ...]]], classes: tuple[int, ...]) -> None:
         """A group of point-to-point calls; each call is issued by the rank classes given
@@ -753,10 +756,10 @@ class _Walker:
         classes = tuple(sorted({k for _, issuing in group for k in issuing})) or classes
         if sends and recvs:
             cost = self._send_cost(pairs, nbytes, self._p2p_stream_from(sends))
-            self.emit(Step("collective", classes, stream, cost, host=launch))
+            self.emit(Step("collective", classes, stream, cost, host=launch, label="send"))
         elif sends:
             cost = self._send_cost(pairs, nbytes, self._p2p_stream_from(sends))
-            self.emit(Step("send", classes, stream, cost, host=launch))
+            self.emit(Step("send", classes, stream, cost, host=launch, label="send"))
         elif recvs:
             self.emit(Step("recv", classes, stream, host=launch))
 
@@ -800,6 +803,112 @@ class _Walker:
         """A fused group: one kernel in shared memory when the program says ``zero_copy``
         (``plan-execution``), its calls one by one otherwise."""
         self.block(op.body.block, classes, {"launched": False, "zero_copy": op.mode == "zero_copy"})
+
+
+def collective_seconds(
+    topology: Topology, kind: str, groups: Sequence[Sequence[int]], options: ModelOptions = DEFAULT_OPTIONS, extra: float = 0.0
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Seconds of a collective of ``kind`` (``collectives.KINDS``) that the device
+    ``groups`` run at the same time, as a function of its ``nbytes`` (the convention of
+    ``collectives.py``: an AllGather's output, a ReduceScatter's input per rank), plus
+    ``extra`` fixed seconds: the fastest NCCL algorithm and protocol (module doc), or
+    a calibration's alpha and beta. What the walker charges for every NCCL call, and
+    what the planner (``planner/``) charges for a collective it considers."""
+    if not groups or all(len(g) < 2 for g in groups):
+        return lambda b: np.zeros_like(np.asarray(b, dtype=np.float64))
+    if isinstance(topology, CalibratedTopology):
+        a, beta = topology.alpha_beta(kind)
+        return lambda b: a + extra + beta * np.asarray(b, dtype=np.float64)
+    groups = tuple(tuple(g) for g in groups)
+    choices = []
+    algorithms = options.algorithms if kind == "all_reduce" else ("ring",)
+    for alg in algorithms:
+        lat, per_byte = collective_cost(topology, kind, groups, alg)
+        if alg == "ring":
+            lat = ring_latency(topology, kind, groups)
+        corrected = alg == "tree" and options.tree_correction
+        for p in options.protocols:
+            choices.append((lat * p.latency, per_byte / p.bandwidth, p.name if corrected else None))
+
+    def cost(nbytes: np.ndarray) -> np.ndarray:
+        b = np.asarray(nbytes, dtype=np.float64)
+        times = [lat + b * pb / (1.0 if tree is None else tree_correction(tree, b)) for lat, pb, tree in choices]
+        return extra + np.min(np.stack(times), axis=0)
+
+    return cost
+
+
+def element_flops(ops: Sequence[Operation], varying: Sequence[SSAValue]) -> float:
+    """Flop-equivalents per element of a kernel body (``FLOPS``): the ops that depend on
+    a loaded element or on the ``varying`` values (the loop indices, a map's element
+    arguments); the others are computed once, outside the loop."""
+    seen: set[SSAValue] = set(varying)
+    per = 0.0
+    for o in ops:
+        if isinstance(o, memref.LoadOp) or any(v in seen for v in o.operands):
+            seen.update(o.results)
+            if o.name not in FREE and not o.name.startswith(("rt.", "dist.")):
+                per += FLOPS.get(o.name, 1.0)
+    return per
+
+
+def work_seconds(topology: Topology, moved_bytes: float, flops: float, dtype: str, options: ModelOptions = DEFAULT_OPTIONS, matmul: bool = False) -> float:
+    """Device seconds of one kernel that moves ``moved_bytes`` and computes ``flops`` of
+    ``dtype``: ``max(bytes / memory bandwidth, flops / peak)`` plus the runtime's device
+    time per kernel, as the walker charges a launch (``matmul``: at a calibration's
+    matmul rate)."""
+    runtime = options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
+    dev = topology.device
+    peak = dev.peak_tflops[dtype] * 1e12
+    if matmul and isinstance(topology, CalibratedTopology):
+        peak = topology.peak_matmul(dtype)
+    return runtime.device_s + max(moved_bytes / (dev.memory_bandwidth_GBps * 1e9), flops / peak)
+
+
+def dist_op_work(op: Operation, operands: Sequence[tuple[tuple[int, ...], Attribute] | None], results: Sequence[tuple[tuple[int, ...], Attribute]]) -> tuple[float, float, str]:
+    """Bytes moved, flops and element type of a dist-level op on one rank's blocks
+    (``operands`` and ``results``: the block shape and element type of each tensor,
+    None for a scalar), counted as the op's lowering is (``lower_to_kernels``) and the
+    walker counts it: a ``dist.matmul`` reads both operands and writes its result, 2·M·N·K
+    flops (``matmul_work``); a ``dist.map`` one kernel over its result, reading every
+    tensor operand once (``kernel_work``, ``element_flops`` of its body); a
+    ``dist.reduce_tensor`` its input and output, a flop per input element; a
+    ``dist.embedding_bag`` its indices, a row per index and the pooled rows
+    (``embedding_work``); ``dist.scatter_add`` its indices, an update row per index and
+    its result; ``dist.sort`` its operands twice and n·log2(n) compares per row (as
+    ``rt.sort``); any other op a copy of its operands into its results. What
+    the planner charges for an op it considers (``work_seconds``)."""
+
+    def nbytes(shape: tuple[int, ...], t: Attribute) -> float:
+        return float(math.prod(shape)) * _itemsize(t)
+
+    tensors = [x for x in operands if x is not None]
+    out_bytes = sum(nbytes(s, t) for s, t in results)
+    in_bytes = sum(nbytes(s, t) for s, t in tensors)
+    dtype = _dtype(results[0][1]) if results else "f32"
+    name = op.name
+    if name == "dist.matmul":
+        (sa, ta), (sb, _) = tensors[0], tensors[1]
+        return in_bytes + out_bytes, 2.0 * math.prod(results[0][0]) * sa[-1], _dtype(ta)
+    if name == "dist.map":
+        body = list(op.regions[0].block.ops)
+        per = element_flops(body, op.regions[0].block.args)
+        return in_bytes + out_bytes, per * math.prod(results[0][0]), dtype
+    if name == "dist.reduce_tensor":
+        return in_bytes + out_bytes, float(math.prod(tensors[0][0])), _dtype(tensors[0][1])
+    if name == "dist.embedding_bag":
+        (st, tt), (si, ti) = tensors[0], tensors[1]
+        (so, to) = results[0]
+        bag = si[-1]
+        return nbytes(si, ti) + math.prod(so) * _itemsize(to) * (bag + 1), float(math.prod(so) * bag), _dtype(tt)
+    if name == "dist.scatter_add":
+        (si, ti), (su, tu) = tensors[0], tensors[1]
+        bag = si[-1]
+        return nbytes(si, ti) + nbytes(su, tu) * bag + out_bytes, float(math.prod(su) * bag), dtype
+    if name == "dist.sort":
+        n = tensors[0][0][op.option("dim")] if tensors[0][0] else 1  # type: ignore[attr-defined]
+        return 2.0 * in_bytes, float(math.prod(tensors[0][0])) * max(1.0, math.log2(max(n, 2))), _dtype(tensors[0][1])
+    return in_bytes + out_bytes, 0.0, dtype
 
 
 def issues_work(op: Operation) -> bool:
@@ -938,6 +1047,22 @@ def predict_program(
     lowered = lower(at_size(module, dim, d_ref), ranks)
     prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(d_ref, q), options)
     return predict(prepared, sizes)
+
+
+def breakdown(prepared: Prepared, size: int) -> dict[str, float]:
+    """Seconds of the work of each kind at ``size``, summed over the steps of the rank
+    class that works most (``Step.label``: ``compute``, each collective kind, ``send``):
+    what the step time is made of before overlap and the critical path (``predict``)
+    combine it."""
+    r = np.asarray([size], dtype=np.float64) / prepared.scaling.d_ref
+    per: list[dict[str, float]] = [{} for _ in range(prepared.classes)]
+    for st in prepared.steps:
+        if st.cost is None or not st.label:
+            continue
+        t = float(st.cost(r)[0])
+        for c in st.classes:
+            per[c][st.label] = per[c].get(st.label, 0.0) + t
+    return max(per, key=lambda d: sum(d.values())) if per else {}
 
 
 def valid_sizes(prepared: Prepared, sizes: Sequence[int]) -> np.ndarray:

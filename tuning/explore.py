@@ -58,6 +58,7 @@ from distir.dialects.diagnostics import InputRejected, check_body
 from distir.dialects.dist import TensorType
 from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Sliced
+from distir.dialects.verifier import verified_clone
 from distir.passes.pipeline import pipeline_spec
 from distir.passes.support import printed_names
 
@@ -398,14 +399,15 @@ def explore(
             if isinstance(f, func.FuncOp):
                 check_as_slice(f, as_slice)
     ctx = make_context()
-    original = Candidate(module.clone(), (), original=True)
+    original = Candidate(verified_clone(module), (), original=True)
     found = [original]
     seen = {structure_key(original.module): original}
     errors: list[str] = []
     unfit = 0
-    start = _apply(FIRST.passes(original.module, {})[0], original, ctx, errors)
+    first = FIRST.passes(original.module, {})[0]
+    start = _apply(first, original, ctx, errors)
     frontier = [original] if fits is None or fits(original.module) else []
-    if start is not None:
+    if start is not None and _verifies(start, first, errors):
         key = structure_key(start.module)
         if key not in seen:
             seen[key] = start
@@ -433,7 +435,7 @@ def explore(
                     if new is None:
                         continue
                     key = structure_key(new.module)
-                    if key not in seen and variant is None and not _verifies(new, errors):
+                    if key not in seen and not _verifies(new, p, errors):
                         continue
                     if key not in seen:
                         if len(found) >= max_schedules:
@@ -468,7 +470,7 @@ def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candid
     base = wrapped.get(("chunk", tuple(p.targets)))  # type: ignore[attr-defined]
     if base is None or any(isinstance(o, coll.OverlapOp) for o in cand.module.walk()):
         return None
-    module = base.module.clone()
+    module = verified_clone(base.module)
     for o in module.walk():
         if isinstance(o, coll.OverlapOp):
             for name, value in (("chunks", p.chunks), ("order", p.order)):  # type: ignore[attr-defined]
@@ -480,18 +482,22 @@ def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candid
     return Candidate(module, (*cand.passes, p), parent=cand)
 
 
-def _verifies(cand: Candidate, errors: list[str]) -> bool:
-    """Verify a new program (a pass that produces an invalid one is a distir bug)."""
+def _verifies(cand: Candidate, p: ModulePass, errors: list[str]) -> bool:
+    """Verify what the last pass ``p`` changed (a pass that produces an invalid program
+    is a distir bug: reported, and the program is no schedule)."""
+    from distir.dialects.diagnostics import InternalError
+    from distir.passes.pipeline import verify_after
+
     try:
-        cand.module.verify()
-    except (VerifyException, DiagnosticException) as e:
+        verify_after(p, cand.module)
+    except (InternalError, VerifyException, DiagnosticException) as e:
         errors.append(f"{cand.pipeline}: the result does not verify: {e}")
         return False
     return True
 
 
 def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str]) -> Candidate | None:
-    m = cand.module.clone()
+    m = verified_clone(cand.module)
     try:
         p.apply(ctx, m)
     except (PassFailedException, VerifyException, DiagnosticException, InputRejected):

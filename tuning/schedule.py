@@ -61,7 +61,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from distir.dialects import coll
-from distir.passes.pipeline import parse_pipeline, pipeline_spec
+from distir.passes.pipeline import parse_pipeline, pipeline_spec, run_passes
 from distir.passes.support import Targets, printed_names
 
 
@@ -72,9 +72,10 @@ class Schedule:
         from distir.dialects.context import make_context, parse_module
 
         self.ctx = make_context()
-        self.module = parse_module(program, name) if isinstance(program, str) else program.clone()
-        self.module.verify()
-        self.original = self.module.clone()
+        from distir.dialects.verifier import verified_clone
+
+        self.module = parse_module(program, name) if isinstance(program, str) else verified_clone(program)
+        self.original = verified_clone(self.module)
         self.passes: list[ModulePass] = []
 
     @classmethod
@@ -86,8 +87,7 @@ class Schedule:
         """Apply passes (objects or ``-p`` text) and record them."""
         for p in passes:
             for q in parse_pipeline(p) if isinstance(p, str) else (p,):
-                q.apply(self.ctx, self.module)
-                self.module.verify()
+                run_passes(self.module, [q], self.ctx)  # verified after, naming the pass
                 self.passes.append(q)
         return self
 

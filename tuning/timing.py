@@ -7,6 +7,8 @@ once, warmed up (which also compiles its kernels), then the programs run round-r
 (``rounds`` times, at least ``min_time`` seconds in all) so that a change of the
 machine's load hits them all alike, and each keeps its fastest step. A program that
 cannot run at that size or rank count (a dim the ranks do not divide) gets ``None``.
+``samples`` (a dict) receives every round's time of each program: the spread that says
+whether two schedules' times differ by more than the noise (``spread``).
 
 ``local``: the programs' rank threads live in this process; programs are measured in
 batches whose buffers fit ``memory_budget`` bytes (one ``LocalRunner`` per program).
@@ -49,15 +51,16 @@ def time_programs(
     progress: Callable[[str], None] | None = None,
     statistic: str = "best",
     max_rounds: int = MAX_ROUNDS,
+    samples: dict[str, list[float]] | None = None,
 ) -> dict[str, float | None]:
     """The best (or, with ``statistic="median"``, the median) step time of each program
     over its rounds: at least ``rounds``, more until ``min_time`` seconds have passed, at
     most ``max_rounds`` (module doc)."""
     limits = (rounds, min_time, max(rounds, max_rounds))
     if backend == "local":
-        return _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic)
+        return _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic, samples)
     if backend == "mpi":
-        return _time_mpi(programs, ranks, limits, warmup, progress)
+        return _time_mpi(programs, ranks, limits, warmup, progress, samples)
     raise InputRejected(f"--backend {backend}: the tuner times on 'local' or 'mpi' (use --model for a topology)")
 
 
@@ -88,7 +91,17 @@ def _footprint(program) -> int:
     return total * program.ranks
 
 
-def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic="best") -> dict[str, float | None]:
+def spread(samples: Sequence[float]) -> float | None:
+    """How far a program's rounds scatter above its best: (median - best) / best. Two
+    schedules whose best times differ by less than this are a tie: a rerun may order
+    them the other way."""
+    if len(samples) < 2 or min(samples) <= 0:
+        return None
+    best = min(samples)
+    return (statistics.median(samples) - best) / best
+
+
+def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic="best", samples=None) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     built = []
     for name, module in programs:
@@ -101,16 +114,16 @@ def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statis
     for name, program in built:
         size = _footprint(program)
         if batch and used + size > memory_budget:
-            out.update(_run_local_batch(batch, limits, warmup, progress, statistic))
+            out.update(_run_local_batch(batch, limits, warmup, progress, statistic, samples))
             batch, used = [], 0
         batch.append((name, program))
         used += size
     if batch:
-        out.update(_run_local_batch(batch, limits, warmup, progress, statistic))
+        out.update(_run_local_batch(batch, limits, warmup, progress, statistic, samples))
     return {name: out.get(name) for name, _ in programs}
 
 
-def _run_local_batch(batch, limits, warmup, progress, statistic="best") -> dict[str, float | None]:
+def _run_local_batch(batch, limits, warmup, progress, statistic="best", samples=None) -> dict[str, float | None]:
     from distir.runtime.local import LocalRunner
 
     runners = {}
@@ -124,7 +137,7 @@ def _run_local_batch(batch, limits, warmup, progress, statistic="best") -> dict[
             runner.bind(program.prepare_inputs({}, 0))
             for _ in range(warmup):
                 runner.step()
-        out = _round_robin({n: r.step for n, r in runners.items()}, limits, statistic)
+        out = _round_robin({n: r.step for n, r in runners.items()}, limits, statistic, samples)
     finally:
         for r in runners.values():
             r.close()
@@ -144,7 +157,9 @@ def _more(limits: tuple[int, float, int], done: int, start: float) -> bool:
     return done < rounds or (time.perf_counter() - start < min_time and done < max_rounds)
 
 
-def _round_robin(steps: dict[str, Callable[[], object]], limits: tuple[int, float, int], statistic: str = "best") -> dict[str, float | None]:
+def _round_robin(
+    steps: dict[str, Callable[[], object]], limits: tuple[int, float, int], statistic: str = "best", samples: dict[str, list[float]] | None = None
+) -> dict[str, float | None]:
     """Best (or median) time of each step, run round-robin (``_more``) in the order of
     ``steps``: a program runs after the one listed before it, and that matters for small
     steps (``calibrate.programs``)."""
@@ -157,6 +172,8 @@ def _round_robin(steps: dict[str, Callable[[], object]], limits: tuple[int, floa
             step()
             times[n].append(time.perf_counter() - t)
         done += 1
+    if samples is not None:
+        samples.update(times)
     pick = min if statistic == "best" else statistics.median
     return {n: (pick(v) if v else None) for n, v in times.items()}
 
@@ -188,8 +205,8 @@ def check_mpi_ranks(ranks: int, what: str = "distir-tune") -> None:
         )
 
 
-def _time_mpi(programs, ranks, limits, warmup, progress) -> dict[str, float | None]:
-    from distir.runtime.mpi import mpiexec_path
+def _time_mpi(programs, ranks, limits, warmup, progress, samples=None) -> dict[str, float | None]:
+    from distir.runtime.mpi import mpiexec_path, run_mpiexec
 
     with tempfile.TemporaryDirectory(prefix="distir-tune-") as d:
         job = Path(d)
@@ -202,12 +219,17 @@ def _time_mpi(programs, ranks, limits, warmup, progress) -> dict[str, float | No
         if progress is not None:
             progress(f"mpiexec -n {ranks} ({len(names)} programs)")
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.tuning.timing", str(job)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        try:
+            proc = run_mpiexec(cmd, timeout=3600)
+        except subprocess.TimeoutExpired:
+            raise InputRejected(f"the mpi timing job (mpiexec -n {ranks}) did not finish within an hour: it was stopped") from None
         result = job / "times.json"
         if proc.returncode != 0 or not result.exists():
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
             raise InputRejected(f"the mpi timing job failed (exit {proc.returncode}): {tail}")
         times = json.loads(result.read_text())
+        if samples is not None and (job / "samples.json").exists():
+            samples.update(json.loads((job / "samples.json").read_text()))
     return {n: times.get(n) for n in names}
 
 
@@ -242,6 +264,7 @@ def mpi_worker(job_dir: str) -> int:
         steps[name] = step
     # every rank runs the same rounds: decide the round count on rank 0
     best = {n: math.inf for n in steps}
+    rounds: dict[str, list[float]] = {n: [] for n in steps}
     start = time.perf_counter()
     done = 0
     while True:
@@ -250,11 +273,13 @@ def mpi_worker(job_dir: str) -> int:
         for n, step in steps.items():
             t = time.perf_counter()
             step()
-            best[n] = min(best[n], time.perf_counter() - t)
+            rounds[n].append(time.perf_counter() - t)
+            best[n] = min(best[n], rounds[n][-1])
         done += 1
     if world.Get_rank() == 0:
         times = {n: (b if math.isfinite(b) else None) for n, b in best.items()}
         times.update(failed)
+        (job / "samples.json").write_text(json.dumps(rounds))
         (job / "times.json").write_text(json.dumps(times))
     return 0
 

@@ -34,8 +34,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
-from distir.dialects.diagnostics import InputRejected, check_rank_count
+from distir.dialects.diagnostics import InputRejected, InternalError, check_rank_count
 from distir.dialects.dist import TensorType
+from distir.passes.pipeline import run_passes
 from distir.passes.support import printed_names
 from distir.tuning import search, units
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
@@ -60,6 +61,9 @@ class Tuned:
     original: bool = False
     parts: tuple[str, ...] = ()
     """For a program of many units (``units.py``): the schedule of each class."""
+    spread: dict[int, float | None] = field(default_factory=dict)
+    """Measured times: how far the rounds at each size scatter above the best
+    (``timing.spread``); two schedules closer than that are a tie."""
 
 
 @dataclass
@@ -95,6 +99,26 @@ class TuneResult:
         if base is None or t is None or not t > 0:
             return None
         return base / t
+
+    def ties(self, size: int) -> list[Tuned]:
+        """Measured times: the schedules (checked ok) whose best time at ``size`` is within
+        the timing noise of the best's: their difference is no more than either one's
+        spread (``Tuned.spread``), so a rerun may order them the other way."""
+        name = self.best.get(size)
+        if name is None:
+            return []
+        w = self.by_name(name)
+        tw, sw = w.times.get(size), w.spread.get(size)
+        if tw is None or sw is None:
+            return []
+        out = []
+        for s in self.schedules:
+            t, sp = s.times.get(size), s.spread.get(size)
+            if s is w or s.check != "ok" or t is None or sp is None:
+                continue
+            if t - tw <= max(sw * tw, sp * t):
+                out.append(s)
+        return out
 
     def by_name(self, name: str) -> Tuned:
         return next(s for s in self.schedules if s.name == name)
@@ -242,7 +266,7 @@ def tune(
             f"{unchecked[0].check.removeprefix('not run: ')}); they are not picked"
         )
     schedules = [
-        Tuned(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original)
+        Tuned(c.name, c.pipeline, ev.results[i][1], model is None, c.check, c.module, c.original, spread=ev.spreads.get(i, {}))
         for i, c in ((i, ex.candidates[i]) for i in evaluated)
     ]
     best: dict[int, str | None] = {}
@@ -281,6 +305,8 @@ class _Evaluator:
             self.scaling = Scaling(d_ref, q)
         self.checks: dict[object, str] = {}
         self.results: dict[int, tuple[str, dict[int, float | None]]] = {}
+        self.spreads: dict[int, dict[int, float | None]] = {}
+        """Measured times: each schedule's spread per size (``timing.spread``)."""
         self.evaluated = 0
 
     def check(self, idxs: Sequence[int]) -> None:
@@ -320,7 +346,7 @@ class _Evaluator:
         """Time the schedules ``idxs`` that passed their check at every size they fit (one
         of each group that lowers to the same program: ``shares``) on ``backend``; the
         limits are checked between sizes (``max_schedules`` caps the schedules timed)."""
-        from distir.tuning.timing import time_programs
+        from distir.tuning.timing import spread, time_programs
 
         cands = self.ex.candidates
         usable = [i for i in idxs if self.results[i][0] == "ok" and i not in shares]
@@ -340,14 +366,17 @@ class _Evaluator:
                 break
             # a size the schedule's slicing does not divide is not applicable: not built
             programs = [(cands[i].name, at_size(cands[i].module, self.d, s)) for i in usable if fit[i][k]]
-            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick)
+            samples: dict[str, list[float]] = {}
+            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick, samples=samples)
             self.evaluated += len(programs)
             for i in usable:
                 self.results[i][1][s] = times.get(cands[i].name) if fit[i][k] else None
+                self.spreads.setdefault(i, {})[s] = spread(samples.get(cands[i].name, [])) if fit[i][k] else None
                 self.done.add(i)
         for i, j in shares.items():
             if self.results[i][0] == "ok" and self.results[j][0] == "ok" and j in self.done:
                 self.results[i] = (self.results[i][0], dict(self.results[j][1]))
+                self.spreads[i] = dict(self.spreads.get(j, {}))
                 self.done.add(i)
 
     def times_of(self, i: int) -> np.ndarray | None:
@@ -369,7 +398,7 @@ class _Evaluator:
         assert self.model is not None
         try:
             module = c.module if self.scaling.d_ref == self.d else at_size(c.module, self.d, self.scaling.d_ref)
-            lowered = lower(module, self.ranks, verify=False)
+            lowered = lower(module, self.ranks)
             prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
         except (InputRejected, PassFailedException, VerifyException):
             return times  # not applicable on this rank count (a dim the ranks do not divide)
@@ -482,8 +511,7 @@ def _tune_units(
 
             more = (FixMeshSizesPass(ranks=ranks), CombineCollectivesPass(bucket_bytes=bucket))
             combined = cands[i].module.clone()
-            for p in more:
-                p.apply(ctx, combined)
+            run_passes(combined, more, ctx)
             cands.append(Candidate(combined, (*cands[i].passes, *more), f"{cands[i].name} + buckets of {_bytes(bucket)}", check="ok"))
             estimates.append({s: None for s in sizes})
             chosen.append(chosen[i])
@@ -548,7 +576,7 @@ def _first_choice(r: TuneResult | None, prog: ModuleOp, ctx) -> _Choice:
     from distir.tuning.explore import structural_name
 
     m = prog.clone()
-    FuseMapsPass().apply(ctx, m)
+    run_passes(m, [FuseMapsPass()], ctx)
     return _Choice(structural_name(m), "fuse-maps", m, {})
 
 
@@ -608,9 +636,8 @@ def _compose(
         for p in passes:
             if stop():
                 return unbuilt
-            p.apply(ctx, out)
-        out.verify()
-    except (PassFailedException, VerifyException, InputRejected) as e:
+            run_passes(out, [p], ctx)  # verified after each, naming the pass
+    except (PassFailedException, VerifyException, InputRejected, InternalError) as e:
         bugs.append(f"distir bug: the classes' schedules of {name} do not compose into one pipeline: {e}")
         return None
     if not units.realized(out, [c.module for c in combo]):

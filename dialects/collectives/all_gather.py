@@ -67,6 +67,11 @@ class AllGatherOp(CollectiveOp):
         return recv
 
     @classmethod
+    def cut_dims(cls, t, options, axes):
+        d = layout.innermost_slicing(t.get_placements(), axes)
+        return [], [] if d is None else [d]
+
+    @classmethod
     def chunk(cls, t, options, dim):
         return dim, layout.innermost_slicing(t.get_placements(), list(options.get("axes") or (0,))) == dim
 

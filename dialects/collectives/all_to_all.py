@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 from xdsl.irdl import irdl_op_definition
 
 from distir.dialects import layout, nccl
-from distir.dialects.collectives.base import AXES, DIM, CollectiveOp, FusedCollectiveOp, collective, concat, count
+from distir.dialects.collectives.base import AXES, DIM, CollectiveOp, FusedCollectiveOp, collective, concat, count, split
 from distir.dialects.dist import RuleError
 from distir.dialects.format import Kw
 from distir.dialects.placements import Sliced
@@ -37,7 +36,7 @@ class AllToAllOp(CollectiveOp):
 
     @classmethod
     def exchange(cls, buffers, options, group):
-        return np.split(concat(buffers, group.joined_dim), len(buffers), axis=options["dim"])
+        return split(concat(buffers, group.joined_dim), group.counts, options["dim"])
 
     @classmethod
     def lower(cls, lw, call):
@@ -45,6 +44,13 @@ class AllToAllOp(CollectiveOp):
             return call.send
         lw.guarded(call.operand, lambda: _exchange_blocks(lw, call), call.axes)
         return call.recv
+
+    @classmethod
+    def cut_dims(cls, t, options, axes):
+        d = layout.innermost_slicing(t.get_placements(), axes)
+        if d is None or d == options["dim"]:
+            return [], []
+        return [options["dim"]], [d]
 
     @classmethod
     def chunk(cls, t, options, dim):

@@ -26,6 +26,9 @@ fact                          used by
 ``TOKEN``                     the tuner's schedule names (``AR``, ``RS``, ...)
 ``moves_nothing``             ``canonicalize``: when the op is the identity
 ``chunk``                     ``lower-overlap``: how a chunked result maps to its operand
+``cut_dims``, ``padding``     ``lower-collectives``: the dims ``lower`` cuts into one
+                              block per member (laid out padded where uneven); the
+                              partitioner's remarks and the tuner: the padding moved
 ============================  ==========================================================
 
 The interfaces the methods are written against (so that this floor imports nothing
@@ -95,6 +98,12 @@ class Group:
     axes: tuple[int, ...]
     sizes: tuple[int, ...]
     reduce: Callable[[Sequence[np.ndarray], str], np.ndarray]
+
+    @property
+    def counts(self) -> list[int]:
+        """The ranks of each of the group's axes, in the order listed (a new slicing
+        nests over them in that order: ``split``)."""
+        return [self.sizes[a] for a in self.axes]
 
     @property
     def joined_dim(self) -> int:
@@ -300,6 +309,35 @@ class CollectiveOp(DistOp):
         raise NotImplementedError
 
     @classmethod
+    def cut_dims(cls, t: TensorType, options: dict[str, Any], axes: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The dims of the operand's buffer (an operand of type ``t``) and of the
+        result's buffer that ``lower`` cuts into one equal block per group member: where
+        the ranks do not divide such a dim the lowering lays the buffer out padded
+        (``lowering/padding.py``). None by default."""
+        return [], []
+
+    @classmethod
+    def padding(cls, t: TensorType, result: TensorType, options: dict[str, Any], sizes: Sequence[int]) -> int:
+        """Elements of padding in the buffers ``lower`` cuts into one block per member
+        (``cut_dims``), per rank: where the ranks do not divide such a dim, the
+        collective moves blocks of the largest block's size (NCCL's equal counts), so
+        ``n * max_block - size`` of its elements along the dim are padding (0 where the
+        ranks divide every cut dim)."""
+        axes = list(options.get("axes") or (0,))
+        counts = [sizes[a] for a in axes]
+        send, recv = cls.cut_dims(t, options, axes)
+        total = 0
+        for side, dims in ((t, send), (result, recv)):
+            for d in dims:
+                outer = layout.slicing_counts(side.get_placements(), sizes, d)
+                shape = list(layout.local_shape(side.get_shape(), side.get_placements(), sizes))
+                extent = layout.padded_extent(side.get_shape()[d], outer, counts)
+                if extent > shape[d]:
+                    rest = int(np.prod([x for k, x in enumerate(shape) if k != d], dtype=np.int64))
+                    total += (extent - layout.max_block(side.get_shape()[d], outer)) * rest
+        return total
+
+    @classmethod
     def chunk(cls, t: TensorType, options: dict[str, Any], dim: int) -> tuple[int, bool]:
         """For a result cut into chunks along ``dim`` (``coll.overlap``): the operand dim
         cut the same way, and whether the chunks are logical ones (rank r holds block r
@@ -350,6 +388,18 @@ def check_group_rank(rank: int, n: int, what: str) -> None:
 
 def concat(buffers: Sequence[np.ndarray], dim: int) -> np.ndarray:
     return buffers[0] if len(buffers) == 1 else np.concatenate(buffers, axis=dim)
+
+
+def split(buffer: np.ndarray, counts: Sequence[int], dim: int) -> list[np.ndarray]:
+    """The blocks of ``buffer`` along ``dim`` (views) for a group over axes of ``counts``
+    ranks, in group order (row-major over the axes): ``layout.dim_block`` nested once
+    per axis, the first outermost, so that the last blocks may be shorter or empty (the
+    inverse of ``concat``)."""
+    out = []
+    for k in range(int(np.prod(counts, dtype=np.int64))):
+        lo, size = layout.dim_block(buffer.shape[dim], counts, layout.at_digits(k, counts))
+        out.append(buffer[(slice(None),) * dim + (slice(lo, lo + size),)])
+    return out
 
 
 @irdl_op_definition

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 from xdsl.irdl import irdl_op_definition
 
 from distir.dialects import nccl
-from distir.dialects.collectives.base import AXES, DIM, CollectiveOp, FusedCollectiveOp, collective, count, is_contiguous_block, shape
+from distir.dialects.collectives.base import AXES, DIM, CollectiveOp, FusedCollectiveOp, collective, count, is_contiguous_block, shape, split
 from distir.dialects.format import Kw
 from distir.dialects.placements import Local, Sliced
 
@@ -35,7 +34,7 @@ class ReduceScatterOp(CollectiveOp):
 
     @classmethod
     def exchange(cls, buffers, options, group):
-        return np.split(group.reduce(buffers, options["op"]), len(buffers), axis=options["dim"])
+        return split(group.reduce(buffers, options["op"]), group.counts, options["dim"])
 
     @classmethod
     def lower(cls, lw, call):
@@ -47,6 +46,10 @@ class ReduceScatterOp(CollectiveOp):
 
         lw.guarded(call.operand, body, call.axes)
         return recv
+
+    @classmethod
+    def cut_dims(cls, t, options, axes):
+        return [options["dim"]], []
 
     @classmethod
     def chunk(cls, t, options, dim):

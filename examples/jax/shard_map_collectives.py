@@ -25,7 +25,10 @@ from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
-import jax  # noqa: E402
+try:
+    import jax
+except ModuleNotFoundError as e:
+    sys.exit(f"{Path(__file__).name} needs JAX ({e}): pip install 'distir[jax]'")
 import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402

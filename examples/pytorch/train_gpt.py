@@ -2,7 +2,7 @@
 
     mpiexec -n 2 python examples/pytorch/train_gpt.py --optimizer distir
     torchrun --nproc-per-node 2 examples/pytorch/train_gpt.py --optimizer ddp
-    python examples/pytorch/train_gpt.py --layers 2 --width 32 --steps 50      # one rank
+    python examples/pytorch/train_gpt.py --layers 2 --width 32 --heads 2 --steps 50   # one rank
 
 The model is written here in plain PyTorch: token + position embedding, ``--layers``
 pre-norm blocks of causal self-attention + MLP, a final LayerNorm and the output layer
@@ -33,7 +33,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
+try:
+    import torch
+except ModuleNotFoundError as e:
+    sys.exit(f"{Path(__file__).name} needs PyTorch ({e}): pip install 'distir[torch]'")
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -107,8 +110,8 @@ def corpus() -> np.ndarray:
     parts = []
     for pattern in ("*.md", "*.py"):
         for f in sorted(ROOT.rglob(pattern)):
-            rel = f.relative_to(ROOT).parts
-            if any(part.startswith(".") for part in rel) or "site-packages" in rel:
+            inside = f.relative_to(ROOT).parts  # (ROOT itself may be an installed site-packages/distir)
+            if any(part.startswith(".") for part in inside) or "site-packages" in inside:
                 continue
             parts.append(f.read_bytes())
     return np.frombuffer(b"\n".join(parts), dtype=np.uint8)
@@ -210,6 +213,11 @@ def main(argv=None) -> int:
         ap.error("--width must be a multiple of --heads")
 
     launcher, rank, ranks = launched()
+    if rank == 0 and not args.quiet:
+        # the defaults take about 3 minutes on 2 CPU cores: say so before the first step
+        print(f"train_gpt.py: {args.steps} steps of a {args.layers}-layer GPT (width {args.width}) on {ranks} rank(s); "
+              "the first step builds the optimizer's kernels. The defaults take about 3 minutes on 2 CPU cores "
+              "(--steps, --layers, --width for a quicker run)", flush=True)
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // ranks))
     if ranks > 1 and (args.optimizer == "ddp" or launcher == "torchrun"):
         init_process_group(launcher, rank, ranks)

@@ -111,18 +111,6 @@ func.func @fused_region_argument(%g: !dist.tensor<64xf32, @world, [local]>) {
 
 // -----
 
-// CHECK: 'coll.fused_all_reduce' op dim 0 of size 6 is not divisible by the 4 ranks of axis 0
-dist.mesh @world shape = [4]
-func.func @fused_region_argument_divisible(%g: !dist.tensor<6xf32, @world, [local]>) {
-  %p = coll.fused_all_reduce sum %g dim 0 : !dist.tensor<6xf32, @world, [local]> -> !dist.tensor<6xf32, @world, [replicated]> {
-  ^bb0(%gs: !dist.tensor<6xf32, @world, [sliced<0>]>):
-    coll.yield %gs : !dist.tensor<6xf32, @world, [sliced<0>]>
-  }
-  func.return
-}
-
-// -----
-
 // CHECK: 'coll.fused_all_reduce' op gather has 2 flag(s) for 1 result(s)
 dist.mesh @world shape = [4]
 func.func @fused_gather_flags(%g: !dist.tensor<64xf32, @world, [local]>) {

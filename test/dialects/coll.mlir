@@ -121,3 +121,16 @@ func.func @overlap(%x: !dist.tensor<8x64xf32, @world, [sliced<1>]>, %w: !dist.te
   }
   func.return %y : !dist.tensor<8x32xf32, @world, [replicated]>
 }
+
+// Dims the ranks do not divide (DESIGN §2: blocks of ceil(s/n), the last ranks hold
+// fewer elements or none): 63 over 4 ranks, 2 rows over 4 ranks, nested over [2, 4].
+// CHECK-LABEL: func.func @uneven_blocks
+func.func @uneven_blocks(%x: !dist.tensor<63x2xf32, @world, [local]>, %h: !dist.tensor<9xf32, @grid, [local, local]>) {
+  // CHECK: coll.reduce_scatter sum %{{.*}} dim 0 : !dist.tensor<63x2xf32, @world, [local]> -> !dist.tensor<63x2xf32, @world, [sliced<0>]>
+  %s = coll.reduce_scatter sum %x dim 0 : !dist.tensor<63x2xf32, @world, [local]> -> !dist.tensor<63x2xf32, @world, [sliced<0>]>
+  // CHECK: coll.all_to_all %{{.*}} dim 1 : !dist.tensor<63x2xf32, @world, [sliced<0>]> -> !dist.tensor<63x2xf32, @world, [sliced<1>]>
+  %t = coll.all_to_all %s dim 1 : !dist.tensor<63x2xf32, @world, [sliced<0>]> -> !dist.tensor<63x2xf32, @world, [sliced<1>]>
+  // CHECK: coll.reduce_scatter sum %{{.*}} dim 0 axes [1, 0] : !dist.tensor<9xf32, @grid, [local, local]> -> !dist.tensor<9xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>
+  %n = coll.reduce_scatter sum %h dim 0 axes [1, 0] : !dist.tensor<9xf32, @grid, [local, local]> -> !dist.tensor<9xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>
+  func.return
+}

@@ -204,11 +204,48 @@ func.func @embedding_indices_are_integers(%t: !dist.tensor<100x16xf32, @world, [
 
 // -----
 
+// CHECK: 'dist.scatter_add' op no scatter_add placement rule for indices sliced<0>, updates sliced<0> and result replicated on axis 0
+dist.mesh @world shape = [4]
+func.func @scatter_add_of_sliced_bags_is_partial(%i: !dist.tensor<32x1xi32, @world, [sliced<0>]>, %u: !dist.tensor<32x16xf32, @world, [sliced<0>]>) {
+  %g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [sliced<0>]>, !dist.tensor<32x16xf32, @world, [sliced<0>]>) -> !dist.tensor<100x16xf32, @world, [replicated]>
+  func.return
+}
+
+// -----
+
+// CHECK: 'dist.scatter_add' op indices [.., B, L] and updates [.., B, D] give a result [.., R, D]: got 32x1, 30x16 and 100x16
+dist.mesh @world shape = [4]
+func.func @scatter_add_shapes(%i: !dist.tensor<32x1xi32, @world, [replicated]>, %u: !dist.tensor<30x16xf32, @world, [replicated]>) {
+  %g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [replicated]>, !dist.tensor<30x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [replicated]>
+  func.return
+}
+
+// -----
+
+// CHECK: 'dist.sort' op the sorted dim 1 must not be sliced, got [sliced<1>]
+dist.mesh @world shape = [4]
+func.func @sort_along_a_sliced_dim(%x: !dist.tensor<8x16xf32, @world, [sliced<1>]>) {
+  %s = dist.sort %x dim 1 : !dist.tensor<8x16xf32, @world, [sliced<1>]> -> !dist.tensor<8x16xf32, @world, [sliced<1>]>
+  func.return
+}
+
+// -----
+
 // CHECK: 'dist.remesh' op result placements [sliced<0>, replicated] on @hw do not keep the operand's layout [sliced<0>] on @world, which is [sliced<0>, sliced<0>] on @hw
 dist.mesh @hw shape = [2, 2]
 dist.mesh @world shape = [4] view @hw [[0, 1]]
 func.func @remesh_keeps_layout(%x: !dist.tensor<64xf32, @world, [sliced<0>]>) {
   %y = dist.remesh %x : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<64xf32, @hw, [sliced<0>, replicated]>
+  func.return
+}
+
+// -----
+
+// CHECK: 'dist.remesh' op rank 2 holds elements 4..6 of dim 0 on @flat but 4..5 on @hw: the ranks do not divide the dim (9), so its blocks over merged axes differ from its nested blocks and remesh, which moves no data, cannot relate them
+dist.mesh @hw shape = [2, 4]
+dist.mesh @flat shape = [8] view @hw [[0, 1]]
+func.func @remesh_of_uneven_blocks_over_merged_axes(%x: !dist.tensor<9xf32, @flat, [sliced<0>]>) {
+  %y = dist.remesh %x : !dist.tensor<9xf32, @flat, [sliced<0>]> -> !dist.tensor<9xf32, @hw, [sliced<0>, sliced<0>]>
   func.return
 }
 
@@ -315,3 +352,8 @@ func.func @matmul_contracted_nesting(%a: !dist.tensor<8x64xf32, @grid, [sliced<1
   %c = dist.matmul %a, %b : (!dist.tensor<8x64xf32, @grid, [sliced<1>, sliced<1>]>, !dist.tensor<64x16xf32, @grid, [sliced<0, 1>, sliced<0, 0>]>) -> !dist.tensor<8x16xf32, @grid, [local, local]>
   func.return
 }
+
+// -----
+
+// CHECK: 'dist.mesh' op mesh [2048, 1024] has 2097152 ranks: distir handles meshes of at most 1048576 ranks
+dist.mesh @huge shape = [2048, 1024]

@@ -105,3 +105,12 @@ func.func @to_local_of_a_held_value(%x: !dist.tensor<8x64xf32, @world, [at<1>]>)
   %l = dist.to_local %x : !dist.tensor<8x64xf32, @world, [at<1>]> -> !dist.tensor<8x64xf32, @world, [local]>
   func.return
 }
+
+// -----
+
+// CHECK: 'dist.reshape' op block 0 of dim 0 (elements 0..8) is not block 0 of the result's dim 0 (elements 0..6): the ranks slice the two dims differently, gather first
+dist.mesh @world shape = [4]
+func.func @reshape_of_uneven_blocks(%x: !dist.tensor<6x4xf32, @world, [sliced<0>]>) {
+  %y = dist.reshape %x : !dist.tensor<6x4xf32, @world, [sliced<0>]> -> !dist.tensor<24xf32, @world, [sliced<0>]>
+  func.return
+}

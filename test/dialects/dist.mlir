@@ -97,6 +97,22 @@ func.func @dropout_and_embeddings(%t: !dist.tensor<100x16xf32, @world, [sliced<0
   func.return %e, %d : !dist.tensor<32x16xf32, @world, [local]>, !dist.tensor<64xf64, @world, [at<1>]>
 }
 
+// CHECK-LABEL: func.func @scatter_add
+func.func @scatter_add(%i: !dist.tensor<32x1xi32, @world, [replicated]>, %u: !dist.tensor<32x16xf32, @world, [replicated]>, %j: !dist.tensor<32x1xi32, @world, [sliced<0>]>, %v: !dist.tensor<32x16xf32, @world, [sliced<0>]>) -> (!dist.tensor<100x16xf32, @world, [sliced<0>]>, !dist.tensor<100x16xf32, @world, [local]>) {
+  // CHECK: dist.scatter_add %{{.*}}, %{{.*}} : (!dist.tensor<32x1xi32, @world, [replicated]>, !dist.tensor<32x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [sliced<0>]>
+  %g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [replicated]>, !dist.tensor<32x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [sliced<0>]>
+  // CHECK: dist.scatter_add %{{.*}}, %{{.*}} : (!dist.tensor<32x1xi32, @world, [sliced<0>]>, !dist.tensor<32x16xf32, @world, [sliced<0>]>) -> !dist.tensor<100x16xf32, @world, [local]>
+  %h = dist.scatter_add %j, %v : (!dist.tensor<32x1xi32, @world, [sliced<0>]>, !dist.tensor<32x16xf32, @world, [sliced<0>]>) -> !dist.tensor<100x16xf32, @world, [local]>
+  func.return %g, %h : !dist.tensor<100x16xf32, @world, [sliced<0>]>, !dist.tensor<100x16xf32, @world, [local]>
+}
+
+// CHECK-LABEL: func.func @sort
+func.func @sort(%x: !dist.tensor<8x16xf32, @world, [sliced<0>]>, %j: !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) {
+  // CHECK: %{{.*}}, %{{.*}} = dist.sort %{{.*}}, %{{.*}} dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)
+  %s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)
+  func.return %s, %i : !dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>
+}
+
 // CHECK-LABEL: func.func @remesh_views
 func.func @remesh_views(%x: !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]>) -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]> {
   // CHECK: dist.remesh %{{.*}} : !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]> -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]>

@@ -60,12 +60,51 @@ def test_local_shape_and_blocks_cover_the_tensor():
     assert starts == {(0, 0): 0, (1, 0): 2, (0, 1): 4, (1, 1): 6}
 
 
-def test_divisibility_message():
+def test_dim_block_is_the_ceil_rule_of_design():
+    # s = 10 over 4 ranks: c = 3, blocks [0,3) [3,6) [6,9) [9,10)
+    assert layout.dim_blocks(10, 4) == [(0, 3), (3, 3), (6, 3), (9, 1)]
+    # fewer elements than ranks: the last ranks hold none
+    assert layout.dim_blocks(2, 4) == [(0, 1), (1, 1), (2, 0), (2, 0)]
+    # 6 over 4: c = 2, the last rank is empty although 4 ranks could hold 6 (DTensor, XLA)
+    assert layout.dim_blocks(6, 4) == [(0, 2), (2, 2), (4, 2), (6, 0)]
+    assert layout.dim_blocks(0, 3) == [(0, 0)] * 3
+    assert layout.dim_blocks(8, 4) == [(0, 2), (2, 2), (4, 2), (6, 2)]
+
+
+def test_nested_slicing_applies_the_rule_once_per_level():
+    # 9 over (2 outer, 4 inner): outer blocks 5 and 4, then 2,2,1,0 and 1,1,1,1
+    got = [layout.dim_block(9, [2, 4], [i, j]) for i in range(2) for j in range(4)]
+    assert got == [(0, 2), (2, 2), (4, 1), (5, 0), (5, 1), (6, 1), (7, 1), (8, 1)]
+    assert layout.max_block(9, [2, 4]) == 2
+    # the flat rule over 8 ranks would give 2,2,2,2,1,0,0,0: nesting is not merging
+    assert [n for _, n in layout.dim_blocks(9, 8)] == [2, 2, 2, 2, 1, 0, 0, 0]
+
+
+def test_uneven_blocks_cover_the_tensor_once():
+    for shape, p, sizes in [((9, 5), [Sliced(0), Sliced(1)], (4, 2)), ((9, 3), [Sliced(0, 1), Sliced(0, 0)], (2, 4)), ((2, 7), [Sliced(1), REPLICATED], (8, 1))]:
+        seen = np.zeros(shape, int)
+        for c0 in range(sizes[0]):
+            for c1 in range(sizes[1]):
+                idx = layout.block(shape, p, sizes, (c0, c1))
+                seen[idx] += 1
+                assert tuple(s.stop - s.start for s in idx) == layout.local_shape(shape, p, sizes, (c0, c1))
+        assert (seen == 1).all()
+    # without coordinates: the largest block, rank 0's
+    assert layout.local_shape((9, 5), [Sliced(0), Sliced(1)], (4, 2)) == (3, 3)
+
+
+def test_uneven_dims_and_descriptions():
+    assert layout.uneven_dims((10, 8), [Sliced(0), Sliced(1)], (4, 2)) == [0]
+    assert layout.uneven_dims((10,), [Sliced(0)], (None,)) == []
+    assert layout.describe_uneven((10,), [Sliced(0)], (4,), 0) == "dim 0 of size 10 over the 4 ranks of axis 0: blocks of 3, 3, 3, 1"
     assert layout.divisibility_error((63,), [Sliced(0)], (4,)) == "dim 0 of size 63 is not divisible by the 4 ranks of axis 0"
-    assert layout.divisibility_error((12,), [Sliced(0), Sliced(0)], (2, 4)) == (
-        "dim 0 of size 12 is not divisible by the 8 ranks of axes 0, 1"
-    )
-    assert layout.divisibility_error((63,), [Sliced(0)], (None,)) is None
+
+
+def test_block_key_tells_empty_blocks_apart():
+    p, sizes = [Sliced(0)], (4,)
+    keys = {layout.block_key(p, sizes, (c,)) for c in range(4)}
+    assert len(keys) == 4
+    assert layout.block((2,), p, sizes, (2,)) == layout.block((2,), p, sizes, (3,)) == (slice(2, 2),)
 
 
 def test_holds():

@@ -177,10 +177,119 @@ def programs():
         return jnp.tanh(acc)
 
     out["ring_matmul"] = smap(ring_matmul, m4, (P("x", None), P(None, "x")), P(None, "x"), (8, 16), (16, 8))
+    loop_programs(add, mesh, R, rng, out)
+    partly_manual_programs(out, mesh, R)
+    whole_programs(out)
+
+    # The constructs of the programs people write, on one device and sharded.
+    import jax_constructs
+
+    out.update(jax_constructs.programs(jax, jnp, np, rng, mesh))
     return out
 
 
+def loop_programs(add, mesh, R, rng, out) -> None:
+    """Loops and branches (stablehlo.while, case, if), on a 4-device mesh and, named
+    ``NAME_1``, on one device without shardings."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    m4 = mesh(4)
+
+    # lax.scan over stacked layer weights (column-sliced), with a per-layer output (ys).
+    def scan_layers(ws, x):
+        def layer(h, w):
+            h = jnp.tanh(h @ w)
+            return h, h.sum(0)
+
+        return lax.scan(layer, x, ws)
+
+    add("scan_layers", scan_layers, m4, (P(None, None, "x"), P("x", None)), None, [R(3, 8, 8) * 0.4, R(8, 8)])
+    # Its gradient: a reverse scan reading back what the forward scan saved.
+    add("scan_grad", jax.value_and_grad(lambda ws, x: scan_layers(ws, x)[0].sum()), m4, (P(None, None, "x"), P("x", None)), None, [R(3, 8, 8) * 0.4, R(8, 8)])
+    # fori_loop using its counter; a while_loop with a static trip count (counter < 4).
+    add("fori", lambda x: lax.fori_loop(0, 5, lambda i, h: h * 0.5 + i, x), m4, (P("x", None),), None, [R(8, 4)])
+    add("while_static", lambda x: lax.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, jnp.sin(c[1]) + c[0]), (0, x))[1], m4, (P(None, "x"),), None, [R(4, 8)])
+    # Branches on a predicate / index known only at run time (every branch, then a select).
+    add("cond_data", lambda p, x: lax.cond(p.sum() > 0, lambda x: x * 2.0, lambda x: jnp.exp(x), x), m4, (P(), P("x", None)), None, [R(4), R(8, 4)])
+    add("switch_data", lambda i, x: lax.switch(i, [lambda x: x * 2.0, lambda x: x - 1.0, jnp.sin], x), m4, (P(), P("x", None)), None, [np.int32(7), R(8, 4)])
+    for name in ("scan_layers", "scan_grad", "fori", "while_static", "cond_data", "switch_data"):
+        f, args = out[name]
+        out[f"{name}_1"] = (jax.jit(f.__wrapped__ if hasattr(f, "__wrapped__") else f), [np.asarray(a) for a in args])
+    del rng
+
+
+def whole_programs(out) -> None:
+    """The GPT training step of examples/jax/gpt_step.py: unsharded (one device), and with
+    Megatron's shardings on dp x tp meshes of 4 (2x2) and 8 (2x4) devices."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "jax" / "gpt_step.py"
+    spec = importlib.util.spec_from_file_location("gpt_step", path)
+    gpt = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(gpt)  # type: ignore[union-attr]
+    for name, shape in (("gpt_step_1", None), ("gpt_step_4", (2, 2)), ("gpt_step_8", (2, 4))):
+        out[name] = gpt.jitted(shape)
+
+
+def partly_manual_programs(out, mesh, R) -> None:
+    """shard_map over some of the mesh axes (``axis_names``): the others stay automatic."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    # Tensor parallelism written by hand over "tp"; "dp" slices the batch automatically.
+    m22 = mesh((2, 2), ("dp", "tp"))
+
+    def tp_body(x, w1, w2):
+        return lax.psum(jnp.tanh(x @ w1) @ w2, "tp")
+
+    f = jax.shard_map(tp_body, mesh=m22, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P(), axis_names={"tp"})
+    args = [jax.device_put(R(*shape), NamedSharding(m22, spec)) for shape, spec in [((8, 16), P("dp", None)), ((16, 32), P(None, "tp")), ((32, 16), P("tp", None))]]
+    out["partial_tp"] = (jax.jit(f, out_shardings=NamedSharding(m22, P("dp", None))), args)
+
+    # A two-stage pipeline over "pp" (stage i holds layer i; micro-batches flow with
+    # ppermute in a fori_loop), the batch over an automatic "dp": on 4 and 8 devices.
+    for dp in (2, 4):
+        out[f"pipeline_{2 * dp}"] = pipeline(mesh((dp, 2), ("dp", "pp")), R)
+
+
+def pipeline(m, R, micro: int = 3):
+    """GPipe's schedule for two stages: at step t stage 0 takes micro-batch t and stage 1
+    the activation stage 0 sent at step t - 1; stage 1's outputs are summed over pp."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    def body(ws, xs):
+        w = ws[0]
+        stage = lax.axis_index("pp")
+
+        def tick(t, carry):
+            state, outs = carry
+            y = jnp.tanh(jnp.where(stage == 0, xs[jnp.minimum(t, micro - 1)], state) @ w)
+            done = jnp.where((stage == 1) & (t >= 1), y, outs[jnp.maximum(t - 1, 0)])
+            outs = lax.dynamic_update_index_in_dim(outs, done, jnp.maximum(t - 1, 0), 0)
+            return lax.ppermute(y, "pp", [(0, 1)]), outs
+
+        _, outs = lax.fori_loop(0, micro + 1, tick, (jnp.zeros_like(xs[0]), jnp.zeros_like(xs)))
+        return lax.psum(jnp.where(stage == 1, outs, 0.0), "pp")
+
+    f = jax.shard_map(body, mesh=m, in_specs=(P("pp"), P()), out_specs=P(), axis_names={"pp"}, check_vma=False)
+    args = [jax.device_put(R(2, 8, 8) * 0.5, NamedSharding(m, P("pp"))), jax.device_put(R(micro, 8, 8), NamedSharding(m, P(None, "dp")))]
+    return jax.jit(f, out_shardings=NamedSharding(m, P(None, "dp"))), args
+
+
 def main(argv: list[str]) -> int:
+    import jax
     import numpy as np
 
     outdir = argv[0]
@@ -191,9 +300,8 @@ def main(argv: list[str]) -> int:
         jf, args = progs[name]
         with open(os.path.join(outdir, f"{name}.mlir"), "w") as f:
             f.write(jf.lower(*args).as_text())
-        res = jf(*args)
-        res = res if isinstance(res, (tuple, list)) else (res,)
-        np.savez(os.path.join(outdir, f"{name}.in.npz"), **{f"arg{i}": np.asarray(a) for i, a in enumerate(args)})
+        res = jax.tree.leaves(jf(*args))  # the program's results, and arguments, flattened as JAX flattens them
+        np.savez(os.path.join(outdir, f"{name}.in.npz"), **{f"arg{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(args))})
         np.savez(os.path.join(outdir, f"{name}.out.npz"), **{f"result{i}": np.asarray(r) for i, r in enumerate(res)})
     return 0
 

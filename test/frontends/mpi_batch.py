@@ -1,6 +1,7 @@
 """Runs several ``distir-run`` command lines in one MPI job (test helper).
 
     mpiexec -n 4 python test/frontends/mpi_batch.py JOBS.json REPORT.json
+    python test/frontends/mpi_batch.py JOBS.json REPORT.json     # one process: 1-rank runs
 
 ``JOBS.json`` is a list of ``{"id", "argv"}``, each ``argv`` the arguments of one
 ``distir-run`` (``--backend mpi``); every process runs them in order with

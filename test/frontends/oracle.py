@@ -26,11 +26,22 @@ def load(jax_dir: Path, name: str):
     return text, inputs, outputs
 
 
-def assert_matches(got, want, what: str) -> None:
+def assert_matches(got, want, what: str, exact: bool = False) -> None:
+    """``got`` equals JAX's ``want``: within RTOL for floats, exactly for integers and
+    booleans (and for floats too with ``exact``: the same bits)."""
     assert len(got) == len(want), what
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, f"{what}: result{i} has shape {g.shape}, JAX {w.shape}"
-        scale = float(np.max(np.abs(w))) if w.size else 0.0
+        if exact and w.dtype.kind == "f":
+            np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"), err_msg=f"{what}: result{i} (bits)")
+            continue
+        if w.dtype.kind in "biu":  # integers and booleans: JAX's values exactly
+            if w.dtype.kind == "u" and g.dtype.kind == "i" and g.dtype.itemsize == w.dtype.itemsize:
+                g = g.view(w.dtype)  # distir holds unsigned values as signless integers (the same bits)
+            np.testing.assert_array_equal(g, w, err_msg=f"{what}: result{i}")
+            continue
+        finite = np.abs(w[np.isfinite(w)])
+        scale = float(np.max(finite)) if finite.size else 0.0
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=RTOL * scale, err_msg=f"{what}: result{i}")
 
 

@@ -151,3 +151,32 @@ func.func @unreduced_argument(%g: !dist.tensor<64xf32, @m, [local]>) -> !dist.te
   %out = dist.repl %e : !dist.tensor<64xf32, @m, [unplaced]> -> !dist.tensor<64xf32, @m, [replicated]>
   func.return %out : !dist.tensor<64xf32, @m, [replicated]>
 }
+
+// A manual computation over tp only (shard_map(.., axis_names={"tp"})): its values are
+// `local` on tp (each device's own) and unplaced on dp, which `partition` decides like any
+// other: the batch stays sliced over dp through the body (dp is pinned nowhere), tp is
+// kept as the program pins it, and only the body's own all-reduce over tp remains.
+dist.mesh @dt shape = [2, 2] axes = ["dp", "tp"]
+// CHECK-LABEL: func.func @partly_manual
+// CHECK:         %[[X:.*]] = dist.to_local %x : {{.*}} -> !dist.tensor<8x8xf32, @dt, [sliced<0>, local]>
+// CHECK-NEXT:    %[[W:.*]] = dist.to_local %w : {{.*}} -> !dist.tensor<8x4xf32, @dt, [replicated, local]>
+// CHECK-NEXT:    %[[Y:.*]] = dist.matmul %[[X]], %[[W]] : {{.*}} -> !dist.tensor<8x4xf32, @dt, [sliced<0>, local]>
+// CHECK-NEXT:    %[[S:.*]] = coll.all_reduce sum %[[Y]] axes [1] : {{.*}} -> !dist.tensor<8x4xf32, @dt, [sliced<0>, replicated]>
+// CHECK-NOT:     coll.
+// CHECK:         func.return
+func.func @partly_manual(%x: !dist.tensor<8x16xf32, @dt, [sliced<0>, sliced<1>]>, %w: !dist.tensor<16x4xf32, @dt, [replicated, sliced<0>]>) -> !dist.tensor<8x4xf32, @dt, [sliced<0>, replicated]> {
+  %xg = dist.join %x axis 1 : !dist.tensor<8x16xf32, @dt, [sliced<0>, sliced<1>]> -> !dist.tensor<8x16xf32, @dt, [sliced<0>, unplaced]>
+  %xg2 = dist.join %xg axis 0 : !dist.tensor<8x16xf32, @dt, [sliced<0>, unplaced]> -> !dist.tensor<8x16xf32, @dt, [unplaced, unplaced]>
+  %a = dist.slice %xg2 dim 1 axis 1 : !dist.tensor<8x16xf32, @dt, [unplaced, unplaced]> -> !dist.tensor<8x16xf32, @dt, [unplaced, sliced<1>]>
+  %al = dist.to_local %a : !dist.tensor<8x16xf32, @dt, [unplaced, sliced<1>]> -> !dist.tensor<8x8xf32, @dt, [unplaced, local]>
+  %wg = dist.drop %w axis 0 : !dist.tensor<16x4xf32, @dt, [replicated, sliced<0>]> -> !dist.tensor<16x4xf32, @dt, [unplaced, sliced<0>]>
+  %wl = dist.to_local %wg : !dist.tensor<16x4xf32, @dt, [unplaced, sliced<0>]> -> !dist.tensor<8x4xf32, @dt, [unplaced, local]>
+  %y = dist.matmul %al, %wl : (!dist.tensor<8x8xf32, @dt, [unplaced, local]>, !dist.tensor<8x4xf32, @dt, [unplaced, local]>) -> !dist.tensor<8x4xf32, @dt, [unplaced, local]>
+  %s = coll.all_reduce sum %y axes [1] : !dist.tensor<8x4xf32, @dt, [unplaced, local]> -> !dist.tensor<8x4xf32, @dt, [unplaced, replicated]>
+  %sl = dist.to_local %s : !dist.tensor<8x4xf32, @dt, [unplaced, replicated]> -> !dist.tensor<8x4xf32, @dt, [unplaced, local]>
+  %o = dist.from_local %sl : !dist.tensor<8x4xf32, @dt, [unplaced, local]> -> !dist.tensor<8x4xf32, @dt, [unplaced, replicated]>
+  %g = dist.drop %o axis 1 : !dist.tensor<8x4xf32, @dt, [unplaced, replicated]> -> !dist.tensor<8x4xf32, @dt, [unplaced, unplaced]>
+  %r = dist.slice %g dim 0 axis 0 : !dist.tensor<8x4xf32, @dt, [unplaced, unplaced]> -> !dist.tensor<8x4xf32, @dt, [sliced<0>, unplaced]>
+  %r2 = dist.repl %r axis 1 : !dist.tensor<8x4xf32, @dt, [sliced<0>, unplaced]> -> !dist.tensor<8x4xf32, @dt, [sliced<0>, replicated]>
+  func.return %r2 : !dist.tensor<8x4xf32, @dt, [sliced<0>, replicated]>
+}

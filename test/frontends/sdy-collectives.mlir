@@ -75,17 +75,6 @@ func.func @permute_replace_axis(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.shar
   return %0 : tensor<4x8xf32>
 }
 
-// The operand's sharding is not written down (an op without sdy.sharding): the op is a
-// reshard to its out_sharding that the partitioner plans.
-// CHECK-LABEL: func.func @permute_of_an_unsharded_value
-// CHECK-NOT:     coll.permute
-// CHECK:         func.return
-func.func @permute_of_an_unsharded_value(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) -> (tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@m, [{"y"}, {}]>}) {
-  %0 = stablehlo.negate %arg0 : tensor<4x8xf32>
-  %1 = sdy.collective_permute %0 out_sharding=<@m, [{"y"}, {}]> : tensor<4x8xf32>
-  return %1 : tensor<4x8xf32>
-}
-
 // A constraint is kept: the row-sliced input is gathered there, then sliced by columns.
 // CHECK-LABEL: func.func @constraint_then_add
 // CHECK:         coll.all_to_all %arg0 dim 1 :

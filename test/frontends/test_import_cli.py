@@ -87,6 +87,18 @@ def test_bad_program_is_a_located_diagnostic(capsys, tmp_path):
     assert "dim 0 of size 6 is not divisible by the 4 shards" in err
 
 
+@pytest.mark.parametrize("size", [2**63, 2**31])
+def test_a_mesh_too_large_is_a_located_diagnostic(capsys, tmp_path, size):
+    """A mesh axis of 2^63 devices ended in an OverflowError (exit 3), one of 2^31 in tens
+    of GB and the OOM killer: meshes are bounded where they are read."""
+    bad = tmp_path / "big.mlir"
+    bad.write_text(f'sdy.mesh @mesh = <["x"={size}]>\nfunc.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {{\n  return %arg0 : tensor<8xf32>\n}}\n')
+    code, _, err = run(capsys, import_main, bad)
+    assert code == 1, err
+    assert err.startswith(f"{bad}:1:")
+    assert f'the mesh has {size} devices with axis "x" of size {size}: distir handles meshes of at most 1048576 devices' in err
+
+
 def test_run_takes_jax_files_and_inputs(capsys, mlp, tmp_path):
     path, _, want = mlp
     out_npz = tmp_path / "out.npz"

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import random
 import re
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from support.limits import bounded
 from xdsl.utils.exceptions import ParseError, VerifyException
 
 from distir.dialects.diagnostics import InputRejected
@@ -90,19 +89,6 @@ def mutate(rng: random.Random, text: str, tokens: list[str]) -> str:
                 data = data[: m.start()] + rng.choice(['"z"', '"x"', '"y"', '"tp"', '""']) + data[m.end() :]
     return data
 
-
-@contextmanager
-def bounded(seconds: float):
-    def alarm(signum, frame):
-        raise TimeoutError(f"no result within {seconds} s: a hang")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def outcome(text: str, source: str) -> str:

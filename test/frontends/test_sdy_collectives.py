@@ -107,7 +107,6 @@ def test_collective_permute_changes_which_device_holds_which_block(module):
     v = np.arange(8, dtype=np.float32)
     check(module, "permute_axis_order", {"arg0": v}, v, [[Y, X]])
     check(module, "permute_replace_axis", {"arg0": T}, T, [[Y], []])
-    check(module, "permute_of_an_unsharded_value", {"arg0": T}, -T, [[Y], []])
 
 
 def test_collective_permute_moves_one_block_per_device(module):

@@ -120,7 +120,7 @@ BAD = {
     "halo": ("shard.grid @g(shape = 4)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %s = shard.sharding @g split_axes = [[0]] halo_sizes = [1, 1] : !shard.sharding\n  return %x : tensor<8xf32>\n}\n", r"3:\d+.*halo_sizes' is not supported"),
     "dynamic grid": ("shard.grid @g(shape = ?x4)\n", r"1:\d+.*static sizes"),
     "shift axis not grouped": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %0 = shard.shift %x on @g grid_axes = [0] shift_axis = 1 offset = 1 rotate : tensor<8xf32> -> tensor<8xf32>\n  return %0 : tensor<8xf32>\n}\n", r"3:\d+.*shift_axis 1 is not one of the grid_axes \[0\]"),
-    "shift changes shape": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %0 = shard.shift %x on @g grid_axes = [0] shift_axis = 0 offset = 1 : tensor<8xf32> -> tensor<4xf32>\n  return %0 : tensor<8xf32>\n}\n", r"3:\d+.*keeps its operand's shape 8"),
+    "shift changes shape": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<4xf32> {\n  %0 = shard.shift %x on @g grid_axes = [0] shift_axis = 0 offset = 1 : tensor<8xf32> -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n", r"3:\d+.*keeps its operand's shape 8"),
     "recv without send": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %0 = shard.recv %x on @g grid_axes = [0] source = [1] : (tensor<8xf32>) -> tensor<8xf32>\n  return %0 : tensor<8xf32>\n}\n", r"3:\d+.*has no 'send' before it"),
     "send without recv": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %0 = shard.send %x on @g grid_axes = [0] destination = [1] : (tensor<8xf32>) -> tensor<8xf32>\n  return %0 : tensor<8xf32>\n}\n", r"3:\d+.*has no 'recv' after it"),
     "destination outside the group": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %0 = shard.send %x on @g grid_axes = [1] destination = [2] : (tensor<8xf32>) -> tensor<8xf32>\n  return %0 : tensor<8xf32>\n}\n", r"3:\d+.*destination \[2\] is not a device of the group over grid axes \[1\]"),
@@ -132,3 +132,45 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_input_is_a_located_diagnostic(case):
     assert_rejected(*BAD[case])
+
+
+# ------------------------------------------------------------------ the newest spellings
+
+NEWEST = """
+shard.grid "private" @g(shape = 2x2)
+func.func @rs(%x: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  %c3 = arith.constant 3 : i64
+  %c1 = arith.constant 1 : index
+  %0 = shard.reduce_scatter %x on @g grid_axes = [1] reduction = max scatter_dim = 1 : tensor<4x8xf32> -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
+}
+func.func @sc(%x: tensor<4x8xf32>) -> tensor<2x8xf32> {
+  %0 = shard.scatter %x on @g grid_axes = [0] scatter_dim = 0 root = [1] : (tensor<4x8xf32>) -> tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+"""
+
+
+def test_scatter_dim_is_scatter_axis_and_scalar_constants_are_read():
+    """MLIR's newest tests spell ``reduce_scatter``'s and ``scatter``'s ``scatter_axis``
+    ``scatter_dim``, write scalar ``arith.constant 3 : i64`` and a grid's visibility: the
+    ops mean what ShardOps.td says (reduce over the group, then device k of the group
+    takes block k along the dim; scatter: the root's tensor split along the dim, block k
+    to group member k), device by device."""
+    m = import_program(NEWEST, "newest.mlir").module
+    x = RNG.standard_normal((2, 2, 4, 8)).astype(np.float32)  # device (i, j)'s tensor
+    got = interpret(m, "rs", {"x": x}, ranks=4)[0]
+    for i in range(2):
+        for j in range(2):
+            np.testing.assert_allclose(got[i, j], np.split(np.maximum(x[i, 0], x[i, 1]), 2, axis=1)[j], rtol=1e-6)
+    got = run_local(m, "sc", {"x": x}, ranks=4)[0]
+    for i in range(2):
+        for j in range(2):
+            np.testing.assert_allclose(got[i, j], np.split(x[1, j], 2, axis=0)[i], rtol=1e-6)
+
+
+def test_collective_keywords_outside_shardops_and_run_time_roots_are_named():
+    bad = NEWEST.replace("scatter_dim = 1", "scatter_dimension = 1")
+    assert_rejected(bad, r"6:\d+\n.*unknown keyword 'scatter_dimension' in 'shard.reduce_scatter'")
+    dynamic = NEWEST.replace("func.func @sc(%x: tensor<4x8xf32>)", "func.func @sc(%x: tensor<4x8xf32>, %r: index)").replace("root = [1]", "root = [%r]")
+    assert_rejected(dynamic, r"10:\d+\n.*'shard.scatter' with a root given at run time \(%r\) is not supported")

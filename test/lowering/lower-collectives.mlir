@@ -132,3 +132,24 @@ func.func @local_ops(%a: !dist.tensor<4x8xf32, @world, [sliced<1>]>, %b: !dist.t
   %r = dist.reduce_tensor sum %m dims [1] : !dist.tensor<4x6xf32, @world, [local]> -> !dist.tensor<4xf32, @world, [local]>
   func.return %r : !dist.tensor<4xf32, @world, [local]>
 }
+
+// A scatter-add into a row-sliced result: each rank fills its block of 25 rows, whose
+// first global row is its group rank times 25.
+// CHECK-LABEL: func.func @scatter_add_rows
+// CHECK-SAME: (%[[I:.*]]: memref<32x1xi32>, %[[U:.*]]: memref<32x16xf32>) -> memref<25x16xf32>
+// CHECK: %[[O:.*]] = rt.alloc : () -> memref<25x16xf32>
+// CHECK: %[[G:.*]] = rt.group_rank @world axes [0]
+// CHECK: %[[R0:.*]] = arith.muli %[[G]], %{{.*}} : index
+// CHECK: rt.scatter_add %[[I]], %[[U]], %[[R0]], %[[O]], %{{.*}} : (memref<32x1xi32>, memref<32x16xf32>, index, memref<25x16xf32>, !rt.stream) -> ()
+func.func @scatter_add_rows(%i: !dist.tensor<32x1xi32, @world, [replicated]>, %u: !dist.tensor<32x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [sliced<0>]> {
+  %g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [replicated]>, !dist.tensor<32x16xf32, @world, [replicated]>) -> !dist.tensor<100x16xf32, @world, [sliced<0>]>
+  func.return %g : !dist.tensor<100x16xf32, @world, [sliced<0>]>
+}
+
+// CHECK-LABEL: func.func @sort_rows
+// CHECK-SAME: (%[[X:.*]]: memref<2x16xf32>, %[[J:.*]]: memref<2x16xi32>)
+// CHECK: rt.sort %[[X]], %[[J]], %{{.*}}, %{{.*}}, %{{.*}} dim 1 : (memref<2x16xf32>, memref<2x16xi32>, memref<2x16xf32>, memref<2x16xi32>, !rt.stream) -> ()
+func.func @sort_rows(%x: !dist.tensor<8x16xf32, @world, [sliced<0>]>, %j: !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) {
+  %s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)
+  func.return %s, %i : !dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>
+}

@@ -73,6 +73,25 @@ func.func @gather_large(%x: !dist.tensor<4194304xf32, @world, [sliced<0>]>) -> !
   func.return %z : !dist.tensor<4194304xf32, @world, [replicated]>
 }
 
+// A fused reduce-scatter that also returns its reduced slice: the zero-copy kernel reduces
+// the peers' blocks as it reads them and never writes that buffer, so the group runs its
+// calls one by one (zero_copy returned zeros for the slice, issue 27's differential test).
+// LOCAL-LABEL: func.func @reduced_slice_returned
+// LOCAL: rt.fused sequential {
+// LOCAL: func.return
+func.func @reduced_slice_returned(%x: !dist.tensor<64xf32, @world, [local]>) -> (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
+  %r, %s = coll.fused_reduce_scatter sum %x dim 0 : !dist.tensor<64xf32, @world, [local]> -> (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
+  ^bb0(%b: !dist.tensor<64xf32, @world, [sliced<0>]>):
+    %m = dist.map(%b) : (!dist.tensor<64xf32, @world, [sliced<0>]>) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+    ^bb1(%e: f32):
+      %d = arith.addf %e, %e : f32
+      dist.yield %d : f32
+    }
+    coll.yield %b, %m : !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+  }
+  func.return %r, %s : !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+}
+
 // Mixed precision (CoCoNet): bf16 gradients reduced into this rank's bf16 slice, cast up,
 // the f32 master slice updated and rounded to the bf16 parameters, which are gathered:
 // one zero-copy kernel too (CPU kernels read and write bf16 in place as their bits).

@@ -81,3 +81,21 @@ func.func @copy_blocks_count(%a: memref<8x8xf32>, %b: memref<4x8xf32>) {
   rt.copy_blocks %a, %b, %s from 1 to 0 count 4 : (memref<8x8xf32>, memref<4x8xf32>, !rt.stream) -> ()
   func.return
 }
+
+// -----
+
+func.func @prefix_longer_than_the_buffer(%a: memref<12xf32>) {
+  // CHECK: 'rt.prefix' op result must keep memref<12xf32> outside dim 0 and take at most 12 elements there ('?' with a count), got memref<13xf32>
+  %v = rt.prefix %a dim 0 : memref<12xf32> -> memref<13xf32>
+  func.return
+}
+
+// -----
+
+dist.mesh @world shape = [4]
+func.func @pad_blocks_unequal(%a: memref<10xf32>, %b: memref<10xf32>, %n: index) {
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: 'rt.pad_blocks' op the padded buffer's dim 0 (size 10) must hold 4 equal blocks
+  rt.pad_blocks %a, %b, %n, %s dim 0 counts [4] : (memref<10xf32>, memref<10xf32>, index, !rt.stream) -> ()
+  func.return
+}

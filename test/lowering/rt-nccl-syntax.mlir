@@ -76,3 +76,23 @@ func.func @calls(%g: memref<1024xf32>, %p: memref<1024xf32>, %lr: f32) -> memref
   rt.copy_blocks %t, %u, %s from 1 to 0 count 4 : (memref<1x256xf32>, memref<4x1x64xf32>, !rt.stream) -> ()
   func.return %p : memref<1024xf32>
 }
+
+// A rank's block of a dim the ranks do not divide, and padded buffers (lowering/padding.py).
+// CHECK-LABEL: func.func @padded
+func.func @padded(%a: memref<12x8xf32>) {
+  %s = rt.stream 0 : !rt.stream
+  // CHECK: %[[O:.*]], %[[N:.*]] = rt.span @world axes [0] size 10 : index, index
+  %o, %n = rt.span @world axes [0] size 10 : index, index
+  // CHECK-NEXT: %[[V:.*]] = rt.prefix %{{.*}} dim 0 : memref<12x8xf32> -> memref<10x8xf32>
+  %v = rt.prefix %a dim 0 : memref<12x8xf32> -> memref<10x8xf32>
+  // CHECK-NEXT: %[[B:.*]] = rt.block %{{.*}}, %[[O]] dim 0 count 4 : (memref<12x8xf32>, index) -> memref<3x8xf32>
+  %b = rt.block %a, %o dim 0 count 4 : (memref<12x8xf32>, index) -> memref<3x8xf32>
+  // CHECK-NEXT: rt.prefix %[[B]], %[[N]] dim 0 : (memref<3x8xf32>, index) -> memref<?x8xf32>
+  %w = rt.prefix %b, %n dim 0 : (memref<3x8xf32>, index) -> memref<?x8xf32>
+  %t = rt.alloc : () -> memref<16x8xf32>
+  // CHECK: rt.pad_blocks %[[V]], %{{.*}}, %[[N]], %{{.*}} dim 0 counts [4] : (memref<10x8xf32>, memref<16x8xf32>, index, !rt.stream) -> ()
+  rt.pad_blocks %v, %t, %n, %s dim 0 counts [4] : (memref<10x8xf32>, memref<16x8xf32>, index, !rt.stream) -> ()
+  // CHECK-NEXT: rt.unpad_blocks %{{.*}}, %[[V]], %[[N]], %{{.*}} dim 0 counts [4] : (memref<16x8xf32>, memref<10x8xf32>, index, !rt.stream) -> ()
+  rt.unpad_blocks %t, %v, %n, %s dim 0 counts [4] : (memref<16x8xf32>, memref<10x8xf32>, index, !rt.stream) -> ()
+  func.return
+}

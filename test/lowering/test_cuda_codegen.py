@@ -154,7 +154,7 @@ FIXED = [
         (f"combine-{k}-{d}", ck.combine_source(k, d, 2), "combine", (nt.Array(elt(d), 2, "A"), nt.Array(elt(d), 2, "A"), nt.int64, nt.float64))
         for k, d in (("sum", "float32"), ("avg", "float32"), ("max", "float16"), ("sum", "bfloat16"))
     ],
-    ("reduce-sum-bfloat16", ck.reduce_source("sum", "bfloat16"), "reduce", (arr(nt.uint16, 1), arr(nt.uint16, 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1))),
+    ("reduce-sum-bfloat16", ck.reduce_source("sum", "bfloat16"), "reduce", (arr(nt.uint16, 1), arr(nt.uint16, 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), nt.float64)),
     ("embedding-sum-bfloat16", ck.embedding_source("sum", "bfloat16"), "embedding_bag", (arr(nt.uint16, 3), arr(nt.int32, 3), arr(nt.uint16, 3), nt.int64)),
     *[
         (f"copy-{s}-{d}", ck.copy_source(s, d), "copy", (nt.Array(nt.float32, s, "A"), nt.Array(nt.float32, d, "A"), nt.int64))
@@ -165,7 +165,7 @@ FIXED = [
             f"reduce-{k}-{d}",
             ck.reduce_source(k, d),
             "reduce",
-            (arr(getattr(nt, d), 1), arr(getattr(nt, d), 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1)),
+            (arr(getattr(nt, d), 1), arr(getattr(nt, d), 1), nt.int64, nt.int64, arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), arr(nt.int64, 1), nt.float64),
         )
         for k in ("sum", "avg", "prod", "max", "min")
         for d in ("float32", "float16", "int32")
@@ -174,6 +174,11 @@ FIXED = [
         (f"embedding-{m}", ck.embedding_source(m, "float32"), "embedding_bag", (arr(nt.float32, 3), arr(nt.int32, 3), arr(nt.float32, 3), nt.int64))
         for m in ("sum", "mean", "max")
     ],
+    ("scatter-add-float32", ck.scatter_add_source("float32"), "scatter_add", (arr(nt.int32, 3), arr(nt.float32, 3), arr(nt.float32, 3), nt.int64)),
+    ("scatter-add-bfloat16", ck.scatter_add_source("bfloat16"), "scatter_add", (arr(nt.int64, 3), arr(nt.uint16, 3), arr(nt.uint16, 3), nt.int64)),
+    ("sort-1-int32", ck.sort_source(1, "int32"), "sort", (arr(nt.int32, 3), arr(nt.int32, 3), nt.int64, nt.int64, nt.int64)),
+    ("sort-2-float32", ck.sort_source(2, "float32"), "sort", (arr(nt.float32, 3), arr(nt.int32, 3), arr(nt.float32, 3), arr(nt.int32, 3), nt.int64, nt.int64, nt.int64)),
+    ("sort-1-bfloat16", ck.sort_source(1, "bfloat16"), "sort", (arr(nt.uint16, 3), arr(nt.uint16, 3), nt.int64, nt.int64, nt.int64)),
 ]
 
 
@@ -203,5 +208,37 @@ def test_generated_bf16_kernel_compiles(tmp_path):
     (kernel,) = program.kernels.values()
     ks = cg.cuda_source(kernel)
     assert "_bf16_load(" in ks.source and "_bf16_store(" in ks.source
+    mod = cg._load_module(ks.source, "cuda")
+    check_compiles(mod.kernel, kernel_signature(kernel), tmp_path)
+
+
+SCALAR_MAP = """dist.mesh @world shape = [?]
+func.func @f(%x: !dist.tensor<64xf32, @world, [sliced<0>]>, %u: !dist.tensor<64xi32, @world, [sliced<0>]>) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+  %z = dist.map(%x, %u) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xi32, @world, [sliced<0>]>) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+  ^bb0(%a: f32, %b: i32):
+    %i = arith.bitcast %a : f32 to i32
+    %q = arith.divui %i, %b : i32
+    %r = arith.remui %q, %b : i32
+    %m = arith.maxui %r, %b : i32
+    %f = arith.uitofp %m : i32 to f32
+    %w = arith.extui %b : i32 to i64
+    %g = arith.uitofp %w : i64 to f32
+    %e = math.erfc %f : f32
+    %k = arith.remf %e, %g : f32
+    %c = arith.bitcast %k : f32 to i32
+    %d = arith.bitcast %c : i32 to f32
+    dist.yield %d : f32
+  }
+  func.return %z : !dist.tensor<64xf32, @world, [sliced<0>]>
+}"""
+
+
+def test_generated_kernel_with_the_front_ends_scalar_ops_compiles(tmp_path):
+    """The scalar ops the front ends write into map bodies (bitcast through libdevice,
+    the unsigned integer ops, erfc, remf as math.fmod) compile for a GPU."""
+    program = LoweredProgram.build(parse_module(SCALAR_MAP), None, 2)
+    (kernel,) = program.kernels.values()
+    ks = cg.cuda_source(kernel)
+    assert "_bitcast_fi32(" in ks.source and "math.fmod(" in ks.source and "math.erfc(" in ks.source
     mod = cg._load_module(ks.source, "cuda")
     check_compiles(mod.kernel, kernel_signature(kernel), tmp_path)

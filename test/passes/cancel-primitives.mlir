@@ -76,3 +76,12 @@ func.func @inner_with_other_use(%x: !dist.tensor<64xf32, @world, [unplaced]>) ->
   %d = dist.drop %r : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [unplaced]>
   func.return %d, %r : !dist.tensor<64xf32, @world, [unplaced]>, !dist.tensor<64xf32, @world, [replicated]>
 }
+
+// Uneven blocks (13 over 4 ranks: 4, 4, 4, 1): join(slice(x)) = x all the same.
+// CHECK-LABEL: func.func @uneven_slice_join
+// CHECK-NEXT:    func.return %x : !dist.tensor<13xf32, @world, [unplaced]>
+func.func @uneven_slice_join(%x: !dist.tensor<13xf32, @world, [unplaced]>) -> !dist.tensor<13xf32, @world, [unplaced]> {
+  %s = dist.slice %x dim 0 : !dist.tensor<13xf32, @world, [unplaced]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+  %j = dist.join %s : !dist.tensor<13xf32, @world, [sliced<0>]> -> !dist.tensor<13xf32, @world, [unplaced]>
+  func.return %j : !dist.tensor<13xf32, @world, [unplaced]>
+}

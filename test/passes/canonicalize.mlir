@@ -89,3 +89,13 @@ func.func @trivial_and_dead(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.
   %d2 = dist.dropout %dead p 0.5 seed 1 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [replicated]>
   func.return %y : !dist.tensor<64xf32, @world, [replicated]>
 }
+
+// 13 over 4 ranks: the all-gather of a reduce-scatter is still the all-reduce.
+// CHECK-LABEL: func.func @uneven_rs_ag
+// CHECK-NEXT:    %[[AR:.*]] = coll.all_reduce avg %x : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [replicated]>
+// CHECK-NEXT:    func.return %[[AR]]
+func.func @uneven_rs_ag(%x: !dist.tensor<13xf32, @world, [local]>) -> !dist.tensor<13xf32, @world, [replicated]> {
+  %rs = coll.reduce_scatter avg %x dim 0 : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+  %ag = coll.all_gather %rs : !dist.tensor<13xf32, @world, [sliced<0>]> -> !dist.tensor<13xf32, @world, [replicated]>
+  func.return %ag : !dist.tensor<13xf32, @world, [replicated]>
+}

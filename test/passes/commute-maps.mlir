@@ -102,3 +102,17 @@ func.func @reorder_from_identities(%x: !dist.tensor<64xf32, @world, [local]>, %r
   }
   func.return %y : !dist.tensor<64xf32, @world, [replicated]>
 }
+
+// A map commutes with a slice into blocks of different sizes (13 over 4 ranks).
+// CHECK-LABEL: func.func @uneven_map_after_slice
+// CHECK:         %[[M:.*]] = dist.map(%x) : (!dist.tensor<13xf32, @world, [unplaced]>) -> !dist.tensor<13xf32, @world, [unplaced]>
+// CHECK:         %{{.*}} = dist.slice %[[M]] dim 0 : !dist.tensor<13xf32, @world, [unplaced]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+func.func @uneven_map_after_slice(%x: !dist.tensor<13xf32, @world, [unplaced]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  %s = dist.slice %x dim 0 : !dist.tensor<13xf32, @world, [unplaced]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+  %m = dist.map(%s) : (!dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  ^bb0(%e: f32):
+    %f = arith.mulf %e, %e : f32
+    dist.yield %f : f32
+  }
+  func.return %m : !dist.tensor<13xf32, @world, [sliced<0>]>
+}

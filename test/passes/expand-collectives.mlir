@@ -136,3 +136,13 @@ func.func @trivial_region(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.te
   }
   func.return %y : !dist.tensor<64xf32, @world, [replicated]>
 }
+
+// A reduce-scatter into blocks of different sizes (13 over 4 ranks) is slice(reduce(x)).
+// CHECK-LABEL: func.func @uneven_reduce_scatter
+// CHECK-NEXT:    %[[R:.*]] = dist.reduce sum %x : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [unplaced]>
+// CHECK-NEXT:    %[[S:.*]] = dist.slice %[[R]] dim 0 : !dist.tensor<13xf32, @world, [unplaced]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+// CHECK-NEXT:    func.return %[[S]]
+func.func @uneven_reduce_scatter(%x: !dist.tensor<13xf32, @world, [local]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  %rs = coll.reduce_scatter sum %x dim 0 : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+  func.return %rs : !dist.tensor<13xf32, @world, [sliced<0>]>
+}

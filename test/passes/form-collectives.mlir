@@ -142,3 +142,19 @@ func.func @fused_reduce(%x: !dist.tensor<64xf32, @world, [local]>, %r2: !dist.te
   %y = dist.store %m rank 1 : !dist.tensor<64xf32, @world, [unplaced]> -> !dist.tensor<64xf32, @world, [at<1>]>
   func.return %y : !dist.tensor<64xf32, @world, [at<1>]>
 }
+
+// No dim of 13x3 that 4 ranks divide: the fused all-reduce slices the rows (4, 4, 4, 1),
+// the dim with the least padding.
+// CHECK-LABEL: func.func @uneven_reduce_map_repl
+// CHECK:         coll.fused_all_reduce sum %x dim 0 : !dist.tensor<13x3xf32, @world, [local]> -> !dist.tensor<13x3xf32, @world, [replicated]>
+// CHECK-NEXT:    ^bb0(%{{.*}}: !dist.tensor<13x3xf32, @world, [sliced<0>]>):
+func.func @uneven_reduce_map_repl(%x: !dist.tensor<13x3xf32, @world, [local]>) -> !dist.tensor<13x3xf32, @world, [replicated]> {
+  %r = dist.reduce sum %x : !dist.tensor<13x3xf32, @world, [local]> -> !dist.tensor<13x3xf32, @world, [unplaced]>
+  %m = dist.map(%r) : (!dist.tensor<13x3xf32, @world, [unplaced]>) -> !dist.tensor<13x3xf32, @world, [unplaced]> {
+  ^bb0(%e: f32):
+    %f = arith.mulf %e, %e : f32
+    dist.yield %f : f32
+  }
+  %p = dist.repl %m : !dist.tensor<13x3xf32, @world, [unplaced]> -> !dist.tensor<13x3xf32, @world, [replicated]>
+  func.return %p : !dist.tensor<13x3xf32, @world, [replicated]>
+}

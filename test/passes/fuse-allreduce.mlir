@@ -86,3 +86,20 @@ func.func @lonely(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.tensor<64x
   }
   func.return %y : !dist.tensor<64xf32, @world, [sliced<0>]>
 }
+
+// RS -> map -> AG over blocks of different sizes (13 over 4 ranks) fuses the same way.
+// CHECK-LABEL: func.func @uneven_rs_map_ag
+// CHECK:         %[[AG:.*]] = coll.fused_all_reduce avg %g dim 0 : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [replicated]>
+// CHECK-NEXT:    ^bb0(%[[RS:.*]]: !dist.tensor<13xf32, @world, [sliced<0>]>):
+// CHECK-NEXT:      %[[M:.*]] = dist.map(%[[RS]])
+// CHECK:           coll.yield %[[M]] : !dist.tensor<13xf32, @world, [sliced<0>]>
+func.func @uneven_rs_map_ag(%g: !dist.tensor<13xf32, @world, [local]>) -> !dist.tensor<13xf32, @world, [replicated]> {
+  %rs = coll.reduce_scatter avg %g dim 0 : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+  %m = dist.map(%rs) : (!dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  ^bb0(%e: f32):
+    %f = arith.mulf %e, %e : f32
+    dist.yield %f : f32
+  }
+  %ag = coll.all_gather %m : !dist.tensor<13xf32, @world, [sliced<0>]> -> !dist.tensor<13xf32, @world, [replicated]>
+  func.return %ag : !dist.tensor<13xf32, @world, [replicated]>
+}

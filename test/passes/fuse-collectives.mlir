@@ -96,3 +96,18 @@ func.func @shared_value(%x: !dist.tensor<64xf32, @world, [sliced<0>]>, %v: !dist
   %bare = coll.reduce_scatter sum %v dim 0 : !dist.tensor<64xf32, @world, [local]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
   func.return %g, %m, %bare : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
 }
+
+// A map on the blocks of different sizes a reduce-scatter gives (13 over 4 ranks).
+// CHECK-LABEL: func.func @uneven_rs_map
+// CHECK:         %{{.*}} = coll.fused_reduce_scatter sum %g dim 0 : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+// CHECK-NEXT:    ^bb0(%[[RS:.*]]: !dist.tensor<13xf32, @world, [sliced<0>]>):
+// CHECK-NEXT:      dist.map(%[[RS]])
+func.func @uneven_rs_map(%g: !dist.tensor<13xf32, @world, [local]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  %rs = coll.reduce_scatter sum %g dim 0 : !dist.tensor<13xf32, @world, [local]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+  %m = dist.map(%rs) : (!dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  ^bb0(%e: f32):
+    %f = arith.mulf %e, %e : f32
+    dist.yield %f : f32
+  }
+  func.return %m : !dist.tensor<13xf32, @world, [sliced<0>]>
+}

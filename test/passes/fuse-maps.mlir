@@ -2,9 +2,29 @@
 // RUN: distir-opt %s -p 'fuse-maps{targets=a,b}' | filecheck %s --check-prefix=TARGET
 // RUN: not distir-opt %s -p 'fuse-maps{targets=a,zz}' 2>&1 | filecheck %s --check-prefix=NONE
 
-// NONE: 'fuse-maps' pass: target %zz names no value (maps here: %a, %b, %b2, %c, %m1, %p1)
+// NONE: 'fuse-maps' pass: target %zz names no value (maps here: %a, %b, %b2, %c, %m1, %p, %p1, %q)
 
 dist.mesh @world shape = [4]
+
+
+// Maps over blocks of different sizes (13 over 4 ranks) fuse as any others.
+// CHECK-LABEL: func.func @uneven_two_maps
+// CHECK-NEXT:    %[[Q:.*]] = dist.map(%x) : (!dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]>
+// CHECK-NOT:     dist.map
+// CHECK:         func.return %[[Q]]
+func.func @uneven_two_maps(%x: !dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  %p = dist.map(%x) : (!dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  ^bb0(%e1: f32):
+    %f1 = arith.mulf %e1, %e1 : f32
+    dist.yield %f1 : f32
+  }
+  %q = dist.map(%p) : (!dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  ^bb0(%e2: f32):
+    %f2 = arith.mulf %e2, %e2 : f32
+    dist.yield %f2 : f32
+  }
+  func.return %q : !dist.tensor<13xf32, @world, [sliced<0>]>
+}
 
 // map(f, map(g, x), y) = map(f.g, x, y): the producer's body, then the consumer's.
 // CHECK-LABEL: func.func @chain

@@ -133,3 +133,16 @@ func.func @embedding_and_gemv(%t: !dist.tensor<8x32x8xf32, @world, [sliced<0>]>,
   %rs = coll.reduce_scatter sum %p dim 1 : !dist.tensor<4x16xf32, @world, [local]> -> !dist.tensor<4x16xf32, @world, [sliced<1>]>
   func.return %m, %rs : !dist.tensor<8x16x8xf32, @world, [sliced<1>]>, !dist.tensor<4x16xf32, @world, [sliced<1>]>
 }
+
+// A contracted dim of 13 over 4 ranks (blocks 4, 4, 4, 1): the chain is wrapped the same
+// way (the lowering runs it on padded blocks).
+// CHECK-LABEL: func.func @uneven_matmul_all_reduce
+// CHECK:         %[[S:.*]] = coll.overlap chunks 4 order ring -> !dist.tensor<5x7xf32, @world, [replicated]> {
+// CHECK-NEXT:      %[[M:.*]] = dist.matmul %a, %w : (!dist.tensor<5x13xf32, @world, [sliced<1>]>, !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [local]>
+// CHECK-NEXT:      %[[R:.*]] = coll.all_reduce sum %[[M]]
+// CHECK-NEXT:      coll.yield %[[R]]
+func.func @uneven_matmul_all_reduce(%a: !dist.tensor<5x13xf32, @world, [sliced<1>]>, %w: !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [replicated]> {
+  %m = dist.matmul %a, %w : (!dist.tensor<5x13xf32, @world, [sliced<1>]>, !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [local]>
+  %s = coll.all_reduce sum %m : !dist.tensor<5x7xf32, @world, [local]> -> !dist.tensor<5x7xf32, @world, [replicated]>
+  func.return %s : !dist.tensor<5x7xf32, @world, [replicated]>
+}

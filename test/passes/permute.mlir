@@ -74,3 +74,12 @@ func.func @unit_group_without_pair(%x: !dist.tensor<8xf32, @column, [local, loca
   %s = coll.all_reduce sum %p : !dist.tensor<8xf32, @column, [local, local]> -> !dist.tensor<8xf32, @column, [replicated, local]>
   func.return %s : !dist.tensor<8xf32, @column, [replicated, local]>
 }
+
+// A permute of local values of 13x3 (shapes the ranks do not divide move as they are).
+// EXPAND-LABEL: func.func @uneven_permute
+// EXPAND-NEXT:    %[[Y:.*]] = coll.permute %x offset 1 : !dist.tensor<13x3xf32, @world, [local]> -> !dist.tensor<13x3xf32, @world, [local]>
+// EXPAND-NEXT:    func.return %[[Y]]
+func.func @uneven_permute(%x: !dist.tensor<13x3xf32, @world, [local]>) -> !dist.tensor<13x3xf32, @world, [local]> {
+  %y = coll.permute %x offset 1 : !dist.tensor<13x3xf32, @world, [local]> -> !dist.tensor<13x3xf32, @world, [local]>
+  func.return %y : !dist.tensor<13x3xf32, @world, [local]>
+}

@@ -85,3 +85,18 @@ func.func @contracted_stays(%x: !dist.tensor<16x8xf32, @world, [sliced<1>]>, %w:
   %y = dist.matmul %g, %w : (!dist.tensor<16x8xf32, @world, [replicated]>, !dist.tensor<8x4xf32, @world, [replicated]>) -> !dist.tensor<16x4xf32, @world, [replicated]>
   func.return %y : !dist.tensor<16x4xf32, @world, [replicated]>
 }
+
+// The map moves onto the blocks of different sizes (13 over 4 ranks) before the gather.
+// CHECK-LABEL: func.func @uneven_gather_then_map
+// CHECK-NEXT:    %[[MS:.*]] = dist.map(%x) : (!dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [sliced<0>]>
+// CHECK:         %[[M:.*]] = coll.all_gather %[[MS]] : !dist.tensor<13xf32, @world, [sliced<0>]> -> !dist.tensor<13xf32, @world, [replicated]>
+// CHECK-NEXT:    func.return %[[M]]
+func.func @uneven_gather_then_map(%x: !dist.tensor<13xf32, @world, [sliced<0>]>) -> !dist.tensor<13xf32, @world, [replicated]> {
+  %ag = coll.all_gather %x : !dist.tensor<13xf32, @world, [sliced<0>]> -> !dist.tensor<13xf32, @world, [replicated]>
+  %m = dist.map(%ag) : (!dist.tensor<13xf32, @world, [replicated]>) -> !dist.tensor<13xf32, @world, [replicated]> {
+  ^bb0(%e: f32):
+    %f = arith.mulf %e, %e : f32
+    dist.yield %f : f32
+  }
+  func.return %m : !dist.tensor<13xf32, @world, [replicated]>
+}

@@ -25,3 +25,17 @@ func.func @on_root(%x: !dist.tensor<64xf32, @world, [at<2>]>, %r: !dist.tensor<6
   %n = dist.reduce_tensor sum %y dims [0] : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<f32, @world, [replicated]>
   func.return %n : !dist.tensor<f32, @world, [replicated]>
 }
+
+// 13x5 on 4 ranks: the map runs on the root, then the broadcast.
+// CHECK-LABEL: func.func @uneven_broadcast_then_map
+// CHECK-NEXT:    %[[MS:.*]] = dist.map(%x) : (!dist.tensor<13x5xf32, @world, [at<0>]>) -> !dist.tensor<13x5xf32, @world, [at<0>]>
+// CHECK:         %[[M:.*]] = coll.broadcast %[[MS]] : !dist.tensor<13x5xf32, @world, [at<0>]> -> !dist.tensor<13x5xf32, @world, [replicated]>
+func.func @uneven_broadcast_then_map(%x: !dist.tensor<13x5xf32, @world, [at<0>]>) -> !dist.tensor<13x5xf32, @world, [replicated]> {
+  %b = coll.broadcast %x : !dist.tensor<13x5xf32, @world, [at<0>]> -> !dist.tensor<13x5xf32, @world, [replicated]>
+  %m = dist.map(%b) : (!dist.tensor<13x5xf32, @world, [replicated]>) -> !dist.tensor<13x5xf32, @world, [replicated]> {
+  ^bb0(%e: f32):
+    %f = arith.mulf %e, %e : f32
+    dist.yield %f : f32
+  }
+  func.return %m : !dist.tensor<13x5xf32, @world, [replicated]>
+}

@@ -26,3 +26,13 @@ func.func @others(%x: !dist.tensor<16xf32, @world, [at<0>]>) -> !dist.tensor<16x
   %plain = coll.send %x to 2 : !dist.tensor<16xf32, @world, [at<0>]> -> !dist.tensor<16xf32, @world, [at<2>]>
   func.return %plain : !dist.tensor<16xf32, @world, [at<2>]>
 }
+
+// Only the blocks (13 rows over 4 ranks: 4, 4, 4, 1) cross the stages.
+// CHECK-LABEL: func.func @uneven_pipeline
+// CHECK:         %[[S:.*]] = coll.send %sum_rs to 1 : !dist.tensor<13x3xf16, @grid, [at<0>, sliced<0>]> -> !dist.tensor<13x3xf16, @grid, [at<1>, sliced<0>]>
+// CHECK-NEXT:    %[[G:.*]] = coll.all_gather %[[S]] axes [1] : {{.*}}[at<1>, sliced<0>]> -> {{.*}}[at<1>, replicated]>
+func.func @uneven_pipeline(%sum_rs: !dist.tensor<13x3xf16, @grid, [at<0>, sliced<0>]>) -> !dist.tensor<13x3xf16, @grid, [at<1>, replicated]> {
+  %sum_ag = coll.all_gather %sum_rs axes [1] : !dist.tensor<13x3xf16, @grid, [at<0>, sliced<0>]> -> !dist.tensor<13x3xf16, @grid, [at<0>, replicated]>
+  %recv = coll.send %sum_ag to 1 : !dist.tensor<13x3xf16, @grid, [at<0>, replicated]> -> !dist.tensor<13x3xf16, @grid, [at<1>, replicated]>
+  func.return %recv : !dist.tensor<13x3xf16, @grid, [at<1>, replicated]>
+}

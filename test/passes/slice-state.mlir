@@ -51,6 +51,24 @@ func.func @step(%g: !dist.tensor<64xf32, @world, [sliced<0>]>, %m: !dist.tensor<
   func.return %m1, %q1, %k1 : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [replicated]>
 }
 
+// State of 13 elements over 4 ranks is kept as blocks of 4, 4, 4 and 1.
+// CHECK-LABEL: func.func @uneven_state
+// CHECK-SAME:    %m: !dist.tensor<13xf32, @world, [sliced<0>]>
+// CHECK-SAME:    -> (!dist.tensor<13xf32, @world, [sliced<0>]> {dist.inplace = 1 : i64})
+// CHECK-NEXT:    %[[M1:.*]] = dist.map(%m, %g, %s)
+// CHECK:         func.return %[[M1]] : !dist.tensor<13xf32, @world, [sliced<0>]>
+func.func @uneven_state(%g: !dist.tensor<13xf32, @world, [sliced<0>]>, %m: !dist.tensor<13xf32, @world, [replicated]>, %s: f32) -> (!dist.tensor<13xf32, @world, [replicated]> {dist.inplace = 1 : i64}) {
+  %m_s = dist.take_slice %m dim 0 : !dist.tensor<13xf32, @world, [replicated]> -> !dist.tensor<13xf32, @world, [sliced<0>]>
+  %m1_s = dist.map(%m_s, %g, %s) : (!dist.tensor<13xf32, @world, [sliced<0>]>, !dist.tensor<13xf32, @world, [sliced<0>]>, f32) -> !dist.tensor<13xf32, @world, [sliced<0>]> {
+  ^bb0(%a: f32, %b: f32, %c: f32):
+    %d = arith.mulf %a, %c : f32
+    %e = arith.addf %d, %b : f32
+    dist.yield %e : f32
+  }
+  %m1 = coll.all_gather %m1_s : !dist.tensor<13xf32, @world, [sliced<0>]> -> !dist.tensor<13xf32, @world, [replicated]>
+  func.return %m1 : !dist.tensor<13xf32, @world, [replicated]>
+}
+
 // A read-only argument (per-element constants: which group each element belongs to)
 // read only through take_slice becomes sliced when named: each rank keeps its slice.
 // RO-LABEL: func.func @constants

@@ -83,11 +83,21 @@ func.func @largest(%g: !dist.tensor<3x96xf32, @any, [local]>) -> !dist.tensor<3x
   func.return %s : !dist.tensor<3x96xf32, @any, [replicated]>
 }
 
-// No dim the 4 ranks divide: left alone when not named.
+// No dim the 4 ranks divide (uneven blocks): the dim with the least padding, 6 rows as
+// blocks of 2, 2, 2, 0 (8 for 6) against 3 columns as 1, 1, 1, 0 (4 for 3), the larger
+// on a tie.
 // CHECK-LABEL: func.func @no_dim_fits
-// CHECK:         coll.all_reduce sum %g
-// CHECK-NOT:     coll.reduce_scatter
+// CHECK:         %[[RS:.*]] = coll.reduce_scatter sum %g dim 0 : !dist.tensor<6x3xf32, @world, [local]> -> !dist.tensor<6x3xf32, @world, [sliced<0>]>
+// CHECK-NEXT:    coll.all_gather %[[RS]] : !dist.tensor<6x3xf32, @world, [sliced<0>]> -> !dist.tensor<6x3xf32, @world, [replicated]>
 func.func @no_dim_fits(%g: !dist.tensor<6x3xf32, @world, [local]>) -> !dist.tensor<6x3xf32, @world, [replicated]> {
   %s = coll.all_reduce sum %g : !dist.tensor<6x3xf32, @world, [local]> -> !dist.tensor<6x3xf32, @world, [replicated]>
   func.return %s : !dist.tensor<6x3xf32, @world, [replicated]>
+}
+
+// Uneven blocks: 13 rows over 4 ranks (4, 4, 4, 1) pad less than 5 columns (2, 2, 1, 0).
+// CHECK-LABEL: func.func @uneven_least_padding
+// CHECK:         coll.reduce_scatter sum %g dim 0 : !dist.tensor<13x5xf32, @world, [local]> -> !dist.tensor<13x5xf32, @world, [sliced<0>]>
+func.func @uneven_least_padding(%g: !dist.tensor<13x5xf32, @world, [local]>) -> !dist.tensor<13x5xf32, @world, [replicated]> {
+  %s = coll.all_reduce sum %g : !dist.tensor<13x5xf32, @world, [local]> -> !dist.tensor<13x5xf32, @world, [replicated]>
+  func.return %s : !dist.tensor<13x5xf32, @world, [replicated]>
 }

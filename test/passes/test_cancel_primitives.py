@@ -1,7 +1,7 @@
 """cancel-primitives keeps the meaning: expansions whose inverse pairs it removes."""
 
 import pytest
-from support.rewrites import check
+from support.rewrites import check, UNEVEN_RANKS, uneven
 
 
 @pytest.mark.parametrize("name", ["ar_then_computations", "rs_computations_ag", "collectives"])
@@ -22,3 +22,15 @@ func.func @f(%x: !dist.tensor<16xf32, @world, [local]>) -> !dist.tensor<16xf32, 
     # reduce ; slice ; join ; repl  ->  reduce ; repl  ->  all_reduce
     after = check(text, "expand-collectives,cancel-primitives,form-collectives", contains=["coll.all_reduce sum %x"])
     assert "dist.slice" not in str(after)
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('ar_then_computations', 'expand-collectives,commute-maps,cancel-primitives', []),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

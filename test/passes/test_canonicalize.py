@@ -1,6 +1,7 @@
 """canonicalize (xDSL's pass with distir's patterns) keeps the meaning."""
 
-from support.rewrites import check
+import pytest
+from support.rewrites import check, UNEVEN_RANKS, uneven
 
 SUM_OF_ALL_REDUCES = """
 dist.mesh @world shape = [?]
@@ -38,3 +39,15 @@ def test_split_then_canonicalize_is_the_original():
     after = apply_pipeline(parse_module(text), "split-allreduce,canonicalize")
     ops = [op.name for op in after.walk()]
     assert ops == [op.name for op in parse_module(text).walk()]
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('collectives', 'canonicalize', ['coll.all_reduce avg %x']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

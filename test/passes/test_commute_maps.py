@@ -1,7 +1,7 @@
 """commute-maps keeps the meaning in both directions."""
 
 import pytest
-from support.rewrites import check
+from support.rewrites import check, UNEVEN_RANKS, uneven
 
 
 @pytest.mark.parametrize("name", ["ar_then_computations", "rs_computations_ag", "adam"])
@@ -28,3 +28,15 @@ def test_identities_give_the_allgather_reorder():
 def test_identities_on_adam_compute_on_the_logical_value():
     # with two maps reading the reduction, the maps stay on the unplaced logical value
     check("adam", "split-allreduce,expand-collectives,commute-maps,cancel-primitives", contains=["dist.reduce avg %g", "%p1 = dist.repl %p1_m"])
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('ar_then_computations', 'expand-collectives,commute-maps', ['_m = dist.map']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

@@ -2,7 +2,7 @@
 turns the expansion back into the same collectives."""
 
 import pytest
-from support.rewrites import check, program
+from support.rewrites import check, program, UNEVEN_RANKS, uneven
 
 from distir.dialects.context import parse_module
 
@@ -18,3 +18,16 @@ def test_round_trip_through_primitives():
     after = check(text, "expand-collectives,form-collectives", changes=False)
     # the same ops as the original, in the same order
     assert [op.name for op in after.walk()] == [op.name for op in parse_module(text).walk()]
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('collectives', 'expand-collectives', ['dist.reduce', 'dist.slice']),
+        ('fused', 'expand-collectives', ['dist.reduce']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

@@ -1,7 +1,7 @@
 """form-collectives keeps the meaning, including the fused collectives it recognises."""
 
 import pytest
-from support.rewrites import check, program
+from support.rewrites import check, program, UNEVEN_RANKS, uneven
 
 REDUCE_MAP_REPL = """
 dist.mesh @world shape = [?]
@@ -33,3 +33,15 @@ def test_fused_collectives_from_primitives():
 @pytest.mark.parametrize("name", ["collectives", "fused", "rs_computations_ag"])
 def test_form_after_expand(name):
     check(program(name), "expand-collectives,form-collectives", contains=["coll."], changes=False)
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        (REDUCE_MAP_REPL, 'form-collectives', ['coll.fused_all_reduce sum %x dim 0', 'coll.fused_reduce_scatter avg %x dim 1']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

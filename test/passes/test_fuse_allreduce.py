@@ -1,7 +1,7 @@
 """fuse-allreduce keeps the meaning: gathered and sliced results, inner all-reduces."""
 
 import pytest
-from support.rewrites import check
+from support.rewrites import check, UNEVEN_RANKS, uneven
 
 
 def test_fuse_with_sliced_and_gathered_results():
@@ -15,3 +15,16 @@ def test_after_split_and_reorder(name):
 
 def test_zero_style_adam():
     check("adam", "split-allreduce,reorder-allgather,slice-state{targets=m,v},fuse-allreduce", contains=["gather [true, false, false]"])
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('rs_computations_ag', 'fuse-allreduce', ['coll.fused_all_reduce avg %g dim 0 gather [true, false]']),
+        ('lamb', 'split-allreduce,reorder-allgather,fuse-allreduce', ['coll.fused_all_reduce']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

@@ -1,6 +1,7 @@
 """fuse-collectives keeps the meaning for every fused collective it makes."""
 
-from support.rewrites import PIPELINE_RANKS, check
+import pytest
+from support.rewrites import PIPELINE_RANKS, check, UNEVEN_RANKS, uneven
 
 
 def test_first_and_finish_fusions():
@@ -30,3 +31,15 @@ def test_pipeline_fused_send():
         contains=["coll.fused_all_gather %sum_rs axes [1]"],
         ranks=PIPELINE_RANKS,
     )
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('broadcast', 'fuse-collectives', ['coll.fused_reduce sum %x root 0']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

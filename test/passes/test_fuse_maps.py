@@ -1,7 +1,7 @@
 """fuse-maps keeps the meaning; multi-result maps included."""
 
 import pytest
-from support.rewrites import check
+from support.rewrites import check, UNEVEN_RANKS, uneven
 
 
 @pytest.mark.parametrize("name", ["ar_then_computations", "adam", "lamb"])
@@ -13,3 +13,15 @@ def test_fuse(name):
 def test_fuse_after_reorder():
     after = check("adam", "split-allreduce,reorder-allgather,fuse-maps", contains=["coll.reduce_scatter"])
     assert sum(op.name == "dist.map" for op in after.walk()) == 1
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('adam', 'split-allreduce,reorder-allgather,fuse-maps', ['coll.reduce_scatter']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

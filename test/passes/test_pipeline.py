@@ -9,10 +9,9 @@ from dataclasses import dataclass
 import pytest
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects.context import make_context, parse_module
-from distir.dialects.diagnostics import InputRejected
+from distir.dialects.diagnostics import InputRejected, PassProducedInvalidIR
 from distir.passes.pipeline import apply_pipeline, parse_pipeline, pass_summary, run_passes
 from distir.passes.registry import ALL_PASSES
 
@@ -63,18 +62,37 @@ def test_bad_pipelines_are_rejected_with_the_closest_name(spec, expect):
     assert expect in str(e.value)
 
 
-def test_a_pass_leaving_an_invalid_program_is_named_and_located():
+def test_a_pass_leaving_an_invalid_program_is_a_bug_named_and_located():
     module = parse_module(PROGRAM, "prog.mlir")
-    with pytest.raises(VerifyException) as e:
+    with pytest.raises(PassProducedInvalidIR) as e:
         run_passes(module, [ReturnBeforeItsValue()], make_context())
+    assert e.value.pass_name == "return-before-its-value"
     text = str(e.value)
-    assert text.startswith("prog.mlir:4:3\n  func.return %y")
-    assert "'func.return' op operand 0 (%y) is used before its definition (line 3) (in the program that pass 'return-before-its-value' produced)" in text
+    assert text.startswith("pass 'return-before-its-value' produced a program that does not verify:\nprog.mlir:4:3\n  func.return %y")
+    assert "'func.return' op operand 0 (%y) is used before its definition (line 3)" in text
 
 
 def test_apply_pipeline_verifies_after_each_pass():
     module = parse_module(PROGRAM)
     apply_pipeline(module, "split-allreduce")
     assert "coll.reduce_scatter" in str(module)
-    with pytest.raises(VerifyException, match="return-before-its-value"):
+    with pytest.raises(PassProducedInvalidIR, match="return-before-its-value"):
         apply_pipeline(module, [ReturnBeforeItsValue()])
+
+
+@pytest.mark.parametrize("name", ["19", "0", "-1", "true", "false", "a.b", 'say "hi"', "arg0", "all_reduce_rs", "1e5"])
+def test_printed_pipelines_read_back_as_the_same_passes(name):
+    from distir.passes.fuse_allreduce import FuseAllReducePass
+    from distir.passes.pipeline import pipeline_spec
+    from distir.passes.split_allreduce import SplitAllReducePass
+
+    passes = (SplitAllReducePass(dim=0, targets=(name, "x")), FuseAllReducePass(targets=(name,)))
+    text = pipeline_spec(passes)
+    assert parse_pipeline(text) == passes, text
+
+
+def test_a_value_named_by_a_number_is_quoted():
+    from distir.passes.pipeline import pipeline_spec
+    from distir.passes.split_allreduce import SplitAllReducePass
+
+    assert pipeline_spec([SplitAllReducePass(dim=0, targets=("19",))]) == 'split-allreduce{dim=0 targets="19"}'

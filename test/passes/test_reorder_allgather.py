@@ -1,7 +1,8 @@
 """reorder-allgather keeps the meaning: maps, dropout, reductions and matmuls run on
 slices."""
 
-from support.rewrites import check
+import pytest
+from support.rewrites import check, UNEVEN_RANKS, uneven
 
 
 def test_every_computation_moves():
@@ -22,3 +23,16 @@ def test_named_computation_moves_alone():
 def test_adam_and_lamb():
     check("adam", "split-allreduce,reorder-allgather", contains=["%p1_s = dist.map"])
     check("lamb", "split-allreduce,reorder-allgather", contains=["%pn2_part = dist.reduce_tensor", "coll.all_reduce sum %pn2_part"])
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('ar_then_computations', 'split-allreduce,reorder-allgather', ['dist.map']),
+        ('lamb', 'split-allreduce,reorder-allgather', ['%pn2_part = dist.reduce_tensor']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

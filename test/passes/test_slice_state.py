@@ -2,7 +2,7 @@
 state becomes sliced."""
 
 import pytest
-from support.rewrites import check
+from support.rewrites import check, UNEVEN_RANKS, uneven
 
 
 @pytest.mark.parametrize("targets", ["m,v", ""])
@@ -15,6 +15,18 @@ def test_adam_state(targets):
 
 def test_lamb_state():
     check("lamb", "split-allreduce,reorder-allgather,slice-state{targets=m,v}", contains=["%v: !dist.tensor<64xf32, @world, [sliced<0>]>"])
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('adam', 'split-allreduce,reorder-allgather,slice-state{targets=m,v},fuse-allreduce', ['%m: !dist.tensor<61xf32, @world, [sliced<0>]>']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)
 
 
 CONSTANTS = """dist.mesh @world shape = [?]

@@ -2,7 +2,7 @@
 module as it was."""
 
 import pytest
-from support.rewrites import check, program
+from support.rewrites import check, program, UNEVEN_RANKS, uneven
 from xdsl.utils.exceptions import PassFailedException
 
 from distir.dialects.context import parse_module
@@ -31,3 +31,16 @@ def test_refused_request_leaves_the_module_unchanged():
     with pytest.raises(PassFailedException, match="target %biased: is not the result of a coll.all_reduce"):
         apply_pipeline(module, "split-allreduce{targets=sum,biased}")
     assert str(module) == before
+
+
+@pytest.mark.parametrize(
+    "name,pipeline,contains",
+    [
+        ('ar_then_computations', 'split-allreduce', ['coll.reduce_scatter']),
+        ('matmul_all_reduce', 'split-allreduce{dim=1}', ['dim 1']),
+    ],
+)
+def test_uneven_blocks(name, pipeline, contains):
+    """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
+    (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
+    check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)

@@ -165,7 +165,6 @@ def test_bad_npz_arrays(capsys, tmp_path, case, arrays, expect):
 @pytest.mark.parametrize(
     "argv,expect",
     [
-        ([EXAMPLES / "megatron_attention.mlir", "--ranks", 5], "argument 'w' (!dist.tensor<3072x3072xf16, @world, [sliced<0>]>): dim 0 of size 3072 is not divisible by the 5 ranks of axis 0 (--ranks 5)"),
         ([PRIMITIVES, "--func", "all_reduce", "--ranks", 2], "--ranks 2 does not fit mesh @world of shape [4]: the mesh has 4 ranks, the run has 2"),
         ([EXAMPLES / "pipeline_layer.mlir", "--ranks", 3], "--ranks 3 does not fit mesh @grid of shape [2, ?]"),
         ([EXAMPLES / "hierarchical_allreduce.mlir", "--func", "flat", "--ranks", 4], "--ranks 4 does not fit mesh @hw of shape [2, 4]"),

@@ -300,3 +300,41 @@ def test_fused_gemv_all_reduce_sends_partials_then_reduced_tiles(n):
             calls += _group(*[f"send {count}xfloat32 peer={j} comm1 stream1" for j in peers], *[f"recv {count}xfloat32 peer={j} comm1 stream1" for j in peers])
         want.append(calls)
     assert record(_tiled(GEMV, "remote_first", 2), n) == want
+
+
+# ---- blocks of different sizes: NCCL's equal counts on padded buffers
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_uneven_reduce_scatter_and_all_gather_count_the_padded_block(n):
+    """13 rows over n ranks: blocks of ceil(13/n) rows, the last ranks' shorter (4 ranks:
+    4, 4, 4, 1). Every rank calls NCCL with the largest block's count: the buffers are
+    laid out padded, no call passes a rank-dependent count."""
+    text = WORLD + """
+func.func @f(%x: !dist.tensor<13x3xf32, @world, [local]>) -> !dist.tensor<13x3xf32, @world, [replicated]> {
+  %s = coll.reduce_scatter sum %x dim 0 : !dist.tensor<13x3xf32, @world, [local]> -> !dist.tensor<13x3xf32, @world, [sliced<0>]>
+  %y = coll.all_gather %s : !dist.tensor<13x3xf32, @world, [sliced<0>]> -> !dist.tensor<13x3xf32, @world, [replicated]>
+  func.return %y : !dist.tensor<13x3xf32, @world, [replicated]>
+}"""
+    block = -(-13 // n) * 3
+    want = [[split(r), f"reduce_scatter sum {block}xfloat32 comm1 stream0", f"all_gather {block}xfloat32 comm1 stream0"] for r in range(n)]
+    assert record(text, n) == want
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_uneven_all_to_all_sends_padded_pieces(n):
+    """7 x 5 re-sliced from dim 0 to dim 1: every piece is the largest block of both
+    dims (ceil(7/n) x ceil(5/n)), whatever the rank."""
+    text = WORLD + """
+func.func @f(%x: !dist.tensor<7x5xf32, @world, [sliced<0>]>) -> !dist.tensor<7x5xf32, @world, [sliced<1>]> {
+  %y = coll.all_to_all %x dim 1 : !dist.tensor<7x5xf32, @world, [sliced<0>]> -> !dist.tensor<7x5xf32, @world, [sliced<1>]>
+  func.return %y : !dist.tensor<7x5xf32, @world, [sliced<1>]>
+}"""
+    piece = -(-7 // n) * -(-5 // n)
+    want = []
+    for r in range(n):
+        calls = [split(r), "group_start comm1 stream0"]
+        for k in range(1, n):
+            calls += [f"send {piece}xfloat32 peer={(r + k) % n} comm1 stream0", f"recv {piece}xfloat32 peer={(r - k) % n} comm1 stream0"]
+        want.append(calls + ["group_end comm1 stream0"])
+    assert record(text, n) == want

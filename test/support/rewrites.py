@@ -5,7 +5,8 @@ outputs before and after on 1, 2, 4 and 8 ranks.
 ``PROGRAMS`` maps a name to a small program on a mesh of unknown size (``[?]``, or
 ``[2, ?]`` for the pipeline), shapes divisible by 8; ``program(name)`` returns its text.
 ``check(name_or_text, pipeline, contains=..., ranks=...)`` returns the transformed
-module.
+module. ``uneven(name)`` is the same program on prime dims, checked on ``UNEVEN_RANKS``
+(blocks of different sizes, some empty).
 """
 
 from __future__ import annotations
@@ -185,6 +186,25 @@ PIPELINE_RANKS = (2, 4, 8)
 
 def program(name_or_text: str) -> str:
     return PROGRAMS.get(name_or_text, name_or_text)
+
+
+UNEVEN_SIZES = {16: 13, 8: 7, 32: 29, 4: 3, 64: 61, 2048: 11}
+UNEVEN_RANKS = (3, 5, 6, 7)
+"""Rank counts that divide none of ``uneven``'s sizes (blocks of ceil(s/n) of different
+sizes, 13 over 7 ranks leaving the last one 1 element, 3 over 5 ranks leaving two
+empty)."""
+
+
+def uneven(name_or_text: str) -> str:
+    """The program with every tensor dim of ``UNEVEN_SIZES`` replaced by a prime (13, 7,
+    29, 3, 61, 11): the same program on dims no rank count of ``UNEVEN_RANKS`` divides."""
+    import re
+
+    def dims(m: re.Match) -> str:
+        parts = m.group(1).split("x")
+        return "tensor<" + "x".join(str(UNEVEN_SIZES.get(int(p), p)) if p.isdigit() else p for p in parts)
+
+    return re.sub(r"tensor<((?:\d+x)+)", lambda m: dims(m) , program(name_or_text))
 
 
 def check(

@@ -40,10 +40,10 @@ from distir.runtime import npz
 from distir.runtime.backend import get_backend
 from distir.runtime.equivalence import compare_outputs, program_precision, signature_mismatch
 
-RANK_COUNTS = (1, 2, 3, 4, 6, 8)
+RANK_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8)
 
-MESHES: tuple[tuple[int, ...], ...] = ((1,), (2,), (3,), (4,), (6,), (8,), (2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (1, 2))
-"""Meshes of 1, 2, 3, 4, 6 and 8 ranks."""
+MESHES: tuple[tuple[int, ...], ...] = ((1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (1, 2))
+"""Meshes of 1 to 8 ranks."""
 
 PIPELINES: tuple[str, ...] = (
     "expand-collectives",

@@ -89,3 +89,13 @@ def test_compare_reports_plain_numbers(capsys, tmp_path):
     assert code == 2
     assert re.search(r"result0 differs at \[\d+, \d+\]: -?\d+\.\d+ vs -?\d+\.\d+ \(abs diff", err), err
     assert "np.float" not in err
+
+
+def test_outputs_are_written_to_the_name_given(capsys, small, tmp_path):
+    """``--outputs res.out`` writes ``res.out`` (numpy's ``savez`` would add ``.npz``)."""
+    import numpy as np
+
+    code, _, err = run(capsys, small, "--ranks", 2, "--backend", "interpret", "--outputs", tmp_path / "res.out")
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res.out", "small.mlir"]
+    assert np.load(tmp_path / "res.out")["result0"].shape == (8,)

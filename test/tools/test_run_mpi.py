@@ -114,12 +114,130 @@ def test_ranks_reading_different_inputs_are_diagnosed_unless_trusted(files):
     assert p.stdout.count("@sum on 2 rank(s), backend mpi") == 1
 
 
+LATE_START = """\
+import sys, time
+from mpi4py import MPI  # MPI_Init: every rank meets here
+time.sleep(3)
+from distir.tools.run import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_timeout_reports_where_each_rank_waits(files):
+    """Rank 1 starts its run 3 s after rank 0 (as on a loaded machine, where importing
+    the compiler takes seconds): rank 0's clock runs out first, it tells rank 1, and both
+    report; the waits are messages between the ranks, not a grace period that a slow
+    start outlasts."""
     mlp = str(ROOT / "examples" / "megatron_mlp.mlir")
-    p = mpiexec(*same(2, mlp, "--backend", "mpi", "--timeout", "0.5"), cwd=files)
+    args = [mlp, "--backend", "mpi", "--timeout", "0.5"]
+    late = [sys.executable, "-c", LATE_START, *args]
+    cmd = [MPIEXEC, "-n", "1", RUN, *args, ":", "-n", "1", *late]
+    p = subprocess.run(cmd, cwd=files, capture_output=True, text=True, timeout=HARD_TIMEOUT)
     assert p.returncode == 1, p.stderr
     for r in (0, 1):
-        assert f"distir-run: rank {r}: no result within 0.5 s (--timeout): waiting in " in p.stderr
+        assert p.stderr.count(f"distir-run: rank {r}: no result within 0.5 s (--timeout): waiting in ") == 1, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+REPLICATED = """\
+dist.mesh @world shape = [3]
+func.func @twice(%a: !dist.tensor<4xf32, @world, [replicated]>) -> !dist.tensor<4xf32, @world, [replicated]> {
+  %b = dist.map(%a) : (!dist.tensor<4xf32, @world, [replicated]>) -> !dist.tensor<4xf32, @world, [replicated]> {
+  ^bb0(%x: f32):
+    %y = arith.addf %x, %x : f32
+    dist.yield %y : f32
+  }
+  func.return %b : !dist.tensor<4xf32, @world, [replicated]>
+}
+"""
+
+
+def test_replicas_that_disagree_under_trust_inputs_end_the_job(files):
+    """Rank 1 reads other values of a replicated input, and --trust-inputs skips the
+    check: the replicated result differs between the ranks. Every rank learns rank 0's
+    verdict (it was rank 0's alone, and the others waited for it forever)."""
+    (files / "rep.mlir").write_text(REPLICATED)
+    np.savez(files / "ones.npz", a=np.ones(4, np.float32))
+    np.savez(files / "twos.npz", a=np.full(4, 2, np.float32))
+    args = ["rep.mlir", "--backend", "mpi", "--trust-inputs", "--inputs"]
+    p = mpiexec([*args, "ones.npz"], [*args, "twos.npz"], [*args, "ones.npz"], cwd=files)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0, p.stderr  # one message, from rank 0
+    assert p.stderr.startswith("distir-run: result0: replicas disagree: ranks 0 and 1 hold different values at [0]"), p.stderr
+    assert "--trust-inputs skips the check of the inputs' checksums" in p.stderr
+
+
+# distir-run's own mpiexec (``--backend mpi --ranks N`` from one process)
+
+
+def started(tmp: Path, module: str = "distir.runtime.mpi_worker", timeout: float = 120.0) -> list:
+    """The 2 rank processes (``python -m module``) of the job a tool started with
+    TMPDIR=tmp (their command lines name the job's folder in it), once both run."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ranks = [q for q in psutil.process_iter(["cmdline"])
+                 if (q.info["cmdline"] or [])[1:3] == ["-m", module] and str(tmp) in " ".join(q.info["cmdline"])]
+        if len(ranks) == 2:
+            return ranks
+        time.sleep(0.05)
+    raise AssertionError("the job's ranks did not start")
+
+
+def left_behind(tmp: Path) -> list:
+    import psutil
+
+    procs = [q.info["cmdline"] for q in psutil.process_iter(["cmdline"]) if str(tmp) in " ".join(q.info["cmdline"] or [])]
+    return procs + sorted(p.name for p in tmp.iterdir())
+
+
+@pytest.mark.parametrize("what", ["run", "tune"])
+def test_sigterm_stops_mpiexec_and_its_ranks(files, what):
+    """``timeout``, SLURM and Kubernetes send SIGTERM: distir-run / distir-tune pass it on
+    to their mpiexec, which ends its ranks, remove the job's folder and exit 143."""
+    import os
+    import signal
+
+    tmp = files / "tmp"
+    tmp.mkdir()
+    if what == "run":
+        cmd = [RUN, str(ROOT / "examples" / "transformer_decode.mlir"), "--backend", "mpi", "--ranks", "2"]
+    else:
+        cmd = [str(BIN / "distir-tune"), str(ROOT / "examples" / "adam.mlir"), "--backend", "mpi", "--ranks", "2"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started(tmp, "distir.runtime.mpi_worker" if what == "run" else "distir.tuning.timing")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    tool = "distir-run" if what == "run" else "distir-tune"
+    assert err.strip().endswith(f"{tool}: stopped by SIGTERM: mpiexec and its ranks were stopped, the job's files removed"), err
+    assert not left_behind(tmp)
+
+
+def test_a_rank_killed_is_a_fault_of_the_job(files):
+    """A rank of distir-run's own mpiexec killed (SIGKILL, the OOM killer): exit 1 and a
+    message that says so, not "internal error ... a bug in distir"."""
+    import os
+    import signal
+
+    tmp = files / "tmp"
+    tmp.mkdir()
+    cmd = [RUN, str(ROOT / "examples" / "transformer_decode.mlir"), "--backend", "mpi", "--ranks", "2"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started(tmp)[1].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert err.strip() == "distir-run: a rank of 'mpiexec -n 2' died (Killed (signal 9)); mpiexec ended the other ranks", err
+    assert not left_behind(tmp)
 
 
 # The verdict itself, without processes: what every rank concludes from what each sent.

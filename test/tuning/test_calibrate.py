@@ -212,3 +212,47 @@ def test_a_fit_that_cannot_be_right_keeps_the_previous_calibration(tmp_path, mon
     nan = json.loads(json.dumps(good))
     nan["memory_bandwidth_GBps"] = float("nan")
     assert calibrate.problems(nan) == ["the memory bandwidth is nan"]
+
+
+def test_an_incomplete_fit_is_a_warning_and_ignored(tmp_path, monkeypatch):
+    """A calibration file of this version whose fit lacks keys (hand-edited, written by
+    another distir) ended distir-tune with an internal KeyError."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = calibrate.cache_path()
+    path.parent.mkdir(parents=True)
+    broken = fit(synthetic(), 2, "local")
+    del broken["runtime"]
+    path.write_text(json.dumps({"version": calibrate.VERSION, "backends": {"local": {"2": broken, "4": fit(synthetic(4), 4, "local")}}}))
+    with pytest.warns(UserWarning, match=r"the local fit for 2 ranks is incomplete \(the key 'runtime' is missing or wrong\): it is ignored"):
+        assert get_topology("local", 4).ranks == 4
+    with pytest.raises(InputRejected, match="calibrated for 4 rank"):
+        get_topology("local", 2)
+
+
+def test_two_calibrations_at_once_keep_both_fits(tmp_path):
+    """Two ``--calibrate`` runs at once (2 and 4 ranks) each read the file when they
+    started and wrote it when they ended: one fit was lost. They now merge under a lock,
+    each into the file as it is then."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(2)
+    good = fit(synthetic(), 2, "local")
+    procs = [ctx.Process(target=_store_at_once, args=(str(tmp_path), ranks, good, start)) for ranks in (2, 4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    data = json.loads((tmp_path / "distir" / calibrate.FILE_NAME).read_text())
+    assert sorted(data["backends"]["local"], key=int) == ["2", "4"]
+    assert not list((tmp_path / "distir").glob("*.tmp"))
+
+
+def _store_at_once(cache: str, ranks: int, fit_: dict, start) -> None:
+    import os
+
+    os.environ["XDG_CACHE_HOME"] = cache
+    start.wait()
+    for _ in range(50):  # many writes each, interleaved
+        calibrate.store(calibrate.cache_path(), {"local": {str(ranks): fit_}})

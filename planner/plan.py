@@ -1,0 +1,409 @@
+"""The planner's driver: from a program and a cluster to its best plans.
+
+    from distir.planner.plan import plan
+    result = plan(module, ranks=256, topology="dgx2", nodes=16, memory=80 << 30)
+    result.best.module          # the winning program, partitioned and scheduled
+    result.best.predicted_s     # its step time on the topology (the cost model)
+
+1. **Meshes** (``meshes.py``): every factorization of the ranks into one or two logical
+   axes, each placed on the topology's hierarchy by every P² parallelism matrix.
+2. **Placements** (``ilp.py``): on each mesh, the integer program over the strategies
+   of every op (``strategies.py``: the partitioner's factor rules), priced by the cost
+   model (``costs.py``), within the memory per device. Meshes whose program has no
+   solution within the memory are out; when no mesh has one, ``NoPlanFits`` gives the
+   smallest memory per rank any mesh reaches.
+3. **Programs** (``materialize.py``): the ``top`` cheapest meshes' solutions become
+   programs, partitioned by the partitioner.
+4. **Reductions and schedules**: each leading program's AllReduces over several levels
+   of the hierarchy become P²'s fastest synthesized reduction programs
+   (``synthesize-reductions``); then the tuner (``tuning/tuner.py``) explores its
+   CoCoNet schedules and fused operators and keeps the fastest, when the program is
+   small enough for its exploration (``TUNE_MAX_COLLECTIVES``).
+5. **Prediction**: each leading program, lowered, is predicted by the cost model (the
+   same model ``distir-tune --model`` uses): the step time, the time of its compute and
+   of each kind of collective (``cost_model.breakdown``), and its memory per rank
+   (``memory.py``). A plan over the memory limit is not a plan. The plans are ranked by
+   their predicted step time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from distir.dialects import coll
+from distir.dialects.diagnostics import InputRejected
+from distir.planner import ilp
+from distir.planner.costs import Costs, ShapeCosts
+from distir.planner.graph import Graph, PlanError, read_graph
+from distir.planner.memory import Memory, format_bytes, memory_per_rank
+from distir.planner.meshes import Mesh, meshes
+from distir.planner.strategies import Layout, Strategy
+from distir.tuning.topology import Topology
+
+TUNE_MAX_COLLECTIVES = 16
+"""The tuner explores the schedules of programs with at most this many collectives (its
+breadth-first exploration grows with every place a transformation applies); larger
+programs keep the schedule the partitioner and P²'s reductions give them."""
+
+Progress = Callable[[str, int, int], None]
+
+
+class NoPlanFits(InputRejected):
+    """No placement fits the memory per device; ``smallest`` is the least memory per
+    rank any mesh reaches."""
+
+    def __init__(self, message: str, smallest: float):
+        super().__init__(message)
+        self.smallest = smallest
+
+
+@dataclass
+class Searched:
+    """One mesh's integer program: its optimum (None: nothing fits), its size."""
+
+    mesh: Mesh
+    solution: ilp.Solution | None
+    size: dict[str, int]
+    problem: ilp.Problem | None = field(default=None, repr=False)
+    seconds: float = 0.0
+    """CPU seconds building and solving it."""
+
+    @property
+    def estimate(self) -> float:
+        return self.solution.seconds if self.solution is not None else math.inf
+
+
+@dataclass
+class Term:
+    """One term of a plan's cost for ``--explain``: what (in the plan's mesh axes), how
+    many, seconds in all, and ``key``: the same term in words that do not depend on the
+    mesh (to compare plans on different meshes)."""
+
+    what: str
+    count: int
+    seconds: float
+    key: str = ""
+
+
+@dataclass
+class Plan:
+    mesh: Mesh
+    module: ModuleOp
+    strategies: list[Strategy]
+    """Per node of the graph."""
+    estimate_s: float
+    """The integer program's objective."""
+    predicted_s: float = math.nan
+    compute_s: float = 0.0
+    communication_s: float = 0.0
+    collectives: dict[str, float] = field(default_factory=dict)
+    memory: Memory | None = None
+    pipeline: str = ""
+    """The passes applied to the partitioned program (``distir-opt -p``)."""
+    schedule: str = ""
+    """The tuner's name for the schedule (empty: not tuned)."""
+    terms: list[Term] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def placements(self, g: Graph) -> dict[str, list[str]]:
+        """Each tensor argument's placements (by name, without ``%``)."""
+        out = {}
+        for node in g.nodes:
+            if node.is_arg:
+                v = g.values[node.results[0]]
+                out[v.name] = [str(p) for p in self.strategies[node.id].results[0].placements(len(self.mesh.sizes))]
+        return out
+
+
+@dataclass
+class PlanResult:
+    graph: Graph
+    ranks: int
+    topology: Topology
+    memory_limit: float
+    plans: list[Plan]
+    searched: list[Searched]
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    cut_short: str | None = None
+
+    @property
+    def best(self) -> Plan:
+        return self.plans[0]
+
+
+def plan(
+    module: ModuleOp,
+    ranks: int,
+    topology: Topology,
+    memory: float = 80 << 30,
+    topology_name: str | None = None,
+    func_name: str | None = None,
+    top: int = 3,
+    mixed: bool = False,
+    uneven: bool = False,
+    tune: bool = True,
+    time_budget: float | None = None,
+    progress: Progress | None = None,
+    interrupted: Callable[[], bool] | None = None,
+) -> PlanResult:
+    """The best plans of ``module``'s function on ``ranks`` ranks of ``topology`` within
+    ``memory`` bytes per device (module doc). ``topology_name`` (a built-in name or a
+    TOML path) is what the reduction synthesis pass reads; ``time_budget`` (seconds)
+    stops the search of meshes early with the best found."""
+    report = progress or (lambda phase, done, total: None)
+    stop = interrupted or (lambda: False)
+    seconds: dict[str, float] = {}
+    clock = time.monotonic
+    deadline = None if time_budget is None else clock() + time_budget
+    t0 = time.process_time()
+    g = read_graph(module, func_name)
+    seconds["read"] = time.process_time() - t0
+    shape = None
+    if not g.one_device and len(g.mesh_sizes) > 1:
+        shape = tuple(g.mesh_sizes)
+        if math.prod(shape) != ranks:  # type: ignore[arg-type]
+            raise PlanError(f"distir-plan: the program's mesh has {math.prod(shape)} ranks (shape {list(shape)}), --ranks is {ranks}")  # type: ignore[arg-type]
+    try:
+        candidates = meshes(topology, ranks, mixed=mixed, shape=shape)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise PlanError(f"distir-plan: {e}") from None
+    if not candidates:
+        raise PlanError(f"distir-plan: no mesh of {ranks} ranks fits {topology.describe()}")
+    t0 = time.process_time()
+    structures: dict[tuple[int, ...], tuple[ShapeCosts, ilp.Structure]] = {}
+    searched: list[Searched] = []
+    cut_short = None
+    for k, mesh in enumerate(candidates):
+        if k and (stop() or (deadline is not None and clock() >= deadline)):
+            cut_short = "interrupted" if stop() else "the time budget ran out"
+            break
+        report("search", k, len(candidates))
+        t1 = time.process_time()
+        if mesh.sizes not in structures:
+            sc = ShapeCosts(g, mesh.sizes, topology)
+            structures[mesh.sizes] = (sc, ilp.build(g, sc, uneven))
+        sc, st = structures[mesh.sizes]
+        p = ilp.problem(st, Costs(sc, mesh))
+        sol = ilp.solve(p, memory)
+        searched.append(Searched(mesh, sol, p.size(), p, time.process_time() - t1))
+    report("search", len(searched), len(candidates))
+    seconds["search"] = time.process_time() - t0
+    feasible = sorted((s for s in searched if s.solution is not None), key=lambda s: s.estimate)
+    if not feasible:
+        smallest = min(ilp.smallest_memory(s.problem) for s in searched if s.problem is not None)
+        raise NoPlanFits(
+            f"distir-plan: no plan fits {format_bytes(memory)} per device on {ranks} ranks: the smallest memory per rank "
+            f"found is {format_bytes(smallest)} (give --memory {math.ceil(smallest / (1 << 30))}GiB or more ranks)",
+            smallest,
+        )
+    t0 = time.process_time()
+    plans: list[Plan] = []
+    notes: list[str] = []
+    dropped: list[float] = []
+    leading = feasible[: max(1, top)]
+    for k, s in enumerate(leading):
+        report("evaluate", k, len(leading))
+        assert s.problem is not None and s.solution is not None
+        chosen = s.problem.chosen(s.solution.choice)
+        strategies = [s.problem.strategies[g.class_of[n.id]][chosen[g.class_of[n.id]]] for n in g.nodes]
+        from distir.planner.materialize import materialize
+
+        m = materialize(g, s.mesh, strategies)
+        pl = Plan(s.mesh, m, strategies, s.estimate)
+        pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
+        schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline))
+        predict(pl, ranks, topology)
+        if pl.memory is not None and pl.memory.total > memory:
+            notes.append(f"the plan on mesh {s.mesh.describe()} needs {format_bytes(pl.memory.total)} per rank once partitioned: over the limit, dropped")
+            dropped.append(pl.memory.total)
+            continue
+        plans.append(pl)
+    report("evaluate", len(leading), len(leading))
+    seconds["evaluate"] = time.process_time() - t0
+    if not plans:
+        smallest = min(dropped, default=math.inf)
+        raise NoPlanFits(
+            f"distir-plan: no plan fits {format_bytes(memory)} per device on {ranks} ranks once partitioned: the smallest needs "
+            f"{format_bytes(smallest)} per rank", smallest)
+    plans.sort(key=lambda p: p.predicted_s)
+    if cut_short is not None:
+        notes.insert(0, f"the search was cut short ({cut_short}) after {len(searched)} of {len(candidates)} meshes: the best plans found so far")
+    return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short)
+
+
+def sc_of(structures: dict, mesh: Mesh) -> ShapeCosts:
+    return structures[mesh.sizes][0]
+
+
+# ======================================================================================
+# Reductions, schedules and prediction
+# ======================================================================================
+
+
+def collectives_of(module: ModuleOp) -> int:
+    return sum(1 for op in module.walk() if isinstance(op, coll.CollectiveOp))
+
+
+def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool) -> None:
+    """P²'s reductions, then the tuner's schedule (module doc, step 4), on ``pl.module``."""
+    from xdsl.context import Context
+
+    from distir.dialects.diagnostics import InternalError
+    from distir.passes.pipeline import run_passes
+    from distir.synthesis.synthesize_reductions import SynthesizeReductionsPass
+
+    steps = []
+    if topology_name is not None and pl.mesh.placement.hierarchy[0] > 1 and any(isinstance(op, coll.AllReduceOp) for op in pl.module.walk()):
+        nodes = pl.mesh.placement.hierarchy[0]
+        p = SynthesizeReductionsPass(topology=topology_name, nodes=nodes)
+        before = str(pl.module)
+        synthesized = pl.module.clone()
+        try:
+            run_passes(synthesized, [p], Context())  # verified after: a broken result is a bug, raised
+        except InternalError:
+            raise
+        except Exception as e:  # the pass refuses a machine it cannot read: keep the plain reductions
+            pl.notes.append(f"reductions not synthesized: {e}")
+        else:
+            if str(synthesized) != before:
+                pl.module = synthesized
+                steps.append(f"synthesize-reductions{{topology={topology_name} nodes={nodes}}}")
+    if tune:
+        n = collectives_of(pl.module)
+        if n > TUNE_MAX_COLLECTIVES:
+            pl.notes.append(f"schedule as partitioned: {n} collectives are more than the tuner explores ({TUNE_MAX_COLLECTIVES})")
+        else:
+            from distir.tuning.tuner import Limits
+            from distir.tuning.tuner import tune as run_tuner
+
+            result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=64), jobs=1)
+            size = result.sizes[0]
+            name = result.best.get(size)
+            if name is not None:
+                best = result.by_name(name)
+                if best.pipeline:
+                    from distir.passes.pipeline import apply_pipeline
+
+                    pl.module = apply_pipeline(pl.module, best.pipeline)
+                    steps.append(best.pipeline)
+                pl.schedule = name
+    pl.pipeline = ",".join(steps)
+
+
+def predict(pl: Plan, ranks: int, topology: Topology) -> None:
+    """The plan's step time, its breakdown and its memory per rank (module doc, step 5)."""
+    from distir.lowering.pipeline import lower
+    from distir.tuning.cost_model import Scaling, breakdown, prepare
+    from distir.tuning.cost_model import predict as run_model
+
+    f = next(o for o in pl.module.ops if isinstance(o, func.FuncOp))
+    lowered = lower(pl.module, ranks)
+    prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
+    pl.predicted_s = float(run_model(prepared, [1])[0])
+    parts = breakdown(prepared, 1)
+    pl.compute_s = parts.pop("compute", 0.0)
+    pl.collectives = dict(sorted(parts.items(), key=lambda kv: -kv[1]))
+    pl.communication_s = sum(pl.collectives.values())
+    pl.memory = memory_per_rank(pl.module, ranks)
+
+
+_BIG_PRIME = 2_305_843_009_213_693_951
+"""A prime no dim of a program reaches: the cost model's reference size is then the
+program's own (``cost_model.Scaling``)."""
+
+
+# ======================================================================================
+# What the winner's cost is made of (--explain)
+# ======================================================================================
+
+
+def explain_terms(g: Graph, s: Searched, sc: ShapeCosts, topology: Topology) -> list[Term]:
+    """The terms of the integer program's objective at its optimum, by op kind and by
+    resharding collective (module ``ilp``): what ``--explain`` lists."""
+    assert s.problem is not None and s.solution is not None
+    p = s.problem
+    chosen = p.chosen(s.solution.choice)
+    costs = Costs(sc, s.mesh)
+    naxes = len(s.mesh.sizes)
+    terms: dict[str, list] = {}
+
+    def add(what: str, key: str, secs: float) -> None:
+        t = terms.setdefault(what, [0, 0.0, key])
+        t[0] += 1
+        t[1] += secs
+
+    def axes_of(c) -> str:
+        return "x".join(s.mesh.names[a] for a in c.axes)
+
+    layouts: dict[int, Layout] = {}
+    for node in g.nodes:
+        st = p.strategies[g.class_of[node.id]][chosen[g.class_of[node.id]]]
+        for k, r in enumerate(node.results):
+            layouts[r] = st.results[k]
+        if not node.is_arg and node.op is not None:
+            add(f"{node.op.name} {_how(node, st, s.mesh)}", f"{node.op.name} (compute)", sc.op(node, st))
+        for k, x in enumerate(node.operands):
+            if x is None:
+                continue
+            for c in sc.charges(g.values[x].shape, g.values[x].element_type, layouts[x], st.operands[k]) or ():
+                add(f"{c.kind} over {axes_of(c)} {_role(node)}", f"{c.kind} {_role(node)}", costs.collective(c.kind, c.axes, c.nbytes))
+    for r in g.results:
+        v = g.values[r.value]
+        src = layouts[r.value]
+        if r.inplace is not None and r.inplace in g.arg_node:
+            dst = layouts[g.values[g.nodes[g.arg_node[r.inplace]].results[0]].id]
+        else:
+            dst = src.whole()
+        for c in sc.charges(v.shape, v.element_type, src, dst) or ():
+            add(f"{c.kind} over {axes_of(c)} into the results", f"{c.kind} into the results", costs.collective(c.kind, c.axes, c.nbytes))
+    del topology
+    out = [Term(w, n, t, key) for w, (n, t, key) in terms.items()]
+    out.sort(key=lambda t: -t.seconds)
+    return out
+
+
+def _how(node, st: Strategy, mesh: Mesh) -> str:
+    """How an op's work is split: ``M on p0, K on p1`` style."""
+    if not node.factors:
+        return "(replicated)"
+    names = []
+    for a, f in enumerate(st.assign):
+        if f >= 0:
+            kind = "contracted dim" if node.factors[f][1] is not None else "split"
+            names.append(f"{kind} on {mesh.names[a]}")
+    return "(" + (", ".join(names) or "replicated") + ")"
+
+
+def _role(node) -> str:
+    return f"for {node.op.name}" if node.op is not None else "for an argument"
+
+
+def sliced_tensors(g: Graph, pl: Plan, count: int = 6) -> list[tuple[str, str, str]]:
+    """The largest arguments and what slices them: (name, shape, how)."""
+    out = []
+    for node in g.nodes:
+        if node.is_arg:
+            v = g.values[node.results[0]]
+            out.append((v.nbytes, v.name, "x".join(map(str, v.shape)), pl.strategies[node.id].results[0].describe(pl.mesh.names)))
+    out.sort(key=lambda t: -t[0])
+    return [(n, s, how) for _, n, s, how in out[:count]]
+
+
+def check_options(ranks: int, memory: float, top: int) -> None:
+    if ranks < 1:
+        raise InputRejected(f"distir-plan: --ranks must be at least 1, got {ranks}")
+    if not memory > 0:
+        raise InputRejected(f"distir-plan: --memory must be positive, got {memory}")
+    if top < 1:
+        raise InputRejected(f"distir-plan: --top must be at least 1, got {top}")
+
+
+def layouts_described(g: Graph, pl: Plan, names: Sequence[str]) -> dict[str, str]:
+    return {g.values[n.results[0]].name: pl.strategies[n.id].results[0].describe(names) for n in g.nodes if n.is_arg}

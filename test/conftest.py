@@ -1,0 +1,35 @@
+"""The suite's parallelism: pyproject's ``addopts`` asks pytest-xdist for
+``--numprocesses=auto`` (``-n auto``) with ``--dist=loadfile`` (each test file runs
+whole on one worker, so a file's module-scoped fixtures, such as its batched mpiexec
+and XLA jobs, run once).
+
+``auto`` is one worker per usable core for a run of the suite or of folders (the
+README's ``python -m pytest -q test``), and no workers (plain pytest in this process)
+when the run names test files or single tests: a quick run of one file starts no worker
+processes, and ``-n N`` on the command line still chooses N. Without pytest-xdist the
+long options are accepted and ignored (``pytest_addoption``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser, pluginmanager) -> None:
+    """Without pytest-xdist (an environment installed before it joined the ``test``
+    extra), ``--numprocesses`` and ``--dist`` of pyproject's ``addopts`` are accepted and the suite
+    runs in this process, as it did before."""
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist-absent", "without pytest-xdist: -n and --dist are accepted and ignored")
+    group.addoption("--numprocesses", dest="numprocesses", default=None, help="ignored: pytest-xdist is not installed")
+    group.addoption("--dist", dest="dist", default="no", help="ignored: pytest-xdist is not installed")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int:
+    named = [a for a in config.args if a.endswith((".py", ".mlir")) or "::" in a]
+    if named or config.getoption("keyword") or config.getoption("markexpr"):
+        return 0
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

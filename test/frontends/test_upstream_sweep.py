@@ -1,0 +1,43 @@
+"""bench/upstream_sweep.py: a file split at ``// -----`` gives one outcome per program,
+counted as imported or rejected (by reason), and the exit status says whether any
+program was bad."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import upstream_sweep  # noqa: E402
+
+PROGRAMS = """sdy.mesh @m = <["x"=2]>
+func.func @ok(%a: tensor<4xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}]>}) -> tensor<4xf32> {
+  %0 = stablehlo.negate %a : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+// -----
+sdy.mesh @m = <["x"=2]>
+func.func @pad(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.custom_call @foo(%a) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+// -----
+sdy.mesh @m = <["x"=2]>
+func.func @odd(%a: tensor<3xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}]>}) -> tensor<3xf32> {
+  return %a : tensor<3xf32>
+}
+"""
+
+
+def test_counts_each_program_of_a_split_file(tmp_path, capsys):
+    (tmp_path / "a.mlir").write_text(PROGRAMS)
+    assert upstream_sweep.main([str(tmp_path), "--json", str(tmp_path / "out.json"), "--show", "all"]) == 0
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["programs"] == 3
+    assert report["outcomes"] == {"imported": 1, "rejected": 2}
+    assert "unsupported op 'stablehlo.custom_call'" in report["reasons"]
+    lines = {item["line"]: item["outcome"] for item in report["listed"]}
+    assert lines == {1: "imported", 7: "rejected", 13: "rejected"}  # each program keeps its line in the file
+    assert "3 programs in 1 files" in capsys.readouterr().out

@@ -1,0 +1,195 @@
+"""distir-plan's search (planner/): the meshes it tries, the strategies of an op, the
+integer program's size on a model (counted, never timed), the memory limit, and that
+every plan it writes computes what the one-device program does (interpret and local at
+4 and 8 ranks; mpi in test_plan_mpi.py).
+
+Plans are made on ``slow.toml``, a machine whose devices compute slowly next to fast
+links: at a test's few elements the planner then shards (on a real GPU cluster such
+small programs are best left replicated, and a replicated plan would test nothing)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distir.dialects.context import parse_module
+from distir.dialects.placements import Local, Sliced
+from distir.planner import ilp
+from distir.planner.check import run_check
+from distir.planner.costs import Costs, ShapeCosts
+from distir.planner.graph import PlanError, read_graph
+from distir.planner.meshes import hierarchy, meshes
+from distir.planner.plan import NoPlanFits, plan
+from distir.planner.strategies import op_strategies
+from distir.tuning.topology import get_topology, load_topology
+
+HERE = Path(__file__).parent
+SLOW = load_topology(HERE / "slow.toml")
+
+
+def program(name: str):
+    return parse_module((HERE / name).read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def gpt_text(layers: int, batch: int = 8, seq: int = 8, hidden: int = 16, heads: int = 2, vocab: int = 32) -> str:
+    from distir.examples.gpt_training_step import GPTShape, generate
+
+    return generate(GPTShape(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq=seq, batch=batch))
+
+
+@functools.lru_cache(maxsize=None)
+def planned(name: str, ranks: int):
+    """(one-device program, the best plan) of a test program on ``ranks`` ranks."""
+    text = gpt_text(2) if name == "gpt" else (HERE / name).read_text()
+    module = parse_module(text)
+    result = plan(module, ranks, SLOW, topology_name=str(HERE / "slow.toml"), top=2)
+    return parse_module(text), result
+
+
+# ---------------------------------------------------------------------------- meshes
+
+
+def test_the_hierarchy_is_cut_to_the_ranks_innermost_first():
+    a100 = get_topology("p2-a100", 4)
+    assert hierarchy(a100, 64) == ((4, 16), ("node", "gpu"))
+    assert hierarchy(a100, 16)[0] == (1, 16)
+    assert hierarchy(a100, 8)[0] == (1, 8)
+    with pytest.raises(ValueError, match="whole units"):
+        hierarchy(a100, 24)
+
+
+def test_meshes_of_256_ranks_are_p2_placements_one_axis_first():
+    dgx2 = get_topology("dgx2", 16)
+    every = meshes(dgx2, 256, mixed=True)
+    kept = meshes(dgx2, 256)
+    assert every[0].sizes == (256,) and kept[0].sizes == (256,)
+    # 2x128 ... 128x2 on [16, 16], placements grouping the ranks alike counted once
+    assert len(every) == 23
+    # by default one axis of two stays within a level (the GPUs of a node, or nodes)
+    assert len(kept) == 14 and all(len(m.sizes) == 1 or m.pure(0) or m.pure(1) for m in kept)
+    tp_dp = [m for m in kept if m.sizes == (16, 16) and m.levels(0) == "gpu 16"]
+    assert tp_dp and tp_dp[0].levels(1) == "node 16"
+    # every rank of one group of an axis lies in one node when the axis is the GPUs
+    for group in tp_dp[0].groups((0,)):
+        assert len({r // 16 for r in group}) == 1
+
+
+# ---------------------------------------------------------------------------- strategies
+
+
+def test_a_matmul_may_slice_each_factor_or_contract_on_each_axis():
+    g = read_graph(program("mlp.mlir"))
+    mm = next(n for n in g.nodes if n.op is not None and n.op.name == "dist.matmul")
+    strategies = op_strategies(g, mm, (2, 2))
+    assert strategies[0].assign == (-1, -1)  # replicated first
+    # factors: batch, M, N, K -> every assignment of 2 axes to one of 4 factors or none
+    assert len(strategies) == 25
+    contracted = [s for s in strategies if s.assign == (3, -1)]
+    assert contracted and contracted[0].results[0].partial == ((0, "sum"),)
+    placements = contracted[0].results[0].placements(2)
+    assert isinstance(placements[0], Local)
+    assert isinstance(contracted[0].operands[0].placements(2)[0], Sliced)
+
+
+def test_only_divisible_dims_are_sliced():
+    g = read_graph(program("mlp.mlir"))
+    mm = next(n for n in g.nodes if n.op is not None and n.op.name == "dist.matmul")
+    # 8x16x32 @ 32x128: no factor of the first matmul divides by 3 ... but 16 and 128
+    # and 32 all divide by 4, and batch 8 by 4: every factor on a mesh of 4
+    assert len(op_strategies(g, mm, (4,))) == 5
+    assert len(op_strategies(g, mm, (3,))) == 1
+
+
+# ---------------------------------------------------------------------------- the ILP at model scale
+
+
+def test_repeated_layers_are_one_class_and_the_program_does_not_grow_with_them():
+    """AutoParallel's clustering: the integer program of a GPT step has the same size at
+    8 and 12 layers (the layers away from the ends are classes), counted, not timed."""
+    sizes = []
+    for layers in (8, 12):
+        g = read_graph(parse_module(gpt_text(layers)))
+        sc = ShapeCosts(g, (2, 2), SLOW)
+        st = ilp.build(g, sc)
+        mesh = next(m for m in meshes(SLOW, 4) if m.sizes == (2, 2))
+        p = ilp.problem(st, Costs(sc, mesh))
+        sizes.append((len(g.classes), p.size()["roots"], p.size()["binaries"], p.size()["edge variables"]))
+    assert sizes[0] == sizes[1], sizes
+    assert sizes[0][0] < 520 and sizes[0][3] < 40_000
+
+
+def test_the_relaxation_solves_the_integer_program():
+    _, result = planned("gpt", 4)
+    assert all(s.solution.extra["solved by"] in ("relaxation", "branch and bound") for s in result.searched)
+    assert any(s.solution.extra["solved by"] == "relaxation" for s in result.searched)
+
+
+# ---------------------------------------------------------------------------- plans
+
+
+def test_a_training_step_is_planned_with_data_parallel_reductions():
+    original, result = planned("mlp_sgd.mlir", 4)
+    best = result.best
+    names = {op.name for op in best.module.walk()}
+    assert names & {"coll.all_reduce", "coll.reduce_scatter", "coll.fused_reduce_scatter", "coll.fused_all_reduce"}
+    assert best.predicted_s > 0 and best.compute_s > 0 and best.memory.total > 0
+    # the tuner's schedule replaced the plain collectives (CoCoNet's fused schedules)
+    assert best.schedule
+    # the function keeps its name and its arguments' names
+    f = next(op for op in best.module.ops if op.name == "func.func")
+    assert f.sym_name.data == "step" and [a.name_hint for a in f.body.block.args] == ["x", "t", "w1", "w2", "lr"]
+
+
+@pytest.mark.parametrize("ranks", [4, 8])
+@pytest.mark.parametrize("name", ["mlp.mlir", "mlp_sgd.mlir"])
+def test_the_plan_computes_the_one_device_program_on_interpret_and_local(name, ranks):
+    original, result = planned(name, ranks)
+    assert any(isinstance(p, Sliced) for op in result.best.module.walk() for r in op.results
+               if hasattr(r.type, "get_placements") for p in r.type.get_placements())
+    for r in run_check(original, result.best.module, ranks, ("interpret", "local")):
+        assert r.ok, f"{r.backend}: {r.message}"
+
+
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_the_plan_of_a_gpt_step_computes_the_one_device_step(ranks):
+    original, result = planned("gpt", ranks)
+    for r in run_check(original, result.best.module, ranks, ("interpret",)):
+        assert r.ok, r.message
+
+
+def test_no_plan_fits_too_little_memory_and_the_smallest_is_reported():
+    module = program("mlp_sgd.mlir")
+    with pytest.raises(NoPlanFits, match="smallest memory per rank found is") as e:
+        plan(module, 4, SLOW, memory=1024)
+    smallest = e.value.smallest
+    assert 1024 < smallest < 64 << 10
+    # with that much memory, a plan fits and says so
+    fits = plan(module, 4, SLOW, memory=smallest * 1.5, tune=False)
+    assert all(p.memory.total <= smallest * 1.5 for p in fits.plans)
+
+
+def test_memory_per_rank_splits_parameters_gradients_and_state():
+    _, result = planned("gpt", 4)
+    by = result.best.memory.by_category
+    assert by["parameters"] > 0 and by["optimizer state"] > 0 and by["gradients"] > 0 and by["activations"] > 0
+    assert result.best.memory.total == sum(by.values())
+
+
+def test_a_program_the_planner_cannot_take_is_a_located_diagnostic():
+    text = (HERE / "mlp.mlir").read_text().replace("shape = [1]", "shape = [4]")
+    with pytest.raises(PlanError, match=r"mlp.mlir|<unknown>|line|placed"):
+        read_graph(parse_module(text))
+
+
+def test_inputs_of_the_same_npz_run_both_programs(tmp_path):
+    """The plan takes the one-device program's logical inputs (same names)."""
+    original, result = planned("mlp.mlir", 4)
+    from distir.runtime import npz
+
+    f = npz.select_function(result.best.module, None, "func")
+    assert npz.argument_names(f) == ["x", "w1", "b1", "w2", "b2"]
+    assert np.isfinite(result.best.predicted_s)
