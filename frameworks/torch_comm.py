@@ -29,13 +29,17 @@ import torch.distributed as dist
 
 from distir.runtime.comm import P2P, CommError
 from distir.runtime.shm import ShmDevice, ShmHeap, ShmPeers
+from distir.runtime.values import BFLOAT16
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
 def _t(a: np.ndarray, count: int | None = None) -> torch.Tensor:
     flat = a.reshape(-1)
-    return torch.from_numpy(flat if count is None else flat[:count])
+    flat = flat if count is None else flat[:count]
+    if flat.dtype == BFLOAT16:  # ml_dtypes' bf16, which torch does not take: through its bits
+        return torch.from_numpy(flat.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(flat)
 
 
 class TorchComm(ShmPeers):
