@@ -708,7 +708,7 @@ class _DistirOptimizer(torch.optim.Optimizer):
                 if other:
                     return (f"parameter {i} of group {gi} has state {other} in the state dict: it is another optimizer's state "
                             f"({type(self).__name__} keeps {sorted(names)})")
-                for name in names - {"step"}:
+                for name in sorted(names - {"step"}):  # one message, the same in every process
                     t = st.get(name)
                     if t is not None and (not isinstance(t, torch.Tensor) or t.numel() != p.numel()):
                         size = t.numel() if isinstance(t, torch.Tensor) else type(t).__name__
