@@ -795,6 +795,19 @@ def unlink_mpich_segments(node) -> None:
             pass
 
 
+def forget_mpich_segments(world=None) -> None:
+    """``unlink_mpich_segments`` for the ranks of ``world`` (default ``COMM_WORLD``),
+    node by node; collective. Called as early as a job's ranks can: the start of a
+    ``distir-run`` under mpiexec, of the jobs distir starts itself, of a training
+    script's guard."""
+    MPI = _mpi()
+    node = (world if world is not None else MPI.COMM_WORLD).Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        unlink_mpich_segments(node)
+    finally:
+        node.Free()
+
+
 def mpiexec_path() -> str:
     """The ``mpiexec`` of the ``mpich`` wheel next to this Python, or one on PATH."""
     here = Path(sys.executable).parent / "mpiexec"
@@ -1415,6 +1428,7 @@ def worker_main(job_dir: str) -> int:
     job = Path(job_dir)
     MPI = _mpi()
     rank = MPI.COMM_WORLD.Get_rank()
+    forget_mpich_segments()
     prepared: PreparedRun | None = None
     failure = None
     try:
