@@ -12,6 +12,12 @@ by side in one run and printed as ratios (the issue's targets in brackets):
     windows) / local's, timed right after it                                  [<= 1.3x]
 
     python bench/adam_step.py [--log2n 24] [--reps 10] [--no-torch] [--no-mpi]
+    python bench/adam_step.py --uneven [--log2n 24] [--reps 10]
+
+``--uneven``: only the fused step fuse(RS-Adam-AG) on local, at 2^N and at 2^N + 1
+elements (which 2 ranks do not divide: blocks of 2^(N-1) + 1 and 2^(N-1), laid out
+padded), interleaved; printed per element, 2^N + 1 over 2^N (issue 28's target:
+within 1.05x).
 
 PyTorch (pip install torch==2.13.0, the CPU wheel) and the mpich wheel's mpiexec are
 needed for (c) and (b); a missing one is reported at the start and its ratio left out,
@@ -57,15 +63,35 @@ def run_json(cmd: list[str], timeout: float = 1800) -> dict | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def uneven_main(n: int, ranks: int, args) -> int:
+    """fuse(RS-Adam-AG) at n and n + 1 elements on local, interleaved, per element."""
+    fused = ADAM_SCHEDULES["fuse(RS-Adam-AG)"]
+    note(f"fuse(RS-Adam-AG) at {n} and {n + 1} f32 elements per rank, {ranks} ranks, local")
+    steps = {"2^N": LocalStep(schedule(adam_text(n), fused), ranks), "2^N + 1": LocalStep(schedule(adam_text(n + 1), fused), ranks)}
+    try:
+        t = interleaved(steps, args.reps)
+    finally:
+        for s in steps.values():
+            s.close()
+    ratio = (t["2^N + 1"] / (n + 1)) / (t["2^N"] / n)
+    print(f"\nfuse(RS-Adam-AG), local, {ranks} ranks (median of {args.reps}, interleaved):\n")
+    print(table([[f"2^{args.log2n}", f"{t['2^N'] * 1e3:.2f}"], [f"2^{args.log2n} + 1", f"{t['2^N + 1'] * 1e3:.2f}"]], ["elements", "ms"]))
+    print(f"\nper element, 2^{args.log2n} + 1 / 2^{args.log2n}: {ratio:.3f}x (target <= 1.05x: {'met' if ratio <= 1.05 else 'NOT met'})")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log2n", type=int, default=24)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-mpi", action="store_true")
+    ap.add_argument("--uneven", action="store_true", help="only the fused step at 2^N and 2^N + 1 elements, per element")
     args = ap.parse_args()
     n = 1 << args.log2n
     ranks = 2
+    if args.uneven:
+        return uneven_main(n, ranks, args)
     times: dict[str, float] = {}
     if not args.no_torch and not have_module("torch"):
         note("PyTorch is not installed: ratio (c) is not measured (pip install torch==2.13.0 for the CPU wheel)")

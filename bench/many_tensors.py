@@ -9,6 +9,12 @@ programs are lowered by the default lowering, which combines the K collectives
 slower than unfused. Each backend's steps are timed interleaved in one run.
 
     python bench/many_tensors.py [--tensors 100,1000] [--size 4096] [--reps 20] [--no-mpi]
+    python bench/many_tensors.py --odd 4097 [--tensors 1000] [--no-mpi]
+
+``--odd S``: the same steps over K tensors of S elements (an odd size, which the ranks
+do not divide: blocks of ceil(S*K/n) of the combined buffer, laid out padded) timed
+interleaved with the steps over tensors of ``--size``; printed per element, odd over
+even (issue 28's target: within 1.1x).
 """
 
 from __future__ import annotations
@@ -110,6 +116,31 @@ def report(backend: str, times: dict[str, float], tensors: list[int]) -> list[li
     return rows
 
 
+def odd_main(args, tensors: list[int]) -> int:
+    """Steps over K tensors of ``--odd`` elements against K tensors of ``--size``, per
+    element, on local (and mpi), interleaved."""
+    sizes = {"even": args.size, "odd": args.odd}
+    names = {f"{opt} {'fused' if f else 'unfused'} K={k} {tag}": ((opt, k, f), size) for opt in ("sgd", "adam") for f in (False, True) for k in tensors for tag, size in sizes.items()}
+    note(f"local backend, {args.ranks} ranks: {len(names)} programs, tensors of {args.size} and {args.odd} elements")
+    steps = {name: LocalStep(text_of(case, size), args.ranks) for name, (case, size) in names.items()}
+    try:
+        times = {"local": interleaved(steps, args.reps)}  # type: ignore[arg-type]
+    finally:
+        for s in steps.values():
+            s.close()
+    rows = []
+    for backend, t in times.items():
+        for name in names:
+            if name.endswith(" even"):
+                base = name[: -len(" even")]
+                ratio = (t[f"{base} odd"] / args.odd) / (t[name] / args.size)
+                rows.append([backend, base, f"{t[name] * 1e3:.2f}", f"{t[f'{base} odd'] * 1e3:.2f}", f"{ratio:.3f}x", "met" if ratio <= 1.1 else "NOT met"])
+    print(f"Step time over K tensors of {args.size} (even) and {args.odd} (odd) f32, {args.ranks} ranks (median of {args.reps}, interleaved)")
+    print("target: per element, odd / even <= 1.1x")
+    print(table(rows, ["backend", "step", f"{args.size} ms", f"{args.odd} ms", "per element odd/even", "target"]))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tensors", default="100,1000")
@@ -117,12 +148,15 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--no-mpi", action="store_true")
+    ap.add_argument("--odd", type=int, help="also time tensors of this (odd) size; print per element odd/even")
     ap.add_argument("--mpi-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.mpi_child:
         mpi_main(args.mpi_child)
         return 0
     tensors = [int(x) for x in args.tensors.split(",")]
+    if args.odd:
+        return odd_main(args, tensors)
     note(f"local backend, {args.ranks} ranks: building {4 * 2 * len(tensors)} programs")
     steps = {name: LocalStep(text_of(case, args.size), args.ranks) for name, case in cases(tensors, args.size).items()}
     try:

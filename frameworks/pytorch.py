@@ -434,11 +434,16 @@ class _DistirOptimizer(torch.optim.Optimizer):
             super().add_param_group(param_group)
             return
         problem, torch_error = None, None
+        groups = len(self.param_groups)
         try:
             super().add_param_group(param_group)
         except (TypeError, ValueError) as e:  # torch's checks: reported on every rank
             problem, torch_error = str(e), type(e)
-        self._check_same_groups(problem, torch_error)
+        try:
+            self._check_same_groups(problem, torch_error)
+        except InputRejected:
+            del self.param_groups[groups:]  # as torch leaves the groups when it rejects one
+            raise
         with self._collective("add_param_group()"):
             full = self._full_state()
             self._build()

@@ -589,10 +589,8 @@ class MeshMap:
             for ref in ds.axes:
                 for i in self.expand(ref, error):
                     claim(i, ref)
-            n = math.prod(self.axes[i][1] for i in axes)
-            if axes and shape[d] % n:
-                names = ", ".join(ref.text() for ref in ds.axes)
-                raise error(f"dim {d} of size {shape[d]} is not divisible by the {n} shards of {{{names}}}")
+            # A dim the shards do not divide is cut in blocks of ceil(s/n) (Shardy pads it
+            # to a multiple of n); over several axes distir nests the blocks (DESIGN §2).
             for k, i in enumerate(axes):
                 out[i] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
         for ref in s.replicated:

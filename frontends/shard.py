@@ -15,8 +15,10 @@ A shard program is one of two kinds, told apart by its ops:
 
 A sharding ``split_axes = [[0], [1, 2]]`` slices dim 0 by grid axis 0 and dim 1 by axes 1
 (outer) and 2 (inner): ``[sliced<0>, sliced<1, 0>, sliced<1, 1>]``; ``partial = sum[a]``
-(the ``mesh`` spelling) makes axis a ``local``; other axes are replicated. Halo sizes and
-explicit shard offsets are rejected (distir slices evenly).
+(the ``mesh`` spelling) makes axis a ``local``; other axes are replicated. A dim the
+shards do not divide is cut in blocks of ceil(s/n), nested over its axes (DESIGN §2);
+``sharded_dims_offsets`` (``sharded_dims_sizes`` in the ``mesh`` spelling) are accepted
+when they are those blocks, and written so by the exporter. Halo sizes are rejected.
 
 =========================================  =========================================
 shard op (``mesh`` spelling)               dist IR
@@ -93,6 +95,12 @@ class ShardSharding:
     partial: tuple[int, ...]
     start: int
     end: int
+    offsets: tuple[int, ...] = ()
+    """``sharded_dims_offsets`` (flattened: per split dim, each shard's start and the
+    end), or ``()``."""
+    sizes: tuple[int, ...] = ()
+    """``sharded_dims_sizes`` (the ``mesh`` spelling: per split dim, each shard's size),
+    or ``()``."""
 
 
 def _parse_sharding_attr(r: Reader) -> ShardSharding:
@@ -161,14 +169,24 @@ def _sharding_op(r: Reader, node: OpNode) -> None:
     r.expect("=")
     split = _split_axes(r)
     t = r.peek()
-    if t.kind == "ident" and t.text in ("halo_sizes", "sharded_dims_offsets"):
-        raise r.error(f"'{t.text}' is not supported (distir slices dims evenly)")
+    offsets: tuple[int, ...] = ()
+    shard_sizes: tuple[int, ...] = ()
+    if t.kind == "ident" and t.text == "halo_sizes":
+        raise r.error("'halo_sizes' is not supported (distir's blocks do not overlap)")
+    if t.kind == "ident" and t.text in ("sharded_dims_offsets", "sharded_dims_sizes"):
+        r.next()
+        r.expect("=")
+        values = tuple(r.int_list(f"the {t.text}"))
+        if t.text == "sharded_dims_sizes":  # the mesh spelling: each shard's size
+            shard_sizes = values
+        else:
+            offsets = values
     end = r.pos
     if r.at("{"):
         r.attr_dict()
     r.expect(":")
     node.out_types = [r.type()]
-    node.attrs["sharding"] = ShardSharding(grid, split, (), start, end)
+    node.attrs["sharding"] = ShardSharding(grid, split, (), start, end, offsets, shard_sizes)
     r.check_counts(node)
 
 
@@ -411,6 +429,8 @@ class ShardImport:
             raise error(f"split_axes has {len(s.split)} entries for a tensor of rank {len(shape)}")
         out: list[Placement] = [REPLICATED] * len(g.shape)
         used: set[int] = set()
+        given = list(s.offsets)
+        shard_sizes = list(s.sizes)
         for d, axes in enumerate(s.split):
             for k, a in enumerate(axes):
                 if not 0 <= a < len(g.shape):
@@ -419,9 +439,24 @@ class ShardImport:
                     raise error(f"grid axis {a} is used twice in the sharding")
                 used.add(a)
                 out[a] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
-            n = math.prod(g.shape[a] for a in axes)
-            if axes and shape[d] % n:
-                raise error(f"dim {d} of size {shape[d]} is not divisible by the {n} shards of grid axes {list(axes)}")
+            if not axes or not (s.offsets or s.sizes):
+                continue  # a dim the shards do not divide: blocks of ceil(s/n) (DESIGN §2)
+            counts = [g.shape[a] for a in axes]
+            n = math.prod(counts)
+            want = [layout.dim_block(shape[d], counts, layout.at_digits(i, counts))[0] for i in range(n)] + [shape[d]]
+            if s.offsets:
+                got, given = given[: n + 1], given[n + 1 :]
+                what = "sharded_dims_offsets"
+            else:
+                got, shard_sizes = shard_sizes[:n], shard_sizes[n:]
+                want, what = [b - a for a, b in zip(want, want[1:])], "sharded_dims_sizes"
+            if got != want:
+                raise error(
+                    f"{what} of dim {d} must be {want} (distir's blocks of ceil({shape[d]}/{n}), "
+                    f"the last ones shorter or empty), got {got}"
+                )
+        if given or shard_sizes:
+            raise error(f"sharded_dims_{'offsets' if given else 'sizes'} has {len(given or shard_sizes)} value(s) more than the split dims take")
         for a in s.partial:
             if not 0 <= a < len(g.shape):
                 raise error(f"grid axis {a} is out of range: grid @{g.name} has {len(g.shape)} axes")

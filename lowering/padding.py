@@ -140,3 +140,42 @@ def _collective_needs(op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, 
         need(x, xt, d, counts)
     for d in recv:
         need(y, yt, d, counts)
+
+
+def padding_moved(module, ranks: int) -> list[tuple[str, str, int]]:
+    """The collectives of ``module`` (plain, and the collectives of fused ones) that move
+    padding on ``ranks`` ranks: (schedule token of the collective, ``%`` name of its
+    operand, padding bytes per rank: ``CollectiveOp.padding`` times the element size),
+    in program order. Empty when the ranks divide every dim a collective cuts."""
+    from distir.dialects.dist import element_bytes, resolve_grids
+
+    grids = resolve_grids(module, ranks)
+    out: list[tuple[str, str, int]] = []
+
+    def add(cls, x: SSAValue, y: SSAValue, options: dict) -> None:
+        xt, yt = x.type, y.type
+        if not isinstance(xt, TensorType) or not isinstance(yt, TensorType) or xt.mesh_name not in grids:
+            return
+        pad = cls.padding(xt, yt, options, grids[xt.mesh_name].sizes)
+        if pad:
+            out.append((cls.TOKEN, f"%{x.name_hint}" if x.name_hint else "a value", pad * element_bytes(xt.element_type)))
+
+    for op in module.walk():
+        if isinstance(op, coll.CollectiveOp):
+            add(type(op), op.input, op.result, op.options())
+        elif isinstance(op, coll.FusedCollectiveOp):
+            axes = list(op.option("axes") or (0,))
+            if op.FIRST is not None:
+                for x, a in zip(op.inputs, op.body.block.args):
+                    add(op.FIRST, x, a, {**op.first_options(), "axes": axes})
+            term = op.body.block.last_op
+            if op.FINISH is not None and term is not None:
+                for y, r, g in zip(term.operands, op.outputs, op.gather_flags()):
+                    if g:
+                        add(op.FINISH, y, r, {"axes": axes})
+    return out
+
+
+def format_padding(moved: list[tuple[str, str, int]]) -> str:
+    """``RS %g 8 B, AG %p_s 8 B`` (``-`` when nothing moves padding)."""
+    return ", ".join(f"{token} {name} {n} B" for token, name, n in moved) or "-"

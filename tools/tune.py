@@ -269,6 +269,20 @@ def abridged(pipeline: str) -> str:
     return _TARGETS.sub(count, pipeline)
 
 
+def _padding(result, s, size: int) -> str:
+    """The collectives of schedule ``s`` that move padding at ``size`` (a dim the ranks
+    do not divide: NCCL's equal counts), with their bytes per rank (``-``: none)."""
+    from distir.lowering.padding import format_padding, padding_moved
+    from distir.tuning.sizes import at_size
+
+    if s.module is None:
+        return "-"
+    try:
+        return format_padding(padding_moved(at_size(s.module, result.dim, size), result.ranks))
+    except Exception:  # noqa: BLE001 - a schedule that does not fit this size moves nothing
+        return "-"
+
+
 SUMMARY_SIZES = 3
 """With more sizes than this (and no ``--top``), one summary table replaces the tables
 per size."""
@@ -332,6 +346,11 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
         table.add_column("schedule", no_wrap=width is None, min_width=name_max, max_width=name_max)
         table.add_column("time", justify="right", no_wrap=True)
         table.add_column("speedup", justify="right", no_wrap=True)
+        padding = {id(row): _padding(result, row.first, size) for row in rows}
+        if any(p != "-" for p in padding.values()):
+            table.add_column("padding moved per rank", no_wrap=width is None, overflow="fold")
+        else:
+            padding = {}
         # cut after a pass (``_wrap_pipeline``); a pass longer than the column wraps at its spaces
         table.add_column("pipeline", no_wrap=width is None, overflow="fold", max_width=budget)
         for row in rows:
@@ -342,12 +361,13 @@ def render_table(result, top: int | None = 10, width: int | None = None) -> str:
             pipeline = s.pipeline or "(as written)"
             if top is not None and len(pipeline) > LONG_PIPELINE:
                 pipeline, shortened = abridged(pipeline), True
-            table.add_row(mark, row.name, _time_cell(s, size, shown_time), f"{sp:.2f}x" if sp else "-", _wrap_pipeline(pipeline, budget))
+            cells = [mark, row.name, _time_cell(s, size, shown_time), f"{sp:.2f}x" if sp else "-"] + ([padding[id(row)]] if padding else [])
+            table.add_row(*cells, _wrap_pipeline(pipeline, budget))
         shown = sum(len(r.members) for r in rows)
         console.print(f"size {format_size(size)} ({size}): {len(result.schedules)} schedules evaluated; {shown} shown in {len(rows)} rows")
         console.print(table)
         if missing:
-            console.print(f"  {missing} schedule(s) do not run at this size (a dim the ranks or chunks do not divide)")
+            console.print(f"  {missing} schedule(s) do not run at this size")
         console.print("")
     _best_lines(console, result)
     if shortened:

@@ -15,11 +15,10 @@ hidden size stays fixed. A dimension that does not occur in the program is an er
 powers ``2^k`` too).
 
 Substitution works on the IR (a clone of the module), so a re-instantiated program is
-checked by the verifier like any other: a size that the program's slicing cannot divide
-is rejected at lowering time, and the tuner reports that schedule as not applicable at
-that size. ``fitting`` says the same without substituting anything (one walk over the
-types): the sizes at which every sliced dimension divides by the ranks slicing it, so
-that the tuner drops a schedule that fits no size before checking or lowering it.
+checked by the verifier like any other. Every size runs (a sliced dim the ranks do not
+divide is cut in blocks of ceil(s/n), laid out padded); ``fitting`` says, without
+substituting anything, where a schedule cannot run at all (its meshes do not fit the
+rank count), so that the tuner drops it before checking or lowering it.
 """
 
 from __future__ import annotations
@@ -198,10 +197,11 @@ def at_size(module: ModuleOp, dim: int, size: int) -> ModuleOp:
 
 def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> list[bool]:
     """Whether the program, with ``dim`` replaced by each size, can run on ``ranks``
-    ranks as far as its types say: every sliced dimension divisible by the ranks that
-    slice it, every ``at<r>`` inside its axis (``runtime.npz.check_sizes``' rules, for all
-    sizes at once). A program whose meshes do not fit ``ranks`` fits no size."""
-    from distir.dialects import layout
+    ranks as far as its types say: its meshes fit ``ranks`` and every ``at<r>`` is inside
+    its axis (``runtime.npz.check_sizes``' rules, for all sizes at once). Any size fits
+    a sliced dim (blocks of ceil(s/n) where the ranks do not divide it); the few rules
+    that depend on how blocks fall (a reshape, a remesh, a ``to_local`` of such a dim)
+    are checked when the schedule is built at that size."""
     from distir.dialects.dist import resolve_grids
     from distir.dialects.placements import At
 
@@ -209,7 +209,6 @@ def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> lis
         grids = resolve_grids(module, ranks)
     except InputRejected:
         return [False] * len(sizes)
-    rules: set[tuple[int, int]] = set()
     for t in _tensor_types(module):
         grid = grids.get(t.mesh_name)
         if grid is None:
@@ -217,16 +216,10 @@ def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> lis
         placements = t.get_placements()
         if len(placements) != len(grid.sizes):
             return [False] * len(sizes)
-        shape = t.get_shape()
         for a, p in enumerate(placements):
             if isinstance(p, At) and p.rank.data >= grid.sizes[a]:
                 return [False] * len(sizes)
-        for d in layout.sliced_dims(placements):
-            if d < len(shape):
-                n = layout.group_size(grid.sizes, layout.slicing_axes(placements, d))
-                if n is not None and n > 1:
-                    rules.add((shape[d], n))
-    return [all((size if extent == dim else extent) % n == 0 for extent, n in rules) for size in sizes]
+    return [True] * len(sizes)
 
 
 def rank_bytes(module: ModuleOp, ranks: int, dim: int, size: int) -> int:
@@ -248,8 +241,11 @@ def rank_bytes(module: ModuleOp, ranks: int, dim: int, size: int) -> int:
 
 
 def reduced(module: ModuleOp, divisor: int) -> ModuleOp:
-    """The program at small shapes for the interpreter check: every dimension d becomes
-    gcd(d, divisor), which keeps every divisibility of d by a divisor of ``divisor`` (the
-    rank counts and chunk counts the schedules slice by) and keeps equal dims equal."""
+    """The program at small shapes for the interpreter check: every dimension d that
+    ``divisor`` (the rank counts and chunk counts the schedules slice by) divides becomes
+    ``divisor``, a larger one that it does not divide ``divisor + d mod divisor``, so that
+    d keeps its remainder modulo every divisor of ``divisor`` (the blocks of ceil(d/n) fall
+    the same way: which ranks hold a shorter block, or none), and a smaller one stays;
+    equal dims stay equal."""
     dims = program_dims(module)
-    return substitute(module, {d: math.gcd(d, divisor) for d in dims})
+    return substitute(module, {d: divisor if d % divisor == 0 else divisor + d % divisor if d > divisor else d for d in dims})

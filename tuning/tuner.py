@@ -391,7 +391,7 @@ class _Evaluator:
 
     def predict(self, i: int) -> dict[int, float | None]:
         from distir.lowering.pipeline import lower
-        from distir.tuning.cost_model import predict, prepare
+        from distir.tuning.cost_model import Scaling, predict, prepare
 
         c = self.ex.candidates[i]
         times: dict[int, float | None] = {s: None for s in self.sizes}
@@ -404,6 +404,16 @@ class _Evaluator:
             return times  # not applicable on this rank count (a dim the ranks do not divide)
         for s, t in zip(self.sizes, predict(prepared, self.sizes)):
             times[s] = None if math.isnan(t) else float(t)
+        for s in self.sizes:
+            if times[s] is None and s != self.scaling.d_ref:
+                # a size the reference lowering does not scale to (blocks of different
+                # sizes there: padded buffers): lowered at that size, its padding counted
+                try:
+                    exact = prepare(lower(at_size(c.module, self.d, s), self.ranks), _name(c), self.model, self.ranks, Scaling(s, EXACT_Q))
+                except (InputRejected, PassFailedException, VerifyException):
+                    continue
+                t = float(predict(exact, [s])[0])
+                times[s] = None if math.isnan(t) else t
         return times
 
 

@@ -182,3 +182,25 @@ def test_clipping_over_several_dtypes():
 
     for msg in on_every_rank(rank):
         assert "clip_grad_norm and loss scaling need every parameter in one arena" in msg and "torch.float64" in msg
+
+
+def test_a_rejected_add_param_group_leaves_the_optimizer_as_it_was():
+    """A group of another dtype cannot join an optimizer that clips (one arena): every
+    rank rejects it, and the optimizer goes on training as before."""
+
+    def rank(r, comm):
+        m = net()
+        opt = dp.AdamW(m[0].parameters(), comm=comm, clip_grad_norm=1.0)
+        m[1].double()
+        try:
+            opt.add_param_group({"params": list(m[1].parameters())})
+        except InputRejected as e:
+            rejected = str(e)
+        m[1].float()
+        m(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        return rejected, len(opt.param_groups)
+
+    comms = steps.local_comms(2)
+    for rejected, groups in on_threads(2, lambda r: rank(r, comms[r]), timeout=120):
+        assert "need every parameter in one arena" in rejected and groups == 1

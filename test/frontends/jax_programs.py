@@ -181,6 +181,29 @@ def programs():
     partly_manual_programs(out, mesh, R)
     whole_programs(out)
 
+    # Dims the mesh does not divide (issue 28): JAX 0.10 refuses uneven in_shardings at
+    # device_put, so the programs take replicated arguments and constrain them inside
+    # (sdy.sharding_constraint, which Shardy pads). A tied embedding + output projection
+    # over a vocabulary of 61 rows sliced over the devices, and Megatron's MLP with a
+    # hidden size of 23, on 3, 4, 6 and 8 devices.
+    wsc = jax.lax.with_sharding_constraint
+
+    for n in (3, 4, 6, 8):
+        m = mesh(n)
+        N = lambda spec, m=m: NamedSharding(m, spec)  # noqa: E731
+
+        def uneven_embedding(ids, table, N=N):
+            t = wsc(table, N(P("x", None)))
+            h = jnp.take(t, ids, axis=0)
+            return h @ t.T
+
+        def uneven_mlp(x, w1, b1, w2, N=N):
+            h = x @ wsc(w1, N(P(None, "x"))) + wsc(b1, N(P("x")))
+            return jax.nn.relu(h) @ wsc(w2, N(P("x", None)))
+
+        add(f"uneven_embedding_{n}", uneven_embedding, m, (P(), P()), P(), [rng.integers(0, 61, 7).astype(np.int32), R(61, 16)])
+        add(f"uneven_mlp_{n}", uneven_mlp, m, (P(), P(), P(), P()), P(), [R(5, 11), R(11, 23), R(23), R(23, 11)])
+
     # The constructs of the programs people write, on one device and sharded.
     import jax_constructs
 

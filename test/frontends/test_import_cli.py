@@ -80,11 +80,25 @@ def test_import_version(capsys):
 
 def test_bad_program_is_a_located_diagnostic(capsys, tmp_path):
     bad = tmp_path / "bad.mlir"
-    bad.write_text('sdy.mesh @mesh = <["x"=4]>\nfunc.func public @main(%arg0: tensor<6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> tensor<6xf32> {\n  return %arg0 : tensor<6xf32>\n}\n')
+    bad.write_text('sdy.mesh @mesh = <["x"=4]>\nfunc.func public @main(%arg0: tensor<6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"y"}]>}) -> tensor<6xf32> {\n  return %arg0 : tensor<6xf32>\n}\n')
     code, _, err = run(capsys, import_main, bad)
     assert code == 1
     assert err.startswith(f"{bad}:2:")
-    assert "dim 0 of size 6 is not divisible by the 4 shards" in err
+    assert 'axis "y" is not in mesh @mesh' in err
+
+
+def test_uneven_sharding_imports_and_remarks_name_the_padding(capsys, tmp_path):
+    # 6 over 4 shards: Shardy pads to 8; distir's blocks of 2, 2, 2, 0
+    path = tmp_path / "u.mlir"
+    path.write_text(
+        'sdy.mesh @mesh = <["x"=4]>\nfunc.func public @main(%arg0: tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) '
+        '-> (tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) {\n  return %arg0 : tensor<6x8xf32>\n}\n'
+    )
+    code, out, err = run(capsys, import_main, path, "--remarks")
+    assert code == 0, err
+    assert "!dist.tensor<6x8xf32, @mesh, [sliced<0>]>" in out
+    assert "inserted coll.all_gather over x (dim 0) of %arg0 (6x8xf32)" in err
+    assert "moves 64 padding bytes per rank (dim 0 of size 6 over the 4 ranks of axis 0: blocks of 2, 2, 2, 0)" in err
 
 
 @pytest.mark.parametrize("size", [2**63, 2**31])

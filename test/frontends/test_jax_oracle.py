@@ -30,6 +30,20 @@ def test_imported_program_computes_what_jax_computes(jax_dir, name, backend):
     assert_matches(run(module, "main", inputs, ranks=4), want, f"{name} on {backend}")
 
 
+@pytest.mark.parametrize("backend", ["interpret", "local"])
+@pytest.mark.parametrize("name", [f"uneven_{p}_{n}" for p in ("embedding", "mlp") for n in (3, 4, 6, 8)])
+def test_uneven_shardings_compute_what_jax_computes(jax_dir, name, backend):
+    """with_sharding_constraint on dims the mesh does not divide (a vocabulary of 61 rows,
+    a hidden size of 23, over 3, 4, 6 and 8 devices): sdy.sharding_constraint, which
+    Shardy pads, imports as blocks of ceil(s/n) and computes JAX's results."""
+    text, inputs, want = load(jax_dir, name)
+    imported = import_program(text, f"{name}.mlir")
+    sliced = [op for op in imported.module.walk() if op.name == "dist.take_slice"]
+    assert sliced, "the constrained dims are sliced"
+    run = interpret if backend == "interpret" else run_local
+    assert_matches(run(imported.module, "main", inputs, ranks=int(name.rsplit("_", 1)[1])), want, f"{name} on {backend}")
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 4, 8])
 def test_tp_mlp_before_and_after_partition_on_every_mesh_size(jax_dir, ranks):
     """The global program (every value unplaced, as imported) and the partitioned one

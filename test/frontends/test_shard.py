@@ -116,7 +116,8 @@ def test_shift_send_recv_per_device(func, shape):
 BAD = {
     "axis out of range": ("shard.grid @g(shape = 4)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %s = shard.sharding @g split_axes = [[1]] : !shard.sharding\n  %0 = shard.shard %x to %s : tensor<8xf32>\n  return %0 : tensor<8xf32>\n}\n", r"3:\d+.*grid axis 1 is out of range"),
     "axis twice": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {\n  %0 = shard.shard %x to <@g, [[0], [0]]> : tensor<8x8xf32>\n  return %0 : tensor<8x8xf32>\n}\n", r"3:\d+.*grid axis 0 is used twice"),
-    "not divisible": ("shard.grid @g(shape = 4)\nfunc.func @f(%x: tensor<6xf32>) -> tensor<6xf32> {\n  %0 = shard.shard %x to <@g, [[0]]> : tensor<6xf32>\n  return %0 : tensor<6xf32>\n}\n", r"3:\d+.*dim 0 of size 6 is not divisible"),
+    "offsets not distir's blocks": ("shard.grid @g(shape = 4)\nfunc.func @f(%x: tensor<14xf32>) -> tensor<14xf32> {\n  %s = shard.sharding @g split_axes = [[0]] sharded_dims_offsets = [0, 2, 5, 9, 14] : !shard.sharding\n  %0 = shard.shard %x to %s : tensor<14xf32>\n  return %0 : tensor<14xf32>\n}\n", r"3:\d+.*sharded_dims_offsets of dim 0 must be \[0, 4, 8, 12, 14\] \(distir's blocks of ceil\(14/4\), the last ones shorter or empty\), got \[0, 2, 5, 9, 14\]"),
+    "too many offsets": ("shard.grid @g(shape = 2)\nfunc.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\n  %s = shard.sharding @g split_axes = [[0]] sharded_dims_offsets = [0, 2, 3, 0, 1] : !shard.sharding\n  %0 = shard.shard %x to %s : tensor<3xf32>\n  return %0 : tensor<3xf32>\n}\n", r"3:\d+.*sharded_dims_offsets has 2 value\(s\) more than the split dims take"),
     "halo": ("shard.grid @g(shape = 4)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %s = shard.sharding @g split_axes = [[0]] halo_sizes = [1, 1] : !shard.sharding\n  return %x : tensor<8xf32>\n}\n", r"3:\d+.*halo_sizes' is not supported"),
     "dynamic grid": ("shard.grid @g(shape = ?x4)\n", r"1:\d+.*static sizes"),
     "shift axis not grouped": ("shard.grid @g(shape = 2x2)\nfunc.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %0 = shard.shift %x on @g grid_axes = [0] shift_axis = 1 offset = 1 rotate : tensor<8xf32> -> tensor<8xf32>\n  return %0 : tensor<8xf32>\n}\n", r"3:\d+.*shift_axis 1 is not one of the grid_axes \[0\]"),
@@ -132,6 +133,33 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_input_is_a_located_diagnostic(case):
     assert_rejected(*BAD[case])
+
+
+UNEVEN = """shard.grid @g(shape = 4)
+func.func @f(%x: tensor<6x3xf32>, %y: tensor<10xf32>) -> (tensor<6x3xf32>, tensor<10xf32>) {
+  %0 = shard.shard %x to <@g, [[0]]> : tensor<6x3xf32>
+  %s = shard.sharding @g split_axes = [[0]] sharded_dims_offsets = [0, 3, 6, 9, 10] : !shard.sharding
+  %1 = shard.shard %y to %s : tensor<10xf32>
+  %2 = arith.addf %0, %0 : tensor<6x3xf32>
+  %3 = arith.mulf %1, %1 : tensor<10xf32>
+  return %2, %3 : tensor<6x3xf32>, tensor<10xf32>
+}
+"""
+
+
+def test_uneven_splits_import_as_ceil_blocks():
+    """A split the grid does not divide (6 over 4: blocks of 2, 2, 2, 0) and explicit
+    sharded_dims_offsets that are those blocks (10 over 4: 3, 3, 3, 1) import as
+    sliced placements and run on the interpreter and the local runtime."""
+    from distir.frontends.program import import_program
+
+    m = import_program(UNEVEN, "u.mlir", source="shard").module
+    text = str(m)
+    assert "%x: !dist.tensor<6x3xf32, @g, [sliced<0>]>" in text and "%y: !dist.tensor<10xf32, @g, [sliced<0>]>" in text
+    x, y = RNG.standard_normal((6, 3)).astype(np.float32), RNG.standard_normal(10).astype(np.float32)
+    for outs in (run_function(m, "f", {"x": x, "y": y}, ranks=4).outputs, run_local(m, "f", {"x": x, "y": y}, ranks=4)):
+        np.testing.assert_allclose(outs[0], x + x, rtol=1e-6)
+        np.testing.assert_allclose(outs[1], y * y, rtol=1e-6)
 
 
 # ------------------------------------------------------------------ the newest spellings

@@ -2,8 +2,10 @@
 written by one job and read by another at another world size, as one rank of a
 launched job::
 
-    torchrun --nproc-per-node 4 test/support/torch_checkpoint.py save DIR
+    mpiexec -n 4 python test/support/torch_checkpoint.py save DIR
     torchrun --nproc-per-node 2 test/support/torch_checkpoint.py resume DIR
+
+(or ``run`` from another job's worker: ``torch_features.py``'s ``--save``/``--resume``).
 
 ``save`` trains the tiny GPT (frozen position embedding, tied output layer, two param
 groups) ``STEPS`` steps with distir's AdamW and saves the model and the optimizer's
@@ -69,18 +71,16 @@ def reference(save_ranks: int, resume_ranks: int) -> list[float]:
     return losses
 
 
-def main(mode: str, directory: str) -> int:
-    import torch.distributed as dist
+def run(mode: str, directory: str, rank: int, comm=None) -> None:
+    """``save`` or ``resume`` (module doc) on this rank, in a job whose process group is
+    initialized (DCP's); ``comm``: distir's communicator (as the optimizers take it)."""
     import torch.distributed.checkpoint as dcp
 
     from distir.frameworks import pytorch as dp
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
     corpus = tt.data()
     net = tf.frozen_model()
-    opt = dp.AdamW(groups(net), **tf.HYPER)
+    opt = dp.AdamW(groups(net), **tf.HYPER, comm=comm)
     if mode == "save":
         losses = train(net, opt, corpus, range(STEPS), rank)
         dcp.save({"model": net.state_dict(), "optim": opt.sharded_state_dict()}, checkpoint_id=directory)
@@ -92,6 +92,15 @@ def main(mode: str, directory: str) -> int:
         losses = train(net, opt, corpus, range(STEPS, 2 * STEPS), rank)
     if rank == 0:
         Path(directory, f"{mode}.json").write_text(json.dumps({"losses": losses, "state_bytes": opt.state_bytes()}))
+
+
+def main(mode: str, directory: str) -> int:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    launcher, rank, ranks = T.launched()
+    T.init_process_group(launcher, rank, ranks)
+    run(mode, directory, rank, "mpi" if launcher == "mpiexec" else None)
     dist.barrier()  # as train_gpt.py: no rank tears gloo down while a peer still exchanges
     dist.destroy_process_group()
     return 0

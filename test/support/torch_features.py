@@ -6,7 +6,7 @@ and one injected inf, with the gradients clipped to a global norm of 1.0, and wi
 accumulated micro-batches against one batch of 4x. Used by rank threads
 (``test/frameworks/test_features.py``) and as one rank of a launched job::
 
-    python test/support/torch_features.py OUT.json CASE[,CASE...]    # under torchrun / mpiexec
+    python test/support/torch_features.py OUT.json CASE[,CASE...] [save|resume DIR]   # under torchrun / mpiexec
 
 which runs every case on this job's ranks and writes each rank's report to
 ``OUT.json.<rank>`` and rank 0 the references to ``OUT.json.ref``; ``check(report,
@@ -281,6 +281,8 @@ def check(report: dict, ref: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """``OUT CASES [save|resume DIR]``: the cases, then (in the same job) the DCP
+    checkpoint's ``save`` or ``resume`` of ``torch_checkpoint.py`` in DIR."""
     out, cases = argv[0], argv[1].split(",")
     torch.set_num_threads(1)
     launcher, rank, ranks = T.launched()
@@ -293,6 +295,10 @@ def main(argv: list[str]) -> int:
     if rank == 0:
         with open(f"{out}.ref", "w") as f:
             json.dump({c: reference(c, ranks, corpus) for c in cases}, f)
+    if len(argv) > 2:
+        from support import torch_checkpoint
+
+        torch_checkpoint.run(argv[2], argv[3], rank, comm)
     import torch.distributed as dist
 
     dist.barrier()  # as train_gpt.py: no rank tears gloo down while a peer still exchanges

@@ -138,17 +138,18 @@ def test_local_topology_needs_calibration(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def test_local_backend_size_the_ranks_do_not_divide_is_not_applicable(tmp_path):
-    # 3 elements do not split over 2 ranks: the splits are not applicable at 3, the
-    # program as written still runs there, and the other size is timed as usual
+def test_local_backend_times_a_size_the_ranks_do_not_divide(tmp_path):
+    # 3 elements over 2 ranks: blocks of 2 and 1; every schedule runs there (padded
+    # buffers), and the table names the collectives that move the padding
     out = tmp_path / "r.json"
     p = run("-", "--ranks", "2", "--sizes", "3,2^8", "--rounds", "1", "--json", str(out), stdin=ALL_REDUCE)
     assert p.returncode == 0, p.stderr
     assert "internal error" not in p.stderr and "Traceback" not in p.stderr
     data = json.loads(out.read_text())
     assert data["best"]["256"] is not None and data["best"]["3"] is not None
-    assert any(s["times"]["3"] is None for s in data["schedules"])
-    assert "do not run at this size" in p.stdout
+    assert all(s["times"]["3"] is not None for s in data["schedules"])
+    assert "do not run at this size" not in p.stdout
+    assert "padding moved per rank" in p.stdout and "RS %x 4 B" in p.stdout
 
 
 @pytest.mark.parametrize("ranks", ["65", "100000"])
@@ -158,7 +159,7 @@ def test_local_backend_more_ranks_than_it_runs_is_rejected(ranks, capsys):
     assert "the local backend runs at most 64 ranks" in err and "internal error" not in err
 
 
-def test_model_size_the_ranks_do_not_divide_is_not_applicable(tmp_path):
+def test_model_predicts_a_size_the_ranks_do_not_divide(tmp_path):
     out = tmp_path / "r.json"
     assert main([str(EXAMPLES / "sgd.mlir"), "--model", "dgx2", "--ranks", "16", "--sizes", "3,2^16", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
