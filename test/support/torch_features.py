@@ -2,8 +2,8 @@
 averaged gradients (DDP's semantics, emulated in one process): the tiny GPT of
 ``examples/pytorch/train_gpt.py`` with a frozen position embedding and its output layer
 tied to the token embedding, in bf16 with fp32 master weights, in f16 with loss scaling
-and one injected inf, with the gradients clipped to a global norm of 1.0, and with 4
-accumulated micro-batches against one batch of 4x. Used by rank threads
+and one injected inf, with the gradients clipped to a global norm of 1.0 (in f32 and in
+bf16), and with 4 accumulated micro-batches against one batch of 4x. Used by rank threads
 (``test/frameworks/test_features.py``) and as one rank of a launched job::
 
     python test/support/torch_features.py OUT.json CASE[,CASE...] [save|resume DIR]   # under torchrun / mpiexec
@@ -38,7 +38,7 @@ except ImportError:  # run as a script under a launcher
 
 STEPS = 6
 HYPER = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
-CASES = ("frozen_tied", "bf16", "f16_inf", "clip", "accumulate", "autocast")
+CASES = ("frozen_tied", "bf16", "f16_inf", "clip", "bf16_clip", "accumulate", "autocast")
 INF_STEP, INF_RANK = 2, 1
 """Where ``f16_inf`` puts an inf into one gradient (step, rank)."""
 SCALER = dict(init_scale=2.0**10, growth_interval=3)
@@ -99,15 +99,16 @@ def reference_f32(corpus, ranks: int, clip: float | None = None, autocast: bool 
     return net, losses, norms
 
 
-def reference_master(corpus, ranks: int, dtype, scaler: dict | None = None):
+def reference_master(corpus, ranks: int, dtype, scaler: dict | None = None, clip: float | None = None):
     """``dtype`` parameters, torch's AdamW on an f32 copy updated from the averaged
     ``dtype`` gradients, then cast; with ``scaler``: the loss scaled as GradScaler
-    scales it, the step skipped (and the scale halved) when a gradient is inf or NaN."""
+    scales it, the step skipped (and the scale halved) when a gradient is inf or NaN;
+    with ``clip``: ``clip_grad_norm_`` on the f32 copy's gradients first."""
     net = frozen_model(dtype)
     master = [p.detach().float().clone() for p in trainable(net)]
     opt = torch.optim.AdamW(master, **HYPER, foreach=False)
     scale, tracker = (scaler or {}).get("init_scale"), 0
-    losses, scales = [], []
+    losses, scales, norms = [], [], []
     for s in range(STEPS):
         per = rank_grads(net, corpus, s, ranks, scale=scale)
         if scaler is not None and s == INF_STEP:
@@ -121,6 +122,8 @@ def reference_master(corpus, ranks: int, dtype, scaler: dict | None = None):
         if not skip:
             for m, g in zip(master, grads):
                 m.grad = g
+            if clip is not None:
+                norms.append(float(torch.nn.utils.clip_grad_norm_(master, clip)))
             opt.step()
             with torch.no_grad():
                 for p, m in zip(trainable(net), master):
@@ -134,7 +137,7 @@ def reference_master(corpus, ranks: int, dtype, scaler: dict | None = None):
                 if tracker == scaler["growth_interval"]:
                     scale, tracker = scale * 2.0, 0
         losses.append([loss for loss, _ in per])
-    return net, losses, scales
+    return net, losses, scales, norms
 
 
 # ======================================================================================
@@ -165,10 +168,10 @@ def run_case(case: str, rank: int, ranks: int, comm: Any, corpus) -> dict:
     """This rank's run of ``case`` with distir's AdamW (module doc)."""
     from distir.frameworks import pytorch as dp
 
-    dtype = {"bf16": torch.bfloat16, "f16_inf": torch.float16}.get(case, torch.float32)
+    dtype = {"bf16": torch.bfloat16, "bf16_clip": torch.bfloat16, "f16_inf": torch.float16}.get(case, torch.float32)
     net = frozen_model(dtype)
     pos0 = net.pos.weight.detach().clone()
-    clip = 1.0 if case == "clip" else None
+    clip = 1.0 if case in ("clip", "bf16_clip") else None
     opt = dp.AdamW(net.parameters(), **HYPER, comm=comm, clip_grad_norm=clip)
     scaler = dp.GradScaler("cpu", **SCALER) if case == "f16_inf" else None
     micro = 4 if case == "accumulate" else 1
@@ -218,9 +221,9 @@ def reference(case: str, ranks: int, corpus) -> dict:
     parameters, the clipped norms, the loss scales."""
     norms: list = []
     scales: list = []
-    if case in ("bf16", "f16_inf"):
-        dtype = torch.bfloat16 if case == "bf16" else torch.float16
-        ref, losses, scales = reference_master(corpus, ranks, dtype, SCALER if case == "f16_inf" else None)
+    if case in ("bf16", "bf16_clip", "f16_inf"):
+        dtype = torch.float16 if case == "f16_inf" else torch.bfloat16
+        ref, losses, scales, norms = reference_master(corpus, ranks, dtype, SCALER if case == "f16_inf" else None, 1.0 if case == "bf16_clip" else None)
     else:
         clip = 1.0 if case == "clip" else None
         ref, losses, norms = reference_f32(corpus, ranks, clip=clip, autocast=case == "autocast", micro=4 if case == "accumulate" else 1)
@@ -240,14 +243,14 @@ def check(report: dict, ref: dict) -> None:
     assert report["pos_unchanged"], f"{case}: the frozen embedding changed"
     assert report["tied"], f"{case}: the output layer is no longer tied to the embedding"
     assert not set(report["frozen_index"]) & set(report["state_keys"]), f"{case}: state for a frozen parameter (torch keeps none)"
-    if case in ("bf16", "f16_inf"):
+    if case in ("bf16", "bf16_clip", "f16_inf"):
         # every parameter within the type's rounding of the reference: the difference's
         # norm at most the unit roundoff times the parameter's norm (what rounding each
         # element once may change). Elementwise, the two agree bit for bit but where an
         # f32 ulp of a master weight (torch's and distir's arithmetic differ in the last
         # bit) flips a rounding, which the next steps' Adam may grow on elements whose
         # gradients nearly cancel (as params_agree explains).
-        u = 2.0**-8 if case == "bf16" else 2.0**-11
+        u = 2.0**-11 if case == "f16_inf" else 2.0**-8
         assert np.allclose(la, lb, rtol=8 * u, atol=0), f"{case}: losses {la} against {lb}"
         for name, q in ref["params"].items():
             p, q = np.array(report["params"][name]), np.array(q)
@@ -258,6 +261,10 @@ def check(report: dict, ref: dict) -> None:
             assert report["scales"][INF_STEP + 1] == report["scales"][INF_STEP] / 2, report["scales"]  # halved on this rank too
             assert math.isinf(report["norms"][INF_STEP]), report["norms"]
             assert set(report["steps"].values()) == {STEPS - 1}, report["steps"]  # the step with the inf did not count
+        if case == "bf16_clip":  # the first step's norm alike; later ones as far as the parameters' rounding goes
+            a, b = np.array(report["norms"]), np.array(ref["norms"])
+            assert abs(a[0] - b[0]) <= 1e-6 * b[0] and np.allclose(a, b, rtol=u), (a, b)
+            assert (b > 1.0).any(), f"the gradients never reached the clipping norm: {b}"
         return
     # f32 parameters: 1e-5, as the 200-step runs; under autocast the forward's bf16
     # matmuls round what an f32 ulp of difference in the parameters changes (8.9e-6
