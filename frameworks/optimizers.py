@@ -1,17 +1,32 @@
 """Data-parallel optimizer steps over a flat arena, as distir programs: what a framework
 bridge (``pytorch.py``, a JAX one) hands to the per-rank step API (``runtime/step.py``).
 
-A parameter group is laid out in one flat 1-D **arena** per role: parameters ``p`` and
-gradients ``g`` whole on every rank (the model's tensors are views of them), optimizer
-state (``m``, ``v``) sliced: rank r keeps its block of the arena (DESIGN §2's blocks of
-ceil(n/ranks); the lowering lays the arenas out padded where the ranks do not divide n,
-as for any program) (ZeRO-1).
-One step of the group is one distir program over the arena, written as the traditional
-schedule (CoCoNet's AR-Opt: an AllReduce that averages the gradients as DDP does, then
-the update as ``dist.map``s on the whole arena) and run with a pipeline, by default
-CoCoNet's fused schedule ``fuse(RS-Opt-AG)`` (``FUSED``): a fused all-reduce whose
-kernel reduces this rank's block of the gradients from its peers, updates the block of
-the parameters and state, and writes the new parameters into every peer's arena.
+The parameters of one dtype (of any number of parameter groups) are laid out in one flat
+1-D **arena** per role: parameters ``p`` and gradients ``g`` whole on every rank (the
+model's tensors are views of them), optimizer state (``m``, ``v``) sliced: rank r keeps
+its block of the arena (DESIGN §2's blocks of ceil(n/ranks); the lowering lays the
+arenas out padded where the ranks do not divide n, as for any program) (ZeRO-1). One step of the arena is one distir
+program over it (``Spec`` says which), written as the traditional schedule (CoCoNet's
+AR-Opt: an AllReduce that averages the gradients as DDP does, then the update as
+``dist.map``s on the whole arena) and run with a pipeline, by default CoCoNet's fused
+schedule ``fuse(RS-Opt-AG)`` (``fused_pipeline``): a fused all-reduce whose kernel
+reduces this rank's block of the gradients from its peers, updates the block of the
+parameters and state, and writes the new parameters into every peer's arena.
+
+* Each group's hyperparameters are scalar arguments (``%lr_g0, %lr_g1, ...``); with
+  several groups the arena holds each element's group id ``gid`` (i8, sliced like the
+  state: a read-only argument ``slice-state`` slices) and the maps pick their scalars
+  with ``arith.select``, so that every group shares one fused collective.
+* Mixed precision (f16, bf16; CoCoNet's): f32 master weights ``master`` and f32 state,
+  sliced; the average of the gradients (rounded once to their type) is cast up
+  (``dist.cast``), the update runs on the master weights, and the parameters are the
+  master weights cast down, gathered.
+* Clipping and loss scaling: the squares of the (unscaled) averaged gradients are
+  summed (``dist.reduce_tensor``, completed by one scalar all-reduce inside the fused
+  collective); clipping scales the gradients by min(1, max_norm / (norm + 1e-6)) as
+  ``torch.nn.utils.clip_grad_norm_`` does; loss scaling multiplies them by
+  ``inv_scale`` first and keeps every value as it was when the norm is not finite. The
+  step returns the norm.
 
 The update's arithmetic follows ``torch.optim`` operation by operation (scalars computed
 in double precision on the host, as torch computes them, then rounded to the arena's
@@ -31,6 +46,7 @@ type), so that the same data gives the same parameters:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,18 +60,61 @@ STATE = {"adam": ("m", "v"), "sgd": ("m",), "lamb": ("m", "v")}
 SCALARS = {
     "adam": ("w1", "beta2", "w2", "l2", "decay", "bc2s", "eps", "nstep"),
     "sgd": ("mu", "damp", "l2", "nlr"),
-    "lamb": ("w1", "beta2", "w2", "bc1", "bc2", "eps", "wd"),
+    "lamb": ("w1", "beta2", "w2", "bc1", "bc2", "eps", "wd", "lr"),
 }
+HALF = ("f16", "bf16")
+CLIP_EPS = 1e-6
+"""Added to the norm before dividing, as ``torch.nn.utils.clip_grad_norm_`` does."""
+F32_MAX = 3.4028234663852886e38
 
 
-def fused_pipeline(kind: str, layout: Layout | None = None) -> str:
+@dataclass(frozen=True)
+class Spec:
+    """What one arena's step computes (module doc).
+
+    ``dtype``: of the parameters and gradients; f16 and bf16 get f32 master weights
+    ``master`` and f32 state (CoCoNet's mixed precision: the gradients are averaged in f32
+    inside the collective and rounded once, cast up, and the new parameters are the
+    master weights rounded to ``dtype``). ``clip``: the averaged gradients are scaled to a
+    global 2-norm of at most ``max_norm`` (the norm is summed from each rank's slice and
+    completed by one scalar all-reduce). ``scaled``: the gradients carry a loss scale,
+    undone by ``inv_scale``; a step whose gradients hold an inf or NaN (a non-finite
+    norm) changes nothing, alike on every rank. With ``clip`` or ``scaled`` the step
+    returns the global norm of the (unscaled) gradients."""
+
+    kind: str
+    dtype: str = "f32"
+    nesterov: bool = False
+    clip: bool = False
+    scaled: bool = False
+
+    @property
+    def master(self) -> bool:
+        return self.dtype in HALF
+
+    @property
+    def state_dtype(self) -> str:
+        return "f32" if self.master else self.dtype
+
+    @property
+    def norm(self) -> bool:
+        return self.clip or self.scaled
+
+    def sliced(self, layout: Layout) -> tuple[str, ...]:
+        """The arguments kept sliced by the fused schedule (ZeRO-1: state, master weights,
+        the per-element group ids)."""
+        return (("master",) if self.master else ()) + STATE[self.kind] + (("gid",) if layout.group_count > 1 else ())
+
+
+def fused_pipeline(kind: str | Spec, layout: Layout | None = None) -> str:
     """CoCoNet's fuse(RS-Opt-AG) with the state sliced (ZeRO-1), as a ``-p`` string (LAMB:
     per tensor of ``layout``)."""
-    if kind == "lamb":
+    spec = kind if isinstance(kind, Spec) else Spec(kind)
+    if spec.kind == "lamb":
         assert layout is not None
-        state = ",".join(f"{s}_t{i}" for i in range(len(layout.sizes)) for s in STATE[kind])
+        state = ",".join(f"{s}_t{i}" for i in range(len(layout.sizes)) for s in STATE["lamb"])
         return f"fuse-maps,split-allreduce,reorder-allgather,slice-state{{targets={state}}},fuse-allreduce"
-    state = ",".join(STATE[kind])
+    state = ",".join(spec.sliced(layout) if layout is not None else STATE[spec.kind])
     return (
         "fuse-maps,split-allreduce{targets=avg},reorder-allgather{targets=avg_ag},"
         f"slice-state{{targets={state}}},fuse-allreduce{{targets=avg_rs}}"
@@ -69,9 +128,10 @@ updates the whole arena: state not sliced)."""
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each tensor of a group lies in its arenas. Tensor i holds elements
-    ``offsets[i] .. offsets[i] + sizes[i]`` of the parameter and gradient arenas (of
-    ``padded`` elements; the padding stays 0).
+    """Where each tensor of an arena lies. Tensor i holds elements ``offsets[i] ..
+    offsets[i] + sizes[i]`` of the parameter and gradient arenas (of ``padded``
+    elements; the padding stays 0) and belongs to parameter group ``groups[i]`` (whose
+    hyperparameters it is updated with; all 0 when omitted).
 
     Sliced state: with ``per_tensor=False`` rank r keeps its block of the whole arena
     (``layout.dim_block``: ceil(total / ranks) elements, the last ranks fewer; its state
@@ -82,8 +142,16 @@ class Layout:
     sizes: tuple[int, ...]
     ranks: int
     per_tensor: bool = False
+    groups: tuple[int, ...] = ()
 
     ALIGN = 16
+
+    @property
+    def group_count(self) -> int:
+        return max(self.groups, default=0) + 1
+
+    def group_of(self, i: int) -> int:
+        return self.groups[i] if self.groups else 0
 
     @property
     def spans(self) -> tuple[int, ...]:
@@ -135,87 +203,222 @@ class Layout:
             return 0, 0, 0, 0
         return s - lo, e - lo, s - a, e - a
 
+    def group_ids(self) -> np.ndarray:
+        """The group of every element of the arena (``gid``; padding: group 0)."""
+        out = np.zeros(self.padded, _GID[self.group_count > 127])
+        for i, (off, n) in enumerate(zip(self.offsets, self.sizes)):
+            out[off : off + n] = self.group_of(i)
+        return out
 
-def program(kind: str, layout: Layout, dtype: str = "f32", nesterov: bool = False) -> str:
-    """The AR-Opt text of one step of a group (module doc): ``@step(%g, %p, state...,
-    scalars...)`` over the arena, every state written in place."""
-    if kind == "lamb":
-        return _lamb_program(layout, dtype)
-    n = layout.elements
-    T = f"!dist.tensor<{n}x{dtype}, @world, [replicated]>"
-    L = f"!dist.tensor<{n}x{dtype}, @world, [local]>"
-    state = STATE[kind]
-    scalars = SCALARS[kind]
-    args = [f"%g: {L}", f"%p: {T}", *(f"%{s}: {T}" for s in state), *(f"%{s}: {dtype}" for s in scalars)]
-    results = ", ".join(f"{T} {{dist.inplace = {i + 1} : i64}}" for i in range(1 + len(state)))
-    f = dtype
 
-    def block(name, operands, lines):
-        ins = ", ".join(f"%{o}" for o in operands)
-        types = ", ".join(T if o in ("avg", "p", "m", "v", "m1", "v1") else f for o in operands)
-        bb = ", ".join(f"%{o}_: {f}" for o in operands)
-        body = "\n".join(f"    {x}" for x in lines)
-        return f"  %{name} = dist.map({ins}) : ({types}) -> {T} {{\n  ^bb0({bb}):\n{body}\n  }}"
+_GID = {False: np.int8, True: np.int32}
 
-    g2 = [f"%lp = arith.mulf %l2_, %p_ : {f}", f"%g2 = arith.addf %avg_, %lp : {f}"]
-    if kind == "adam":
-        maps = [
-            block("m1", ("m", "avg", "p", "w1", "l2"), g2 + [f"%d = arith.subf %g2, %m_ : {f}", f"%s = arith.mulf %w1_, %d : {f}", f"%r = arith.addf %m_, %s : {f}", f"dist.yield %r : {f}"]),
-            block("v1", ("v", "avg", "p", "beta2", "w2", "l2"), g2 + [f"%a = arith.mulf %v_, %beta2_ : {f}", f"%b = arith.mulf %w2_, %g2 : {f}", f"%c = arith.mulf %b, %g2 : {f}", f"%r = arith.addf %a, %c : {f}", f"dist.yield %r : {f}"]),
-            block(
-                "p1",
-                ("p", "m1", "v1", "decay", "bc2s", "eps", "nstep"),
-                [
-                    f"%pd = arith.mulf %p_, %decay_ : {f}",
-                    f"%s = math.sqrt %v1_ : {f}",
-                    f"%q = arith.divf %s, %bc2s_ : {f}",
-                    f"%den = arith.addf %q, %eps_ : {f}",
-                    f"%num = arith.mulf %nstep_, %m1_ : {f}",
-                    f"%u = arith.divf %num, %den : {f}",
-                    f"%r = arith.addf %pd, %u : {f}",
-                    f"dist.yield %r : {f}",
-                ],
-            ),
-        ]
-        returned = ("p1", "m1", "v1")
-    elif kind == "sgd":
-        d = [f"%n = arith.mulf %mu_, %m1_ : {f}", f"%dd = arith.addf %g2, %n : {f}"] if nesterov else []
-        dv = "%dd" if nesterov else "%m1_"
-        maps = [
-            block("m1", ("m", "avg", "p", "mu", "damp", "l2"), g2 + [f"%a = arith.mulf %m_, %mu_ : {f}", f"%b = arith.mulf %damp_, %g2 : {f}", f"%r = arith.addf %a, %b : {f}", f"dist.yield %r : {f}"]),
-            block("p1", ("p", "m1", "avg", "mu", "l2", "nlr"), g2 + d + [f"%u = arith.mulf %nlr_, {dv} : {f}", f"%r = arith.addf %p_, %u : {f}", f"dist.yield %r : {f}"]),
-        ]
-        returned = ("p1", "m1")
-    else:
-        raise ValueError(f"unknown optimizer '{kind}' (known: {', '.join(KINDS)})")
-    ret_types = ", ".join([T] * len(returned))
-    return (
-        "dist.mesh @world shape = [?]\n\n"
-        f"func.func @{kind}_step({', '.join(args)})\n    -> ({results}) {{\n"
-        f"  %avg = coll.all_reduce avg %g : {L} -> {T}\n" + "\n".join(maps) + "\n"
-        f"  func.return {', '.join('%' + r for r in returned)} : {ret_types}\n}}\n"
-    )
+
+def program(kind: str | Spec, layout: Layout, dtype: str = "f32", nesterov: bool = False) -> str:
+    """The AR-Opt text of one step of an arena (module doc): ``@step(%g, %p, [%master], state...,
+    [%gid], scalars per group..., [%max_norm], [%inv_scale])`` over the arena, the
+    parameters, master weights and state written in place; with ``clip``/``scaled`` one
+    more result, the global norm of the averaged gradients."""
+    spec = kind if isinstance(kind, Spec) else Spec(kind, dtype, nesterov)
+    if spec.kind == "lamb":
+        return _lamb_program(layout, spec.dtype)
+    if spec.kind not in KINDS:
+        raise ValueError(f"unknown optimizer '{spec.kind}' (known: {', '.join(KINDS)})")
+    return _Writer(spec, layout).text()
+
+
+class _Writer:
+    """The AR-Opt text of an Adam or SGD step (``program``). Values are named; each has a
+    type and an element type. A map's body reads tensor ``x`` as ``%x_``, a plain scalar
+    argument ``a`` as ``%a_`` and a per-group scalar ``s`` as ``%s`` (written ``%h_s`` in
+    the text; with several groups, picked by the element's group id ``%gid_`` through
+    ``arith.select``)."""
+
+    def __init__(self, spec: Spec, layout: Layout):
+        self.spec, self.layout = spec, layout
+        self.n = layout.elements
+        self.f = spec.state_dtype
+        self.groups = layout.group_count
+        self.gid_type = "i32" if self.groups > 127 else "i8"
+        self.types: dict[str, str] = {}
+        self.elts: dict[str, str] = {}
+        self.body: list[str] = []
+
+    def tensor(self, elt: str, placement: str = "replicated") -> str:
+        return f"!dist.tensor<{self.n}x{elt}, @world, [{placement}]>"
+
+    def value(self, name: str, t: str, elt: str) -> None:
+        self.types[name], self.elts[name] = t, elt
+
+    def scalar(self, name: str) -> list[str]:
+        """The argument names of per-group scalar ``name``: one per group."""
+        return [name] if self.groups == 1 else [f"{name}_g{k}" for k in range(self.groups)]
+
+    def map(self, results: Sequence[str], operands: Sequence[str], lines: Sequence[str], per_group: Sequence[str] = (), out_elt: str | None = None) -> None:
+        """``%results = dist.map(operands..., [gid], per-group scalars...)`` whose body is
+        ``lines`` ending in ``dist.yield`` of ``%r0, %r1, ...`` (one per result); the
+        results take the first operand's type (element type ``out_elt``: the same)."""
+        operands = list(operands)
+        if self.groups > 1 and per_group:
+            operands.append("gid")
+        args = [a for s in per_group for a in self.scalar(s)]
+        f = self.f
+        pick: list[str] = []
+        for s in per_group:
+            names = self.scalar(s)
+            acc = f"%{names[0]}_"
+            for k in range(1, len(names)):
+                pick += [
+                    f"%{s}_c{k} = arith.constant {k} : {self.gid_type}",
+                    f"%{s}_is{k} = arith.cmpi eq, %gid_, %{s}_c{k} : {self.gid_type}",
+                    f"%{s}_p{k} = arith.select %{s}_is{k}, %{names[k]}_, {acc} : {f}",
+                ]
+                acc = f"%{s}_p{k}"
+            pick.append(f"%h_{s} = arith.addf {acc}, %zero_ : {f}")  # names the pick (x + 0 is x)
+        lines = [re.sub(rf"%({'|'.join(per_group)})(?!\w)", r"%h_\1", x) for x in lines] if per_group else list(lines)
+        head = [f"%zero_ = arith.constant 0.0 : {f}"]
+        first = self.types[operands[0]]
+        elt = out_elt or self.elts[operands[0]]
+        rtype = first.replace(f"x{self.elts[operands[0]]},", f"x{elt},") if first.startswith("!dist.tensor<") else first
+        for r in results:
+            self.value(r, rtype, elt)
+        ins = ", ".join(f"%{x}" for x in [*operands, *args])
+        in_types = ", ".join([self.types[x] for x in operands] + [f] * len(args))
+        out_types = rtype if len(results) == 1 else "(" + ", ".join([rtype] * len(results)) + ")"
+        bb = ", ".join([f"%{x}_: {self.elts[x]}" for x in operands] + [f"%{a}_: {f}" for a in args])
+        yields = ", ".join(f"%r{k}" for k in range(len(results)))
+        text = [*head, *pick, *lines, f"dist.yield {yields} : {', '.join([elt] * len(results))}"]
+        self.body.append(
+            f"  {', '.join('%' + r for r in results)} = dist.map({ins}) : ({in_types}) -> {out_types} {{\n"
+            f"  ^bb0({bb}):\n" + "\n".join(f"    {x}" for x in text) + "\n  }"
+        )
+
+    def text(self) -> str:
+        spec, f, dt = self.spec, self.f, self.spec.dtype
+        S = f"!dist.tensor<{f}, @world, [replicated]>"
+        args = [("g", self.tensor(dt, "local"), dt), ("p", self.tensor(dt), dt)]
+        if spec.master:
+            args.append(("master", self.tensor(f), f))
+        args += [(s, self.tensor(f), f) for s in STATE[spec.kind]]
+        if self.groups > 1:
+            args.append(("gid", self.tensor(self.gid_type), self.gid_type))
+        scalar_args = [a for s in SCALARS[spec.kind] for a in self.scalar(s)]
+        scalar_args += (["max_norm"] if spec.clip else []) + (["inv_scale"] if spec.scaled else [])
+        for name, t, elt in args:
+            self.value(name, t, elt)
+        for a in scalar_args:
+            self.value(a, f, f)
+        self.body.append(f"  %avg = coll.all_reduce avg %g : {self.types['g']} -> {self.types['p']}")
+        self.value("avg", self.types["p"], dt)
+        grad = "avg"
+        if spec.master:  # the average, rounded once to the gradients' type, cast up
+            self.body.append(f"  %avg32 = dist.cast %avg : {self.types['avg']} -> {self.tensor(f)}")
+            self.value("avg32", self.tensor(f), f)
+            grad = "avg32"
+        if spec.scaled:  # undo the loss scale
+            self.map(["unscaled"], [grad, "inv_scale"], [f"%r0 = arith.mulf %{grad}_, %inv_scale_ : {f}"])
+            grad = "unscaled"
+        extra: list[str] = []
+        if spec.norm:  # the global norm: squares summed over the arena, one scalar all-reduce once sliced
+            self.map(["sq"], [grad], [f"%r0 = arith.mulf %{grad}_, %{grad}_ : {f}"])
+            self.body.append(f"  %ss = dist.reduce_tensor sum %sq dims [0] : {self.types['sq']} -> {S}")
+            self.value("ss", S, f)
+            lines = [f"%r0 = math.sqrt %ss_ : {f}"]
+            outs = ["gnorm"]
+            if spec.clip:  # torch's clip_grad_norm_: max_norm / (norm + 1e-6), at most 1
+                lines += [
+                    f"%one = arith.constant 1.0 : {f}",
+                    f"%e = arith.constant {CLIP_EPS:.17e} : {f}",
+                    f"%den = arith.addf %r0, %e : {f}",
+                    f"%c = arith.divf %max_norm_, %den : {f}",
+                    f"%small = arith.cmpf olt, %c, %one : {f}",
+                    f"%r{len(outs)} = arith.select %small, %c, %one : {f}",
+                ]
+                outs.append("coef")
+            if spec.scaled:  # 1 when every gradient is finite (the sum of squares is), else 0
+                lines += [
+                    f"%big = arith.constant {F32_MAX:.17e} : {f}",
+                    f"%finite = arith.cmpf ole, %ss_, %big : {f}",
+                    f"%one_ = arith.constant 1.0 : {f}",
+                    f"%r{len(outs)} = arith.select %finite, %one_, %zero_ : {f}",
+                ]
+                outs.append("ok")
+            self.map(outs, ["ss", *(["max_norm"] if spec.clip else [])], lines)
+            extra = outs[1:]
+        x = "master" if spec.master else "p"  # what the update reads and writes
+        gv = f"%{grad}_"
+        g2 = [f"%gc = arith.mulf {gv}, %coef_ : {f}"] if spec.clip else []
+        g2 += [f"%lp = arith.mulf %l2, %{x}_ : {f}", f"%g2 = arith.addf {'%gc' if spec.clip else gv}, %lp : {f}"]
+
+        def keep(new: str, old: str) -> list[str]:
+            """``%r0``: the updated element ``new``, or ``old`` when the step is skipped."""
+            if not spec.scaled:
+                return [f"%r0 = arith.addf {new}, %zero_ : {f}"]
+            return [f"%go = arith.cmpf one, %ok_, %zero_ : {f}", f"%r0 = arith.select %go, {new}, {old} : {f}"]
+
+        if spec.kind == "adam":
+            self.map(["m1"], ["m", grad, x, *extra], [*g2, f"%d = arith.subf %g2, %m_ : {f}", f"%s = arith.mulf %w1, %d : {f}", f"%n = arith.addf %m_, %s : {f}", *keep("%n", "%m_")], ["w1", "l2"])
+            self.map(["v1"], ["v", grad, x, *extra], [*g2, f"%a = arith.mulf %v_, %beta2 : {f}", f"%b = arith.mulf %w2, %g2 : {f}", f"%c = arith.mulf %b, %g2 : {f}", f"%n = arith.addf %a, %c : {f}", *keep("%n", "%v_")], ["beta2", "w2", "l2"])
+            update = [
+                f"%pd = arith.mulf %{x}_, %decay : {f}",
+                f"%s = math.sqrt %v1_ : {f}",
+                f"%q = arith.divf %s, %bc2s : {f}",
+                f"%den = arith.addf %q, %eps : {f}",
+                f"%num = arith.mulf %nstep, %m1_ : {f}",
+                f"%u = arith.divf %num, %den : {f}",
+                f"%n = arith.addf %pd, %u : {f}",
+                *keep("%n", f"%{x}_"),
+            ]
+            self.map([f"{x}1"], [x, "m1", "v1", *(["ok"] if spec.scaled else [])], update, ["decay", "bc2s", "eps", "nstep"])
+            returned = [f"{x}1", "m1", "v1"]
+        else:
+            d = [f"%nm = arith.mulf %mu, %m1_ : {f}", f"%dd = arith.addf %g2, %nm : {f}"] if spec.nesterov else []
+            self.map(["m1"], ["m", grad, x, *extra], [*g2, f"%a = arith.mulf %m_, %mu : {f}", f"%b = arith.mulf %damp, %g2 : {f}", f"%n = arith.addf %a, %b : {f}", *keep("%n", "%m_")], ["mu", "damp", "l2"])
+            update = [*g2, *d, f"%u = arith.mulf %nlr, {'%dd' if spec.nesterov else '%m1_'} : {f}", f"%n = arith.addf %{x}_, %u : {f}", *keep("%n", f"%{x}_")]
+            self.map([f"{x}1"], [x, "m1", grad, *extra], update, ["mu", "l2", "nlr"])
+            returned = [f"{x}1", "m1"]
+        if spec.master:  # the new parameters: the master weights rounded to their type
+            self.body.append(f"  %p1 = dist.cast %master1 : {self.types['master1']} -> {self.types['p']}")
+            self.value("p1", self.types["p"], dt)
+            returned = ["p1", *returned]
+        index = {name: i for i, (name, _, _) in enumerate(args)}
+        results = [f"{self.types[r]} {{dist.inplace = {index[r.removesuffix('1')]} : i64}}" for r in returned]
+        if spec.norm:
+            returned.append("gnorm")
+            results.append(S)
+        sig = [f"%{name}: {t}" for name, t, _ in args] + [f"%{a}: {f}" for a in scalar_args]
+        return (
+            "dist.mesh @world shape = [?]\n\n"
+            f"func.func @{spec.kind}_step({', '.join(sig)})\n    -> ({', '.join(results)}) {{\n"
+            + "\n".join(self.body)
+            + f"\n  func.return {', '.join('%' + r for r in returned)} : {', '.join(self.types[r] for r in returned)}\n}}\n"
+        )
 
 
 def _lamb_program(layout: Layout, dtype: str) -> str:
-    """AR-LAMB over every tensor of the group (its padded span of the arenas): one
+    """AR-LAMB over every tensor of the arena (its padded span of the arenas): one
     all-reduce, the moments and the update direction, the two norms and the update per
-    tensor; arguments ``g_i, p_i, m_i, v_i`` per tensor, then the scalars."""
+    tensor; arguments ``g_i, p_i, m_i, v_i`` per tensor, then the scalars of each group
+    (tensor i is updated with those of its group)."""
     f = dtype
     args: list[str] = []
     body: list[str] = []
     results: list[str] = []
     returned: list[str] = []
-    scalars = SCALARS["lamb"]
-    roles = ("g", "p", "m", "v")
+    groups = layout.group_count
+
+    def names(k: int) -> list[str]:
+        return [s if groups == 1 else f"{s}_g{k}" for s in SCALARS["lamb"]]
+
     for i, n in enumerate(layout.spans):
         T = f"!dist.tensor<{n}x{f}, @world, [replicated]>"
         L = f"!dist.tensor<{n}x{f}, @world, [local]>"
         S = f"!dist.tensor<{f}, @world, [replicated]>"
         base = len(args)
         args += [f"%g_t{i}: {L}", f"%p_t{i}: {T}", f"%m_t{i}: {T}", f"%v_t{i}: {T}"]
-        sc = ", ".join(f"%{s}" for s in scalars)
-        sct = ", ".join([f] * len(scalars))
+        w1, b2, w2, bc1, bc2, eps, wd, lr = names(layout.group_of(i))
+        sc = ", ".join(f"%{x}" for x in (w1, b2, w2, bc1, bc2, eps, wd))
+        sct = ", ".join([f] * 7)
         body += [
             f"%avg_t{i} = coll.all_reduce avg %g_t{i} : {L} -> {T}",
             f"%m1_t{i}, %v1_t{i}, %u_t{i} = dist.map(%m_t{i}, %v_t{i}, %avg_t{i}, %p_t{i}, {sc}) : ({T}, {T}, {T}, {T}, {sct}) -> ({T}, {T}, {T}) {{",
@@ -244,7 +447,7 @@ def _lamb_program(layout: Layout, dtype: str) -> str:
             "}",
             f"%pn_t{i} = dist.reduce_tensor sum %pp_t{i} dims [0] : {T} -> {S}",
             f"%un_t{i} = dist.reduce_tensor sum %uu_t{i} dims [0] : {T} -> {S}",
-            f"%p1_t{i} = dist.map(%p_t{i}, %u_t{i}, %pn_t{i}, %un_t{i}, %lr) : ({T}, {T}, {S}, {S}, {f}) -> {T} {{",
+            f"%p1_t{i} = dist.map(%p_t{i}, %u_t{i}, %pn_t{i}, %un_t{i}, %{lr}) : ({T}, {T}, {S}, {S}, {f}) -> {T} {{",
             f"^bb0(%p_: {f}, %u_: {f}, %pn_: {f}, %un_: {f}, %lr_: {f}):",
             f"  %zero = arith.constant 0.0 : {f}",
             f"  %one = arith.constant 1.0 : {f}",
@@ -264,8 +467,7 @@ def _lamb_program(layout: Layout, dtype: str) -> str:
         for k, role in enumerate(("p1", "m1", "v1")):
             results.append(f"{T} {{dist.inplace = {base + 1 + k} : i64}}")
             returned.append(f"%{role}_t{i}")
-    del roles
-    args += [f"%{s}: {f}" for s in scalars] + [f"%lr: {f}"]
+    args += [f"%{x}: {f}" for j in range(len(SCALARS["lamb"])) for x in [names(k)[j] for k in range(groups)]]
     ret_types = ", ".join(r.split(" {")[0] for r in results)
     return (
         "dist.mesh @world shape = [?]\n\n"
@@ -297,23 +499,30 @@ def scalars(kind: str, group: Mapping, step: int, first: bool = False) -> list[f
     raise ValueError(f"unknown optimizer '{kind}'")
 
 
-def resolve_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str) -> str:
+def arguments(kind: str, groups: Sequence[Sequence[float]]) -> list[float]:
+    """The scalar arguments of a step in the program's order (each scalar, then the next,
+    one value per group) from ``scalars`` of each group."""
+    return [values[j] for j in range(len(SCALARS[kind])) for values in groups]
+
+
+def resolve_schedule(spec: Spec, schedule: str | None, layout: Layout) -> str:
     """The ``-p`` pipeline of a schedule name (``SCHEDULES``), a pipeline string as given,
     or for ``auto`` (``auto:TOPOLOGY``) the tuner's pick for this arena (``auto_schedule``)."""
     if schedule is None or schedule in SCHEDULES:
-        return SCHEDULES[schedule or "fused"](kind, layout)
+        return SCHEDULES[schedule or "fused"](spec, layout)
     if schedule == "auto" or schedule.startswith("auto:"):
-        return auto_schedule(kind, layout, dtype, schedule.partition(":")[2] or None)
+        return auto_schedule(spec, layout, schedule.partition(":")[2] or None)
     return schedule
 
 
-def auto_schedule(kind: str, layout: Layout, dtype: str, topology: str | None = None) -> str:
+def auto_schedule(spec: Spec, layout: Layout, topology: str | None = None) -> str:
     """The pipeline the autotuner's cost model predicts fastest for this arena, slicing only
-    the optimizer state, on ``topology`` (a built-in name or TOML file); by default the
-    ``local`` topology when ``distir-tune --calibrate`` has measured this machine, else
-    the fused schedule. LAMB (one fused collective per tensor) keeps its fused schedule."""
-    if kind == "lamb":
-        return fused_pipeline(kind, layout)
+    the optimizer state (and master weights), on ``topology`` (a built-in name or TOML
+    file); by default the ``local`` topology when ``distir-tune --calibrate`` has measured
+    this machine, else the fused schedule. LAMB (one fused collective per tensor) keeps its
+    fused schedule."""
+    if spec.kind == "lamb":
+        return fused_pipeline(spec, layout)
     from distir.dialects.context import parse_module
     from distir.dialects.diagnostics import InputRejected
     from distir.tuning.topology import get_topology
@@ -324,11 +533,12 @@ def auto_schedule(kind: str, layout: Layout, dtype: str, topology: str | None = 
     except InputRejected:
         if topology:
             raise
-        return fused_pipeline(kind, layout)
-    module = parse_module(program(kind, layout, dtype))
-    result = tune(module, ranks=layout.ranks, model=model, as_slice=STATE[kind], jobs=1)
+        return fused_pipeline(spec, layout)
+    module = parse_module(program(spec, layout))
+    state = tuple(x for x in spec.sliced(layout) if x != "gid")  # the tuner slices in-place state only
+    result = tune(module, ranks=layout.ranks, model=model, as_slice=state, jobs=1)
     best = result.best.get(result.dim)
-    return result.by_name(best).pipeline if best else fused_pipeline(kind, layout)
+    return result.by_name(best).pipeline if best else fused_pipeline(spec, layout)
 
 
 _PROGRAMS: dict[tuple[str, int, str], Any] = {}
@@ -345,37 +555,39 @@ def compiled(text: str, ranks: int, pipeline: str):
     return program
 
 
-def agreed_schedule(kind: str, schedule: str | None, layout: Layout, dtype: str, comm: Any) -> str:
+def agreed_schedule(spec: Spec, schedule: str | None, layout: Layout, comm: Any) -> str:
     """``resolve_schedule`` alike on every rank: ``auto`` is decided on rank 0 and
     broadcast (collective)."""
     from distir.runtime.streams import SyncStream
 
     if not (schedule or "").startswith("auto") or comm.size == 1:
-        return resolve_schedule(kind, schedule, layout, dtype)
+        return resolve_schedule(spec, schedule, layout)
     buf = np.zeros(4096, np.uint8)
     if comm.rank == 0:
-        text = resolve_schedule(kind, schedule, layout, dtype).encode()
+        text = resolve_schedule(spec, schedule, layout).encode()
         buf[: len(text)] = np.frombuffer(text, np.uint8)
     comm.broadcast(buf, buf, buf.size, 0, SyncStream(0))
     return bytes(buf).rstrip(b"\0").decode()
 
 
 class ArenaGroup:
-    """One parameter group as arenas and a step (module doc), on numpy arrays: ``g``,
-    ``p`` (whole) and ``state`` (this rank's slices when ``sliced``), allocated where the
-    communicator's peers see them (``Step.empty_together``). A framework bridge makes its
-    tensors views of them."""
+    """The tensors of one arena (one dtype, any number of parameter groups) and its step
+    (module doc), on numpy arrays: ``g``, ``p`` (whole) and ``state`` (the master weights
+    first when there are any, then the optimizer state: this rank's slices when
+    ``sliced``), allocated where the communicator's peers see them
+    (``Step.empty_together``). A framework bridge makes its tensors views of them."""
 
-    def __init__(self, kind: str, sizes: Sequence[int], dtype: str, comm: Any, schedule: str | None = None, nesterov: bool = False):
+    def __init__(self, spec: Spec, sizes: Sequence[int], comm: Any, schedule: str | None = None, groups: Sequence[int] = ()):
         from distir.runtime import step
 
-        self.kind = kind
+        self.spec = spec
+        self.kind = spec.kind
         self.rank = comm.rank
-        self.layout = Layout(tuple(sizes), comm.size, per_tensor=kind == "lamb")
-        self.pipeline = agreed_schedule(kind, schedule, self.layout, dtype, comm)
-        self.step = step.Step(compiled(program(kind, self.layout, dtype, nesterov=nesterov), comm.size, self.pipeline), comm)
-        roles = ("g", "p", *STATE[kind])
+        self.layout = Layout(tuple(sizes), comm.size, per_tensor=spec.kind == "lamb", groups=tuple(groups) if any(groups) else ())
+        self.pipeline = agreed_schedule(spec, schedule, self.layout, comm)
+        self.step = step.Step(compiled(program(spec, self.layout), comm.size, self.pipeline), comm)
         names = [a.name for a in self.step.arguments if a.shape is not None]
+        roles = [r for r in ("g", "p", "master", *STATE[spec.kind], "gid") if any(n == r or n.startswith(r + "_t") for n in names)]
         views: dict[str, np.ndarray] = {}
         arenas: dict[str, np.ndarray] = {}
         for role in roles:
@@ -384,8 +596,12 @@ class ArenaGroup:
             views.update(zip(mine, parts))
         self.buffers = [views[n] for n in names]
         self.g, self.p = arenas["g"], arenas["p"]
-        self.state = [arenas[s] for s in STATE[kind]]
-        self.sliced = bool(self.state) and self.state[0].size != self.p.size
+        self.state = [arenas[s] for s in (("master",) if spec.master else ()) + STATE[spec.kind]]
+        self.sliced = bool(self.state) and self.state[-1].size != self.p.size
+        if "gid" in arenas:
+            ids = self.layout.group_ids()
+            n = arenas["gid"].size
+            arenas["gid"][...] = ids[:n] if n >= self.layout.total else ids[self.rank * n : (self.rank + 1) * n]
         # every rank's state arenas, where this rank can read them (shared memory); None:
         # gathering the state is collective (``gather_state``)
         self.peers = self.step.comm.peer_buffers(self.state) if self.sliced else None
@@ -414,6 +630,13 @@ class ArenaGroup:
             return self.state[k][off : off + n]
         a, b, _, _ = self.layout.local_span(i, self.rank)
         return self.state[k][a:b]
+
+    def element_span(self, i: int) -> tuple[int, int]:
+        """The elements (start, stop) of tensor ``i`` (flat) whose state this rank holds."""
+        if not self.sliced:
+            return 0, self.layout.sizes[i]
+        _, _, a, b = self.layout.local_span(i, self.rank)
+        return a, b
 
     def gather_state(self, k: int) -> np.ndarray:
         """State ``k`` of every rank, side by side: read from the peers' arenas where
@@ -445,22 +668,56 @@ class ArenaGroup:
         if values is None:
             mine[...] = 0
             return
-        _, _, a, b = self.layout.local_span(i, self.rank) if self.sliced else (0, 0, 0, self.layout.sizes[i])
+        a, b = self.element_span(i)
         mine[...] = values[a:b]
 
-    def run(self, scalars: Sequence[float], keep: Sequence[int] = ()) -> None:
-        """One step of the group; the tensors in ``keep`` (skipped: no gradient, or
-        another step count) keep their parameters and state."""
+    def run(self, scalars: Sequence[float], keep: Sequence[int] = (), absent: Sequence[int] = ()) -> float | None:
+        """One step of the arena; the tensors in ``keep`` (skipped: no gradient, or
+        another step count) keep their parameters and state, and those in ``absent`` (no
+        gradient) count as zero gradients (in the norm). Returns the global norm of the
+        averaged gradients when the step computes it (``Spec.norm``), else None."""
+        for i in absent:
+            off, n = self.span(i)
+            self.g[off : off + n] = 0
         saved = []
         for i in keep:
             off, n = self.span(i)
             saved.append((i, self.p[off : off + n].copy(), [self.state_slice(k, i).copy() for k in range(len(self.state))]))
-        self.step.run(*self.buffers, *scalars)
+        out = self.step.run(*self.buffers, *scalars)
         for i, p, st in saved:
             off, n = self.span(i)
             self.p[off : off + n] = p
             for k, s in enumerate(st):
                 self.state_slice(k, i)[...] = s
+        return float(np.asarray(out[-1])) if self.spec.norm else None
+
+
+def boxes(shape: Sequence[int], start: int, stop: int) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
+    """The elements ``start .. stop`` of a row-major tensor of ``shape`` (flat indices) as
+    boxes (offsets, sizes, flat index of the box's first element): at most one partial
+    row at each end per dim, the full rows between as one box. A rank's slice of a
+    tensor's state is a flat range; a checkpoint stores boxes (``torch.distributed.
+    checkpoint``'s chunks)."""
+    if start >= stop:
+        return []
+    if not shape:
+        return [((), (), start)]
+    inner = int(np.prod(shape[1:], dtype=np.int64))
+    if inner == 0:
+        return []
+    first, last = start // inner, (stop - 1) // inner
+    if first == last:  # within one row: the boxes of that row, one dim lower
+        return [((first, *o), (1, *z), at) for o, z, at in boxes(shape[1:], start - first * inner, stop - first * inner) for at in [at + first * inner]]
+    out = []
+    lo = -(-start // inner)  # the first full row
+    hi = stop // inner  # after the last full row
+    if start < lo * inner:
+        out += boxes(shape, start, lo * inner)
+    if lo < hi:
+        out.append(((lo, *[0] * (len(shape) - 1)), (hi - lo, *shape[1:]), lo * inner))
+    if hi * inner < stop:
+        out += boxes(shape, hi * inner, stop)
+    return out
 
 
 def state_bytes(arrays: Sequence[np.ndarray]) -> int:

@@ -4,7 +4,8 @@ group, so that any ``torchrun`` job runs distir steps without MPI.
 Calls map to the process group's collectives on the numpy buffers seen as tensors
 (``torch.from_numpy``: no copy)::
 
-    all_reduce      dist.all_reduce (avg: sum, then divide by the group size)
+    all_reduce      dist.all_reduce (avg: sum, then divide by the group size; f16 and bf16
+                    in f32, rounded once, as the other backends reduce them)
     reduce_scatter  dist.reduce_scatter_single
     all_gather      dist.all_gather_single
     reduce          dist.reduce
@@ -29,13 +30,17 @@ import torch.distributed as dist
 
 from distir.runtime.comm import P2P, CommError
 from distir.runtime.shm import ShmDevice, ShmHeap, ShmPeers
+from distir.runtime.values import BFLOAT16
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
 def _t(a: np.ndarray, count: int | None = None) -> torch.Tensor:
     flat = a.reshape(-1)
-    return torch.from_numpy(flat if count is None else flat[:count])
+    flat = flat if count is None else flat[:count]
+    if flat.dtype == BFLOAT16:  # ml_dtypes' bf16, which torch does not take: through its bits
+        return torch.from_numpy(flat.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(flat)
 
 
 class TorchComm(ShmPeers):
@@ -95,27 +100,34 @@ class TorchComm(ShmPeers):
 
     def _all_reduce(self, send, recv, count, op) -> None:
         out = _t(recv, count)
-        if send is not recv:
-            out.copy_(_t(send, count))
-        dist.all_reduce(out, op=_OPS[op], group=self.pg)
+        wide = out.float() if _half(out) else out  # half types: reduced in f32, rounded once (as MPI's and NCCL's)
+        if send is not recv or wide is not out:
+            wide.copy_(_t(send, count))
+        dist.all_reduce(wide, op=_OPS[op], group=self.pg)
         if op == "avg":
-            _divide(out, self.size)
+            _divide(wide, self.size)
+        if wide is not out:
+            out.copy_(wide)
 
     def reduce_scatter(self, send, recv, count, op, stream) -> None:
         stream.submit(lambda: self._reduce_scatter(send, recv, count, op))
 
     def _reduce_scatter(self, send, recv, count, op) -> None:
-        out = _t(recv, count)
-        dist.reduce_scatter_single(out, _t(send, count * self.size), op=_OPS[op], group=self.pg)
+        out, src = _t(recv, count), _t(send, count * self.size)
+        wide = out.float() if _half(out) else out  # half types: reduced in f32, rounded once
+        dist.reduce_scatter_single(wide, src.float() if wide is not out else src, op=_OPS[op], group=self.pg)
         if op == "avg":
-            _divide(out, self.size)
+            _divide(wide, self.size)
+        if wide is not out:
+            out.copy_(wide)
 
     def all_gather(self, send, recv, count, stream, in_place=False) -> None:
         stream.submit(lambda: dist.all_gather_single(_t(recv, count * self.size), _t(send, count).clone(), group=self.pg))
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
         def run():
-            buf = _t(send, count).clone()
+            buf = _t(send, count)
+            buf = buf.float() if _half(buf) else buf.clone()  # half types: reduced in f32, rounded once
             dist.reduce(buf, dist.get_global_rank(self.pg, root) if self.pg is not None else root, op=_OPS[op], group=self.pg)
             if self.rank == root:
                 if op == "avg":
@@ -144,6 +156,10 @@ class TorchComm(ShmPeers):
                 w.wait()
 
         stream.submit(run)
+
+
+def _half(t: torch.Tensor) -> bool:
+    return t.dtype in (torch.float16, torch.bfloat16)
 
 
 def _divide(t: torch.Tensor, n: int) -> None:

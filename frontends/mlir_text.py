@@ -43,7 +43,8 @@ MAX_DIMS = 64
 """Most dims of a tensor type."""
 
 ELEMENT_TYPES = ("f16", "bf16", "f32", "f64", "i1", "i8", "i16", "i32", "i64")
-"""Element types a program may use (unsigned and complex types are rejected)."""
+"""Element types a program may use besides the unsigned ones (complex, f8 and sub-byte
+types are rejected)."""
 UNSIGNED_TYPES = ("ui8", "ui16", "ui32", "ui64")
 """Unsigned types (``partition_id``, random bits); distir computes on their bits as
 signless integers of their width (``stablehlo.py``)."""
@@ -366,8 +367,7 @@ class Reader:
             self.pos = m.end()
             self._tok = None
             tt = TensorT(tuple(int(d) for d in dims_text), elt)
-            if elt not in UNSIGNED_TYPES:
-                check_element_type(self, elt, t.start, m.end())
+            check_element_type(self, elt, t.start, m.end())
             return tt
         if t.kind == "ident":
             self.next()
@@ -734,8 +734,8 @@ def _escape(c: str) -> str:
 
 
 def check_element_type(r: Reader, elt: str, start: int, end: int) -> None:
-    if elt not in ELEMENT_TYPES:
-        raise r.error(f"element type '{elt}' is not supported (supported: {', '.join(ELEMENT_TYPES)})", start, end)
+    if elt not in ELEMENT_TYPES and elt not in UNSIGNED_TYPES:
+        raise r.error(f"element type '{elt}' is not supported (supported: {', '.join(ELEMENT_TYPES + UNSIGNED_TYPES)})", start, end)
 
 
 def read_module(text: str, name: str, hooks: dict[str, Callable[[Reader, OpNode], None]], attr_hooks: dict[str, Callable[[Reader, int], Any]] | None = None) -> Module:

@@ -58,7 +58,8 @@ StableHLO op (custom form printed)    dist IR
                                       each device's block of a group of mesh axes:
                                       ``dist.take_slice`` (``sdy.py``); clamped as StableHLO
 ``gather`` (row lookups,              ``dist.embedding_bag`` of bags of one row, indices
-  ``take_along_axis``)                clamped into the table (``_h_gather``)
+  ``take_along_axis``)                clamped into the table, batching dims merged into
+                                      one table dim (``_h_gather``, ``RowLookup``)
 ``scatter`` (adding rows)             ``dist.scatter_add`` (+ the operand unless +0)
 ``dynamic_update_slice``              known starts: slices and ``dist.concat``
 ``partition_id`` (manual bodies)      a value known per device (``device_values.py``):
@@ -2294,23 +2295,122 @@ def _gather_numbers(tr: Translator, node: OpNode) -> dict[str, Any]:
     return dimension_numbers(tr, node, "dimension_numbers", "gather", ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims", "start_index_map"))
 
 
+@dataclass
+class RowLookup:
+    """The dims of a gather or scatter of rows (``_h_gather``, ``_h_scatter``): a table of
+    shape ``table`` whose dim ``g`` the indices select, whose dims ``batch`` are batching
+    dims of the indices' dims ``ibatch`` (pairwise), and whose remaining dim, if any, is
+    the row (taken whole); the indices' batch shape ``bshape`` (their shape without the
+    index vector dim). ``dist.embedding_bag`` and ``dist.scatter_add`` take one leading
+    table dim: the batching dims are moved first and merged into it (the logits
+    ``[B, S, V]`` of a cross-entropy, looked up with labels ``[B, S, 1]``, are ``B * S``
+    tables of ``V`` rows of width 1)."""
+
+    table: tuple[int, ...]
+    g: int
+    batch: tuple[int, ...]
+    ibatch: tuple[int, ...]
+    bshape: tuple[int, ...]
+
+    def valid(self) -> bool:
+        k = len(self.batch)
+        return (
+            len(self.table) in (k + 1, k + 2)
+            and len(self.ibatch) == k
+            and len(set(self.batch)) == k == len(set(self.ibatch))
+            and 0 <= self.g < len(self.table)
+            and self.g not in self.batch
+            and all(0 <= d < len(self.table) for d in self.batch)
+            and all(0 <= d < len(self.bshape) for d in self.ibatch)
+            and all(self.table[a] == self.bshape[b] for a, b in zip(self.batch, self.ibatch))
+        )
+
+    @property
+    def width_dim(self) -> int | None:
+        return next((d for d in range(len(self.table)) if d not in (*self.batch, self.g)), None)
+
+    @property
+    def width(self) -> int:
+        w = self.width_dim
+        return 1 if w is None else self.table[w]
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        """The merged table dim (none without batching dims)."""
+        return (pymath.prod(self.table[d] for d in self.batch),) if self.batch else ()
+
+    @property
+    def rest(self) -> list[int]:
+        """The indices' batch dims that are not batching dims (the bags)."""
+        return [d for d in range(len(self.bshape)) if d not in self.ibatch]
+
+    @property
+    def order(self) -> list[int]:
+        """The indices' batch dims, batching dims first."""
+        return [*self.ibatch, *self.rest]
+
+    def tables(self, tr: Translator, x: SSAValue) -> SSAValue:
+        """The table as ``[T, R, D]`` (``[R, D]`` without batching dims)."""
+        w = self.width_dim
+        x = tr.transpose(x, [*self.batch, self.g, *([] if w is None else [w])])
+        return tr.reshape(x, (*self.lead, self.table[self.g], self.width))
+
+    def indices(self, tr: Translator, idx: SSAValue) -> SSAValue:
+        """The indices as ``[T, N, 1]`` (``[N, 1]`` without batching dims)."""
+        if self.order != list(range(len(self.bshape))):
+            idx = tr.transpose(tr.reshape(idx, self.bshape), self.order)
+        return tr.reshape(idx, (*self.lead, pymath.prod(self.bshape[d] for d in self.rest), 1))
+
+    def rows(self, tr: Translator, u: SSAValue, k: int | None) -> SSAValue:
+        """Values of the indices' batch shape with a row at dim ``k`` (none: rows of width
+        1) as ``[T, N, D]`` (``unrows``'s inverse)."""
+        nb = len(self.bshape)
+        if k is not None and k != nb:  # the row last
+            u = tr.transpose(u, [d for d in range(nb + 1) if d != k] + [k])
+        if self.order != list(range(nb)):
+            u = tr.transpose(u if k is not None else tr.reshape(u, (*self.bshape, 1)), [*self.order, nb])
+        return tr.reshape(u, (*self.lead, pymath.prod(self.bshape[d] for d in self.rest), self.width))
+
+    def unrows(self, tr: Translator, y: SSAValue, k: int | None) -> SSAValue:
+        """Bags ``[T, N, D]`` as the indices' batch shape with the row at dim ``k`` (none:
+        rows of width 1, dropped)."""
+        y = tr.reshape(y, (*(self.bshape[d] for d in self.order), *([self.width] if k is not None else [])))
+        back = [self.order.index(d) for d in range(len(self.bshape))]
+        if k is not None:
+            back.insert(k, len(self.bshape))
+        return tr.transpose(y, back)
+
+    def untables(self, tr: Translator, y: SSAValue) -> SSAValue:
+        """A result ``[T, R, D]`` in the table's shape and dim order (``tables``'s inverse)."""
+        w = self.width_dim
+        order = [*self.batch, self.g, *([] if w is None else [w])]
+        y = tr.reshape(y, tuple(self.table[d] for d in order))
+        return tr.transpose(y, [order.index(d) for d in range(len(self.table))])
+
+
 GATHER_SUBSET = (
     "distir reads row lookups: one collapsed dim that the indices select (start_index_map = "
-    "collapsed_slice_dims = [g]) of a 1-d or 2-d table, or of a 2-d or 3-d table whose dim 0 is a "
-    "batching dim of the indices' dim 0, every other dim taken whole, the index vector dim last"
+    "collapsed_slice_dims = [g]), any batching dims of the table paired with dims of the indices "
+    "(operand_batching_dims, start_indices_batching_dims), at most one other dim, taken whole, "
+    "the index vector dim last"
 )
+
+
+def _index_elt_ok(idx: Val) -> bool:
+    elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
+    return isinstance(elt, IntegerType) and elt != i1
 
 
 @handles("stablehlo.gather")
 def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
     """Row lookups (``jnp.take(table, idx, axis=g)``, ``table[idx]``, the sdy export of
     ``dist.embedding_bag``) and element lookups along a dim of each row
-    (``jnp.take_along_axis``: a table ``[B, V]`` whose dim 0 is a batching dim, no
-    offset dim) as ``dist.embedding_bag`` of bags of one row: the indices clamped into
-    the table (StableHLO's rule for a start index), flattened to ``[N, 1]`` (``[T, N,
-    1]`` with a batching dim), a table without a row width seen as rows of width 1, the
-    bags ``[N, D]`` reshaped to the indices' shape and the row moved to the offset dim.
-    Any other gather is a diagnostic."""
+    (``jnp.take_along_axis``: a table ``[B, V]`` or ``[B, S, V]`` whose leading dims are
+    batching dims, no offset dim) as ``dist.embedding_bag`` of bags of one row: the
+    indices clamped into the table (StableHLO's rule for a start index), the batching
+    dims merged into one table dim (``RowLookup``), a table without a row width seen as
+    rows of width 1, the bags reshaped to the indices' shape and the row moved to the
+    offset dim. Any other gather is a diagnostic."""
     if len(node.operands) != 2:
         raise tr.error("'stablehlo.gather' takes a table and indices", node)
     t = _result(tr, node)
@@ -2318,49 +2418,35 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
     ts, ish = shape_of(table), shape_of(idx)
     nums = _gather_numbers(tr, node)
     sizes = _attr_ints(tr, node, "slice_sizes")
-    batch = nums["operand_batching_dims"]
-    lead = len(batch)
     g = nums["start_index_map"]
     ivd = nums["index_vector_dim"]
-    idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
-    has_width = len(ts) == lead + 2
+    look = RowLookup(tuple(ts), g[0] if len(g) == 1 else -1, tuple(nums["operand_batching_dims"]), tuple(nums["start_indices_batching_dims"]), tuple(ish[:ivd]) if ivd is not None else ())
+    w = look.width_dim
+    offset = nums["offset_dims"]
     ok = (
-        len(ts) in (lead + 1, lead + 2)
-        and batch in ([], [0])
-        and nums["start_indices_batching_dims"] == batch
-        and len(g) == 1
-        and nums["collapsed_slice_dims"] == g
-        and g[0] >= lead
-        and len(sizes) == len(ts)
-        and all(sizes[d] == 1 for d in (*batch, g[0]))
-        and all(sizes[d] == ts[d] for d in range(len(ts)) if d not in (*batch, g[0]))
-        and ivd is not None
+        ivd is not None
         and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
-        and len(nums["offset_dims"]) == (1 if has_width else 0)
-        and isinstance(idx_elt, IntegerType)
-        and idx_elt != i1
+        and nums["collapsed_slice_dims"] == g
+        and look.valid()
+        and len(sizes) == len(ts)
+        and all(sizes[d] == 1 for d in (*look.batch, look.g))
+        and (w is None or sizes[w] == ts[w])
+        and len(offset) == (0 if w is None else 1)
+        and (w is None or offset[0] <= len(look.bshape))
+        and _index_elt_ok(idx)
     )
-    bshape = tuple(ish[:ivd])
-    if ok:
-        ok = (not has_width or nums["offset_dims"][0] <= len(bshape)) and (not lead or (bshape and bshape[0] == ts[0]))
     if not ok:
         raise tr.error(f"this form of 'stablehlo.gather' is not supported ({GATHER_SUBSET})", node)
-    rows = ts[g[0]]
-    want = list(bshape)
-    if has_width:
-        width_dim = next(d for d in range(len(ts)) if d not in (*batch, g[0]))
-        want.insert(nums["offset_dims"][0], ts[width_dim])
+    k = offset[0] if w is not None else None
+    want = list(look.bshape)
+    if k is not None:
+        want.insert(k, ts[w])
     if tuple(want) != t.shape:
         raise tr.error(f"the gather gives {_fmt(want)}, the result type says {t}", node)
-    tab = tr.materialize(table)
-    if not has_width:
-        tab = tr.reshape(tab, (*ts, 1))
-    elif g[0] != len(ts) - 2:  # the looked-up dim second to last
-        tab = tr.transpose(tab, [*range(lead), g[0], width_dim])
-    width = shape_of(tab)[-1]
-    n = pymath.prod(bshape[lead:])
-    flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
+    tab = look.tables(tr, tr.materialize(table))
+    flat_idx = look.indices(tr, tr.materialize(idx))
     elt = _elt_of(flat_idx)
+    rows = ts[look.g]
 
     def clamp(a: list[SSAValue]) -> list[Operation]:
         lo, hi = tr.const_op(0, elt), tr.const_op(rows - 1, elt)
@@ -2369,33 +2455,25 @@ def _h_gather(tr: Translator, node: OpNode) -> list[Val]:
 
     safe = tr.map_op([flat_idx], [elt], shape_of(flat_idx), elt, clamp)
     bags = tr.emit_checked(lambda: dist.EmbeddingBagOp.of(tab, safe, mode="sum", sizes=tr.sizes())).results[0]
-    if not has_width:
-        return [tr.reshape(bags, bshape)]
-    y = tr.reshape(bags, (*bshape, width))
-    k = nums["offset_dims"][0]
-    if k != len(bshape):
-        perm = list(range(len(bshape)))
-        perm.insert(k, len(bshape))
-        y = tr.transpose(y, perm)
-    return [y]
+    return [look.unrows(tr, bags, k)]
 
 
 SCATTER_SUBSET = (
     "distir reads additions into rows (the gradient of a row lookup, table.at[ids].add(u)): one "
-    "inserted dim that the indices select (scatter_dims_to_operand_dims = inserted_window_dims = [g]) "
-    "of a 1-d or 2-d operand, or of a 2-d or 3-d operand whose dim 0 is a batching dim of the indices' "
-    "dim 0, updates holding whole rows, the index vector dim last, an add region"
+    "inserted dim that the indices select (scatter_dims_to_operand_dims = inserted_window_dims = [g]), "
+    "any batching dims of the operand paired with dims of the indices (input_batching_dims, "
+    "scatter_indices_batching_dims), updates holding whole rows, the index vector dim last, an add region"
 )
 
 
 @handles("stablehlo.scatter")
 def _h_scatter(tr: Translator, node: OpNode) -> list[Val]:
     """Additions into rows as ``dist.scatter_add`` (the adjoint of ``embedding_bag``): the
-    indices flattened to ``[N, 1]`` (``[T, N, 1]`` with a batching dim), the updates to
-    ``[N, D]`` with the row last, an operand without a row width seen as rows of width
-    1; indices outside the operand add nothing (StableHLO: such updates are skipped);
-    the operand added unless it is a zero constant (the usual gradient). Any other
-    scatter is a diagnostic."""
+    indices as ``[N, 1]`` (``[T, N, 1]`` with the batching dims merged into one table
+    dim: ``RowLookup``), the updates as ``[N, D]`` with the row last, an operand without
+    a row width seen as rows of width 1; indices outside the operand add nothing
+    (StableHLO: such updates are skipped); the operand added unless it is a zero
+    constant (the usual gradient). Any other scatter is a diagnostic."""
     if len(node.operands) != 3 or len(node.results) != 1:
         raise tr.error("'stablehlo.scatter' of several operands at once is not supported (one operand, indices, updates)", node)
     kind, span = _reducer_kind(tr, node, "scatter")
@@ -2405,54 +2483,34 @@ def _h_scatter(tr: Translator, node: OpNode) -> list[Val]:
     operand, idx, upd = (tr.operand(node, i) for i in range(3))
     os_, ish, us = shape_of(operand), shape_of(idx), shape_of(upd)
     nums = dimension_numbers(tr, node, "scatter_dimension_numbers", "scatter", ("update_window_dims", "inserted_window_dims", "input_batching_dims", "scatter_indices_batching_dims", "scatter_dims_to_operand_dims"))
-    batch = nums["input_batching_dims"]
-    lead = len(batch)
     g = nums["scatter_dims_to_operand_dims"]
     ivd = nums["index_vector_dim"]
-    idx_elt = _elt_of(idx) if not isinstance(idx, (Const, DevVal)) else ELEMENT.get(idx.elt)
-    has_width = len(os_) == lead + 2
-    bshape = tuple(ish[:ivd]) if ivd is not None else ()
+    look = RowLookup(tuple(os_), g[0] if len(g) == 1 else -1, tuple(nums["input_batching_dims"]), tuple(nums["scatter_indices_batching_dims"]), tuple(ish[:ivd]) if ivd is not None else ())
+    w = look.width_dim
     window = nums["update_window_dims"]
     ok = (
-        len(os_) in (lead + 1, lead + 2)
-        and batch in ([], [0])
-        and nums["scatter_indices_batching_dims"] == batch
-        and len(g) == 1
-        and nums["inserted_window_dims"] == g
-        and g[0] >= lead
-        and ivd is not None
+        ivd is not None
         and (ivd == len(ish) or (ivd == len(ish) - 1 and ish[-1] == 1))
-        and len(window) == (1 if has_width else 0)
-        and isinstance(idx_elt, IntegerType)
-        and idx_elt != i1
-        and (not lead or (bshape and bshape[0] == os_[0]))
+        and nums["inserted_window_dims"] == g
+        and look.valid()
+        and len(window) == (0 if w is None else 1)
+        and (w is None or window[0] <= len(look.bshape))
+        and _index_elt_ok(idx)
         and t.shape == os_
     )
+    k = window[0] if ok and w is not None else None
     if ok:
-        width_dim = next((d for d in range(len(os_)) if d not in (*batch, g[0])), None)
-        want = list(bshape)
-        if has_width:
-            ok = window[0] <= len(bshape)
-            want.insert(window[0], os_[width_dim])
-        ok = ok and tuple(want) == us
+        want = list(look.bshape)
+        if k is not None:
+            want.insert(k, os_[w])
+        ok = tuple(want) == us
     if not ok:
         raise tr.error(f"this form of 'stablehlo.scatter' is not supported ({SCATTER_SUBSET})", node)
     elt = tr.elt(t.elt, node)
-    n = pymath.prod(bshape[lead:])
-    u = tr.materialize(upd)
-    if has_width and window[0] != len(bshape):  # the row width last
-        u = tr.transpose(u, [d for d in range(len(us)) if d != window[0]] + [window[0]])
-    width = os_[width_dim] if has_width else 1
-    u = tr.reshape(u, (*bshape[:lead], n, width))
-    flat_idx = tr.reshape(tr.materialize(idx), (*bshape[:lead], n, 1))
-    rows = os_[g[0]]
-    placed = (*os_[:lead], rows, width)
-    ty = tr.new_type_like([u], placed, elt)
-    y = tr.emit_checked(lambda: dist.ScatterAddOp.make([flat_idx, u], [ty])).results[0]
-    if not has_width:
-        y = tr.reshape(y, os_)
-    elif g[0] != len(os_) - 2:  # the row dim back where the operand has it
-        y = tr.transpose(y, [*range(lead), lead + 1, lead])
+    u = look.rows(tr, tr.materialize(upd), k)
+    flat_idx = look.indices(tr, tr.materialize(idx))
+    ty = tr.new_type_like([u], (*look.lead, os_[look.g], look.width), elt)
+    y = look.untables(tr, tr.emit_checked(lambda: dist.ScatterAddOp.make([flat_idx, u], [ty])).results[0])
     if isinstance(operand, Const) and operand.value == 0 and pymath.copysign(1, operand.value) > 0:
         return [y]  # scatter_add starts from +0, as the zeros of a gradient do
     add = arith.AddfOp if _is_float(elt) else arith.AddiOp

@@ -7,7 +7,10 @@ computes in the widest type of its operands and at least f32 (CoCoNet's mixed
 precision: f16/bf16 values are widened on load and rounded on store; an f32 op stays
 f32 even in a kernel that also has f64 values, so results equal the interpreter's);
 integers wrap in their width. A 0-d memref parameter is passed as a 1-element
-1-d array.
+1-d array. Numba has no f16 or bf16 arithmetic on the CPU and no bf16 arrays anywhere:
+such arrays are passed as their 16-bit patterns (uint16) and converted on each load and
+store (``HALF_HELPERS`` on the CPU: LLVM's half conversions and bf16 bit arithmetic with
+round-to-nearest-even; ``BF16_HELPERS`` on CUDA, where f16 arrays are native).
 
 CPU loop nest (``prange`` over the outermost dim)::
 
@@ -103,14 +106,13 @@ def int_name(t: Attribute) -> str:
 
 
 def storage_name(t: Attribute, target: str) -> str:
-    """numba type of the array elements as the kernel sees them: f16/bf16 arrays are
-    widened to f32 by the CPU runtime; on CUDA f16 stays f16 and bf16 arrays hold the
-    values' 16 bits (uint16: numba has bf16 scalars but no bf16 arrays), converted
-    on load and store by ``BF16_HELPERS``."""
+    """numba type of the array elements as the kernel sees them: arrays of half elements
+    hold their 16 bits (uint16: numba has no bf16 arrays, and no f16 arithmetic on the
+    CPU), converted on load and store (``half_helper``); on CUDA f16 stays f16."""
     if isinstance(t, (Float16Type,)):
-        return "float16" if target == "cuda" else "float32"
+        return "float16" if target == "cuda" else "uint16"
     if isinstance(t, BFloat16Type):
-        return "uint16" if target == "cuda" else "float32"
+        return "uint16"
     if is_float(t):
         return "float64" if float_bits(t) == 64 else "float32"
     return int_name(t)
@@ -288,6 +290,76 @@ else:
         return np.uint16((b >> 16) & 0xFFFF)
 '''
 
+HALF_HELPERS = '''
+# f16 and bf16 <-> f32 for CPU arrays holding the 16 bits (uint16): f16 through LLVM's
+# half conversions (F16C instructions on x86), bf16 as bit arithmetic, round to nearest
+# even (NaN stays NaN), as numpy's and ml_dtypes' casts.
+from llvmlite import ir as _ir
+from numba.core import types as _types
+from numba.extending import intrinsic as _intrinsic
+
+
+@_intrinsic
+def _f16_load(typingctx, bits):
+    def codegen(context, builder, sig, args):
+        h = context.cast(builder, args[0], sig.args[0], _types.uint16)
+        return builder.fpext(builder.bitcast(h, _ir.HalfType()), _ir.FloatType())
+
+    return _types.float32(bits), codegen
+
+
+@_intrinsic
+def _f16_store(typingctx, x):
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], _types.float32)
+        return builder.bitcast(builder.fptrunc(v, _ir.HalfType()), _ir.IntType(16))
+
+    return _types.uint16(x), codegen
+
+
+@_intrinsic
+def _f32_bits(typingctx, x):
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], _types.float32)
+        return builder.bitcast(v, _ir.IntType(32))
+
+    return _types.uint32(x), codegen
+
+
+@_intrinsic
+def _bits_f32(typingctx, bits):
+    def codegen(context, builder, sig, args):
+        b = context.cast(builder, args[0], sig.args[0], _types.uint32)
+        return builder.bitcast(b, _ir.FloatType())
+
+    return _types.float32(bits), codegen
+
+
+@_dev
+def _bf16_load(bits):
+    return _bits_f32(numba.uint32(bits) << numba.uint32(16))
+
+
+@_dev
+def _bf16_store(x):
+    b = _f32_bits(x)
+    if (b & numba.uint32(0x7FFFFFFF)) > numba.uint32(0x7F800000):
+        return numba.uint16((b >> numba.uint32(16)) | numba.uint32(0x40))
+    b = b + numba.uint32(0x7FFF) + ((b >> numba.uint32(16)) & numba.uint32(1))
+    return numba.uint16(b >> numba.uint32(16))
+'''
+
+
+def half_helper(t: Attribute, target: str) -> str | None:
+    """The prefix of the load/store conversions (``_bf16``, ``_f16``) of an array of
+    element type ``t`` held as 16-bit patterns on ``target``; None when it is not."""
+    if isinstance(t, BFloat16Type):
+        return "_bf16"
+    if isinstance(t, Float16Type) and target == "cpu":
+        return "_f16"
+    return None
+
+
 CONSTANTS = """
 _GOLDEN = numba.uint64(0x9E3779B97F4A7C15)
 _M1 = numba.uint64(0xBF58476D1CE4E5B9)
@@ -413,9 +485,10 @@ class Translator:
         self.load_hook = None  # (param index, index expr list) -> expression
         self.store_hook = None  # (param index, index expr list, value expr) -> list of statements
 
-    def bf16(self, ref: SSAValue) -> bool:
-        """Whether ``ref`` is a bf16 array held as bits (CUDA)."""
-        return self.target == "cuda" and isinstance(ref.type.element_type, BFloat16Type)  # type: ignore[attr-defined]
+    def half(self, ref: SSAValue) -> str | None:
+        """The conversion prefix of array ``ref`` when it holds half elements as their
+        bits (``half_helper``)."""
+        return half_helper(ref.type.element_type, self.target)  # type: ignore[attr-defined]
 
     def pname(self, p: int) -> str:
         """The name parameter p is read and written through (its alias's)."""
@@ -466,16 +539,16 @@ class Translator:
                 expr = self.load_hook(p, idx)
             else:
                 expr = f"{self.name(op.memref)}[{', '.join(idx)}]"
-            if self.bf16(op.memref):
-                expr = f"_bf16_load({expr})"
+            if h := self.half(op.memref):
+                expr = f"{h}_load({expr})"
             return [self.assign(op.res, f"{self.cast(op.res.type)}({expr})")]
         if isinstance(op, memref.StoreOp):
             p = self.params.index(op.memref)
             idx = self.index_exprs(op, op.memref)
             elt = op.memref.type.element_type  # type: ignore[attr-defined]
             st = storage_name(elt, self.target)
-            if self.bf16(op.memref):
-                value = f"_bf16_store({self.name(op.value)})"
+            if h := self.half(op.memref):
+                value = f"{h}_store({self.name(op.value)})"
             else:
                 value = f"{'np' if st == 'float16' else 'numba'}.{st}({self.name(op.value)})"
             if self.store_hook is not None:
@@ -695,19 +768,25 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
         extra = peers[variant.reduce_param] + [x for g in variant.gather_params for x in peers[g]] + ["base"]
         args = args + extra
         own = dict(variant.own)
-        # the reduction computes in the reduced buffer's own precision
-        rct = tr.ftype(tr.params[variant.reduce_param].type.element_type)  # type: ignore[attr-defined]
+        # the reduction computes in the reduced buffer's precision (f32 for f16/bf16,
+        # whose result is rounded once to the buffer's type, as the interpreter rounds
+        # it, and held as its bits like the buffer's elements)
+        relt = tr.params[variant.reduce_param].type.element_type  # type: ignore[attr-defined]
+        rct = tr.ftype(relt)
+        rh = half_helper(relt, "cpu")
 
         def reduced(at: str) -> str:
-            terms = [f"numba.{rct}({r}[{at}])" for r in peers[variant.reduce_param]]
+            terms = [f"{rh}_load({r}[{at}])" if rh else f"numba.{rct}({r}[{at}])" for r in peers[variant.reduce_param]]
             if variant.op in ("sum", "avg", "prod"):
                 expr = "(" + (" * " if variant.op == "prod" else " + ").join(terms) + ")"
-                return f"({expr} / numba.{rct}({n}))" if variant.op == "avg" else expr
-            fn = "_fmax" if variant.op == "max" else "_fmin"
-            expr = terms[0]
-            for t in terms[1:]:
-                expr = f"{fn}({expr}, {t})"
-            return expr
+                if variant.op == "avg":
+                    expr = f"({expr} / numba.{rct}({n}))"
+            else:
+                fn = "_fmax" if variant.op == "max" else "_fmin"
+                expr = terms[0]
+                for t in terms[1:]:
+                    expr = f"{fn}({expr}, {t})"
+            return f"{rh}_store({expr})" if rh else expr
 
         def load(p, idx):
             if p in own:
@@ -767,7 +846,7 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
         # would keep the loads from being consecutive (and the loop from vectorising).
         lines += _indent(
             [
-                f"tmp = np.empty({tile}, np.{rct})",
+                f"tmp = np.empty({tile}, np.{'uint16' if rh else rct})",
                 "base = numba.uint64(base)",
                 f"for t0 in range(numba.uint64(0), numba.uint64({extent[0]}), numba.uint64({tile})):",
                 f"    size = min(numba.uint64({tile}), numba.uint64({extent[0]}) - t0)",
@@ -797,7 +876,10 @@ def cpu_source(kernel: rt.KernelOp, variant: ZeroCopy | Bucketed | None = None, 
     if len(lines) == 1 or lines[-1].endswith(":"):
         lines.append("    pass")
     kinds, storage = _param_kinds(tr, "cpu")
-    src = _header("cpu") + "\n\n" + "\n".join(lines) + "\n"
+    head = _header("cpu")
+    if any(isinstance(a.type, MemRefType) and tr.half(a) for a in tr.params):
+        head += HALF_HELPERS
+    src = head + "\n\n" + "\n".join(lines) + "\n"
     return KernelSource(name, src, "cpu", kinds, storage)
 
 
@@ -853,7 +935,7 @@ def cuda_source(kernel: rt.KernelOp) -> KernelSource:
     lines += _indent(idx + body if body else idx + ["pass"], 8)
     kinds, storage = _param_kinds(tr, "cuda")
     head = _header("cuda")
-    if any(isinstance(a.type, MemRefType) and tr.bf16(a) for a in tr.params):
+    if any(isinstance(a.type, MemRefType) and tr.half(a) for a in tr.params):
         head += BF16_HELPERS
     src = head + "\n\n" + "\n".join(lines) + "\n"
     return KernelSource("kernel", src, "cuda", kinds, storage)

@@ -13,9 +13,9 @@ The rules, for ``target`` (``lowering/target.py``):
 
 * ``rt.fused`` runs ``zero_copy`` when the target has shared memory, the group has the
   zero-copy shape (``FusedOp.zero_copy_layout``), it runs on stream 0 (the rank's
-  thread: the kernel reads its peers' buffers while they wait), its reduction is over
-  f32 or f64 (the generated reduction loop; f16/bf16 kernel outputs are widened copies,
-  not the peers' buffers), and no buffer it touches is a scattered argument (pieces are
+  thread: the kernel reads its peers' buffers while they wait), its reduction and the
+  kernel's outputs are floats (f16 and bf16 included: CPU kernels read and write them
+  in place as their bits), and no buffer it touches is a scattered argument (pieces are
   no single buffer a peer can index); ``sequential`` otherwise. On a target whose
   ranks may be given buffers their peers cannot see (every shared-memory target but
   ``local``'s threads: ``EVERY_BUFFER_SHARED``), the group is ``zero_copy .. else
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func, memref
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, MemRefType, ModuleOp, UnitAttr, f32, f64
+from xdsl.dialects.builtin import ArrayAttr, BFloat16Type, DictionaryAttr, Float16Type, MemRefType, ModuleOp, UnitAttr, f32, f64
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -76,7 +76,7 @@ PASS = "plan-execution"
 SCATTERED = "rt.scattered"
 """Argument attribute: the runtime passes this argument as a list of pieces."""
 
-_WIDE_FLOATS = (f32, f64)
+_FLOATS = (Float16Type(), BFloat16Type(), f32, f64)
 
 
 # ======================================================================================
@@ -159,13 +159,13 @@ def zero_copy(op: rt.FusedOp, target: TargetAttr, scattered: set[SSAValue]) -> t
         return None
     rs = next(iter(op.body.block.ops))
     assert isinstance(rs, nccl.ReduceScatterOp)
-    if _stream_number(rs.stream) != 0 or _element(rs.buffers[0]) not in _WIDE_FLOATS:
+    if _stream_number(rs.stream) != 0 or _element(rs.buffers[0]) not in _FLOATS:
         return None
     launch = next(o for o in op.body.block.ops if isinstance(o, rt.LaunchOp))
     kernel = _kernel(op, launch)
     stored = {o.memref for o in kernel.body.block.ops if isinstance(o, memref.StoreOp)}
     for p, a in zip(kernel.params, launch.args[:-1]):
-        if p in stored and isinstance(a.type, MemRefType) and a.type.element_type not in _WIDE_FLOATS:
+        if p in stored and isinstance(a.type, MemRefType) and a.type.element_type not in _FLOATS:
             return None
     touched = [rs.buffers[0], *launch.args[:-1]]
     touched += [g.buffers[1] for g in op.body.block.ops if isinstance(g, nccl.AllGatherOp)]

@@ -28,6 +28,12 @@ schedule slices only ``m`` and ``v``. Example::
 
 becomes ``%m: !dist.tensor<64xf32, @world, [sliced<0>]>``, ``%m1_s = dist.map(%m, ...)``
 and ``func.return ..., %m1_s, ...`` with result type ``[sliced<0>]``.
+
+A **read-only** argument named in ``targets`` (no result updates it) that is read only
+through ``dist.take_slice`` becomes sliced the same way, by the same identity: every rank
+keeps only the slice it reads (constant per-element data of an optimizer, such as which
+parameter group each element belongs to). With no targets, only in-place state is
+sliced.
 """
 
 from __future__ import annotations
@@ -142,35 +148,42 @@ def _inplace_results(f: func.FuncOp) -> dict[int, int]:
 
 
 def _slice_argument(
-    f: func.FuncOp, arg: BlockArgument, called: set[str], inplace: dict[int, int] | None = None, pending: Pending | None = None
+    f: func.FuncOp,
+    arg: BlockArgument,
+    called: set[str],
+    inplace: dict[int, int] | None = None,
+    pending: Pending | None = None,
+    read_only: bool = False,
 ) -> str | None:
     """Make ``arg`` sliced; return why it cannot be, or None when done. With
     ``pending``, the new results, the AllGathers to drop and the function type are
-    left for ``pending.finish()`` (once for all the arguments of a function)."""
+    left for ``pending.finish()`` (once for all the arguments of a function). With
+    ``read_only``, an argument no result updates is sliced too (module doc)."""
     if f.sym_name.data in called:
         return f"@{f.sym_name.data} is called with func.call, its signature must stay"
     j = (inplace if inplace is not None else _inplace_results(f)).get(arg.index)
-    if j is None:
+    if j is None and not read_only:
         return f"no result of @{f.sym_name.data} updates it in place ({{dist.inplace = {arg.index}}})"
     ret = f.body.block.last_op
     assert isinstance(ret, func.ReturnOp)
     got = _chain_type(arg)
     if isinstance(got, str):
-        return got
+        return got if j is not None else f"no result of @{f.sym_name.data} updates it in place ({{dist.inplace = {arg.index}}}) and {got}"
     want = got
-    if _gathered_from(ret.operands[j], want) is None:
+    if j is not None and _gathered_from(ret.operands[j], want) is None:
         return f"its in-place update is not an all_gather of a value placed {want}"
     # the checks passed (without changing anything): now rewrite
     chain, sliced = _take_slice_chain(arg)  # type: ignore[misc]
-    ags, update = _gathered_from(ret.operands[j], want)  # type: ignore[misc]
     new_arg = Rewriter.replace_value_with_new_type(arg, want)
     sliced.replace_all_uses_with(new_arg)
     for op in reversed(chain):
         op.detach()
         op.erase()
     own = pending or Pending(f)
-    own.results[j] = update
-    own.gathers += ags
+    if j is not None:
+        ags, update = _gathered_from(ret.operands[j], want)  # type: ignore[misc]
+        own.results[j] = update
+        own.gathers += ags
     if pending is None:
         own.finish()
     return None
@@ -223,7 +236,7 @@ class SliceStatePass(ModulePass):
                         if not targets.all:
                             fail(self.name, f"target %{targets.name(arg)}: is a {arg.type} scalar, not a !dist.tensor")
                         continue
-                    why = _slice_argument(f, arg, called, inplace, pending)
+                    why = _slice_argument(f, arg, called, inplace, pending, read_only=not targets.all)
                     if why is not None and not targets.all:
                         fail(self.name, f"target %{targets.name(arg)}: cannot keep the argument sliced: {why}")
                 pending.finish()

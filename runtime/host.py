@@ -2,9 +2,10 @@
 library calls, queued on host streams (``streams.py``). Used by the ``local`` and
 ``mpi`` backends.
 
-numba has no f16/bf16 arithmetic on the CPU: a kernel parameter of those types is
-widened to an f32 copy before the launch and rounded back into the buffer after it
-(the kernel computes in f32 either way, as the GPU kernels do).
+numba has no f16/bf16 arithmetic on the CPU and no bf16 arrays: a kernel takes an array
+of those types as a uint16 view of its bits, no copy, and converts each element on load
+and store (``numba_codegen.HALF_HELPERS``; it computes in f32, as the GPU kernels do). A
+half scalar parameter is passed as an f32.
 """
 
 from __future__ import annotations
@@ -128,11 +129,7 @@ class HostDevice:
         fn = info.fn if not aliases else self._variant(info, ("alias", aliases), lambda: cg.cpu_source(kernel, aliases=aliases))
 
         def run():
-            # Half-precision operands are widened when the stream reaches the launch.
-            call, post = _call_args(info, args)
-            fn(*call)
-            for f in post:
-                f()
+            fn(*_call_args(info, args))
 
         stream.submit(run)
 
@@ -153,8 +150,6 @@ class HostDevice:
         lengths = {args[i].lengths for i in scattered}
         if len(lengths) != 1:
             raise RuntimeError(f"kernel @{kernel.kernel_name}: scattered arguments with different pieces {sorted(lengths)}")
-        if any(is_half(args[i].dtype) for i in scattered):
-            raise RuntimeError("scattered f16/bf16 tensors are not supported by CPU kernels")
         key = ("bucketed", scattered)
         fn = info.zero_copy.get(key)
         if fn is None:
@@ -166,12 +161,10 @@ class HostDevice:
 
         def run():
             plain = [np.zeros(1, np.float32) if i in scattered else a for i, a in enumerate(args)]
-            call, post = _call_args(info, plain)
+            call = _call_args(info, plain)
             for i in scattered:
-                call[i] = tuple(args[i].pieces)
+                call[i] = tuple(_bits(p) for p in args[i].pieces)
             fn(*call, table)
-            for f in post:
-                f()
 
         stream.submit(run)
 
@@ -237,7 +230,7 @@ class HostDevice:
         if any(isinstance(a, ScatteredArray) for a in (send, *fulls, *args)):
             raise RuntimeError("'rt.fused' is planned zero_copy over a scattered buffer (plan the program with its scattered arguments)")
         info = self.kernel(kernel)
-        call, post = _call_args(info, args)
+        call = _call_args(info, args)
         # Parameters that are this rank's block of a gathered buffer are read through
         # that buffer (one pointer for the in-place read and write: the loop vectorises).
         base = comm.rank * count
@@ -255,12 +248,10 @@ class HostDevice:
         if peers is None:
             return False
         try:
-            flat_sends = [p[0] for p in peers]
-            flat_fulls = [[p[1 + k] for p in peers] for k in range(len(fulls))]
+            flat_sends = [_bits(p[0]) for p in peers]
+            flat_fulls = [[_bits(p[1 + k]) for p in peers] for k in range(len(fulls))]
             extra = flat_sends + [a for fs in flat_fulls for a in fs] + [np.int64(base)]
             fn(*call, *extra)
-            for f in post:
-                f()
         finally:
             comm.peer_barrier()
         return True
@@ -304,7 +295,7 @@ def _aliases(info: KernelInfo, args: Sequence[Any]) -> tuple[tuple[int, int], ..
     seen: dict[tuple, int] = {}
     out = []
     for p, ((kind, *_), a) in enumerate(zip(info.kinds, args)):
-        if kind != "array" or not isinstance(a, np.ndarray) or is_half(a.dtype):
+        if kind != "array" or not isinstance(a, np.ndarray):
             continue
         key = (_ptr(a), a.shape, a.strides, a.dtype.str)
         if key in seen:
@@ -435,20 +426,18 @@ def embedding_into(table: np.ndarray, indices: np.ndarray, row0: int, out: np.nd
     _embedding_kernel(mode)(table, indices, np.int64(row0), out)
 
 
-def _call_args(info: KernelInfo, args: Sequence[Any]) -> tuple[list[Any], list]:
+def _bits(a: Any) -> Any:
+    """A half-precision array as the uint16 view of its bits (how kernels take it)."""
+    return a.view(np.uint16) if isinstance(a, np.ndarray) and is_half(a.dtype) else a
+
+
+def _call_args(info: KernelInfo, args: Sequence[Any]) -> list[Any]:
+    """The kernel's arguments: half arrays as their bits (no copy), half scalars as f32."""
     call: list[Any] = []
-    post: list = []
-    for (kind, dt, loaded, stored, zero_d), a in zip(info.kinds, args):
+    for (kind, dt, _loaded, _stored, zero_d), a in zip(info.kinds, args):
         if kind == "array":
-            arr = a
-            if is_half(dt):
-                wide = arr.astype(_F32) if loaded else np.empty(arr.shape, _F32)
-                if stored:
-                    post.append(lambda arr=arr, wide=wide: _assign(arr, wide.astype(arr.dtype)))
-                arr = wide
-            if zero_d:
-                arr = arr.reshape(1)
-            call.append(arr)
+            arr = a.reshape(1) if zero_d else a
+            call.append(_bits(arr))
         else:
             call.append(_F32.type(a) if is_half(dt) else dt.type(a))
-    return call, post
+    return call

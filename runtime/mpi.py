@@ -247,7 +247,7 @@ class SharedHeap:
         span = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if n) + a.itemsize
         if start < 0 or any(st < 0 for st in a.strides) or start + span > self.mine.size:
             return None
-        return (start, a.shape, a.strides, a.dtype.str)
+        return (start, a.shape, a.strides, a.dtype)  # the dtype itself: bf16 (ml_dtypes) has no str of its own
 
     def view(self, node_rank: int, where: tuple) -> np.ndarray:
         offset, shape, strides, dtype = where
@@ -793,6 +793,19 @@ def unlink_mpich_segments(node) -> None:
             os.unlink(name)
         except OSError:
             pass
+
+
+def forget_mpich_segments(world=None) -> None:
+    """``unlink_mpich_segments`` for the ranks of ``world`` (default ``COMM_WORLD``),
+    node by node; collective. Called as early as a job's ranks can: the start of a
+    ``distir-run`` under mpiexec, of the jobs distir starts itself, of a training
+    script's guard."""
+    MPI = _mpi()
+    node = (world if world is not None else MPI.COMM_WORLD).Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        unlink_mpich_segments(node)
+    finally:
+        node.Free()
 
 
 def mpiexec_path() -> str:
@@ -1415,6 +1428,7 @@ def worker_main(job_dir: str) -> int:
     job = Path(job_dir)
     MPI = _mpi()
     rank = MPI.COMM_WORLD.Get_rank()
+    forget_mpich_segments()
     prepared: PreparedRun | None = None
     failure = None
     try:

@@ -128,7 +128,7 @@ class ShmHeap:
         span = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if n) + a.itemsize
         if start < CONTROL or any(st < 0 for st in a.strides) or start + span > self.mine.size:
             return None
-        return (start, a.shape, a.strides, a.dtype.str)
+        return (start, a.shape, a.strides, a.dtype)  # the dtype itself: bf16 (ml_dtypes) has no str of its own
 
     def view(self, rank: int, where: tuple) -> np.ndarray:
         offset, shape, strides, dtype = where

@@ -176,8 +176,11 @@ class MpiSession:
     def __init__(self) -> None:
         from mpi4py import MPI
 
+        from distir.runtime.mpi import forget_mpich_segments
+
         self.world = MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
+        forget_mpich_segments(self.world)  # nothing left in /dev/shm if the job is killed
         self.agreed = False
         self.deadline: float | None = None
 

@@ -238,9 +238,10 @@ def mpi_worker(job_dir: str) -> int:
     from mpi4py import MPI
 
     from distir.dialects.context import parse_module
-    from distir.runtime.mpi import MpiRunner
+    from distir.runtime.mpi import MpiRunner, forget_mpich_segments
 
     world = MPI.COMM_WORLD
+    forget_mpich_segments(world)
     job = Path(job_dir)
     spec = json.loads((job / "job.json").read_text())
     steps: dict[str, Callable[[], object]] = {}

@@ -99,8 +99,8 @@ def loss_fn(params: dict, ids, labels):
 
     x, _ = jax.lax.scan(block, x, params["blocks"])
     logits = layernorm(x, params["lnf_g"], params["lnf_b"]) @ params["head"]
-    logp = jax.nn.log_softmax(logits.reshape(b * s, -1), axis=-1)  # nanoGPT's flattening
-    return -jnp.mean(jnp.take_along_axis(logp, labels.reshape(b * s, 1), axis=-1))
+    logp = jax.nn.log_softmax(logits, axis=-1)  # [B, S, V]
+    return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
 
 
 def adamw(p, g, m, v):

@@ -104,12 +104,14 @@ def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def corpus() -> np.ndarray:
-    """The bytes of distir's Markdown and Python files (sorted by path)."""
+    """The bytes of distir's Markdown and Python files (sorted by path; not those under a
+    hidden folder, such as a virtual environment or the kernel cache, which grows as
+    kernels compile)."""
     parts = []
     for pattern in ("*.md", "*.py"):
         for f in sorted(ROOT.rglob(pattern)):
             inside = f.relative_to(ROOT).parts  # (ROOT itself may be an installed site-packages/distir)
-            if ".venv" in inside or "site-packages" in inside:
+            if any(part.startswith(".") for part in inside) or "site-packages" in inside:
                 continue
             parts.append(f.read_bytes())
     return np.frombuffer(b"\n".join(parts), dtype=np.uint8)

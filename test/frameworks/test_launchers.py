@@ -2,8 +2,13 @@
 train the tiny GPT for 200 steps with DDP + ``torch.optim`` (or the reference LAMB) and
 with distir's optimizers (over the ``torch.distributed`` process group under torchrun,
 over MPI under mpiexec); losses at every step and the final parameters agree within 1e-5.
-``examples/pytorch/train_gpt.py`` runs under both launchers, prints the optimizer state
-per rank (1/N of torch's) and no warning."""
+The models people train (``support/torch_features.py``: frozen and tied weights, bf16
+with fp32 master weights, f16 with loss scaling and an inf, clipping, accumulation)
+agree with torch.optim on averaged gradients under ``mpiexec -n 2``, ``-n 4`` and
+``torchrun --nproc-per-node 2``, one job each for all the cases. A
+``torch.distributed.checkpoint`` written at 4 ranks (the mpiexec job) loads at 2 (the
+torchrun job) and training goes on with the losses of the run without the restart. ``examples/pytorch/train_gpt.py`` runs under
+both launchers, prints the optimizer state per rank (1/N of torch's) and no warning."""
 
 from __future__ import annotations
 
@@ -16,12 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import torch_checkpoint as tc
+from support import torch_features as tf
 from support import torch_training as tt
 
 from distir.runtime.mpi import mpiexec_path
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "test" / "support" / "torch_training.py"
+FEATURES = ROOT / "test" / "support" / "torch_features.py"
 TRAIN = ROOT / "examples" / "pytorch" / "train_gpt.py"
 BIN = Path(sys.executable).parent
 STEPS = 200
@@ -71,3 +79,60 @@ def test_train_gpt_prints_loss_time_and_sliced_state(launcher, tmp_path):
     # train_gpt.py's own DDP (gloo's all-reduce of the gradients) and distir's AdamW train alike
     rel = np.abs(losses["distir"] - losses["ddp"]) / np.abs(losses["ddp"])
     assert rel.max() <= 1e-5, (losses["ddp"], losses["distir"])
+
+
+FEATURE_JOBS = [("mpiexec", 2), ("mpiexec", 4), ("torchrun", 2)]
+CHECKPOINT_STEP = {("mpiexec", 4): "save", ("torchrun", 2): "resume"}
+"""The feature jobs also write a DCP checkpoint at 4 ranks and resume it at 2 (three
+launches in all, not five)."""
+
+
+@pytest.fixture(scope="module")
+def feature_job(tmp_path_factory):
+    """(launcher, ranks) -> (reports of every rank, references, checkpoint folder) of the
+    job that ran every case (and its step of the checkpoint), launched once."""
+    base = tmp_path_factory.mktemp("features")
+    ckpt = base / "ckpt"
+    done: dict = {}
+
+    def job(launcher: str, ranks: int):
+        if (launcher, ranks) not in done:
+            if CHECKPOINT_STEP.get((launcher, ranks)) == "resume":
+                job("mpiexec", 4)  # the checkpoint it resumes
+            out = base / f"{launcher}-{ranks}.json"
+            cases = [c for c in tf.CASES if c != "autocast"]  # autocast: nothing launcher-specific (thread tests)
+            extra = [CHECKPOINT_STEP[(launcher, ranks)], str(ckpt)] if (launcher, ranks) in CHECKPOINT_STEP else []
+            launch(launcher, ranks, [str(FEATURES), str(out), ",".join(cases), *extra])
+            reports = [rep for r in range(ranks) for rep in json.loads(Path(f"{out}.{r}").read_text())]
+            done[(launcher, ranks)] = (reports, json.loads(Path(f"{out}.ref").read_text()), ckpt)
+        return done[(launcher, ranks)]
+
+    return job
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("launcher, ranks", FEATURE_JOBS, ids=[f"{a}-{n}" for a, n in FEATURE_JOBS])
+def test_models_people_train_under_the_launcher(feature_job, launcher, ranks):
+    reports, refs, _ = feature_job(launcher, ranks)
+    assert {r["rank"] for r in reports} == set(range(ranks))
+    for report in reports:
+        tf.check(report, refs[report["case"]])
+
+
+@pytest.mark.mpi
+def test_dcp_checkpoint_written_at_4_ranks_resumes_at_2(feature_job):
+    """Written by the 4-rank job under mpiexec, read by the 2-rank job under torchrun:
+    every rank wrote its slice (4 files share the optimizer state), the 2-rank job read
+    it re-sliced and its losses are those of the run without the restart."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    _, _, ckpt = feature_job("torchrun", 2)
+    losses = json.loads((ckpt / "save.json").read_text())["losses"] + json.loads((ckpt / "resume.json").read_text())["losses"]
+    want = tc.reference(4, 2)
+    rel = np.abs(np.array(losses) - want) / np.abs(want)
+    assert rel.max() <= 1e-5, (losses, want)
+    md = FileSystemReader(str(ckpt)).read_metadata()
+    files = {info.relative_path for index, info in md.storage_data.items() if index.fqn.startswith("optim.state.") and not index.fqn.endswith(".step")}
+    assert len(files) == 4, files
+    sizes = [f.stat().st_size for f in ckpt.glob("*.distcp")]
+    assert max(sizes) < 0.5 * sum(sizes), sizes  # no rank wrote the whole state

@@ -120,6 +120,25 @@ def programs(jax, jnp, np, rng, mesh) -> dict[str, tuple]:
     both("xent", xent, [R(8, 32), labels], (P("x", None), P("x")), P())
     out["xent_vocab" + SHARDED] = (jax.jit(xent, in_shardings=(NamedSharding(mesh(4), P(None, "x")), NamedSharding(mesh(4), P())), out_shardings=NamedSharding(mesh(4), P())), [R(8, 32), labels])
 
+    # Cross-entropy as a language model writes it: logits [B, S, V] and labels [B, S]
+    # (take_along_axis with two batching dims), its value and gradient (a scatter with
+    # two batching dims), and the same loss along dim 1 of logits [B, V, S] (batching
+    # dims 0 and 2); on batch-sliced and on vocabulary-sliced logits.
+    def xent3(logits, labels):
+        def loss(lg):
+            return -jnp.take_along_axis(jax.nn.log_softmax(lg), labels[..., None], axis=-1).mean()
+
+        vt = jax.nn.log_softmax(jnp.swapaxes(logits, 1, 2), axis=1)
+        return (*jax.value_and_grad(loss)(logits), -jnp.take_along_axis(vt, labels[:, None, :], axis=1).mean())
+
+    r3 = np.random.default_rng(29)  # (its own stream: the programs after keep their inputs)
+    xent3_args = [r3.standard_normal((4, 8, 32)).astype(np.float32), r3.integers(0, 32, (4, 8)).astype(np.int32)]
+    both("xent3", xent3, xent3_args, (P("x"), P("x")), (P(), P("x"), P()))
+    out["xent3_vocab" + SHARDED] = (
+        jax.jit(xent3, in_shardings=(NamedSharding(mesh(4), P(None, None, "x")), NamedSharding(mesh(4), P())), out_shardings=tuple(NamedSharding(mesh(4), s) for s in (P(), P(None, None, "x"), P()))),
+        xent3_args,
+    )
+
     def take_fill(table, ids):
         return jnp.take(table, ids, axis=0) * 2.0
 

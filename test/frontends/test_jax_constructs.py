@@ -24,8 +24,8 @@ from distir.frontends.program import import_program
 from distir.runtime import interpret
 from distir.runtime.local import run_local
 
-CONSTRUCTS = ["mlp", "floats", "ints", "xent", "take_fill", "dus", "causal", "emb_grad", "scatter_add", "arg_sort", "dropout"]
-NAMES = [c + s for c in CONSTRUCTS for s in (ONE_DEVICE, SHARDED)] + ["xent_vocab" + SHARDED, "emb_grad_dp" + SHARDED]
+CONSTRUCTS = ["mlp", "floats", "ints", "xent", "xent3", "take_fill", "dus", "causal", "emb_grad", "scatter_add", "arg_sort", "dropout"]
+NAMES = [c + s for c in CONSTRUCTS for s in (ONE_DEVICE, SHARDED)] + ["xent_vocab" + SHARDED, "xent3_vocab" + SHARDED, "emb_grad_dp" + SHARDED]
 
 
 EXACT = ("dropout",)

@@ -91,3 +91,29 @@ func.func @reduced_slice_returned(%x: !dist.tensor<64xf32, @world, [local]>) -> 
   }
   func.return %r, %s : !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
 }
+
+// Mixed precision (CoCoNet): bf16 gradients reduced into this rank's bf16 slice, cast up,
+// the f32 master slice updated and rounded to the bf16 parameters, which are gathered:
+// one zero-copy kernel too (CPU kernels read and write bf16 in place as their bits).
+// LOCAL-LABEL: func.func @sgd_mixed
+// LOCAL: rt.fused zero_copy reduce {{[0-9]+}} gather [{{[0-9]+}}] {
+// LOCAL: nccl.reduce_scatter avg {{.*}}bf16
+// LOCAL: rt.launch
+// LOCAL: nccl.all_gather {{.*}} in_place :
+// GPU-LABEL: func.func @sgd_mixed
+// GPU: rt.fused sequential {
+func.func @sgd_mixed(%g: !dist.tensor<64xbf16, @world, [local]>, %p: !dist.tensor<64xbf16, @world, [replicated]>, %w: !dist.tensor<64xf32, @world, [sliced<0>]>, %lr: f32) -> (!dist.tensor<64xbf16, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<64xf32, @world, [sliced<0>]> {dist.inplace = 2 : i64}) {
+  %p1, %w1 = coll.fused_all_reduce avg %g dim 0 gather [true, false] : !dist.tensor<64xbf16, @world, [local]> -> (!dist.tensor<64xbf16, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
+  ^bb0(%avg_rs: !dist.tensor<64xbf16, @world, [sliced<0>]>):
+    %a = dist.cast %avg_rs : !dist.tensor<64xbf16, @world, [sliced<0>]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+    %w1_s = dist.map(%w, %a, %lr) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>, f32) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+    ^bb0(%wi: f32, %gi: f32, %lri: f32):
+      %s = arith.mulf %lri, %gi : f32
+      %r = arith.subf %wi, %s : f32
+      dist.yield %r : f32
+    }
+    %p1_s = dist.cast %w1_s : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<64xbf16, @world, [sliced<0>]>
+    coll.yield %p1_s, %w1_s : !dist.tensor<64xbf16, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+  }
+  func.return %p1, %w1 : !dist.tensor<64xbf16, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+}

@@ -5,12 +5,15 @@
 // RUN: not distir-opt %s -p 'slice-state{targets=k}' 2>&1 | filecheck %s --check-prefix=NOTGATHERED
 // RUN: not distir-opt %s -p 'slice-state{targets=m1}' 2>&1 | filecheck %s --check-prefix=NOTARG
 // RUN: not distir-opt %s -p 'slice-state{targets=s}' 2>&1 | filecheck %s --check-prefix=SCALAR
+// RUN: distir-opt %s -p 'slice-state{targets=c}' | filecheck %s --check-prefix=RO
+// RUN: not distir-opt %s -p 'slice-state{targets=u}' 2>&1 | filecheck %s --check-prefix=ROREAD
 
 // NOTINPLACE: 'slice-state' pass: target %g: cannot keep the argument sliced: no result of @step updates it in place ({dist.inplace = 0})
 // READ: 'slice-state' pass: target %q: cannot keep the argument sliced: it is read by 'dist.map', not only through dist.take_slice
 // NOTGATHERED: 'slice-state' pass: target %k: cannot keep the argument sliced: its in-place update is not an all_gather of a value placed !dist.tensor<64xf32, @world, [sliced<0>]>
 // NOTARG: 'slice-state' pass: target %m1: is not a function argument
 // SCALAR: 'slice-state' pass: target %s: is a f32 scalar, not a !dist.tensor
+// ROREAD: 'slice-state' pass: target %u: cannot keep the argument sliced: no result of @constants updates it in place ({dist.inplace = 3}) and it is read by 'dist.map', not only through dist.take_slice
 
 dist.mesh @world shape = [4]
 
@@ -64,4 +67,30 @@ func.func @uneven_state(%g: !dist.tensor<13xf32, @world, [sliced<0>]>, %m: !dist
   }
   %m1 = coll.all_gather %m1_s : !dist.tensor<13xf32, @world, [sliced<0>]> -> !dist.tensor<13xf32, @world, [replicated]>
   func.return %m1 : !dist.tensor<13xf32, @world, [replicated]>
+}
+
+// A read-only argument (per-element constants: which group each element belongs to)
+// read only through take_slice becomes sliced when named: each rank keeps its slice.
+// RO-LABEL: func.func @constants
+// RO-SAME:    %c: !dist.tensor<64xi8, @world, [sliced<0>]>
+// RO-SAME:    %u: !dist.tensor<64xf32, @world, [replicated]>
+// RO-NOT:     dist.take_slice %c
+// RO:         %[[Y:.*]] = dist.map(%x, %c, %a)
+// RO:         func.return %[[Y]]
+func.func @constants(%x: !dist.tensor<64xf32, @world, [sliced<0>]>, %a: f32, %c: !dist.tensor<64xi8, @world, [replicated]>, %u: !dist.tensor<64xf32, @world, [replicated]>)
+    -> (!dist.tensor<64xf32, @world, [sliced<0>]> {dist.inplace = 0 : i64}, !dist.tensor<64xf32, @world, [replicated]>) {
+  %c_s = dist.take_slice %c dim 0 : !dist.tensor<64xi8, @world, [replicated]> -> !dist.tensor<64xi8, @world, [sliced<0>]>
+  %y = dist.map(%x, %c_s, %a) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xi8, @world, [sliced<0>]>, f32) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+  ^bb0(%e: f32, %k: i8, %s: f32):
+    %zero = arith.constant 0 : i8
+    %first = arith.cmpi eq, %k, %zero : i8
+    %m = arith.mulf %e, %s : f32
+    %r = arith.select %first, %e, %m : f32
+    dist.yield %r : f32
+  }
+  %u1 = dist.map(%u) : (!dist.tensor<64xf32, @world, [replicated]>) -> !dist.tensor<64xf32, @world, [replicated]> {
+  ^bb0(%e: f32):
+    dist.yield %e : f32
+  }
+  func.return %y, %u1 : !dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [replicated]>
 }

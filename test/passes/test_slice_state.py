@@ -27,3 +27,26 @@ def test_uneven_blocks(name, pipeline, contains):
     """The same programs on prime dims that no rank count of UNEVEN_RANKS divides
     (blocks of ceil(s/n), some ranks holding fewer elements or none)."""
     check(uneven(name), pipeline, contains=contains, ranks=UNEVEN_RANKS)
+
+
+CONSTANTS = """dist.mesh @world shape = [?]
+func.func @step(%x: !dist.tensor<64xf32, @world, [sliced<0>]>, %a: f32, %c: !dist.tensor<64xi8, @world, [replicated]>)
+    -> (!dist.tensor<64xf32, @world, [sliced<0>]> {dist.inplace = 0 : i64}) {
+  %c_s = dist.take_slice %c dim 0 : !dist.tensor<64xi8, @world, [replicated]> -> !dist.tensor<64xi8, @world, [sliced<0>]>
+  %y = dist.map(%x, %c_s, %a) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xi8, @world, [sliced<0>]>, f32) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+  ^bb0(%e: f32, %k: i8, %s: f32):
+    %zero = arith.constant 0 : i8
+    %first = arith.cmpi eq, %k, %zero : i8
+    %m = arith.mulf %e, %s : f32
+    %r = arith.select %first, %e, %m : f32
+    dist.yield %r : f32
+  }
+  func.return %y : !dist.tensor<64xf32, @world, [sliced<0>]>
+}
+"""
+
+
+def test_read_only_constants():
+    """A read-only argument read through take_slice only (which group each element of an
+    optimizer's arena belongs to) is kept sliced when named, with the same results."""
+    check(CONSTANTS, "slice-state{targets=c}", contains=["%c: !dist.tensor<64xi8, @world, [sliced<0>]>"], absent=["dist.take_slice"])

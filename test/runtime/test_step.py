@@ -90,6 +90,63 @@ def test_fused_step_runs_zero_copy_and_builds_once(monkeypatch):
     assert calls == [True] * 8
 
 
+MIXED = """dist.mesh @world shape = [?]
+func.func @sgd_mixed(%g: !dist.tensor<4096xbf16, @world, [local]>, %p: !dist.tensor<4096xbf16, @world, [replicated]>,
+                     %w: !dist.tensor<4096xf32, @world, [replicated]>, %lr: f32)
+    -> (!dist.tensor<4096xbf16, @world, [replicated]> {dist.inplace = 1 : i64}, !dist.tensor<4096xf32, @world, [replicated]> {dist.inplace = 2 : i64}) {
+  %avg = coll.all_reduce avg %g : !dist.tensor<4096xbf16, @world, [local]> -> !dist.tensor<4096xbf16, @world, [replicated]>
+  %a = dist.cast %avg : !dist.tensor<4096xbf16, @world, [replicated]> -> !dist.tensor<4096xf32, @world, [replicated]>
+  %w1 = dist.map(%w, %a, %lr) : (!dist.tensor<4096xf32, @world, [replicated]>, !dist.tensor<4096xf32, @world, [replicated]>, f32) -> !dist.tensor<4096xf32, @world, [replicated]> {
+  ^bb0(%wi: f32, %gi: f32, %lri: f32):
+    %s = arith.mulf %lri, %gi : f32
+    %r = arith.subf %wi, %s : f32
+    dist.yield %r : f32
+  }
+  %p1 = dist.cast %w1 : !dist.tensor<4096xf32, @world, [replicated]> -> !dist.tensor<4096xbf16, @world, [replicated]>
+  func.return %p1, %w1 : !dist.tensor<4096xbf16, @world, [replicated]>, !dist.tensor<4096xf32, @world, [replicated]>
+}
+"""
+MIXED_FUSED = "split-allreduce{targets=avg},reorder-allgather{targets=avg_ag},slice-state{targets=w},fuse-allreduce{targets=avg_rs}"
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_mixed_precision_step_runs_zero_copy_and_equals_the_interpreter(n, monkeypatch):
+    """CoCoNet's mixed precision: bf16 gradients averaged (in f32, rounded once to bf16),
+    an f32 master slice updated and the bf16 parameters gathered, as one zero-copy kernel
+    per rank (the kernel reads and writes bf16 in place as its bits), equal to the
+    interpreter's AR form bit for bit."""
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    calls = []
+    real = host.HostDevice.zero_copy_fused
+    monkeypatch.setattr(host.HostDevice, "zero_copy_fused", lambda self, *a: calls.append(real(self, *a)) or calls[-1])
+    rng = np.random.default_rng(n)
+    g = rng.standard_normal((n, 4096)).astype(np.float32).astype(bf16)
+    w0 = rng.standard_normal(4096).astype(np.float32)
+    program = step.compile(MIXED, ranks=n, pipeline=MIXED_FUSED)
+    comms = step.local_comms(n)
+
+    def rank(r):
+        s = step.Step(program, comms[r])
+        G, P, W = (s.empty(x) for x in "gpw")
+        G[...] = g[r]
+        P[...] = w0.astype(bf16)
+        W[...] = w0.reshape(max(n, 1), -1)[r] if W.size < 4096 else w0
+        for _ in range(3):
+            s(G, P, W, 0.25)
+        return P.copy(), W.copy()
+
+    p, w = w0.astype(bf16), w0
+    for _ in range(3):
+        p, w = interpret(MIXED, None, {"g": g, "p": p, "w": w, "lr": np.float32(0.25)}, n)
+    for r, (P, W) in enumerate(on_threads(n, rank)):
+        assert P.dtype == bf16
+        np.testing.assert_array_equal(P.view(np.uint16), p.view(np.uint16))
+        np.testing.assert_array_equal(W, w.reshape(n, -1)[r] if n > 1 else w)
+    assert calls == [True] * 3 * n
+
+
 def _unshared(monkeypatch):
     """Rank threads whose buffer exchange answers as an MPI window does for buffers
     outside it: None on every rank (after exchanging, as the real one does)."""

@@ -25,8 +25,8 @@ def scenario(case: str, rank: int, comm) -> None:
     net = torch.nn.Sequential(torch.nn.Linear(width, 8), torch.nn.Linear(8, 1))
     opt = dp.AdamW(net.parameters(), lr=1e-3, comm=comm)
     net(torch.randn(4, width)).sum().backward()
-    if case == "noncontiguous" and rank == 1:
-        net[0].weight.grad = torch.zeros(8, 8).t()
+    if case == "gradshape" and rank == 1:
+        net[0].weight.grad.data = torch.zeros(4, 8)
     if case == "dtype" and rank == 0:
         net[0].bias.grad.data = net[0].bias.grad.data.double()
     opt.step()

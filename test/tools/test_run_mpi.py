@@ -225,19 +225,39 @@ def test_a_rank_killed_is_a_fault_of_the_job(files):
     message that says so, not "internal error ... a bug in distir"."""
     import os
     import signal
+    import time
 
     tmp = files / "tmp"
     tmp.mkdir()
     cmd = [RUN, str(ROOT / "examples" / "transformer_decode.mlir"), "--backend", "mpi", "--ranks", "2"]
     proc = subprocess.Popen(cmd, env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        started(tmp)[1].send_signal(signal.SIGKILL)
+        ranks = started(tmp)
+        deadline = time.monotonic() + 120
+        while not (segments := mpich_segments(ranks, removed=True)) and time.monotonic() < deadline:
+            time.sleep(0.02)  # killed once the ranks have started MPI (and removed its segment's name)
+        ranks[1].send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 1, err
     assert err.strip() == "distir-run: a rank of 'mpiexec -n 2' died (Killed (signal 9)); mpiexec ended the other ranks", err
     assert not left_behind(tmp)
+    assert segments and not [s for s in segments if os.path.exists(s)]  # MPICH's segment: removed once mapped
+
+
+def mpich_segments(ranks, removed: bool = False) -> set[str]:
+    """The /dev/shm files of MPICH the processes map (only those whose names were
+    removed, with ``removed``)."""
+    names = set()
+    for q in ranks:
+        try:
+            with open(f"/proc/{q.pid}/maps") as f:
+                maps = [line.split(None, 5)[5].strip() for line in f if "/dev/shm/mpich_shm_" in line]
+        except OSError:
+            continue
+        names |= {m.removesuffix(" (deleted)") for m in maps if m.endswith(" (deleted)") or not removed}
+    return names
 
 
 # The verdict itself, without processes: what every rank concludes from what each sent.
