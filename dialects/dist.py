@@ -1260,8 +1260,10 @@ class ScatterAddOp(DistOp):
     several tables. It is the gradient of an embedding lookup (``jnp.take``'s, the
     ``table.at[ids].add(u)`` of JAX).
 
-    Placements per axis (indices, updates -> result): equal replicated, unplaced or
-    at<r> placements are kept; replicated indices and updates -> also sliced on the
+    Placements per axis (indices, updates -> result): equal replicated, unplaced,
+    at<r> or local placements are kept (local: each device adds its own updates at its
+    own indices, as in a manual computation; the sum over devices is the scatter of
+    all of them); replicated indices and updates -> also sliced on the
     result's rows (each rank adds the updates of the rows it holds: the gradient of a
     vocabulary-sliced table); both sliced on the leading dim -> sliced on it; replicated
     indices, updates sliced on their last dim -> sliced on the last dim; both sliced on
@@ -1308,7 +1310,7 @@ class ScatterAddOp(DistOp):
         xs = x.dim.data if isinstance(x, Sliced) else None
         ys = y.dim.data if isinstance(y, Sliced) else None
         zs = z.dim.data if isinstance(z, Sliced) else None
-        if isinstance(x, (Replicated, Unplaced, At)) and x == y:
+        if isinstance(x, (Replicated, Unplaced, At, Local)) and x == y:
             return z == x or (isinstance(x, Replicated) and zs == lead)
         if lead and xs == 0 and ys == 0:
             return zs == 0
@@ -1326,7 +1328,10 @@ class SortOp(DistOp):
     for an argsort) move with their keys. Float keys are ordered as JAX's ``jnp.sort``
     orders them: -0.0 equals +0.0, NaN after everything and equal to NaN; integer keys
     are signed. All operands share shape and placements, and so do the results;
-    ``dim`` is not sliced and no axis holds partial results.
+    ``dim`` is not sliced. On a ``local`` axis each device sorts its own values (a
+    manual computation's per-device values); sorting is not linear, so partial sums
+    are reduced before a sort (``partition`` does) unless the program means each
+    device's own.
 
     ``%s, %i = dist.sort %x, %j dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)``
     """
@@ -1351,8 +1356,6 @@ class SortOp(DistOp):
         ps = t0.get_placements()
         if dim in layout.sliced_dims(ps):
             raise RuleError(f"the sorted dim {dim} must not be sliced, got {layout.format_placements(ps)}")
-        if any(isinstance(p, Local) for p in ps):
-            raise RuleError(f"sort of partial results (local) is not defined, got {layout.format_placements(ps)}")
         return list(ts)
 
 

@@ -30,6 +30,11 @@ distir                           exported as
                                  integer ops at logical indices: the same mask, bit for bit
 ``dist.embedding_bag``           ``gather`` + ``reduce`` / ``linalg.generic`` with
                                  ``tensor.extract`` (a row-sliced table adds its own rows)
+``dist.scatter_add``             ``scatter`` / ``linalg.generic`` summing, for each row
+                                 held, the updates whose index names it (bag order)
+``dist.sort``                    ``sort`` with jnp.sort's comparator / two
+                                 ``linalg.generic``: each element's stable rank, then
+                                 the element of each rank (MLIR 19 has no sort op)
 ``dist.take_slice``              the device's block (``dynamic_slice`` / ``mesh.all_slice``)
 ``dist.remesh``, ``to_local``,   nothing (same buffers)
 ``from_local``
@@ -389,6 +394,12 @@ class Exporter:
     def embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
         raise NotImplementedError
 
+    def scatter_add(self, op: dist.ScatterAddOp) -> None:
+        raise NotImplementedError
+
+    def sort(self, op: dist.SortOp) -> None:
+        raise NotImplementedError
+
     def transpose(self, op: dist.TransposeOp) -> None:
         raise NotImplementedError
 
@@ -577,6 +588,8 @@ _HANDLERS: dict[type[Operation], Callable[[Exporter, Operation], None]] = {
     dist.CastOp: lambda e, op: e.cast(op),  # type: ignore[arg-type]
     dist.DropoutOp: lambda e, op: e.dropout(op),  # type: ignore[arg-type]
     dist.EmbeddingBagOp: lambda e, op: e.embedding_bag(op),  # type: ignore[arg-type]
+    dist.ScatterAddOp: lambda e, op: e.scatter_add(op),  # type: ignore[arg-type]
+    dist.SortOp: lambda e, op: e.sort(op),  # type: ignore[arg-type]
     dist.TransposeOp: lambda e, op: e.transpose(op),  # type: ignore[arg-type]
     dist.ReshapeOp: lambda e, op: e.reshape(op),  # type: ignore[arg-type]
     dist.IotaOp: lambda e, op: e.iota(op),  # type: ignore[arg-type]

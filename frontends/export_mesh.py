@@ -28,6 +28,10 @@ distir                     MLIR 19
 ``dist.embedding_bag``     ``linalg.generic`` over (bags, width, bag items) with
                            ``tensor.extract`` of table rows (a row-sliced table adds the
                            rows it holds)
+``dist.scatter_add``       ``linalg.generic`` over (..., rows held, width) summing the
+                           updates whose index names the row (bag order)
+``dist.sort``              two ``linalg.generic`` (stable ranks, then the element of each
+                           rank): MLIR 19 has no sort op
 ``dist.take_slice``        ``mesh.all_slice``
 ``dist.transpose`` ...     ``linalg.transpose``, ``tensor.reshape``, ``tensor.extract_slice``,
                            ``tensor.concat`` of the device's block; ``dist.iota``: a
@@ -450,6 +454,76 @@ class MeshExporter(Exporter):
             count = self.const(ishape[-1], cdt, out_shape)
             y = t.op(op.result.name_hint if cdt == elt else None, f"{'arith.divf' if float_ else 'arith.divsi'} {y}, {count} : {out_t}")
         self.bind(op.results, [self.cast_tensor(y, out_shape, cdt, elt, op.result.name_hint)])
+
+    def scatter_add(self, op: dist.ScatterAddOp) -> None:
+        ip, up, r = self.placed(op.indices), self.placed(op.updates), self.placed(op.result)
+        ishape, ushape, rshape = ip.local_shape, up.local_shape, r.local_shape
+        lead = len(ishape) - 2
+        elt = str(r.element)
+        cdt = "f32" if half(elt) else elt
+        float_ = is_float(elt)
+        row0 = self.block_start(r, lead, rshape[-2])
+        zero = self.const(0.0 if float_ else 0, cdt)
+        acc = self.filled(0.0 if float_ else 0, rshape, cdt)
+        # loops: the result's dims (..., row, width), then the bag and its positions
+        # (reductions, in order): each row held sums the updates whose index names it
+        n = len(rshape) + 2
+        table = ["d0"] if lead else []
+        idx_map = affine(n, [*table, f"d{n - 2}", f"d{n - 1}"])
+        upd_map = affine(n, [*table, f"d{n - 2}", f"d{lead + 1}"])
+        out_t = ttype(rshape, cdt)
+        hint = op.result.name_hint if cdt == elt else None
+        ins = [(self.value(op.indices), ttype(ishape, ip.element), idx_map), (self.value(op.updates), ttype(ushape, up.element), upd_map)]
+        (y,), (ix, u, s) = self.generic(hint, ins, [(acc, out_t)], ["parallel"] * (n - 2) + ["reduction"] * 2, [out_t])
+        t = self.text
+        row = t.op("row", f"arith.index_cast {ix} : {ip.element} to index")
+        if row0 is not None:  # a row-sliced result: this device adds into the rows it holds
+            row = t.op(None, f"arith.subi {row}, {row0} : index")
+        hit = t.op("hit", f"arith.cmpi eq, {row}, {t.op(None, f'linalg.index {lead} : index')} : index")
+        if cdt != elt:
+            u = t.op(None, f"arith.extf {u} : {elt} to {cdt}")
+        v = t.op(None, f"arith.select {hit}, {u}, {zero} : {cdt}")
+        self.close([t.op(None, f"{'arith.addf' if float_ else 'arith.addi'} {s}, {v} : {cdt}")], [cdt])
+        self.bind(op.results, [self.cast_tensor(y, rshape, cdt, elt, op.result.name_hint)])
+
+    def sort(self, op: dist.SortOp) -> None:
+        """MLIR 19 has no sort: each element's stable rank along the dim (the elements
+        before it in jnp.sort's order: smaller keys, NaN last and equal to NaN, -0.0 equal
+        to +0.0; equal keys earlier in the dim), then each output position takes the
+        element of its rank. Two ``linalg.generic`` per operand, quadratic in the dim."""
+        ps = [self.placed(v) for v in op.inputs]
+        shape, key = ps[0].local_shape, str(ps[0].element)
+        dim, r = op.option("dim"), len(ps[0].local_shape)
+        t = self.text
+        own = affine(r + 1, [f"d{i}" for i in range(r)])
+        other = affine(r + 1, [f"d{r}" if i == dim else f"d{i}" for i in range(r)])  # element j of the dim
+        rank_t, key_t = ttype(shape, "i64"), ttype(shape, key)
+        keys = self.value(op.inputs[0])
+        loops = ["parallel"] * r + ["reduction"]
+        (rank,), (a, b, s) = self.generic("rank", [(keys, key_t, own), (keys, key_t, other)], [(self.filled(0, shape, "i64"), rank_t)], loops, [rank_t])
+        if is_float(key):
+            a_nan, b_nan = (t.op(None, f"arith.cmpf une, {x}, {x} : {key}") for x in (a, b))
+            b_num = t.op(None, f"arith.cmpf oeq, {b}, {b} : {key}")
+            less = t.op(None, f"arith.ori {t.op(None, f'arith.cmpf olt, {b}, {a} : {key}')}, {t.op(None, f'arith.andi {b_num}, {a_nan} : i1')} : i1")
+            same = t.op(None, f"arith.ori {t.op(None, f'arith.cmpf oeq, {b}, {a} : {key}')}, {t.op(None, f'arith.andi {b_nan}, {a_nan} : i1')} : i1")
+        else:
+            less = t.op(None, f"arith.cmpi slt, {b}, {a} : {key}")
+            same = t.op(None, f"arith.cmpi eq, {b}, {a} : {key}")
+        i, j = t.op(None, f"linalg.index {dim} : index"), t.op(None, f"linalg.index {r} : index")
+        earlier = t.op(None, f"arith.andi {same}, {t.op(None, f'arith.cmpi slt, {j}, {i} : index')} : i1")
+        before = t.op("before", f"arith.ori {less}, {earlier} : i1")
+        self.close([t.op(None, f"arith.addi {s}, {t.op(None, f'arith.extui {before} : i1 to i64')} : i64")], ["i64"])
+        outs = []
+        for v, p in zip(op.outputs, ps):
+            ty = ttype(shape, p.element)
+            init = self.filled(0.0 if is_float(p.element) else 0, shape, p.element)
+            ins = [(rank, rank_t, other), (self.value(op.inputs[len(outs)]), ty, other)]
+            (y,), (k, x, acc) = self.generic(v.name_hint, ins, [(init, ty)], loops, [ty])
+            at = t.op(None, f"arith.index_cast {k} : i64 to index")
+            hit = t.op(None, f"arith.cmpi eq, {at}, {t.op(None, f'linalg.index {dim} : index')} : index")
+            self.close([t.op(None, f"arith.select {hit}, {x}, {acc} : {p.element}")], [str(p.element)])
+            outs.append(y)
+        self.bind(op.outputs, outs)
 
     # ------------------------------------------------------------------ layout ops
     def transpose(self, op: dist.TransposeOp) -> None:

@@ -34,6 +34,10 @@ distir                     StableHLO
                            shifts), ``select``
 ``dist.embedding_bag``     ``gather`` (table dim: batching dims), ``reduce`` over the bag;
                            a row-sliced table masks the rows other devices hold
+``dist.scatter_add``       ``scatter`` (add, in cdt) of each update row once per position
+                           of its bag into zeros; a row-sliced result adds into the rows
+                           the device holds (other rows' updates are masked to zero)
+``dist.sort``              ``sort`` with jnp.sort's comparator (stable, NaN last)
 ``dist.take_slice``        of an argument: the manual computation takes the argument once
                            more, sliced (as shard_map's ``in_specs``); of a computed
                            value: ``dynamic_slice`` at the device's block
@@ -66,7 +70,7 @@ from collections.abc import Sequence
 
 from xdsl.dialects import arith, func
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
+from xdsl.dialects.builtin import AnyFloat, FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Attribute, Operation
 
 from distir.dialects import dist, rng
@@ -560,6 +564,72 @@ class SdyExporter(Exporter):
         kind = {"sum": "sum", "mean": "avg", "max": "max"}[mode]
         red = self.reduce_over(g, gshape, cdt, kind, [len(ishape) - 1], None if cdt != str(r.element) else op.result.name_hint)
         self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
+
+    def scatter_add(self, op: dist.ScatterAddOp) -> None:
+        ip, up, r = self.placed(op.indices), self.placed(op.updates), self.placed(op.result)
+        ishape, ushape, rshape = ip.local_shape, up.local_shape, r.local_shape
+        lead = len(ishape) - 2
+        rows, width = rshape[-2], rshape[-1]
+        cdt = "f32" if half(r.element) else str(r.element)
+        idx = self.convert(self.value(op.indices), ishape, ip.element, "i64")
+        row0 = self.block_start(r, lead, rows, "i64")
+        if row0 is not None:  # a row-sliced result: this device adds into the rows it holds
+            idx = self.binary("subtract", idx, self.broadcast_to(row0, (), ishape, "i64"), ishape, "i64", "row")
+        # an index outside the rows held adds nothing: its update is zero, at row 0
+        lo = self.compare("GE", idx, self.const(0, ishape, "i64"), ishape, "i64", "SIGNED")
+        hi = self.compare("LT", idx, self.const(rows, ishape, "i64"), ishape, "i64", "SIGNED")
+        held = self.binary("and", lo, hi, ishape, "i1", "held")
+        idx = self.select(held, idx, self.const(0, ishape, "i64"), ishape, "i64")
+        # each update row once per position of its bag
+        full = (*ishape, width)
+        u = self.convert(self.value(op.updates), ushape, up.element, cdt)
+        keep = ", ".join(map(str, [*range(len(ishape) - 1), len(ishape)]))
+        u = self.text.op(None, f"stablehlo.broadcast_in_dim {u}, dims = [{keep}] : ({ttype(ushape, cdt)}) -> {ttype(full, cdt)}")
+        mask = self.text.op(None, f"stablehlo.broadcast_in_dim {held}, dims = [{', '.join(map(str, range(len(ishape))))}] : ({ttype(ishape, 'i1')}) -> {ttype(full, 'i1')}")
+        u = self.select(mask, u, self.const(0, full, cdt), full, cdt)
+        batch = "input_batching_dims = [0], scatter_indices_batching_dims = [0], " if lead else ""
+        numbers = (
+            f"#stablehlo.scatter<update_window_dims = [{len(ishape)}], inserted_window_dims = [{lead}], {batch}"
+            f"scatter_dims_to_operand_dims = [{lead}], index_vector_dim = {len(ishape)}>"
+        )
+        t = self.text
+        zeros = self.const(0, rshape, cdt, "zeros")
+        out = t.name(op.result.name_hint if cdt == str(r.element) else None)
+        t.line(f'{out} = "stablehlo.scatter"({zeros}, {idx}, {u}) <{{indices_are_sorted = false, scatter_dimension_numbers = {numbers}, unique_indices = false}}> ({{')
+        self.region("add", cdt)
+        t.line(f"}}) : ({ttype(rshape, cdt)}, {ttype(ishape, 'i64')}, {ttype(full, cdt)}) -> {ttype(rshape, cdt)}")
+        self.bind(op.results, [self.convert(out, rshape, cdt, r.element, op.result.name_hint)])
+
+    def sort(self, op: dist.SortOp) -> None:
+        """``stablehlo.sort`` with jnp.sort's comparator (stable; floats canonicalised,
+        -0.0 as +0.0 and every NaN as one NaN, then compared in TOTALORDER: NaN last)."""
+        ps = [self.placed(v) for v in op.inputs]
+        shape, key = ps[0].local_shape, ps[0].element
+        t = self.text
+        out = t.name(op.outputs[0].name_hint or "sort")
+        count = f":{len(ps)}" if len(ps) > 1 else ""
+        operands = ", ".join(self.value(v) for v in op.inputs)
+        t.line(f'{out}{count} = "stablehlo.sort"({operands}) <{{dimension = {op.option("dim")} : i64, is_stable = true}}> ({{')
+        args = [t.name("lhs" if k % 2 == 0 else "rhs") for k in range(2 * len(ps))]
+        t.line("^bb0(" + ", ".join(f"{a}: {ttype((), ps[k // 2].element)}" for k, a in enumerate(args)) + "):")
+        t.depth += 1
+        a, b = args[0], args[1]
+        if isinstance(key, AnyFloat):
+
+            def canonical(x: str) -> str:
+                zero = self.const(0.0, (), key)
+                z = self.select(self.compare("EQ", x, zero, (), key, "FLOAT"), zero, x, (), key)
+                return self.select(self.compare("NE", x, x, (), key, "FLOAT"), self.const(math.nan, (), key), z, (), key)
+
+            lt = self.compare("LT", canonical(a), canonical(b), (), key, "TOTALORDER")
+        else:
+            lt = self.compare("LT", a, b, (), key, "SIGNED")
+        t.line(f"stablehlo.return {lt} : {ttype((), 'i1')}")
+        t.depth -= 1
+        types = [ttype(shape, p.element) for p in ps]
+        results = types[0] if len(types) == 1 else "(" + ", ".join(types) + ")"
+        t.line(f"}}) : ({', '.join(types)}) -> {results}")
+        self.bind(op.outputs, [out] if len(ps) == 1 else [f"{out}#{k}" for k in range(len(ps))])
 
     # ------------------------------------------------------------------ layout ops
     def transpose(self, op: dist.TransposeOp) -> None:

@@ -29,7 +29,10 @@ the mesh axes slicing any of its dims and gives them to the dims of the other va
 that have none, when the axes are not used elsewhere in that value or by another factor
 of the op and they divide the dim. A value's first assignment wins; ops are visited
 from a worklist seeded in program order (deterministic). A contracted or reduced factor
-sliced on an axis leaves partial results (``local``, with the reduction's kind) there.
+sliced on an axis leaves partial results (``local``, with the reduction's kind) there;
+partial sums pass through the ops that only move elements (``moves_only``: transpose,
+reshape, extract_slice, a concat of parts all partial over the axis), so that a scan's
+stacked gradients are reduced once.
 (3) Materialisation, in program order: each op computes on its operands resharded to
 what its factors need (a ``dist.map`` operand: ``operand_placements`` of the result), and
 its result type follows from its rule; partial results are reduced where a use needs
@@ -91,9 +94,23 @@ from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced, Unplaced
 
 SOURCE_PRIMS = (dist.JoinOp, dist.DropOp, dist.ReduceOp, dist.LoadOp)
-LINEAR = (dist.TransposeOp, dist.ReshapeOp)
-"""Ops that partial sums (``local``) pass through unreduced."""
+LINEAR = (dist.TransposeOp, dist.ReshapeOp, dist.ExtractSliceOp, dist.ConcatOp)
+"""Ops that partial sums (``local``) pass through unreduced: they only move elements, so
+the sum of the moved parts is the moved sum, bit for bit (a concat of parts that are all
+partial over an axis is partial over it). A ``reduce_tensor`` over dims of size 1 is a reshape (``moves_only``)."""
 SINK_PRIMS = (dist.SliceOp, dist.ReplOp, dist.StoreOp)
+
+
+def moves_only(op: Operation) -> bool:
+    """Whether ``op`` only moves the elements of its operands (``LINEAR``, or a sum
+    ``reduce_tensor`` whose reduced dims all have size 1: the bias gradient of a
+    [1, 1, N] block): partial sums pass through it exactly."""
+    if isinstance(op, LINEAR):
+        return True
+    if isinstance(op, dist.ReduceTensorOp) and op.option("op") == "sum":
+        shape = _tensor_shape(op.input) or ()
+        return all(shape[d] == 1 for d in op.option("dims"))
+    return False
 
 
 class PartitionError(InputRejected):
@@ -499,7 +516,7 @@ class Partitioner:
             return changed
         op = u
         assert isinstance(op, Operation)
-        if isinstance(op, LINEAR):
+        if moves_only(op):
             changed += self._pass_pending(op)
         fs = factors(op)
         if not fs:
@@ -527,13 +544,16 @@ class Partitioner:
 
     def _pass_pending(self, op: Operation) -> list[SSAValue]:
         """Partial sums flow through ops that only move elements (a sum of transposed
-        parts is the transpose of the sum), so that the reduction can happen later, next
-        to the computation that needs it (where CoCoNet's fusions apply)."""
-        x, r = op.operands[0], op.results[0]
-        lx, lr = self.lay.get(x), self.lay.get(r)
-        if lx is None or lr is None:
+        parts is the transpose of the sum; a concat of parts partial over an axis, the
+        parts of a scan's stacked gradients, is partial over it), so that the reduction
+        happens once, later, next to the computation that needs it (where CoCoNet's
+        fusions apply). An axis passes when every operand is partial (sum) over it."""
+        r = op.results[0]
+        lxs, lr = [self.lay.get(x) for x in op.operands], self.lay.get(r)
+        if lr is None or any(lx is None for lx in lxs):
             return []
-        new = {a: k for a, k in lx.pending.items() if k == "sum" and a not in lr.used()}
+        common = set.intersection(*({a for a, k in lx.pending.items() if k == "sum"} for lx in lxs))  # type: ignore[union-attr]
+        new = {a: "sum" for a in common if a not in lr.used()}
         if not new:
             return []
         lr.pending.update(new)
@@ -682,10 +702,11 @@ class Partitioner:
             want = rt_.with_(placements=self.target(op.outputs[0]))
             return [dist.operand_placements(want, x.type.get_shape()) if isinstance(x.type, TensorType) else None for x in op.operands]
         fs = factors(op)
-        if isinstance(op, LINEAR) and op.results[0] in self.lay:
+        if moves_only(op) and op.results[0] in self.lay:
             for a in self.lay[op.results[0]].pending:
-                if out[0] is not None:
-                    out[0][a] = LOCAL
+                for tgt in out:
+                    if tgt is not None:
+                        tgt[a] = LOCAL
         if not fs:
             return out
         taken = self.op_axes.get(op, {})

@@ -113,6 +113,16 @@ func.func @sort(%x: !dist.tensor<8x16xf32, @world, [sliced<0>]>, %j: !dist.tenso
   func.return %s, %i : !dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>
 }
 
+// Each device's own values (a manual computation's): scattered and sorted per device.
+// CHECK-LABEL: func.func @per_device_scatter_add_and_sort
+func.func @per_device_scatter_add_and_sort(%i: !dist.tensor<32x1xi32, @world, [local]>, %u: !dist.tensor<32x16xf32, @world, [local]>, %x: !dist.tensor<8x16xf32, @world, [local]>) -> (!dist.tensor<100x16xf32, @world, [local]>, !dist.tensor<8x16xf32, @world, [local]>) {
+  // CHECK: dist.scatter_add %{{.*}}, %{{.*}} : (!dist.tensor<32x1xi32, @world, [local]>, !dist.tensor<32x16xf32, @world, [local]>) -> !dist.tensor<100x16xf32, @world, [local]>
+  %g = dist.scatter_add %i, %u : (!dist.tensor<32x1xi32, @world, [local]>, !dist.tensor<32x16xf32, @world, [local]>) -> !dist.tensor<100x16xf32, @world, [local]>
+  // CHECK: dist.sort %{{.*}} dim 1 : !dist.tensor<8x16xf32, @world, [local]> -> !dist.tensor<8x16xf32, @world, [local]>
+  %s = dist.sort %x dim 1 : !dist.tensor<8x16xf32, @world, [local]> -> !dist.tensor<8x16xf32, @world, [local]>
+  func.return %g, %s : !dist.tensor<100x16xf32, @world, [local]>, !dist.tensor<8x16xf32, @world, [local]>
+}
+
 // CHECK-LABEL: func.func @remesh_views
 func.func @remesh_views(%x: !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]>) -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]> {
   // CHECK: dist.remesh %{{.*}} : !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]> -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]>

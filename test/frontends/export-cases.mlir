@@ -222,6 +222,38 @@ func.func @bags(%t: !dist.tensor<16x4xf32, @world, [sliced<0>]>, %i: !dist.tenso
 
 // -----
 
+// Scatters and sorts: an embedding's gradient into a row-sliced table (each device adds
+// the updates of the rows it holds; indices outside them add nothing), data-parallel
+// bags (partial sums, one all-reduce), several tables with the table dim sliced; an
+// argsort along the unsliced dim of a batch-sliced operand.
+dist.mesh @world shape = [?]
+func.func @scatter_sort(%i: !dist.tensor<8x3xi32, @world, [replicated]>, %u: !dist.tensor<8x4xf32, @world, [replicated]>, %j: !dist.tensor<8x1xi64, @world, [sliced<0>]>, %v: !dist.tensor<8x4xf32, @world, [sliced<0>]>, %ti: !dist.tensor<8x5x2xi32, @world, [sliced<0>]>, %tu: !dist.tensor<8x5x4xf32, @world, [sliced<0>]>, %x: !dist.tensor<8x16xf32, @world, [sliced<0>]>, %k: !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<16x4xf32, @world, [sliced<0>]>, !dist.tensor<16x4xf32, @world, [replicated]>, !dist.tensor<8x6x4xf32, @world, [sliced<0>]>, !dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) {
+  %g = dist.scatter_add %i, %u : (!dist.tensor<8x3xi32, @world, [replicated]>, !dist.tensor<8x4xf32, @world, [replicated]>) -> !dist.tensor<16x4xf32, @world, [sliced<0>]>
+  %p = dist.scatter_add %j, %v : (!dist.tensor<8x1xi64, @world, [sliced<0>]>, !dist.tensor<8x4xf32, @world, [sliced<0>]>) -> !dist.tensor<16x4xf32, @world, [local]>
+  %s = coll.all_reduce sum %p : !dist.tensor<16x4xf32, @world, [local]> -> !dist.tensor<16x4xf32, @world, [replicated]>
+  %t = dist.scatter_add %ti, %tu : (!dist.tensor<8x5x2xi32, @world, [sliced<0>]>, !dist.tensor<8x5x4xf32, @world, [sliced<0>]>) -> !dist.tensor<8x6x4xf32, @world, [sliced<0>]>
+  %sx, %sk = dist.sort %x, %k dim 1 : (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>) -> (!dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>)
+  func.return %g, %s, %t, %sx, %sk : !dist.tensor<16x4xf32, @world, [sliced<0>]>, !dist.tensor<16x4xf32, @world, [replicated]>, !dist.tensor<8x6x4xf32, @world, [sliced<0>]>, !dist.tensor<8x16xf32, @world, [sliced<0>]>, !dist.tensor<8x16xi32, @world, [sliced<0>]>
+}
+// SDY-LABEL: func.func @scatter_sort(
+// SDY:         %[[HELD:.*]] = stablehlo.and
+// SDY:         "stablehlo.scatter"(%{{.*}}) <{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [2], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 2>
+// SDY:         stablehlo.add
+// SDY:         "stablehlo.all_reduce"
+// SDY:         "stablehlo.scatter"{{.*}}input_batching_dims = [0], scatter_indices_batching_dims = [0]
+// SDY:         "stablehlo.sort"(%{{.*}}, %{{.*}}) <{dimension = 1 : i64, is_stable = true}>
+// SDY:           stablehlo.compare  LT, {{.*}}  TOTALORDER
+// MESH-LABEL: func.func @scatter_sort(
+// MESH:         linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction", "reduction"]{{.*}} ins(%{{.*}}, %{{.*}} : tensor<8x3xi32>, tensor<8x4xf32>)
+// MESH:           arith.cmpi eq
+// MESH:         mesh.all_reduce
+// MESH:         %[[RANK:[a-z0-9_]+]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction"]
+// MESH:           arith.cmpf olt
+// MESH:         linalg.generic {{.*}} ins(%[[RANK]], %{{.*}} : tensor<{{[0-9]+}}x16xi64>, tensor<{{[0-9]+}}x16xf32>)
+// MESH:           arith.select
+
+// -----
+
 // Fused collectives are exported unfused; an overlap is its chain. The region of the
 // fused all-reduce uses a take_slice of an argument (in StableHLO the device receives its
 // block, as shard_map's in_specs give it) and an inner scalar all_reduce.

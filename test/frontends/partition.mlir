@@ -137,6 +137,44 @@ func.func @partial_sums_through_transpose(%a: !dist.tensor<8x32xf32, @m, [sliced
   func.return %out : !dist.tensor<16x8xf32, @m, [replicated]>
 }
 
+// A scan's stacked gradients: each layer's weight gradient is partial over the batch
+// (data parallel), the layers are reshaped and concatenated, and the partial sums pass
+// through (they only move elements): one all-reduce for the stacked tensor, not one per
+// layer; a slice of it and a sum over a dim of size 1 (a bias gradient's [1, N]) are
+// reduced once after them too.
+// CHECK-LABEL: func.func @partial_sums_through_concat
+// CHECK-NOT:     coll.
+// CHECK:         %[[G0:.*]] = dist.matmul {{.*}} -> !dist.tensor<32x16xf32, @m, [local]>
+// CHECK:         %[[G1:.*]] = dist.matmul {{.*}} -> !dist.tensor<32x16xf32, @m, [local]>
+// CHECK-NOT:     coll.
+// CHECK:         %[[ST:.*]] = dist.concat %{{.*}}, %{{.*}} dim 0 : (!dist.tensor<1x32x16xf32, @m, [local]>, !dist.tensor<1x32x16xf32, @m, [local]>) -> !dist.tensor<2x32x16xf32, @m, [local]>
+// CHECK-NEXT:    %[[SL:.*]] = dist.extract_slice %[[ST]] {{.*}} -> !dist.tensor<1x32x16xf32, @m, [local]>
+// CHECK:         %[[B:.*]] = dist.reduce_tensor sum %{{.*}} dims [0] : !dist.tensor<1x16xf32, @m, [local]> -> !dist.tensor<16xf32, @m, [local]>
+// CHECK-NEXT:    coll.all_reduce sum %[[ST]] : {{.*}} -> !dist.tensor<2x32x16xf32, @m, [replicated]>
+// CHECK-NEXT:    coll.all_reduce sum %[[SL]] : {{.*}} -> !dist.tensor<1x32x16xf32, @m, [replicated]>
+// CHECK-NEXT:    coll.all_reduce sum %[[B]] : {{.*}} -> !dist.tensor<16xf32, @m, [replicated]>
+// CHECK-NOT:     coll.
+// CHECK:         func.return
+func.func @partial_sums_through_concat(%x: !dist.tensor<8x32xf32, @m, [sliced<0>]>, %d0: !dist.tensor<8x16xf32, @m, [sliced<0>]>, %d1: !dist.tensor<8x16xf32, @m, [sliced<0>]>) -> (!dist.tensor<2x32x16xf32, @m, [replicated]>, !dist.tensor<1x32x16xf32, @m, [replicated]>, !dist.tensor<16xf32, @m, [replicated]>) {
+  %xg = dist.join %x : !dist.tensor<8x32xf32, @m, [sliced<0>]> -> !dist.tensor<8x32xf32, @m, [unplaced]>
+  %d0g = dist.join %d0 : !dist.tensor<8x16xf32, @m, [sliced<0>]> -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %d1g = dist.join %d1 : !dist.tensor<8x16xf32, @m, [sliced<0>]> -> !dist.tensor<8x16xf32, @m, [unplaced]>
+  %xt = dist.transpose %xg perm [1, 0] : !dist.tensor<8x32xf32, @m, [unplaced]> -> !dist.tensor<32x8xf32, @m, [unplaced]>
+  %g0 = dist.matmul %xt, %d0g : (!dist.tensor<32x8xf32, @m, [unplaced]>, !dist.tensor<8x16xf32, @m, [unplaced]>) -> !dist.tensor<32x16xf32, @m, [unplaced]>
+  %g1 = dist.matmul %xt, %d1g : (!dist.tensor<32x8xf32, @m, [unplaced]>, !dist.tensor<8x16xf32, @m, [unplaced]>) -> !dist.tensor<32x16xf32, @m, [unplaced]>
+  %s0 = dist.reshape %g0 : !dist.tensor<32x16xf32, @m, [unplaced]> -> !dist.tensor<1x32x16xf32, @m, [unplaced]>
+  %s1 = dist.reshape %g1 : !dist.tensor<32x16xf32, @m, [unplaced]> -> !dist.tensor<1x32x16xf32, @m, [unplaced]>
+  %st = dist.concat %s0, %s1 dim 0 : (!dist.tensor<1x32x16xf32, @m, [unplaced]>, !dist.tensor<1x32x16xf32, @m, [unplaced]>) -> !dist.tensor<2x32x16xf32, @m, [unplaced]>
+  %sl = dist.extract_slice %st offsets [1, 0, 0] strides [1, 1, 1] : !dist.tensor<2x32x16xf32, @m, [unplaced]> -> !dist.tensor<1x32x16xf32, @m, [unplaced]>
+  %b = dist.reduce_tensor sum %d0g dims [0] : !dist.tensor<8x16xf32, @m, [unplaced]> -> !dist.tensor<16xf32, @m, [unplaced]>
+  %b1 = dist.reshape %b : !dist.tensor<16xf32, @m, [unplaced]> -> !dist.tensor<1x16xf32, @m, [unplaced]>
+  %b2 = dist.reduce_tensor sum %b1 dims [0] : !dist.tensor<1x16xf32, @m, [unplaced]> -> !dist.tensor<16xf32, @m, [unplaced]>
+  %o0 = dist.repl %st : !dist.tensor<2x32x16xf32, @m, [unplaced]> -> !dist.tensor<2x32x16xf32, @m, [replicated]>
+  %o1 = dist.repl %sl : !dist.tensor<1x32x16xf32, @m, [unplaced]> -> !dist.tensor<1x32x16xf32, @m, [replicated]>
+  %o2 = dist.repl %b2 : !dist.tensor<16xf32, @m, [unplaced]> -> !dist.tensor<16xf32, @m, [replicated]>
+  func.return %o0, %o1, %o2 : !dist.tensor<2x32x16xf32, @m, [replicated]>, !dist.tensor<1x32x16xf32, @m, [replicated]>, !dist.tensor<16xf32, @m, [replicated]>
+}
+
 // Unreduced arguments (partial sums) are reduced where a use needs them whole.
 // CHECK-LABEL: func.func @unreduced_argument
 // CHECK:         %[[R:.*]] = coll.all_reduce sum %g : {{.*}}[local]> -> {{.*}}[replicated]>

@@ -2,8 +2,8 @@
 
 // Loops are unrolled at import (frontends/control_flow.py): a scan of two layers, as
 // lax.scan lowers it, is two matmuls on the two layers' weights (the counter is folded,
-// so each dynamic_slice is a static extract_slice), and its per-layer outputs are one
-// concat; a branch on a predicate computed at run time is both branches and a select.
+// so each dynamic_slice is a static extract_slice), and its per-layer outputs (sums over
+// the x-sliced batch: partial) are one concat, reduced once after it; a branch on a predicate computed at run time is both branches and a select.
 
 // CHECK-LABEL: func.func @scan(
 // CHECK:         %[[W0:.*]] = dist.extract_slice %arg0 offsets [0, 0, 0]
@@ -14,8 +14,9 @@
 // CHECK:         %[[M1:.*]] = dist.matmul %[[H0]], %{{.*}} :
 // CHECK:         %[[H1:.*]] = dist.map(%[[M1]])
 // CHECK-NOT:     dist.matmul
-// CHECK:         %[[YS:.*]] = dist.concat %{{.*}}, %{{.*}} dim 0
-// CHECK:         func.return %[[H1]], %[[YS]]
+// CHECK:         %[[YS:.*]] = dist.concat %{{.*}}, %{{.*}} dim 0 : {{.*}} -> !dist.tensor<2x8xf32, @mesh, [local]>
+// CHECK:         %[[R:.*]] = coll.all_reduce sum %[[YS]]
+// CHECK:         func.return %[[H1]], %[[R]]
 
 // CHECK-LABEL: func.func @branch(
 // CHECK-DAG:     math.exp

@@ -49,7 +49,7 @@ def test_same_results_before_and_after(ranks):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"@{name} on {ranks} ranks")
     if ranks == 4:
-        for name in ("megatron_mlp", "all_to_all_for_a_change_of_dim", "partial_sums_through_transpose", "partly_manual"):
+        for name in ("megatron_mlp", "all_to_all_for_a_change_of_dim", "partial_sums_through_transpose", "partial_sums_through_concat", "partly_manual"):
             want = interpret(before, name, None, ranks=ranks, seed=3)
             got = run_local(after, name, None, ranks=ranks, seed=3)
             for g, w in zip(got, want):

@@ -44,8 +44,9 @@ def test_gpt_step_partitions_like_megatron(jax_dir):
     """Megatron's tensor parallelism: activations and weights are never gathered (no
     all_gather, all_to_all or slicing of a replicated value), tp reduces only partial
     sums (the attention and MLP outputs, forward and backward), dp reduces the gradients
-    once each (a stacked layer parameter once per layer) and the loss."""
+    once each (a stacked layer parameter once for all its layers: the partial sums of
+    the layers pass through the concat that stacks them) and the loss."""
     module = imported(jax_dir, "gpt_step_4")
     colls = collections.Counter((op.name, tuple(op.axes)) for op in module.walk() if op.name.startswith("coll.") or op.name == "dist.take_slice")
     assert set(colls) == {("coll.all_reduce", (0,)), ("coll.all_reduce", (1,))}, colls
-    assert colls[("coll.all_reduce", (0,))] == 12 * 4 + 5 + 1  # 12 stacked parameters x 4 layers, 5 others, the loss
+    assert colls[("coll.all_reduce", (0,))] == 12 + 5 + 1  # 12 stacked parameters, 5 others, the loss
