@@ -13,7 +13,7 @@ the log-log slope of time against ops over all sizes (1.0 = linear), plus the pe
 memory (RSS) of each run, and saves a plot (matplotlib, if installed).
 
     python bench/compile_scaling.py [--ops 1000,3000,10000,30000,50000] [--programs sgd,adam,lamb,mlp,pipe]
-        [--repeat N] [--json out.json] [--plot bench/compile_scaling.png]
+        [--cases TEXT] [--repeat N] [--json out.json] [--plot bench/compile_scaling.png]
 
 Each default-lowering case is also timed as the lowering ran before issue 27 (the same
 passes, the program verified only after ``fix-mesh-sizes`` and at the end, nothing in
@@ -125,9 +125,9 @@ def unchecked_lower(module, ranks: int):
         return out
 
 
-def child(program: str, n: int, repeat: int = 1) -> dict:
-    """Time every case of ``program`` at size ``n`` (run in a fresh process); the default
-    lowering ``repeat`` times (the least time)."""
+def child(program: str, n: int, repeat: int = 1, only: str = "") -> dict:
+    """Time every case of ``program`` (whose name contains ``only``) at size ``n`` (run
+    in a fresh process); the default lowering ``repeat`` times (the least time)."""
     import io
     import resource
 
@@ -162,7 +162,7 @@ def child(program: str, n: int, repeat: int = 1) -> dict:
     times = {}
     unchecked = {}
     for name, prog, prefix, timed in CASES:
-        if prog != program:
+        if prog != program or only not in name:
             continue
         m = state(prefix).clone()
         if timed == "lower":
@@ -227,11 +227,12 @@ def main() -> int:
     ap.add_argument("--programs", default="sgd,adam,lamb,mlp,pipe")
     ap.add_argument("--json", help="write the measurements here")
     ap.add_argument("--plot", default=str(HERE / "compile_scaling.png"))
+    ap.add_argument("--cases", default="", help="time only the cases whose name contains this text (e.g. 'default lowering')")
     ap.add_argument("--repeat", type=int, default=1, help="time each default lowering this many times, alternating with the unchecked one (the least time)")
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), int(args.child[2]))))
+        print(json.dumps(child(args.child[0], int(args.child[1]), int(args.child[2]), args.child[3])))
         return 0
     sizes = [int(x) for x in args.ops.split(",")]
     runs = []
@@ -239,7 +240,7 @@ def main() -> int:
         for ops in sizes:
             n = units_for(program, ops)
             note(f"{program}: size {n} (~{ops} ops)")
-            out = subprocess.run([sys.executable, __file__, "--child", program, str(n), str(args.repeat)], capture_output=True, text=True, check=False)
+            out = subprocess.run([sys.executable, __file__, "--child", program, str(n), str(args.repeat), args.cases], capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 note(f"  failed: {out.stderr[-3000:]}")
                 continue

@@ -280,9 +280,11 @@ class FormFusedCollective(RewritePattern):
         if fused is None or not same_type(fused.results[0].type, op.results[0].type):
             return
         fused.results[0].name_hint = op.results[0].name_hint
+        outer = [v for m in maps for v in m.inputs]
         rewriter.replace(op, [fused], [fused.results[0]])
         for dead in [*reversed(p2[:-1]), *reversed(maps), *reversed(p1)]:
             rewriter.erase(dead)
+        _erase_unused_drops(outer, rewriter)
 
 
 def _build_fused(cls, x: SSAValue, opts: dict, maps: list[dist.MapOp], u: SSAValue, sizes) -> Operation | None:
@@ -330,11 +332,28 @@ def _build_fused(cls, x: SSAValue, opts: dict, maps: list[dist.MapOp], u: SSAVal
 
 def _place_operand(v: SSAValue, res_t: TensorType, axes, sizes, ops: list[Operation]) -> SSAValue | None:
     """A map operand that is unplaced on ``axes``, placed there as the region's result
-    ``res_t`` needs it: sliced (slice), replicated (repl) or at a rank (store)."""
+    ``res_t`` needs it: sliced (slice), replicated (repl) or at a rank (store). An
+    operand that is a replicated value dropped on exactly those axes (``drop`` after
+    ``drop``) and must be sliced on all of them is that value's ``take_slice`` on each
+    axis instead: no unplaced value enters the region (neither the interpreter nor the
+    lowering runs a ``dist.slice`` there, and ``slice(drop(x))`` is ``take_slice(x)``)."""
     t = v.type
     if not isinstance(t, TensorType):
         return v
     want = place_like(res_t, t.get_shape())
+    source, dropped = _undropped(v)
+    if sorted(dropped) == sorted(axes) and all(isinstance(want[a], Sliced) for a in axes):
+        taken: list[Operation] = []
+        cur = source
+        for a in axes:
+            new = try_build(lambda: dist.TakeSliceOp.of(cur, sizes=sizes, dim=want[a].dim.data, axis=a))  # type: ignore[union-attr]
+            if new is None:
+                break
+            taken.append(new)
+            cur = new.results[0]
+        else:
+            ops.extend(taken)
+            return cur
     cur = v
     for a in axes:
         p = want[a]
@@ -351,6 +370,23 @@ def _place_operand(v: SSAValue, res_t: TensorType, axes, sizes, ops: list[Operat
         ops.append(new)
         cur = new.results[0]
     return cur
+
+
+def _undropped(v: SSAValue) -> tuple[SSAValue, list[int]]:
+    """The value ``v`` is a chain of single-use ``dist.drop`` of, and the axes dropped."""
+    axes: list[int] = []
+    while isinstance(d := _producer(v), dist.DropOp) and _single_user(v) is not None:
+        axes.append(d.option("axis"))
+        v = d.input
+    return v, axes
+
+
+def _erase_unused_drops(values: list[SSAValue], rewriter: PatternRewriter) -> None:
+    """Erase the chains of ``dist.drop`` that fed ``values`` and are now unused."""
+    for v in values:
+        while isinstance(d := _producer(v), dist.DropOp) and not d.result.uses:
+            v = d.input
+            rewriter.erase(d)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
@@ -169,6 +170,21 @@ def returns_split(module: ModuleOp):
                 h.detach()
                 h.erase()
 
+_SCRATCH: weakref.WeakSet[Operation] = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def scratch(module: ModuleOp):
+    """Inside, passes may leave ``module`` half rewritten when they reject a request:
+    its owner throws it away then (the tuner's exploration applies each pass to a copy
+    of its own), so ``apply_all_or_nothing`` skips its protective copy."""
+    _SCRATCH.add(module)
+    try:
+        yield module
+    finally:
+        _SCRATCH.discard(module)
+
+
 def apply_all_or_nothing(module: ModuleOp, body: Callable[[ModuleOp], None], targets: Sequence[str] | None = None) -> None:
     """Run ``body`` on a copy of ``module`` and, if it returns, move the result into
     ``module``; if it raises, ``module`` is left exactly as it was.
@@ -176,8 +192,8 @@ def apply_all_or_nothing(module: ModuleOp, body: Callable[[ModuleOp], None], tar
     Passes reject a request only when it names targets (without targets a pass skips
     what it may not rewrite), so a pass that passes its (empty) ``targets`` runs in
     place: the copy, the one whole-module cost of a pass besides its own work, is paid
-    only when a rejection can happen."""
-    if targets is not None and not targets:
+    only when a rejection can happen (and not on a ``scratch`` module)."""
+    if (targets is not None and not targets) or module in _SCRATCH:
         with gc_paused():
             body(module)
         return

@@ -845,14 +845,15 @@ def shared_bytes(program: LoweredProgram) -> tuple[int, int]:
 
 
 class MpiRunner:
-    """This process's rank of a lowered program (the process count must be the rank
-    count). With ``shared_memory`` (the default) the buffers live in the node's MPI-3
-    shared-memory window (``SharedHeap``) and ranks of one node take the zero-copy
-    paths; without it every exchange is a message, as between nodes."""
+    """This process's rank of a lowered program (the process count of ``comm``, default
+    ``MPI.COMM_WORLD``, must be the rank count). With ``shared_memory`` (the default)
+    the buffers live in the node's MPI-3 shared-memory window (``SharedHeap``) and ranks
+    of one node take the zero-copy paths; without it every exchange is a message, as
+    between nodes."""
 
-    def __init__(self, program: LoweredProgram, shared_memory: bool = True):
+    def __init__(self, program: LoweredProgram, shared_memory: bool = True, comm: Any = None):
         MPI = _mpi()
-        self.world = MPI.COMM_WORLD
+        self.world = MPI.COMM_WORLD if comm is None else comm
         if self.world.Get_size() != program.ranks:
             raise InputRejected(
                 f"the mpi backend runs one process per rank: start {program.ranks} processes "

@@ -60,7 +60,7 @@ from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Sliced
 from distir.dialects.verifier import verified_clone
 from distir.passes.pipeline import pipeline_spec
-from distir.passes.support import printed_names
+from distir.passes.support import printed_names, scratch
 
 # ======================================================================================
 # Transformations
@@ -497,9 +497,10 @@ def _verifies(cand: Candidate, p: ModulePass, errors: list[str]) -> bool:
 
 
 def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str]) -> Candidate | None:
-    m = verified_clone(cand.module)
+    m = verified_clone(cand.module, spans=False)
     try:
-        p.apply(ctx, m)
+        with scratch(m):  # a rejected request leaves m half rewritten: it is dropped
+            p.apply(ctx, m)
     except (PassFailedException, VerifyException, DiagnosticException, InputRejected):
         return None
     except Exception as e:  # noqa: BLE001 - a pass that crashes is a distir bug, reported, not fatal
@@ -699,6 +700,8 @@ class Checker:
     ranks: int
     mapping: dict[int, int]
     original: ModuleOp
+    reference: dict = field(default_factory=dict)
+    """The original's runs (``equivalent``'s ``reference``): it runs once, not per check."""
 
     @classmethod
     def of(cls, exploration: Exploration, ranks: int) -> Checker:
@@ -720,7 +723,7 @@ class Checker:
             return "ok"
         small = substitute(cand.module, self.mapping)
         try:
-            report = equivalent(self.original, small, self.ranks, trials=1, seed=0)
+            report = equivalent(self.original, small, self.ranks, trials=1, seed=0, reference=self.reference)
         except (InputRejected, ValueError, ArithmeticError) as e:
             return f"not run: {e}"
         return "ok" if report else f"differs: {report.message}"

@@ -133,12 +133,16 @@ def _strided(candidates: Sequence[Candidate]) -> set[int]:
 
     by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
     out = set()
+
+    def named(p) -> bool:  # a split along a dim it names (None: the pass picks one)
+        return p.name == "split-allreduce" and getattr(p, "dim", None) is not None
+
     for i, c in enumerate(candidates):
-        dims = [getattr(p, "dim", 0) for p in c.passes if p.name == "split-allreduce"]
+        dims = [p.dim for p in c.passes if named(p)]  # type: ignore[attr-defined]
         if not any(dims):
             continue
         for outer in range(max(dims)):
-            split = tuple(dataclasses.replace(p, dim=min(p.dim, outer)) if p.name == "split-allreduce" else p for p in c.passes)  # type: ignore[attr-defined]
+            split = tuple(dataclasses.replace(p, dim=min(p.dim, outer)) if named(p) else p for p in c.passes)  # type: ignore[attr-defined]
             if split != c.passes and pipeline_spec(split) in by_pipeline:
                 out.add(i)
                 break

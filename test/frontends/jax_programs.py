@@ -208,6 +208,7 @@ def programs():
     import jax_constructs
 
     out.update(jax_constructs.programs(jax, jnp, np, rng, mesh))
+    out.update(gpt_block_gradient(jax, jnp, np))
     return out
 
 
@@ -309,6 +310,52 @@ def pipeline(m, R, micro: int = 3):
     f = jax.shard_map(body, mesh=m, in_specs=(P("pp"), P()), out_specs=P(), axis_names={"pp"}, check_vma=False)
     args = [jax.device_put(R(2, 8, 8) * 0.5, NamedSharding(m, P("pp"))), jax.device_put(R(micro, 8, 8), NamedSharding(m, P(None, "dp")))]
     return jax.jit(f, out_shardings=NamedSharding(m, P(None, "dp"))), args
+
+
+def gpt_block_gradient(jax, jnp, np) -> dict:
+    """``gpt_block_grad`` (issue 27): ``jax.value_and_grad`` of the mean-squared error of a
+    tensor-parallel GPT block (LayerNorm, 4-head attention, LayerNorm, GELU MLP, two
+    residuals) on a 2x4 mesh (dp x tp): the batch sliced over dp, the attention's
+    q/k/v and the MLP's first weight column-sliced over tp, the output projection and the
+    MLP's second weight row-sliced (Megatron). Its gradients are all-reduced over dp while
+    sliced over tp on different dims: before issue 27, ``local`` and ``mpi`` returned the
+    output projection's gradient as zeros."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    rng = np.random.default_rng(27)
+    m = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices()[:8])
+    b, s, d, heads, f = 4, 8, 16, 4, 32
+
+    def layernorm(z, g):
+        mean = z.mean(-1, keepdims=True)
+        var = ((z - mean) ** 2).mean(-1, keepdims=True)
+        return (z - mean) * jax.lax.rsqrt(var + 1e-5) * g
+
+    def block(wq, wk, wv, wo, w1, w2, g1, g2, x):
+        h = layernorm(x, g1)
+        q, k, v = ((h @ w).reshape(b, s, heads, d // heads) for w in (wq, wk, wv))
+        p = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d // heads), axis=-1)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, s, d) @ wo
+        return x + jax.nn.gelu(layernorm(x, g2) @ w1) @ w2
+
+    def loss(wq, wk, wv, wo, w1, w2, g1, g2, x, y):
+        return jnp.mean((block(wq, wk, wv, wo, w1, w2, g1, g2, x) - y) ** 2)
+
+    grad = jax.value_and_grad(loss, argnums=tuple(range(8)))
+
+    def step(*args):
+        value, grads = grad(*args)
+        return (value, *grads)
+
+    specs = [P(None, "tp")] * 3 + [P("tp", None), P(None, "tp"), P("tp", None), P(), P()]
+    data = P("dp", None, None)
+    sh = lambda spec: NamedSharding(m, spec)  # noqa: E731
+    args = [rng.standard_normal(shape).astype(np.float32) * 0.3 for shape in [(d, d)] * 4 + [(d, f), (f, d)]]
+    args += [1 + 0.1 * rng.standard_normal(d).astype(np.float32) for _ in range(2)]
+    args += [rng.standard_normal((b, s, d)).astype(np.float32) for _ in range(2)]
+    jitted = jax.jit(step, in_shardings=tuple(sh(x) for x in specs + [data, data]), out_shardings=(sh(P()), *(sh(x) for x in specs)))
+    return {"gpt_block_grad": (jitted, args)}
 
 
 def main(argv: list[str]) -> int:

@@ -158,3 +158,29 @@ func.func @uneven_reduce_map_repl(%x: !dist.tensor<13x3xf32, @world, [local]>) -
   %p = dist.repl %m : !dist.tensor<13x3xf32, @world, [unplaced]> -> !dist.tensor<13x3xf32, @world, [replicated]>
   func.return %p : !dist.tensor<13x3xf32, @world, [replicated]>
 }
+
+// A fused all-reduce over two axes whose map reads a replicated value dropped on both:
+// the region takes that value's slices (take_slice per axis), no unplaced value enters
+// it and no drop is left outside (issue 27's differential test: a slice of an unplaced
+// value in the region crashed the interpreter and the local runtime computed it wrong).
+// CHECK-LABEL: func.func @dropped_operand_of_a_fused_all_reduce
+// CHECK-NOT:     dist.drop
+// CHECK:         coll.fused_all_reduce sum %g dim 0 axes [0, 1]
+// CHECK:           %[[W0:.*]] = dist.take_slice %w dim 0 :
+// CHECK-NEXT:      %[[W1:.*]] = dist.take_slice %[[W0]] dim 0 axis 1 :
+// CHECK-NEXT:      dist.map(%[[W1]], %{{.*}})
+// CHECK-NOT:     dist.slice
+func.func @dropped_operand_of_a_fused_all_reduce(%g: !dist.tensor<8x4xf32, @grid, [local, local]>, %w: !dist.tensor<8x4xf32, @grid, [replicated, replicated]>) -> !dist.tensor<8x4xf32, @grid, [replicated, replicated]> {
+  %r0 = dist.reduce sum %g : !dist.tensor<8x4xf32, @grid, [local, local]> -> !dist.tensor<8x4xf32, @grid, [unplaced, local]>
+  %r = dist.reduce sum %r0 axis 1 : !dist.tensor<8x4xf32, @grid, [unplaced, local]> -> !dist.tensor<8x4xf32, @grid, [unplaced, unplaced]>
+  %w1 = dist.drop %w axis 1 : !dist.tensor<8x4xf32, @grid, [replicated, replicated]> -> !dist.tensor<8x4xf32, @grid, [replicated, unplaced]>
+  %w0 = dist.drop %w1 : !dist.tensor<8x4xf32, @grid, [replicated, unplaced]> -> !dist.tensor<8x4xf32, @grid, [unplaced, unplaced]>
+  %m = dist.map(%w0, %r) : (!dist.tensor<8x4xf32, @grid, [unplaced, unplaced]>, !dist.tensor<8x4xf32, @grid, [unplaced, unplaced]>) -> !dist.tensor<8x4xf32, @grid, [unplaced, unplaced]> {
+  ^bb0(%a: f32, %b: f32):
+    %d = arith.subf %a, %b : f32
+    dist.yield %d : f32
+  }
+  %y0 = dist.repl %m : !dist.tensor<8x4xf32, @grid, [unplaced, unplaced]> -> !dist.tensor<8x4xf32, @grid, [replicated, unplaced]>
+  %y = dist.repl %y0 axis 1 : !dist.tensor<8x4xf32, @grid, [replicated, unplaced]> -> !dist.tensor<8x4xf32, @grid, [replicated, replicated]>
+  func.return %y : !dist.tensor<8x4xf32, @grid, [replicated, replicated]>
+}

@@ -1,10 +1,12 @@
 """Runs many programs on the ``mpi`` backend in one ``mpiexec`` job (test helper).
 
-    mpiexec -n N python test/runtime/mpi_batch.py JOBS.json REPORT.json
+    mpiexec -n N python test/runtime/mpi_batch.py JOBS.json REPORT.json [--every]
 
 ``JOBS.json`` is a list of ``{"id", "text", "func", "ranks", "seed"}`` (optionally
 ``"shared_memory": false``: ranks exchange messages only, as across nodes); the jobs whose
-``ranks`` is N run, each compared on rank 0 with the reference interpreter; rank 0 writes
+``ranks`` is N run (with ``--every``, every job of at most N ranks, on the first
+``ranks`` processes: one launch for all rank counts), each compared on rank 0 with the
+reference interpreter; rank 0 writes
 ``{"id": {"ok": bool, "message": str, "paths": {...}}}`` to ``REPORT.json``, ``paths``
 counting rank 0's zero-copy executions (``tiles``: fused tile operators through shared
 memory; ``fused``: fused all-reduces as one zero-copy kernel) and the others.
@@ -42,22 +44,31 @@ tiles.run_shared = _count("tiles")(tiles.run_shared)
 host.HostDevice.zero_copy_fused = _count("fused")(host.HostDevice.zero_copy_fused)
 
 
-def main(jobs_path: str, report_path: str) -> int:
+def main(jobs_path: str, report_path: str, every: bool = False) -> int:
     world = MPI.COMM_WORLD
     jobs = json.load(open(jobs_path))
     report = {}
+    comms = {world.Get_size(): world}
     for job in jobs:
-        if job["ranks"] != world.Get_size():
+        n = job["ranks"]
+        if n != world.Get_size() and not (every and n < world.Get_size()):
+            continue
+        if n not in comms:  # the first n processes
+            comms[n] = world.Split(0 if world.Get_rank() < n else MPI.UNDEFINED, world.Get_rank())
+        comm = comms[n]
+        if comm == MPI.COMM_NULL:
             continue
         module = parse_module(job["text"])
         PATHS.clear()
         try:
             program = LoweredProgram.build(module, job["func"], job["ranks"])
-            runner = MpiRunner(program, shared_memory=job.get("shared_memory", True))
+            runner = MpiRunner(program, shared_memory=job.get("shared_memory", True), comm=comm)
             inputs = program.prepare_inputs({}, job["seed"])
             runner.bind(inputs)
             got = runner.outputs(runner.step())
-            if world.Get_rank() == 0:
+            if every:
+                runner.close()
+            if comm.Get_rank() == 0:
                 want = interpret(module, job["func"], inputs, job["ranks"], job["seed"])
                 c = compare_outputs(want, got, "interpret", "mpi")
                 report[job["id"]] = {"ok": c.ok, "message": c.message, "paths": dict(PATHS)}
@@ -69,4 +80,4 @@ def main(jobs_path: str, report_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1], sys.argv[2], "--every" in sys.argv[3:]))

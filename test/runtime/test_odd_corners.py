@@ -11,33 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from support.differential import TWO_MESHES, ZERO_SIZE, zero_size_program
+
 from distir.dialects.context import parse_module
 from distir.runtime import interpret
 from distir.runtime.equivalence import compare_outputs
 from distir.runtime.local import LocalBackend
-
-ZERO_SIZE = {
-    "all_gather": ("[2]", "!dist.tensor<0x4xf32, @m, [sliced<0>]>", "coll.all_gather %x", "!dist.tensor<0x4xf32, @m, [replicated]>"),
-    "reduce_scatter": ("[4]", "!dist.tensor<0x4xf32, @m, [local]>", "coll.reduce_scatter sum %x dim 0", "!dist.tensor<0x4xf32, @m, [sliced<0>]>"),
-    "all_to_all": ("[2]", "!dist.tensor<4x0xf32, @m, [sliced<0>]>", "coll.all_to_all %x dim 1", "!dist.tensor<4x0xf32, @m, [sliced<1>]>"),
-    "nested": ("[2, 2]", "!dist.tensor<0x4xf32, @m, [sliced<0>, sliced<0>]>", "coll.all_gather %x axes [0, 1]", "!dist.tensor<0x4xf32, @m, [replicated, replicated]>"),
-    "take_slice": ("[2]", "!dist.tensor<0x3xf32, @m, [replicated]>", "dist.take_slice %x dim 0", "!dist.tensor<0x3xf32, @m, [sliced<0>]>"),
-}
-
-
-def zero_size_program(shape: str, tin: str, body: str, tout: str) -> str:
-    return f"""dist.mesh @m shape = {shape}
-func.func @f(%x: {tin}) -> ({tout}, {tout}) {{
-  %y = {body} : {tin} -> {tout}
-  %z = dist.map(%y) : ({tout}) -> {tout} {{
-  ^bb0(%e: f32):
-    %d = arith.addf %e, %e : f32
-    dist.yield %d : f32
-  }}
-  func.return %y, %z : {tout}, {tout}
-}}
-"""
-
 
 @pytest.mark.parametrize("case", sorted(ZERO_SIZE))
 def test_a_zero_size_dim_sliced_over_the_ranks_runs(case):
@@ -50,21 +29,6 @@ def test_a_zero_size_dim_sliced_over_the_ranks_runs(case):
     assert c.ok, c.message
     logical = tuple(int(d) for d in tout.split("<")[1].split("x")[:-1])
     assert all(a.shape == logical and a.size == 0 for a in got)
-
-
-TWO_MESHES = """\
-dist.mesh @four shape = [4]
-dist.mesh @eight shape = [2, 4] axes = ["dp", "tp"]
-dist.mesh @flat shape = [8] view @eight [[0, 1]]
-func.func @f(%x: !dist.tensor<8xf32, @four, [local]>) -> !dist.tensor<8xf32, @four, [replicated]> {
-  %y = coll.all_reduce sum %x : !dist.tensor<8xf32, @four, [local]> -> !dist.tensor<8xf32, @four, [replicated]>
-  func.return %y : !dist.tensor<8xf32, @four, [replicated]>
-}
-func.func @g(%x: !dist.tensor<8xf32, @flat, [sliced<0>]>) -> !dist.tensor<8xf32, @flat, [replicated]> {
-  %y = coll.all_gather %x : !dist.tensor<8xf32, @flat, [sliced<0>]> -> !dist.tensor<8xf32, @flat, [replicated]>
-  func.return %y : !dist.tensor<8xf32, @flat, [replicated]>
-}
-"""
 
 
 @pytest.mark.parametrize("func, ranks", [("f", 4), ("g", 8)])

@@ -64,6 +64,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    FloatAttr,
     FunctionType,
     IntegerType,
     ModuleOp,
@@ -655,5 +656,171 @@ def programs(
     g.block.add_op(ReturnOp(*results))
     fn = FuncOp("f", FunctionType.from_lists([a.type for a in g.block.args], [r.type for r in results]), Region(g.block))
     module = ModuleOp([*ops, fn])
+    module.verify()
+    return Program(str(module), "f", g.ranks)
+
+
+# --------------------------------------------------------------------------------------
+# Programs as the front ends produce them
+# --------------------------------------------------------------------------------------
+
+FRONTEND_MESHES: tuple[tuple[int, ...], ...] = ((2, 2), (2, 4), (4, 2), (1, 4), (2, 1), (1, 1), (2, 2, 2), (2, 1, 2), (1, 2, 2))
+"""Mesh shapes of ``training_steps``: data-parallel axes, then a tensor-parallel axis."""
+
+
+@dataclass
+class _Step:
+    """One training step of a chain of linear layers, built on a ``_Gen`` (see
+    ``training_steps``). ``tp`` is the tensor-parallel axis (the last), ``batch`` the
+    data-parallel axes slicing the batch."""
+
+    g: _Gen
+    tp: int
+    batch: list[int]
+
+    def tensor(self, shape: Sequence[int], batch_dim: int | None, tp: Placement) -> TensorType:
+        pl = [Sliced(batch_dim) if a in self.batch and batch_dim is not None else REPLICATED for a in range(self.tp)] + [tp]
+        return TensorType(list(shape), f32, self.g.mesh, pl)
+
+    def sliced_on_tp(self, v: SSAValue) -> bool:
+        return isinstance(v.type.get_placements()[self.tp], Sliced)  # type: ignore[attr-defined]
+
+    def on_tp(self, v: SSAValue, sliced: bool) -> SSAValue:
+        """``v`` (an activation: dim 1 is the hidden dim) replicated over tp, or sliced on
+        dim 1 over it: an all_gather or a take_slice when it is not already."""
+        if self.sliced_on_tp(v) == sliced:
+            return v
+        if sliced:
+            return self.must(dist.TakeSliceOp, v, dim=1, axis=self.tp)
+        return self.must(coll.AllGatherOp, v, axes=[self.tp])
+
+    def must(self, cls, *operands: SSAValue, **options) -> SSAValue:
+        op = self.g.of(cls, *operands, **options)
+        assert op is not None, f"{cls.name} {options} of {[o.type for o in operands]}"
+        return op.results[0]
+
+    def map(self, body: str, *operands: SSAValue) -> SSAValue:
+        """A map with one of a few bodies (few distinct kernels to compile):
+        ``act`` h*(0.5h+1), ``dact`` d*(h+1), ``diff`` a-b, ``sgd`` w-lr*g."""
+        t = operands[0].type
+        block = Block(arg_types=[o.type.element_type if isinstance(o.type, TensorType) else o.type for o in operands])
+        a = block.args
+        if body == "act":
+            half = arith.ConstantOp(FloatAttr(0.5, f32))
+            one = arith.ConstantOp(FloatAttr(1.0, f32))
+            ops = [half, one, arith.MulfOp(half.result, a[0])]
+            ops += [arith.AddfOp(ops[-1].results[0], one.result)]
+            ops += [arith.MulfOp(a[0], ops[-1].results[0])]
+        elif body == "dact":
+            one = arith.ConstantOp(FloatAttr(1.0, f32))
+            ops = [one, arith.AddfOp(a[1], one.result)]
+            ops += [arith.MulfOp(a[0], ops[-1].results[0])]
+        elif body == "diff":
+            ops = [arith.SubfOp(a[0], a[1])]
+        else:  # sgd
+            ops = [arith.MulfOp(a[2], a[1])]
+            ops += [arith.SubfOp(a[0], ops[-1].results[0])]
+        block.add_ops([*ops, dist.YieldOp.build(operands=[[ops[-1].results[0]]])])
+        op = self.g.add(dist.MapOp.make(list(operands), [t], [Region(block)]))
+        assert op is not None
+        return op.results[0]
+
+    def reduce_grad(self, dw: SSAValue) -> SSAValue:
+        """A weight's gradient (``local`` over the batch axes) summed or averaged over
+        them: an all_reduce, or a reduce_scatter (ZeRO) when a dim fits."""
+        kind = self.g.pick(["sum", "avg"])
+        if self.g.draw(st.integers(0, 2)) == 0:
+            op = self.fitting(coll.ReduceScatterOp, dw, op=kind, dim=self.g.draw(st.integers(0, 1)), axes=self.batch)
+            if op is not None:
+                return op
+        return self.must(coll.AllReduceOp, dw, op=kind, axes=self.batch)
+
+    def fitting(self, cls, *operands: SSAValue, **options) -> SSAValue | None:
+        """The op, added, when the ranks divide every dim it slices; else None."""
+        try:
+            op = cls.of(*operands, sizes=self.g.sizes, **options)
+        except VerifyException:
+            return None
+        if not self.g.divisible(op):
+            return None
+        self.g.add(op)
+        return op.results[0]
+
+    def update(self, w: SSAValue, grad: SSAValue, lr: SSAValue) -> SSAValue:
+        """SGD of ``w`` by ``grad``: on the whole weight after an all_reduce; on this
+        rank's slice, all-gathered after, after a reduce_scatter (when the slice of
+        ``w`` can be taken alike; else the gradient itself)."""
+        gt: TensorType = grad.type  # type: ignore[assignment]
+        if layout.same_layout(gt.get_placements(), w.type.get_placements()):  # type: ignore[attr-defined]
+            return self.map("sgd", w, grad, lr)
+        ws = w
+        for a in self.batch:
+            p = gt.get_placements()[a]
+            if not isinstance(p, Sliced):
+                return grad
+            taken = self.fitting(dist.TakeSliceOp, ws, dim=p.dim.data, axis=a)
+            if taken is None:
+                return grad
+            ws = taken
+        if not layout.same_layout(ws.type.get_placements(), gt.get_placements()):  # type: ignore[attr-defined]
+            return grad
+        new = self.map("sgd", ws, grad, lr)
+        return self.fitting(coll.AllGatherOp, new, axes=list(reversed(self.batch))) or new
+
+
+@st.composite
+def training_steps(draw, meshes: Sequence[tuple[int, ...]] = FRONTEND_MESHES, max_layers: int = 3) -> Program:
+    """A hypothesis strategy of programs that look like what the front ends make of a
+    JAX training step (``jax.value_and_grad`` of a chain of linear layers, partitioned):
+    a mesh of data-parallel axes and a tensor-parallel axis (2-D or 3-D); the batch
+    sliced over some data axes; each layer column-parallel (weight sliced on dim 1 over
+    tp) or row-parallel (dim 0, its output partial over tp, all-reduced or
+    reduce-scattered), with an activation between layers; then the gradients of a
+    squared-error loss back through the chain (``dist.transpose`` and matmuls, partial
+    sums over tp all-reduced), each weight's gradient partial over the batch axes and
+    sliced over tp (all-reduced or reduce-scattered over the batch axes: collectives
+    over several axes, of operands sliced over another), and an SGD update. Hidden dims
+    are small multiples of tp (a block per rank may be a single row), f32 throughout."""
+    sizes = tuple(draw(st.sampled_from(list(meshes))))
+    axis_names = ["dp", "tp"] if len(sizes) == 2 else ["dp", "fsdp", "tp"]
+    mesh = MeshOp.create_mesh("mesh", list(sizes), axis_names)
+    g = _Gen(draw, "mesh", sizes, None, (f32,))
+    tp = len(sizes) - 1
+    s = _Step(g, tp, sorted(g.subset(range(tp))))
+    width = [sizes[tp] * draw(st.integers(1, 3)) for _ in range(max_layers + 1)]
+    rows = math.prod(sizes[a] for a in s.batch) * draw(st.integers(1, 2))
+    x = g.arg(s.tensor([rows, width[0]], 0, REPLICATED))
+    lr = g.arg(f32)
+    layers = []  # (kind, input as multiplied, weight, pre-activation)
+    a = x
+    for i in range(draw(st.integers(1, max_layers))):
+        column = g.pick([True, True, False] if not s.sliced_on_tp(a) else [True, False, False])
+        a = s.on_tp(a, sliced=not column)
+        w = g.arg(s.tensor([width[i], width[i + 1]], None, Sliced(1) if column else Sliced(0)))
+        h = s.must(dist.MatmulOp, a, w)
+        if not column:  # partial over tp
+            scattered = s.fitting(coll.ReduceScatterOp, h, op="sum", dim=1, axes=[tp]) if draw(st.integers(0, 3)) == 0 else None
+            h = scattered or s.must(coll.AllReduceOp, h, op="sum", axes=[tp])
+        layers.append((column, a, w, h))
+        a = s.map("act", h)
+    target = g.arg(a.type)
+    d = s.map("diff", a, target)
+    results: list[SSAValue] = []
+    for column, a_in, w, h in reversed(layers):
+        d = s.on_tp(d, sliced=s.sliced_on_tp(h))
+        dh = s.map("dact", d, h)
+        dh = s.on_tp(dh, sliced=column)
+        a_t = s.must(dist.TransposeOp, a_in, perm=[1, 0])
+        grad = s.reduce_grad(s.must(dist.MatmulOp, a_t, dh))
+        w_t = s.must(dist.TransposeOp, w, perm=[1, 0])
+        da = s.must(dist.MatmulOp, dh, w_t)
+        if column:  # partial over tp
+            da = s.must(coll.AllReduceOp, da, op="sum", axes=[tp])
+        results.append(s.update(w, grad, lr) if draw(st.booleans()) else grad)
+        d = da
+    results = results[: draw(st.integers(1, len(results)))] + [d]
+    g.block.add_op(ReturnOp(*results))
+    fn = FuncOp("f", FunctionType.from_lists([v.type for v in g.block.args], [r.type for r in results]), Region(g.block))
+    module = ModuleOp([mesh, fn])
     module.verify()
     return Program(str(module), "f", g.ranks)

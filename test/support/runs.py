@@ -31,15 +31,17 @@ def agree_on_local(module, func: str, ranks: int) -> None:
     assert c.ok, c.message
 
 
-def run_mpi_batch(jobs: list[dict], workdir: Path) -> dict[str, dict]:
-    """Run ``jobs`` (``mpi_batch.py``'s format) in one mpiexec job per rank count; the
+def run_mpi_batch(jobs: list[dict], workdir: Path, one_launch: bool = False) -> dict[str, dict]:
+    """Run ``jobs`` (``mpi_batch.py``'s format) in one mpiexec job per rank count (with
+    ``one_launch``, in one job of the largest count, each on its first processes); the
     report by job id (an entry ``mpiexec -n N`` when a job died without one)."""
     (workdir / "jobs.json").write_text(json.dumps(jobs))
     report: dict[str, dict] = {}
-    for n in sorted({j["ranks"] for j in jobs}):
+    counts = sorted({j["ranks"] for j in jobs})
+    for n in counts[-1:] if one_launch else counts:
         out = workdir / f"report{n}.json"
         proc = subprocess.run(
-            [mpiexec_path(), "-n", str(n), sys.executable, str(MPI_BATCH), str(workdir / "jobs.json"), str(out)],
+            [mpiexec_path(), "-n", str(n), sys.executable, str(MPI_BATCH), str(workdir / "jobs.json"), str(out), *(["--every"] if one_launch else [])],
             capture_output=True,
             text=True,
             timeout=900,
