@@ -351,6 +351,10 @@ class Partitioner:
                     g = chain[-1].results[0]
                     self.sources[g] = (op.operands[0], chain)
                     chain_ops.update(chain)
+                    # partial sums keep the reduction their source chain completes them by
+                    kinds = {r.option("axis"): r.option("op") for r in chain if isinstance(r, dist.ReduceOp)}
+                    if kinds:
+                        self.kinds[op.operands[0]] = kinds
                     continue
             if isinstance(op, SINK_PRIMS) and is_global(op.operands[0]):
                 chain = self._follow(op, SINK_PRIMS, is_placed)
@@ -387,7 +391,7 @@ class Partitioner:
     # ------------------------------------------------------------------ propagation
     def init_layouts(self) -> None:
         for g, (p, _) in self.sources.items():
-            self.lay[g] = lay_of(p.type)  # type: ignore[arg-type]
+            self.lay[g] = lay_of(p.type, self.kinds.get(p))  # type: ignore[arg-type]
         for op in self.global_ops:
             for r in op.results:
                 if isinstance(r.type, TensorType) and r not in self.lay:
@@ -648,7 +652,9 @@ class Partitioner:
         for x, tgt in zip(op.operands, targets):
             operands.append(x if tgt is None else self.reshard(self.real_of(x, op), tgt, f"'{op.name}'"))
         cls = type(op)
-        regions = [r.clone() for r in op.regions]
+        # the global op is erased once every op is placed: its regions (a map's body)
+        # move to the placed op instead of being copied
+        regions = [op.detach_region(r) for r in list(op.regions)]
         if isinstance(op, dist.DistOp):
             return cls.make(operands, types, regions, dict(op.attributes), **op.options())
         raise self.fail(op, f"cannot place '{op.name}'")

@@ -261,13 +261,15 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
     if topology_name is not None and pl.mesh.placement.hierarchy[0] > 1 and any(isinstance(op, coll.AllReduceOp) for op in pl.module.walk()):
         nodes = pl.mesh.placement.hierarchy[0]
         p = SynthesizeReductionsPass(topology=topology_name, nodes=nodes)
-        before = str(pl.module)
+        from xdsl.utils.exceptions import DiagnosticException
+
+        before = collectives_of(pl.module)
         try:
             p.apply(Context(), pl.module)
-        except Exception as e:  # the pass refuses a machine it cannot read: keep the plain reductions
+        except (InputRejected, DiagnosticException) as e:  # a machine the pass cannot read: the plain reductions stay
             pl.notes.append(f"reductions not synthesized: {e}")
         else:
-            if str(pl.module) != before:
+            if collectives_of(pl.module) != before:
                 steps.append(f"synthesize-reductions{{topology={topology_name} nodes={nodes}}}")
     if tune:
         n = collectives_of(pl.module)
