@@ -45,6 +45,29 @@ class _Emitter:
 
 def materialize(g: Graph, mesh: Mesh, chosen: Sequence[Strategy]) -> ModuleOp:
     """The plan as a dist/coll program (module doc); ``chosen[n]`` is node n's strategy."""
+    return _partitioned(g, mesh, lambda n: chosen[n].results[0], chosen)
+
+
+def annotated(g: Graph, mesh: Mesh, arguments: dict[int, Layout]) -> ModuleOp:
+    """The program with only its arguments placed (``arguments``: argument node ->
+    layout, replicated when absent; a fixed argument keeps its placement), everything
+    else placed by the partitioner's propagation: a plan written by hand as an annotated
+    program (``bench/plan.py``'s data, ZeRO and Megatron plans)."""
+    from distir.planner.strategies import arg_strategies
+
+    def layout_of(n: int) -> Layout:
+        node = g.nodes[n]
+        if node.fixed is not None:
+            return arg_strategies(g, node, mesh.sizes)[0].results[0]
+        return arguments.get(n, Layout.replicated(len(g.values[node.results[0]].shape)))
+
+    return _partitioned(g, mesh, layout_of, None)
+
+
+def _partitioned(g: Graph, mesh: Mesh, arg_layout, chosen: Sequence[Strategy] | None) -> ModuleOp:
+    """The program in the partitioner's global form on ``mesh``, partitioned: with the
+    decided ``chosen`` strategies, or (None) by propagation from the arguments."""
+    from distir.frontends.partition import partition_module
     from distir.frontends.sdy import from_global, to_global
 
     naxes = len(mesh.sizes)
@@ -67,16 +90,17 @@ def materialize(g: Graph, mesh: Mesh, chosen: Sequence[Strategy]) -> ModuleOp:
         node = nodes_of.get(old)
         if node is None:
             continue
-        s = chosen[node.id]
         k = 0
         for r in new.results:
             if isinstance(r.type, TensorType):
                 t = r.type
                 r._type = TensorType(t.get_shape(), t.element_type, MESH, unplaced)  # noqa: SLF001 (retyped in place, as sizes.substitute does)
                 value[node.results[k]] = r
-                lays[r] = s.results[k].lay()
+                if chosen is not None:
+                    lays[r] = chosen[node.id].results[k].lay()
                 k += 1
-        op_axes[new] = s.op_axes()
+        if chosen is not None:
+            op_axes[new] = chosen[node.id].op_axes()
     # the arguments, placed as chosen, joined into their logical values
     em = _Emitter(block)
     start = new_ops[0] if new_ops else ret
@@ -88,11 +112,12 @@ def materialize(g: Graph, mesh: Mesh, chosen: Sequence[Strategy]) -> ModuleOp:
             arg_types.append(t)
             continue
         n = g.arg_node[a.index]
-        a._type = TensorType(t.get_shape(), t.element_type, MESH, chosen[n].results[0].placements(naxes))  # noqa: SLF001
+        lay = arg_layout(n)
+        a._type = TensorType(t.get_shape(), t.element_type, MESH, lay.placements(naxes))  # noqa: SLF001
         arg_types.append(a.type)
         em.block = _Before(block, start, chains)
         x: SSAValue = a
-        for axis, kind in chosen[n].results[0].partial:
+        for axis, kind in lay.partial:
             # partial sums become their logical value by the reduction they stand for
             x = em.emit(dist.ReduceOp.of(x, op=kind, axis=axis)).results[0]
         value[g.nodes[n].results[0]] = to_global(em, x)
@@ -110,7 +135,7 @@ def materialize(g: Graph, mesh: Mesh, chosen: Sequence[Strategy]) -> ModuleOp:
         x = value[r.value]
         v = g.values[r.value]
         if r.inplace is not None and r.inplace in g.arg_node:
-            target = chosen[g.arg_node[r.inplace]].results[0].placements(naxes)
+            target = arg_layout(g.arg_node[r.inplace]).placements(naxes)
             outs.append(from_global(em, x, target, "the function's result"))
         elif r.fixed is not None:
             target = fixed_layout(g, r.fixed, len(v.shape), naxes, f"result %{v.name}").placements(naxes)
@@ -126,7 +151,10 @@ def materialize(g: Graph, mesh: Mesh, chosen: Sequence[Strategy]) -> ModuleOp:
         new.erase(safe_erase=False)
     nf.function_type = FunctionType.from_lists(arg_types, [o.type for o in outs])
     module = ModuleOp([hw, logical, nf])
-    partition_decided(module, nf, lays, op_axes)
+    if chosen is not None:
+        partition_decided(module, nf, lays, op_axes)
+    else:
+        partition_module(module, {})
     _drop_casts(nf)
     name_values(nf)
     return module

@@ -51,6 +51,10 @@ TUNE_MAX_COLLECTIVES = 16
 breadth-first exploration grows with every place a transformation applies); larger
 programs keep the schedule the partitioner and P²'s reductions give them."""
 
+ALTERNATIVES = 2
+"""Plans with the largest arguments laid out otherwise, evaluated besides the best of
+each leading mesh (when the tuner schedules them)."""
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -73,6 +77,11 @@ class Searched:
     problem: ilp.Problem | None = field(default=None, repr=False)
     seconds: float = 0.0
     """CPU seconds building and solving it."""
+    overlapped: bool = False
+    """A candidate for a schedule to make better than its price says: priced with the
+    collectives after matmuls and embeddings overlapped (``ilp.problem``), or the best
+    plan with its largest arguments laid out otherwise; evaluated only when the tuner
+    schedules it."""
 
     @property
     def estimate(self) -> float:
@@ -208,6 +217,27 @@ def plan(
     notes: list[str] = []
     dropped: list[float] = []
     leading = feasible[: max(1, top)]
+    # the same meshes priced as if the tuner overlapped every collective after a matmul
+    # or an embedding with it: the placements whose schedule hides their communication
+    # (it decides, below, whether it does)
+    seen = [s.problem.chosen(s.solution.choice) for s in leading]  # type: ignore[union-attr]
+    for s in list(leading):
+        sc, st = structures[s.mesh.sizes]
+        p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
+        sol = ilp.solve(p, memory)
+        if sol is not None and p.chosen(sol.choice) not in seen:
+            seen.append(p.chosen(sol.choice))
+            leading.append(Searched(s.mesh, sol, p.size(), p, 0.0, overlapped=True))
+    # and, on each leading mesh, the best plans that lay the largest arguments out otherwise
+    # (the next family of plans: a schedule may favour it, as CoCoNet's fused
+    # collectives favour sliced state)
+    for first in feasible[: max(1, top)]:
+        assert first.problem is not None and first.solution is not None
+        for r in ilp.largest_arguments(g, first.problem, ALTERNATIVES):
+            sol = ilp.solve(first.problem, memory, forbid={r: first.solution.choice[r]})
+            if sol is not None and first.problem.chosen(sol.choice) not in seen:
+                seen.append(first.problem.chosen(sol.choice))
+                leading.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
     for k, s in enumerate(leading):
         report("evaluate", k, len(leading))
         assert s.problem is not None and s.solution is not None
@@ -216,6 +246,8 @@ def plan(
         from distir.planner.materialize import materialize
 
         m = materialize(g, s.mesh, strategies)
+        if s.overlapped and (not tune or collectives_of(m) > TUNE_MAX_COLLECTIVES):
+            continue  # no schedule will overlap its collectives: its price was not its own
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
         schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline))
