@@ -194,20 +194,27 @@ SHORT = {"all_reduce": "ar", "reduce_scatter": "rs", "all_gather": "ag", "all_to
 
 
 def name_values(f: func.FuncOp) -> None:
-    """Give every unnamed value a name (``%ag3``: the value an all_gather made), so that
-    schedules can name the collectives the partitioner inserted (``targets=ag3``), in
-    the plan and in the tuner's pipelines alike."""
-    taken = {v.name_hint for op in f.walk() for v in op.results if v.name_hint}
-    taken |= {a.name_hint for a in f.body.block.args if a.name_hint}
+    """Give every value a name of its own (``%ag3``: a value an all_gather made; a
+    second ``%x`` becomes ``%x1``), so that schedules name each collective the
+    partitioner inserted (``targets=ag3``) the same way in the plan, in the tuner's
+    programs and in the pipelines it composes (passes derive the names of the values
+    they make from these: ``%ag3_rs``)."""
+    taken = {a.name_hint for a in f.body.block.args if a.name_hint}
     count = 0
-    for op in f.body.block.ops:
+    for op in f.walk():
+        if op is f:
+            continue
         for r in op.results:
-            if r.name_hint:
-                continue
-            kind = op.name.split(".", 1)[-1]
-            stem = SHORT.get(kind, kind.split("_")[0][:4] or "v")
-            while f"{stem}{count}" in taken:
+            hint = r.name_hint
+            if hint is None or hint in taken:
+                if hint is None:
+                    kind = op.name.split(".", 1)[-1]
+                    hint = SHORT.get(kind, kind.split("_")[0][:4] or "v")
+                # (xDSL drops a name's ``_<digits>`` suffix: its printer's own)
+                stem = hint.rstrip("0123456789")
+                while f"{stem}{count}" in taken:
+                    count += 1
+                hint = f"{stem}{count}"
                 count += 1
-            r.name_hint = f"{stem}{count}"
-            taken.add(r.name_hint)
-            count += 1
+            r.name_hint = hint
+            taken.add(hint)

@@ -47,9 +47,10 @@ from distir.planner.strategies import Layout, Strategy
 from distir.tuning.topology import Topology
 
 TUNE_MAX_COLLECTIVES = 16
-"""The tuner explores the schedules of programs with at most this many collectives (its
-breadth-first exploration grows with every place a transformation applies); larger
-programs keep the schedule the partitioner and P²'s reductions give them."""
+"""The tuner explores the schedules of programs whose independent parts (``tuning/
+units.py``) have at most this many collectives each (its breadth-first exploration
+grows with every place a transformation applies); larger programs keep the schedule
+the partitioner and P²'s reductions give them."""
 
 ALTERNATIVES = 2
 """Plans with the largest arguments laid out otherwise, evaluated besides the best of
@@ -141,6 +142,8 @@ class PlanResult:
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     cut_short: str | None = None
+    evaluated: int = 0
+    """Plans lowered and predicted (``plans`` keeps the ``top`` best)."""
 
     @property
     def best(self) -> Plan:
@@ -246,12 +249,14 @@ def plan(
         from distir.planner.materialize import materialize
 
         m = materialize(g, s.mesh, strategies)
-        if s.overlapped and (not tune or collectives_of(m) > TUNE_MAX_COLLECTIVES):
+        if s.overlapped and (not tune or explored_collectives(m) > TUNE_MAX_COLLECTIVES):
             continue  # no schedule will overlap its collectives: its price was not its own
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
         schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline))
         predict(pl, ranks, topology)
+        if any(p.mesh.describe() == pl.mesh.describe() and p.predicted_s == pl.predicted_s and p.memory.total == pl.memory.total for p in plans if p.memory and pl.memory):
+            continue  # the same program as a plan before it, once scheduled
         if pl.memory is not None and pl.memory.total > memory:
             notes.append(f"the plan on mesh {s.mesh.describe()} needs {format_bytes(pl.memory.total)} per rank once partitioned: over the limit, dropped")
             dropped.append(pl.memory.total)
@@ -265,9 +270,11 @@ def plan(
             f"distir-plan: no plan fits {format_bytes(memory)} per device on {ranks} ranks once partitioned: the smallest needs "
             f"{format_bytes(smallest)} per rank", smallest)
     plans.sort(key=lambda p: p.predicted_s)
+    evaluated = len(plans)
+    plans = plans[: max(1, top)]
     if cut_short is not None:
         notes.insert(0, f"the search was cut short ({cut_short}) after {len(searched)} of {len(candidates)} meshes: the best plans found so far")
-    return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short)
+    return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short, evaluated)
 
 
 def sc_of(structures: dict, mesh: Mesh) -> ShapeCosts:
@@ -281,6 +288,16 @@ def sc_of(structures: dict, mesh: Mesh) -> ShapeCosts:
 
 def collectives_of(module: ModuleOp) -> int:
     return sum(1 for op in module.walk() if isinstance(op, coll.CollectiveOp))
+
+
+def explored_collectives(module: ModuleOp) -> int:
+    """The most collectives the tuner's exploration meets at once: those of the largest
+    independent part of the program (``tuning/units.py``: a model's optimizer step is
+    tuned one tensor's update at a time)."""
+    from distir.tuning import units
+
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+    return max((sum(1 for op in u.ops for o in op.walk() if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
 
 
 def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool) -> None:
@@ -304,9 +321,9 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
             if collectives_of(pl.module) != before:
                 steps.append(f"synthesize-reductions{{topology={topology_name} nodes={nodes}}}")
     if tune:
-        n = collectives_of(pl.module)
+        n = explored_collectives(pl.module)
         if n > TUNE_MAX_COLLECTIVES:
-            pl.notes.append(f"schedule as partitioned: {n} collectives are more than the tuner explores ({TUNE_MAX_COLLECTIVES})")
+            pl.notes.append(f"schedule as partitioned: {n} collectives in one part of the program are more than the tuner explores ({TUNE_MAX_COLLECTIVES})")
         else:
             from distir.tuning.tuner import Limits
             from distir.tuning.tuner import tune as run_tuner
@@ -319,9 +336,15 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
                 if best.pipeline:
                     from distir.passes.pipeline import apply_pipeline
 
-                    pl.module = apply_pipeline(pl.module, best.pipeline)
-                    steps.append(best.pipeline)
-                pl.schedule = name
+                    scheduled = apply_pipeline(pl.module.clone(), best.pipeline)
+                    # the schedule stays if the model predicts the whole program faster
+                    # with it (the tuner decides some programs part by part)
+                    if _seconds(scheduled, ranks, topology) < _seconds(pl.module, ranks, topology):
+                        pl.module = scheduled
+                        steps.append(best.pipeline)
+                        pl.schedule = name
+                    else:
+                        pl.notes.append(f"the tuner's {name} is not faster for the whole program: schedule as partitioned")
     pl.pipeline = ",".join(steps)
 
 
@@ -340,6 +363,16 @@ def predict(pl: Plan, ranks: int, topology: Topology) -> None:
     pl.collectives = dict(sorted(parts.items(), key=lambda kv: -kv[1]))
     pl.communication_s = sum(pl.collectives.values())
     pl.memory = memory_per_rank(pl.module, ranks)
+
+
+def _seconds(module: ModuleOp, ranks: int, topology: Topology) -> float:
+    from distir.lowering.pipeline import lower
+    from distir.tuning.cost_model import Scaling, prepare
+    from distir.tuning.cost_model import predict as run_model
+
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+    prepared = prepare(lower(module, ranks, verify=False), f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
+    return float(run_model(prepared, [1])[0])
 
 
 _BIG_PRIME = 2_305_843_009_213_693_951
