@@ -164,11 +164,14 @@ def plan(
     time_budget: float | None = None,
     progress: Progress | None = None,
     interrupted: Callable[[], bool] | None = None,
+    alternatives: int = ALTERNATIVES,
 ) -> PlanResult:
     """The best plans of ``module``'s function on ``ranks`` ranks of ``topology`` within
     ``memory`` bytes per device (module doc). ``topology_name`` (a built-in name or a
     TOML path) is what the reduction synthesis pass reads; ``time_budget`` (seconds)
-    stops the search of meshes early with the best found."""
+    stops the search of meshes early with the best found; ``alternatives``: how many
+    other layouts of the largest arguments to try on each leading mesh (0: none, nor
+    the overlapped pricing)."""
     report = progress or (lambda phase, done, total: None)
     stop = interrupted or (lambda: False)
     seconds: dict[str, float] = {}
@@ -220,11 +223,13 @@ def plan(
     notes: list[str] = []
     dropped: list[float] = []
     leading = feasible[: max(1, top)]
+    if not alternatives:
+        leading = leading[:]
     # the same meshes priced as if the tuner overlapped every collective after a matmul
     # or an embedding with it: the placements whose schedule hides their communication
     # (it decides, below, whether it does)
     seen = [s.problem.chosen(s.solution.choice) for s in leading]  # type: ignore[union-attr]
-    for s in list(leading):
+    for s in list(leading) if alternatives else []:
         sc, st = structures[s.mesh.sizes]
         p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
         sol = ilp.solve(p, memory)
@@ -236,7 +241,7 @@ def plan(
     # collectives favour sliced state)
     for first in feasible[: max(1, top)]:
         assert first.problem is not None and first.solution is not None
-        for r in ilp.largest_arguments(g, first.problem, ALTERNATIVES):
+        for r in ilp.largest_arguments(g, first.problem, alternatives):
             sol = ilp.solve(first.problem, memory, forbid={r: first.solution.choice[r]})
             if sol is not None and first.problem.chosen(sol.choice) not in seen:
                 seen.append(first.problem.chosen(sol.choice))
