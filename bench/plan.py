@@ -218,15 +218,22 @@ def run_case(prog: Program, machine: tuple[str, int], memory: float, quick: bool
     g = read_graph(parse_module(text))
     hands: dict[str, float] = {}
     cells: dict[str, str] = {}
+    from distir.planner.plan import TUNE_MAX_COLLECTIVES, explored_collectives
+
     for hname, spec in hand_plans(g, prog, ranks, topo).items():
+        untuned = None
         for fused in (False, True):
             label = hname + (" + fused" if fused else "")
             if spec is None:
                 cells[label] = "n/a"
                 continue
+            if fused and untuned is not None and explored_collectives(untuned) > TUNE_MAX_COLLECTIVES:
+                cells[label] = cells[hname] + " (untuned)" if cells[hname][0].isdigit() else cells[hname]
+                continue  # too large for the tuner, as for the planner: the same program
             mesh, lay = spec
             try:
                 pl = Plan(mesh, annotated(g, mesh, lay), [], math.nan)
+                untuned = pl.module
                 schedule(pl, ranks, topo, name, tune=fused)
                 predict(pl, ranks, topo)
             except Exception as e:  # a hand plan the partitioner cannot build: say why

@@ -56,6 +56,10 @@ ALTERNATIVES = 2
 """Plans with the largest arguments laid out otherwise, evaluated besides the best of
 each leading mesh (when the tuner schedules them)."""
 
+TUNE_MAX_SCHEDULES = 32
+"""Schedules the tuner evaluates per plan (``tuner.Limits``): its search orders them by
+their bounds, so the best are among the first."""
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -223,38 +227,50 @@ def plan(
     notes: list[str] = []
     dropped: list[float] = []
     leading = feasible[: max(1, top)]
-    if not alternatives:
-        leading = leading[:]
-    # the same meshes priced as if the tuner overlapped every collective after a matmul
-    # or an embedding with it: the placements whose schedule hides their communication
-    # (it decides, below, whether it does)
     seen = [s.problem.chosen(s.solution.choice) for s in leading]  # type: ignore[union-attr]
-    for s in list(leading) if alternatives else []:
-        sc, st = structures[s.mesh.sizes]
-        p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
-        sol = ilp.solve(p, memory)
-        if sol is not None and p.chosen(sol.choice) not in seen:
-            seen.append(p.chosen(sol.choice))
-            leading.append(Searched(s.mesh, sol, p.size(), p, 0.0, overlapped=True))
-    # and, on each leading mesh, the best plans that lay the largest arguments out otherwise
-    # (the next family of plans: a schedule may favour it, as CoCoNet's fused
-    # collectives favour sliced state)
-    for first in feasible[: max(1, top)]:
-        assert first.problem is not None and first.solution is not None
-        for r in ilp.largest_arguments(g, first.problem, alternatives):
-            sol = ilp.solve(first.problem, memory, forbid={r: first.solution.choice[r]})
-            if sol is not None and first.problem.chosen(sol.choice) not in seen:
-                seen.append(first.problem.chosen(sol.choice))
-                leading.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
-    for k, s in enumerate(leading):
-        report("evaluate", k, len(leading))
+    tunable = [tune]
+
+    def variants() -> list[Searched]:
+        """Candidates a schedule may favour, when the tuner schedules these programs:
+        the leading meshes priced as if the tuner overlapped every collective after a
+        matmul or an embedding with it (the placements whose schedule hides their
+        communication), and on each leading mesh the best plans that lay the largest
+        arguments out otherwise (the next family: a schedule may favour it, as
+        CoCoNet's fused collectives favour sliced state). At most ``top`` of them."""
+        out: list[Searched] = []
+        if not alternatives or not tunable[0]:
+            return out
+        for s in feasible[: max(1, top)]:
+            sc, st = structures[s.mesh.sizes]
+            p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
+            sol = ilp.solve(p, memory)
+            if sol is not None and p.chosen(sol.choice) not in seen:
+                seen.append(p.chosen(sol.choice))
+                out.append(Searched(s.mesh, sol, p.size(), p, 0.0, overlapped=True))
+        for first in feasible[: max(1, top)]:
+            assert first.problem is not None and first.solution is not None
+            for r in ilp.largest_arguments(g, first.problem, alternatives):
+                sol = ilp.solve(first.problem, memory, forbid={r: first.solution.choice[r]})
+                if sol is not None and first.problem.chosen(sol.choice) not in seen:
+                    seen.append(first.problem.chosen(sol.choice))
+                    out.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
+        return out[: max(1, top)]
+
+    k = 0
+    while k < len(leading):
+        s = leading[k]
+        k += 1
+        report("evaluate", k - 1, len(leading))
         assert s.problem is not None and s.solution is not None
         chosen = s.problem.chosen(s.solution.choice)
         strategies = [s.problem.strategies[g.class_of[n.id]][chosen[g.class_of[n.id]]] for n in g.nodes]
         from distir.planner.materialize import materialize
 
         m = materialize(g, s.mesh, strategies)
-        if s.overlapped and (not tune or explored_collectives(m) > TUNE_MAX_COLLECTIVES):
+        if k == 1:
+            tunable[0] = tune and explored_collectives(m) <= TUNE_MAX_COLLECTIVES
+            leading += variants()
+        if s.overlapped and not tunable[0]:
             continue  # no schedule will overlap its collectives: its price was not its own
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
@@ -333,7 +349,7 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
             from distir.tuning.tuner import Limits
             from distir.tuning.tuner import tune as run_tuner
 
-            result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=64), jobs=1)
+            result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1)
             size = result.sizes[0]
             name = result.best.get(size)
             if name is not None:

@@ -134,7 +134,7 @@ def _strided(candidates: Sequence[Candidate]) -> set[int]:
     by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
     out = set()
     for i, c in enumerate(candidates):
-        dims = [getattr(p, "dim", 0) for p in c.passes if p.name == "split-allreduce"]
+        dims = [getattr(p, "dim", 0) or 0 for p in c.passes if p.name == "split-allreduce"]  # None: the pass's own choice, dim 0
         if not any(dims):
             continue
         for outer in range(max(dims)):
