@@ -25,6 +25,13 @@ Llama models are trained in mixed precision, so ``--model`` implies ``--mixed``.
 
 Every program parses, verifies and runs on a mesh of any size dividing the tensors'
 first dims (``dist.mesh @world shape = [?]``).
+
+``--logical`` writes the same step on logical values, the input of ``distir-plan``: each
+gradient ``local`` (fixed: every rank holds its partial gradient) averaged into its
+logical value (``dist.reduce avg``), each parameter replicated (fixed: the model reads it
+whole) and dropped into its own, the optimizer state ``unplaced`` (the planner places
+it: replicated is AR-Adam's data parallelism, sliced ZeRO-1's); the maps compute on
+logical values and the new parameters go back replicated (``dist.repl``).
 """
 
 from __future__ import annotations
@@ -207,9 +214,10 @@ _BODIES: dict[str, list[tuple[tuple[str, ...], tuple[str, ...], list[str]]]] = {
 }
 
 
-def optimizer_step(optimizer: str, params: Sequence[tuple[str, Sequence[int]]], mixed: bool = False, func_name: str | None = None) -> str:
+def optimizer_step(optimizer: str, params: Sequence[tuple[str, Sequence[int]]], mixed: bool = False, func_name: str | None = None, logical: bool = False) -> str:
     """The text of one data-parallel optimizer step over ``params`` ((name, shape) per
-    tensor); see the module doc."""
+    tensor); see the module doc. ``logical``: the same step on logical values, for
+    ``distir-plan`` (the module doc's last paragraph)."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{optimizer}' (known: {', '.join(OPTIMIZERS)})")
     if not params:
@@ -221,8 +229,9 @@ def optimizer_step(optimizer: str, params: Sequence[tuple[str, Sequence[int]]], 
         raise ValueError("parameter names must be distinct")
     args: list[str] = []
     index: dict[str, int] = {}
+    free = "unplaced" if logical else "replicated"
     for n, (_, shape) in zip(names, params):
-        for role, elt, placement in [("g", gelt, "local"), ("p", "f32", "replicated"), *((s, "f32", "replicated") for s in state)]:
+        for role, elt, placement in [("g", gelt, "local"), ("p", "f32", "replicated"), *((s, "f32", free) for s in state)]:
             index[f"{role}_{n}"] = len(args)
             args.append(f"%{role}_{n}: {_ty(shape, elt, placement)}")
     for s in SCALARS[optimizer]:
@@ -231,24 +240,32 @@ def optimizer_step(optimizer: str, params: Sequence[tuple[str, Sequence[int]]], 
     returned: list[str] = []
     body: list[str] = []
     for n, (_, shape) in zip(names, params):
-        R = _ty(shape, "f32", "replicated")
+        R = _ty(shape, "f32", "unplaced" if logical else "replicated")
         local_t = _ty(shape, gelt, "local")
         values = {"p": f"%p_{n}", **{s: f"%{s}_{n}" for s in state}, **{s: f"%{s}" for s in SCALARS[optimizer]}}
-        if mixed:
+        if logical:
+            # the partial gradients averaged into their logical value, the replicated
+            # parameter dropped into its own: the computation runs on logical values
+            body.append(f"%gl_{n} = dist.reduce avg %g_{n} : {local_t} -> {_ty(shape, gelt, 'unplaced')}")
+            body.append(f"%pl_{n} = dist.drop %p_{n} : {_ty(shape, 'f32', 'replicated')} -> {R}")
+            values["p"] = f"%pl_{n}"
+            if mixed:
+                body.append(f"%avg_{n} = dist.cast %gl_{n} : {_ty(shape, 'f16', 'unplaced')} -> {R}")
+        elif mixed:
             body.append(f"%avg16_{n} = coll.all_reduce avg %g_{n} : {local_t} -> {_ty(shape, 'f16', 'replicated')}")
             body.append(f"%avg_{n} = dist.cast %avg16_{n} : {_ty(shape, 'f16', 'replicated')} -> {R}")
         else:
             body.append(f"%avg_{n} = coll.all_reduce avg %g_{n} : {local_t} -> {R}")
-        values["g"] = f"%avg_{n}"
+        values["g"] = f"%gl_{n}" if logical and not mixed else f"%avg_{n}"
         for ins, outs, lines in _BODIES[optimizer]:
             if optimizer == "lamb" and ins[0] == "p" and "pn2" in ins:
-                N = _ty((), "f32", "replicated")
+                N = _ty((), "f32", "unplaced" if logical else "replicated")
                 dims = ", ".join(str(d) for d in range(len(shape)))
                 body.append(f"%pn2_{n} = dist.reduce_tensor sum {values['p2']} dims [{dims}] : {R} -> {N}")
                 body.append(f"%un2_{n} = dist.reduce_tensor sum {values['u2']} dims [{dims}] : {R} -> {N}")
                 values["pn2"], values["un2"] = f"%pn2_{n}", f"%un2_{n}"
             operands = [values[r] for r in ins]
-            types = [_operand_type(r, shape, optimizer) for r in ins]
+            types = [_operand_type(r, shape, optimizer).replace("replicated", "unplaced" if logical else "replicated") for r in ins]
             out_names = [f"%{r}_{n}" for r in outs]
             lhs = ", ".join(out_names)
             res_t = ", ".join([R] * len(outs))
@@ -261,10 +278,16 @@ def optimizer_step(optimizer: str, params: Sequence[tuple[str, Sequence[int]]], 
             for r, v in zip(outs, out_names):
                 values[r] = v
         for role in ("p", *state):
-            results.append(f"{_ty(shape, 'f32', 'replicated')} {{dist.inplace = {index[f'{role}_{n}']} : i64}}")
-            returned.append(values[f"{role}1"])
+            placement = "replicated" if not logical or role == "p" else "unplaced"
+            results.append(f"{_ty(shape, 'f32', placement)} {{dist.inplace = {index[f'{role}_{n}']} : i64}}")
+            if logical and role == "p":
+                # the new parameters go back replicated, as the model reads them
+                body.append(f"%pr_{n} = dist.repl {values['p1']} : {R} -> {_ty(shape, 'f32', 'replicated')}")
+                returned.append(f"%pr_{n}")
+            else:
+                returned.append(values[f"{role}1"])
     fname = func_name or f"{optimizer}_step"
-    ret_types = ", ".join(_ty(shape, "f32", "replicated") for _, shape in params for _ in ("p", *state))
+    ret_types = ", ".join(_ty(shape, "f32", "replicated" if not logical or role == "p" else "unplaced") for _, shape in params for role in ("p", *state))
     lines = [
         f"// Data-parallel {optimizer.upper()} step over {len(params)} tensors"
         + (" (mixed precision: f16 gradients, f32 master weights)" if mixed else "")
@@ -404,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, help="vocabulary size of --model (default: the model's)")
     ap.add_argument("--layers", type=int, help="layers of --model (default: the model's)")
     ap.add_argument("--mixed", action="store_true", help="f16 gradients, f32 master weights (CoCoNet's mixed precision)")
+    ap.add_argument("--logical", action="store_true", help="the step on logical values, for distir-plan: partial gradients and replicated parameters fixed, the optimizer state for the planner to place")
     ap.add_argument("-o", "--output", help="write the program here (default: stdout)")
     args = ap.parse_args(argv)
     if args.mlp_blocks is not None:
@@ -419,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             params = llama_parameters(args.model or "llama-7b", args.hidden, args.vocab, args.layers)
             mixed = True
-        text = optimizer_step(args.optimizer, params, mixed=mixed)
+        text = optimizer_step(args.optimizer, params, mixed=mixed, logical=args.logical)
     if args.output:
         with open(args.output, "w") as f:
             f.write(text)

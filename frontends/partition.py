@@ -424,6 +424,10 @@ class Partitioner:
                 chain = self._follow_open(op, SOURCE_PRIMS, is_global)
                 g = chain[-1].results[0]
                 self.sources[g] = (op.operands[0], chain)
+                # partial sums keep the reduction their source chain completes them by
+                kinds = {r.option("axis"): r.option("op") for r in chain if isinstance(r, dist.ReduceOp)}
+                if kinds:
+                    self.kinds[op.operands[0]] = kinds
                 chain_ops.update(chain)
                 continue
             if isinstance(op, SINK_PRIMS) and is_open(op.operands[0]):
@@ -463,7 +467,7 @@ class Partitioner:
     # ------------------------------------------------------------------ propagation
     def init_layouts(self) -> None:
         for g, (p, _) in self.sources.items():
-            lay = lay_of(p.type)  # type: ignore[arg-type]
+            lay = lay_of(p.type, self.kinds.get(p))  # type: ignore[arg-type]
             for a, q in enumerate(g.type.get_placements()):  # type: ignore[attr-defined]
                 if not isinstance(q, (Unplaced, Sliced)):
                     lay.pending.pop(a, None)
@@ -744,7 +748,9 @@ class Partitioner:
         for x, tgt in zip(op.operands, targets):
             operands.append(x if tgt is None else self.reshard(self.real_of(x, op), tgt, f"'{op.name}'"))
         cls = type(op)
-        regions = [r.clone() for r in op.regions]
+        # the global op is erased once every op is placed: its regions (a map's body)
+        # move to the placed op instead of being copied
+        regions = [op.detach_region(r) for r in list(op.regions)]
         if isinstance(op, dist.DistOp):
             return cls.make(operands, types, regions, dict(op.attributes), **op.options())
         raise self.fail(op, f"cannot place '{op.name}'")

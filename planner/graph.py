@@ -246,13 +246,11 @@ class _Reader:
                 self.vid[op.results[0]] = src
                 continue
             if not self.one_device:
-                if not any(partition.is_global(v) for v in (*op.operands, *op.results)) and op.results:
-                    if isinstance(op, partition.SINK_PRIMS) or isinstance(op, partition.SOURCE_PRIMS):
-                        pass
-                    else:
-                        raise self.fail(op, f"'{op.name}' computes on placed values: the planner places programs written on logical (unplaced) values, or for one device")
                 if isinstance(op, partition.SINK_PRIMS):
                     continue  # a result's sink chain (read with the return)
+                tensors = [v for v in (*op.operands, *op.results) if isinstance(v.type, TensorType)]
+                if not all(partition.is_global(v) for v in tensors):
+                    raise self.fail(op, f"'{op.name}' computes on placed values: the planner places programs written on logical (unplaced) values, or for one device")
             if isinstance(op, (coll.CollectiveOp,)) or (op.regions and not isinstance(op, dist.MapOp)):
                 raise self.fail(op, f"'{op.name}' is not something the planner places (a computation it can slice: maps, matmuls, reductions, ...)")
             if not isinstance(op, dist.DistOp) and any(isinstance(v.type, TensorType) for v in op.results):

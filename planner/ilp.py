@@ -132,6 +132,11 @@ class _Pending:
     right: np.ndarray
     cells: np.ndarray
     """``cells[a, b]``: the resharding of group pair (a, b) (a ``ChargeTable`` cell)."""
+    overlap: np.ndarray | None = None
+    """For an edge out of a matmul or an embedding (or what follows one: its root;
+    one group per root strategy): the seconds of that op under each strategy, which
+    CoCoNet's overlap and the fused operators can hide the resharding's collectives
+    behind (``problem`` with ``overlap``)."""
 
 
 @dataclass
@@ -228,7 +233,9 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
         ru, rv = root[cu], root[cv]
         src = [strategies[cu][fmap[cu][i]].results[j] for i in range(len(strategies[ru]))]
         dst = [strategies[cv][fmap[cv][t]].operands[k] for t in range(len(strategies[rv]))]
-        _edge(edges, folded, ru, rv, count, src, dst, charges_of(x))
+        producer = g.nodes[g.classes[ru][0]].op
+        hides = unit_work[ru] if producer is not None and producer.name in OVERLAPPED else None
+        _edge(edges, folded, ru, rv, count, src, dst, charges_of(x), hides)
     for r in g.results:
         v = g.values[r.value]
         cu, j = cls[v.producer], v.index
@@ -273,8 +280,10 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
     return Structure(strategies, root, fmap, counts, work, edges, folded, memory, table)
 
 
-def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src: list, dst: list, cell_of) -> None:
-    """An edge between root classes, in layout space (or folded into a root's work)."""
+def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src: list, dst: list, cell_of, hides: np.ndarray | None = None) -> None:
+    """An edge between root classes, in layout space (or folded into a root's work);
+    ``hides``: the producer's work per strategy, for an edge out of an op whose
+    collectives a schedule may overlap (then one group per producer strategy)."""
     if ru == rv:
         groups: dict = {}
         idx = np.array([groups.setdefault((a, b), len(groups)) for a, b in zip(src, dst)], dtype=np.int64)
@@ -286,6 +295,9 @@ def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src
     right = np.array([rgroups.setdefault(b, len(rgroups)) for b in dst], dtype=np.int64)
     la, rb = list(lgroups), list(rgroups)
     cells = np.array([[cell_of(a, b) for b in rb] for a in la], dtype=np.int64)
+    if hides is not None and len(rb) > 1:
+        edges.append(_Pending(ru, rv, count, left, right, cells, hides))
+        return
     if len(la) == 1:
         folded.append((rv, count, right, cells[0]))
     elif len(rb) == 1:
@@ -352,8 +364,17 @@ class ChargeTable:
         return out
 
 
-def problem(st: Structure, costs: Costs) -> Problem:
-    """The integer program of one placement: the structure priced by its collectives."""
+OVERLAPPED = ("dist.matmul", "dist.embedding_bag")
+"""Ops whose following collectives CoCoNet's overlap and the fused computation-
+collective operators run during the op (``tuning/explore.py``'s ``_starts_chain``)."""
+
+
+def problem(st: Structure, costs: Costs, overlap: bool = False) -> Problem:
+    """The integer program of one placement: the structure priced by its collectives.
+    With ``overlap``, the resharding after a matmul or an embedding costs only what its
+    producer cannot hide (``max(0, collectives - op)``, the cost of an overlapped
+    chain in excess of its op): the program for the plans whose schedule the tuner
+    will overlap."""
     secs = st.table.seconds(costs)
     work = {r: w.copy() for r, w in st.work.items()}
     for r, count, idx, cells in st.folded:
@@ -365,19 +386,30 @@ def problem(st: Structure, costs: Costs) -> Problem:
     for (u, v), es in by_pair.items():
         if len(es) == 1:
             e = es[0]
-            cost = e.count * secs[e.cells]
-            left, right = e.left, e.right
+            cost, left = _priced(e, secs, overlap)
+            cost = e.count * cost
+            right = e.right
         else:
             # parallel edges between two roots are one edge: its groups are the
             # combinations of theirs
-            left, lrows = _combine([e.left for e in es])
+            priced = [_priced(e, secs, overlap) for e in es]
+            left, lrows = _combine([lf for _, lf in priced])
             right, rrows = _combine([e.right for e in es])
             cost = np.zeros((len(lrows), len(rrows)))
-            for k, e in enumerate(es):
-                cost += e.count * secs[e.cells][np.ix_(lrows[:, k], rrows[:, k])]
+            for k, (e, (c, _)) in enumerate(zip(es, priced)):
+                cost += e.count * c[np.ix_(lrows[:, k], rrows[:, k])]
         if cost.any():
             edges.append(Edge(u, v, 1, cost, left, right))
     return Problem(st.strategies, st.root, st.follow, st.counts, work, edges, st.memory)
+
+
+def _priced(e: _Pending, secs: np.ndarray, overlap: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The edge's cost per group pair and the producer's grouping (with ``overlap``,
+    one group per producer strategy: what a schedule hides depends on it)."""
+    cost = secs[e.cells]
+    if overlap and e.overlap is not None:
+        return np.maximum(cost[e.left] - e.overlap[:, None], 0.0), np.arange(len(e.left), dtype=np.int64)
+    return cost, e.left
 
 
 def _combine(groupings: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -409,10 +441,10 @@ def _one_hot_rows(p: Problem, offs: dict[int, int]) -> tuple[list[np.ndarray], l
     return rows, cols, vals, r
 
 
-def solve(p: Problem, memory_limit: float | None, time_limit: float = 30.0) -> Solution | None:
+def solve(p: Problem, memory_limit: float | None, time_limit: float = 30.0, forbid: dict[int, int] | None = None) -> Solution | None:
     """The cheapest choice within ``memory_limit`` bytes per rank (None: no limit); None
-    when no choice fits."""
-    from scipy.optimize import LinearConstraint, milp
+    when no choice fits. ``forbid``: a strategy (root class -> index) not to choose."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
     offs, nx = _offsets(p)
@@ -463,9 +495,13 @@ def solve(p: Problem, memory_limit: float | None, time_limit: float = 30.0) -> S
             r += 1
     A = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, n)).tocsr()
     cons = LinearConstraint(A, np.concatenate(lb), np.concatenate(ub))
+    upper = np.ones(n)
+    for k, i in (forbid or {}).items():
+        upper[offs[k] + i] = 0.0
+    bounds = Bounds(np.zeros(n), upper)
     # The relaxation first: this linearisation is usually tight (Alpa), and an integral
     # optimum of the relaxation is the integer program's optimum.
-    res = milp(c, constraints=cons, integrality=np.zeros(n), bounds=(0, 1), options={"time_limit": time_limit})
+    res = milp(c, constraints=cons, integrality=np.zeros(n), bounds=bounds, options={"time_limit": time_limit})
     how = "relaxation"
     if res.x is None:
         return None
@@ -473,13 +509,24 @@ def solve(p: Problem, memory_limit: float | None, time_limit: float = 30.0) -> S
     if np.abs(xs - np.round(xs)).max() > 1e-6:
         integrality = np.zeros(n)
         integrality[:nx] = 1
-        res = milp(c, constraints=cons, integrality=integrality, bounds=(0, 1), options={"time_limit": time_limit, "mip_rel_gap": 1e-4})
+        res = milp(c, constraints=cons, integrality=integrality, bounds=bounds, options={"time_limit": time_limit, "mip_rel_gap": 1e-4})
         how = "branch and bound"
         if res.x is None:
             return None
     choice = {k: int(np.argmax(res.x[offs[k] : offs[k] + len(p.strategies[k])])) for k in p.roots}
     p.variables = n
     return Solution(choice, objective(p, choice), peak_memory(p, choice), ("optimal" if res.status == 0 else str(res.message)), {"solved by": how})
+
+
+def largest_arguments(g: Graph, p: Problem, count: int) -> list[int]:
+    """The root classes of the ``count`` largest groups of arguments (bytes of all the
+    class's arguments): where a different choice changes a plan most."""
+    size: dict[int, int] = {}
+    for node in g.nodes:
+        if node.is_arg and node.fixed is None:
+            r = p.root[g.class_of[node.id]]
+            size[r] = size.get(r, 0) + g.values[node.results[0]].nbytes
+    return [r for r, _ in sorted(size.items(), key=lambda kv: -kv[1]) if len(p.strategies[r]) > 1][:count]
 
 
 def objective(p: Problem, choice: dict[int, int]) -> float:

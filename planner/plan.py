@@ -47,9 +47,18 @@ from distir.planner.strategies import Layout, Strategy
 from distir.tuning.topology import Topology
 
 TUNE_MAX_COLLECTIVES = 16
-"""The tuner explores the schedules of programs with at most this many collectives (its
-breadth-first exploration grows with every place a transformation applies); larger
-programs keep the schedule the partitioner and P²'s reductions give them."""
+"""The tuner explores the schedules of programs whose independent parts (``tuning/
+units.py``) have at most this many collectives each (its breadth-first exploration
+grows with every place a transformation applies); larger programs keep the schedule
+the partitioner and P²'s reductions give them."""
+
+ALTERNATIVES = 2
+"""Plans with the largest arguments laid out otherwise, evaluated besides the best of
+each leading mesh (when the tuner schedules them)."""
+
+TUNE_MAX_SCHEDULES = 32
+"""Schedules the tuner evaluates per plan (``tuner.Limits``): its search orders them by
+their bounds, so the best are among the first."""
 
 Progress = Callable[[str, int, int], None]
 
@@ -73,6 +82,11 @@ class Searched:
     problem: ilp.Problem | None = field(default=None, repr=False)
     seconds: float = 0.0
     """CPU seconds building and solving it."""
+    overlapped: bool = False
+    """A candidate for a schedule to make better than its price says: priced with the
+    collectives after matmuls and embeddings overlapped (``ilp.problem``), or the best
+    plan with its largest arguments laid out otherwise; evaluated only when the tuner
+    schedules it."""
 
     @property
     def estimate(self) -> float:
@@ -132,6 +146,8 @@ class PlanResult:
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     cut_short: str | None = None
+    evaluated: int = 0
+    """Plans lowered and predicted (``plans`` keeps the ``top`` best)."""
 
     @property
     def best(self) -> Plan:
@@ -152,11 +168,14 @@ def plan(
     time_budget: float | None = None,
     progress: Progress | None = None,
     interrupted: Callable[[], bool] | None = None,
+    alternatives: int = ALTERNATIVES,
 ) -> PlanResult:
     """The best plans of ``module``'s function on ``ranks`` ranks of ``topology`` within
     ``memory`` bytes per device (module doc). ``topology_name`` (a built-in name or a
     TOML path) is what the reduction synthesis pass reads; ``time_budget`` (seconds)
-    stops the search of meshes early with the best found."""
+    stops the search of meshes early with the best found; ``alternatives``: how many
+    other layouts of the largest arguments to try on each leading mesh (0: none, nor
+    the overlapped pricing)."""
     report = progress or (lambda phase, done, total: None)
     stop = interrupted or (lambda: False)
     seconds: dict[str, float] = {}
@@ -208,18 +227,57 @@ def plan(
     notes: list[str] = []
     dropped: list[float] = []
     leading = feasible[: max(1, top)]
-    for k, s in enumerate(leading):
-        report("evaluate", k, len(leading))
+    seen = [s.problem.chosen(s.solution.choice) for s in leading]  # type: ignore[union-attr]
+    tunable = [tune]
+
+    def variants() -> list[Searched]:
+        """Candidates a schedule may favour, when the tuner schedules these programs:
+        the leading meshes priced as if the tuner overlapped every collective after a
+        matmul or an embedding with it (the placements whose schedule hides their
+        communication), and on each leading mesh the best plans that lay the largest
+        arguments out otherwise (the next family: a schedule may favour it, as
+        CoCoNet's fused collectives favour sliced state). At most ``top`` of them."""
+        out: list[Searched] = []
+        if not alternatives or not tunable[0]:
+            return out
+        for s in feasible[: max(1, top)]:
+            sc, st = structures[s.mesh.sizes]
+            p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
+            sol = ilp.solve(p, memory)
+            if sol is not None and p.chosen(sol.choice) not in seen:
+                seen.append(p.chosen(sol.choice))
+                out.append(Searched(s.mesh, sol, p.size(), p, 0.0, overlapped=True))
+        for first in feasible[: max(1, top)]:
+            assert first.problem is not None and first.solution is not None
+            for r in ilp.largest_arguments(g, first.problem, alternatives):
+                sol = ilp.solve(first.problem, memory, forbid={r: first.solution.choice[r]})
+                if sol is not None and first.problem.chosen(sol.choice) not in seen:
+                    seen.append(first.problem.chosen(sol.choice))
+                    out.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
+        return out[: max(1, top)]
+
+    k = 0
+    while k < len(leading):
+        s = leading[k]
+        k += 1
+        report("evaluate", k - 1, len(leading))
         assert s.problem is not None and s.solution is not None
         chosen = s.problem.chosen(s.solution.choice)
         strategies = [s.problem.strategies[g.class_of[n.id]][chosen[g.class_of[n.id]]] for n in g.nodes]
         from distir.planner.materialize import materialize
 
         m = materialize(g, s.mesh, strategies)
+        if k == 1:
+            tunable[0] = tune and explored_collectives(m) <= TUNE_MAX_COLLECTIVES
+            leading += variants()
+        if s.overlapped and not tunable[0]:
+            continue  # no schedule will overlap its collectives: its price was not its own
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
         schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline))
         predict(pl, ranks, topology)
+        if any(p.mesh.describe() == pl.mesh.describe() and p.predicted_s == pl.predicted_s and p.memory.total == pl.memory.total for p in plans if p.memory and pl.memory):
+            continue  # the same program as a plan before it, once scheduled
         if pl.memory is not None and pl.memory.total > memory:
             notes.append(f"the plan on mesh {s.mesh.describe()} needs {format_bytes(pl.memory.total)} per rank once partitioned: over the limit, dropped")
             dropped.append(pl.memory.total)
@@ -233,9 +291,11 @@ def plan(
             f"distir-plan: no plan fits {format_bytes(memory)} per device on {ranks} ranks once partitioned: the smallest needs "
             f"{format_bytes(smallest)} per rank", smallest)
     plans.sort(key=lambda p: p.predicted_s)
+    evaluated = len(plans)
+    plans = plans[: max(1, top)]
     if cut_short is not None:
         notes.insert(0, f"the search was cut short ({cut_short}) after {len(searched)} of {len(candidates)} meshes: the best plans found so far")
-    return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short)
+    return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short, evaluated)
 
 
 def sc_of(structures: dict, mesh: Mesh) -> ShapeCosts:
@@ -249,6 +309,16 @@ def sc_of(structures: dict, mesh: Mesh) -> ShapeCosts:
 
 def collectives_of(module: ModuleOp) -> int:
     return sum(1 for op in module.walk() if isinstance(op, coll.CollectiveOp))
+
+
+def explored_collectives(module: ModuleOp) -> int:
+    """The most collectives the tuner's exploration meets at once: those of the largest
+    independent part of the program (``tuning/units.py``: a model's optimizer step is
+    tuned one tensor's update at a time)."""
+    from distir.tuning import units
+
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+    return max((sum(1 for op in u.ops for o in op.walk() if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
 
 
 def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool) -> None:
@@ -276,14 +346,14 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
                 pl.module = synthesized
                 steps.append(f"synthesize-reductions{{topology={topology_name} nodes={nodes}}}")
     if tune:
-        n = collectives_of(pl.module)
+        n = explored_collectives(pl.module)
         if n > TUNE_MAX_COLLECTIVES:
-            pl.notes.append(f"schedule as partitioned: {n} collectives are more than the tuner explores ({TUNE_MAX_COLLECTIVES})")
+            pl.notes.append(f"schedule as partitioned: {n} collectives in one part of the program are more than the tuner explores ({TUNE_MAX_COLLECTIVES})")
         else:
             from distir.tuning.tuner import Limits
             from distir.tuning.tuner import tune as run_tuner
 
-            result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=64), jobs=1)
+            result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1)
             size = result.sizes[0]
             name = result.best.get(size)
             if name is not None:
@@ -291,9 +361,15 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
                 if best.pipeline:
                     from distir.passes.pipeline import apply_pipeline
 
-                    pl.module = apply_pipeline(pl.module, best.pipeline)
-                    steps.append(best.pipeline)
-                pl.schedule = name
+                    scheduled = apply_pipeline(pl.module.clone(), best.pipeline)
+                    # the schedule stays if the model predicts the whole program faster
+                    # with it (the tuner decides some programs part by part)
+                    if _seconds(scheduled, ranks, topology) < _seconds(pl.module, ranks, topology):
+                        pl.module = scheduled
+                        steps.append(best.pipeline)
+                        pl.schedule = name
+                    else:
+                        pl.notes.append(f"the tuner's {name} is not faster for the whole program: schedule as partitioned")
     pl.pipeline = ",".join(steps)
 
 
@@ -312,6 +388,16 @@ def predict(pl: Plan, ranks: int, topology: Topology) -> None:
     pl.collectives = dict(sorted(parts.items(), key=lambda kv: -kv[1]))
     pl.communication_s = sum(pl.collectives.values())
     pl.memory = memory_per_rank(pl.module, ranks)
+
+
+def _seconds(module: ModuleOp, ranks: int, topology: Topology) -> float:
+    from distir.lowering.pipeline import lower
+    from distir.tuning.cost_model import Scaling, prepare
+    from distir.tuning.cost_model import predict as run_model
+
+    f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+    prepared = prepare(lower(module, ranks, verify=False), f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
+    return float(run_model(prepared, [1])[0])
 
 
 _BIG_PRIME = 2_305_843_009_213_693_951

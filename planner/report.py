@@ -123,8 +123,12 @@ def explain(result: PlanResult, top_terms: int = 12) -> str:
     if len(result.plans) > 1:
         other = result.plans[1]
         diff = other.predicted_s - best.predicted_s
-        lines.append(f"The runner-up, {other.mesh.describe()} ({other.mesh.spans()}), is predicted {format_time(other.predicted_s)} "
-                     f"(+{format_time(diff)}, {100 * diff / best.predicted_s:.1f}% slower). It lost on:")
+        if diff <= 0:
+            lines.append(f"The runner-up, {other.mesh.describe()} ({other.mesh.spans()}), ties with it ({format_time(other.predicted_s)}); "
+                         "the first found is kept. Their terms differ by:")
+        else:
+            lines.append(f"The runner-up, {other.mesh.describe()} ({other.mesh.spans()}), is predicted {format_time(other.predicted_s)} "
+                         f"(+{format_time(diff)}, {100 * diff / best.predicted_s:.1f}% slower). It lost on:")
         mine: dict[str, float] = {}
         theirs: dict[str, float] = {}
         for t in best.terms:

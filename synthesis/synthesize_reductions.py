@@ -115,15 +115,15 @@ class SynthesizeReductionsPass(ModulePass):
         apply_all_or_nothing(op, run)
 
     def _best(self, placement: DevicePlacement, axes: tuple[int, ...], nbytes: float, topo: Topology):
-        """(synthesis hierarchy, fastest program), program None when the single AllReduce
-        (always program 0) is already the fastest or there is nothing to split."""
+        """(synthesis hierarchy, the programs faster than the single AllReduce (always
+        program 0), fastest first): empty when there is nothing to split."""
         sh = synthesis_hierarchy(placement, axes)
         if len(sh.levels) == 1:
-            return sh, None
+            return sh, []
         programs = enumerate_programs(sh, self.size_limit)
         times = [program_time(placement, sh, p, topo, nbytes, self.algorithm) for p in programs]
-        i = min(range(len(programs)), key=lambda i: (times[i], i))
-        return sh, (programs[i] if i else None)
+        order = sorted(range(len(programs)), key=lambda i: (times[i], i))
+        return sh, [programs[i] for i in order[: order.index(0)]]
 
     def _rewrite(self, ar: coll.AllReduceOp, machines: dict[int, tuple[Topology, tuple[int, ...]]], best: dict[tuple, tuple]) -> None:
         t = ar.input.type
@@ -148,15 +148,21 @@ class SynthesizeReductionsPass(ModulePass):
         key = (placement, tuple(ar.axes), _bytes_per_rank(t, mesh.sizes()))
         if key not in best:
             best[key] = self._best(placement, tuple(ar.axes), key[2], topo)
-        sh, program = best[key]
-        if program is None:
-            return
+        sh, programs = best[key]
         base = ar.result.name_hint or "r"
         to_hw = dist.RemeshOp.make([ar.input], [t.with_(mesh=parent.mesh_name, placements=mesh.to_root(t.get_placements()))])
         to_hw.result.name_hint = f"{base}_hw"
-        emitted = emit_program(placement, sh, program, to_hw.result, kind, f"{base}_s")
-        if isinstance(emitted, str):  # the semantics and the types agree (tested); never expected
-            raise RuntimeError(f"synthesized program does not lower: {emitted}")
+        emitted: tuple | str | None = None
+        for program in programs:
+            # the fastest program whose collectives this tensor's shape admits (a
+            # ReduceScatter needs its dim 0 divisible by its group: P²'s semantics do
+            # not see shapes)
+            emitted = emit_program(placement, sh, program, to_hw.result, kind, f"{base}_s")
+            if not isinstance(emitted, str):
+                break
+        if emitted is None or isinstance(emitted, str):
+            to_hw.erase()
+            return
         ops, value = emitted
         back = dist.RemeshOp.make([value], [ar.result.type])
         block = ar.parent_block()

@@ -111,7 +111,7 @@ def _run(argv: Sequence[str] | None) -> int:
     from distir.planner.plan import plan
     from distir.planner.report import explain, render, to_json
 
-    bar = _Progress()
+    bar = _Progress("distir-plan")
     bar.LABELS = {"search": "placing on each mesh", "evaluate": "scheduling and predicting the best"}
     with _Interrupt() as interrupted:
         try:
@@ -120,7 +120,7 @@ def _run(argv: Sequence[str] | None) -> int:
         finally:
             bar.close()
     cpu = ", ".join(f"{k} {v:.2f} s" for k, v in result.seconds.items())
-    print(f"distir-plan: {args.file}: {len(result.searched)} meshes searched, {len(result.plans)} plans evaluated (CPU: {cpu})\n")
+    print(f"distir-plan: {args.file}: {len(result.searched)} meshes searched, {result.evaluated} plans evaluated (CPU: {cpu})\n")
     print(render(result), end="")
     for note in result.notes + [n for p in result.plans[:1] for n in p.notes]:
         print(f"distir-plan: note: {note}", file=sys.stderr)

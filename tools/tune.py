@@ -103,7 +103,8 @@ class _Progress:
     LABELS = {"explore": "exploring", "check": "checking", "predict": "predicting", "time": "timing", "classes": "tuning classes of parts", "calibrate": "calibrating"}
     EVERY = 5.0
 
-    def __init__(self) -> None:
+    def __init__(self, tool: str = "distir-tune") -> None:
+        self.tool = tool
         self.tty = sys.stderr.isatty()
         self.bar = None
         self.phase: str | None = None
@@ -116,7 +117,7 @@ class _Progress:
             if now - self.last >= self.EVERY:
                 self.last = now
                 count = f"{done} of {total}" if total else f"{done}"
-                print(f"distir-tune: {self.LABELS.get(phase, phase)}: {count} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
+                print(f"{self.tool}: {self.LABELS.get(phase, phase)}: {count} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
             return
         from tqdm import tqdm
 

@@ -46,7 +46,7 @@ def planned(name: str, ranks: int):
     """(one-device program, the best plan) of a test program on ``ranks`` ranks."""
     text = gpt_text(2) if name == "gpt" else (HERE / name).read_text()
     module = parse_module(text)
-    result = plan(module, ranks, SLOW, topology_name=str(HERE / "slow.toml"), top=2)
+    result = plan(module, ranks, SLOW, topology_name=str(HERE / "slow.toml"), top=1, alternatives=0 if name == "gpt" else 1)
     return parse_module(text), result
 
 
@@ -109,9 +109,9 @@ def test_only_divisible_dims_are_sliced():
 
 def test_repeated_layers_are_one_class_and_the_program_does_not_grow_with_them():
     """AutoParallel's clustering: the integer program of a GPT step has the same size at
-    8 and 12 layers (the layers away from the ends are classes), counted, not timed."""
+    5 and 7 layers (the layers away from the ends are classes), counted, not timed."""
     sizes = []
-    for layers in (8, 12):
+    for layers in (5, 7):
         g = read_graph(parse_module(gpt_text(layers)))
         sc = ShapeCosts(g, (2, 2), SLOW)
         st = ilp.build(g, sc)

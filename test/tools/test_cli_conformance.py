@@ -30,6 +30,17 @@ func.func @f(%x: !dist.tensor<8xf32, @world, [local]>) -> !dist.tensor<8xf32, @w
 }
 """
 
+ONE_DEVICE_PROGRAM = """dist.mesh @world shape = [1]
+func.func @f(%x: !dist.tensor<8xf32, @world, [replicated]>) -> !dist.tensor<8xf32, @world, [replicated]> {
+  %y = dist.map(%x) : (!dist.tensor<8xf32, @world, [replicated]>) -> !dist.tensor<8xf32, @world, [replicated]> {
+  ^bb0(%e: f32):
+    %r = arith.mulf %e, %e : f32
+    dist.yield %r : f32
+  }
+  func.return %y : !dist.tensor<8xf32, @world, [replicated]>
+}
+"""
+
 SHARD_PROGRAM = """shard.grid @g(shape = 2)
 func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
   %s = shard.all_reduce %x on @g grid_axes = [0] reduction = sum : tensor<8xf32> -> tensor<8xf32>
@@ -58,6 +69,7 @@ TOOLS = [
     Tool("distir-tune", "{file} --ranks 2 --model dgx2", ".mlir", PROGRAM),
     Tool("distir-synth", "--hierarchy 2,4 --axes 2,4 --reduce-axes 0 --topology {file}", ".toml", TOPOLOGY),
     Tool("distir-import", "{file}", ".mlir", SHARD_PROGRAM),
+    Tool("distir-plan", "{file} --ranks 2 --model dgx2", ".mlir", ONE_DEVICE_PROGRAM),
 ]
 IDS = [t.name for t in TOOLS]
 
