@@ -30,9 +30,11 @@ and ``test/tuning/test_search.py`` checks that both pick the same schedules on t
 examples.
 
 A schedule that splits an AllReduce along a dim is not evaluated when the same
-schedule split along an outer dim fits: dim 0's blocks are contiguous, any other dim's
-are packed and unpacked around every collective, in shorter runs the further in
-(``_strided``).
+schedule split along an outer dim is one too and pads no block at any size: dim 0's
+blocks are contiguous, any other dim's are packed and unpacked around every collective,
+in shorter runs the further in (``_strided``). An outer dim the ranks do not divide
+(blocks of ceil(s/n), some ranks holding less or nothing) moves padding and leaves
+ranks idle, so there the split along the inner dim is evaluated too.
 
 Two schedules that the cost model cannot tell apart share one evaluation: an overlap in
 ``ring`` or ``remote_first`` order whose chain ``lower-overlap`` cuts in natural order
@@ -49,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp
 
 from distir.tuning.explore import Candidate
 
@@ -90,13 +93,15 @@ class Plan:
     """Schedule -> the schedule whose lowering (and so prediction) it shares."""
     strided: set[int] = field(default_factory=set)
     """Schedules that split a collective along a dim other than 0 where the same
-    schedule split along dim 0 fits: never evaluated (module doc)."""
+    schedule split along an outer dim pads no block: never evaluated (module doc)."""
 
 
-def plan(candidates: Sequence[Candidate], ranks: int) -> Plan:
-    """Families, folded order variants and the first stage (module doc)."""
+def plan(candidates: Sequence[Candidate], ranks: int, unpadded: Callable[[ModuleOp], bool] | None = None) -> Plan:
+    """Families, folded order variants and the first stage (module doc). ``unpadded``
+    says of a schedule whether it pads no block at any size (``sizes.unpadded``); a
+    split defers to an outer one only where that holds (None: every schedule)."""
     index = {id(c): i for i, c in enumerate(candidates)}
-    strided = _strided(candidates)
+    strided = _strided(candidates, unpadded)
     families: dict[tuple, Family] = {}
     first: list[int] = []
     ordered: list[tuple[int, tuple, int]] = []
@@ -123,12 +128,13 @@ def plan(candidates: Sequence[Candidate], ranks: int) -> Plan:
     return Plan(sorted(first), list(families.values()), shares, strided)
 
 
-def _strided(candidates: Sequence[Candidate]) -> set[int]:
+def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], bool] | None = None) -> set[int]:
     """The schedules that split an AllReduce along a dim when the same schedule split
-    along an outer dim is a candidate too (and so fits): an outer dim's blocks are
-    longer contiguous runs (dim 0's are contiguous, row-major buffers), every other
-    dim's are packed and unpacked around each NCCL call, which costs copies and saves
-    nothing."""
+    along an outer dim is a candidate too and pads no block (``unpadded``): an outer
+    dim's blocks are longer contiguous runs (dim 0's are contiguous, row-major
+    buffers), every other dim's are packed and unpacked around each NCCL call, which
+    costs copies and saves nothing. An outer split with padded blocks moves padding
+    and idles ranks instead, so it decides nothing."""
     from distir.passes.pipeline import pipeline_spec
 
     by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
@@ -143,7 +149,8 @@ def _strided(candidates: Sequence[Candidate]) -> set[int]:
             continue
         for outer in range(max(dims)):
             split = tuple(dataclasses.replace(p, dim=min(p.dim, outer)) if named(p) else p for p in c.passes)  # type: ignore[attr-defined]
-            if split != c.passes and pipeline_spec(split) in by_pipeline:
+            j = by_pipeline.get(pipeline_spec(split)) if split != c.passes else None
+            if j is not None and (unpadded is None or unpadded(candidates[j].module)):
                 out.add(i)
                 break
     return out

@@ -18,7 +18,8 @@ Substitution works on the IR (a clone of the module), so a re-instantiated progr
 checked by the verifier like any other. Every size runs (a sliced dim the ranks do not
 divide is cut in blocks of ceil(s/n), laid out padded); ``fitting`` says, without
 substituting anything, where a schedule cannot run at all (its meshes do not fit the
-rank count), so that the tuner drops it before checking or lowering it.
+rank count), so that the tuner drops it before checking or lowering it. ``unpadded``
+says where no block of a sliced dim is padded.
 """
 
 from __future__ import annotations
@@ -220,6 +221,31 @@ def fitting(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> lis
             if isinstance(p, At) and p.rank.data >= grid.sizes[a]:
                 return [False] * len(sizes)
     return [True] * len(sizes)
+
+
+def unpadded(module: ModuleOp, ranks: int, dim: int, sizes: Sequence[int]) -> list[bool]:
+    """Whether, with ``dim`` replaced by each size, every sliced dimension of the
+    program divides by the ranks that slice it, so that no block is padded (a program
+    that fits no size is unpadded at none)."""
+    from distir.dialects import layout
+    from distir.dialects.dist import resolve_grids
+
+    if not any(fitting(module, ranks, dim, sizes)):
+        return [False] * len(sizes)
+    grids = resolve_grids(module, ranks)
+    rules: set[tuple[int, int]] = set()
+    for t in _tensor_types(module):
+        grid = grids.get(t.mesh_name)
+        if grid is None:
+            continue
+        placements = t.get_placements()
+        shape = t.get_shape()
+        for d in layout.sliced_dims(placements):
+            if d < len(shape):
+                n = layout.group_size(grid.sizes, layout.slicing_axes(placements, d))
+                if n is not None and n > 1:
+                    rules.add((shape[d], n))
+    return [all((size if extent == dim else extent) % n == 0 for extent, n in rules) for size in sizes]
 
 
 def rank_bytes(module: ModuleOp, ranks: int, dim: int, size: int) -> int:

@@ -40,7 +40,7 @@ from distir.passes.pipeline import run_passes
 from distir.passes.support import printed_names
 from distir.tuning import search, units
 from distir.tuning.explore import Candidate, Checker, Exploration, explore, only_function
-from distir.tuning.sizes import at_size, choose_dim, fitting, format_size, program_dims
+from distir.tuning.sizes import at_size, choose_dim, fitting, format_size, program_dims, unpadded
 from distir.tuning.topology import Topology
 
 
@@ -227,7 +227,7 @@ def tune(
         if exhaustive:
             ev.evaluate(list(range(len(ex.candidates))))
         else:
-            plan = search.plan(ex.candidates, ranks)
+            plan = search.plan(ex.candidates, ranks, lambda m: all(unpadded(m, ranks, d, sizes)))
             search.search(plan, ev.times_of, ev.evaluate, len(sizes), limits.stop)
             search.share_times(plan, ev.results, ev.done)
         seconds["check and predict"] = time.perf_counter() - t0
@@ -254,8 +254,11 @@ def tune(
     notes = []
     if ex.truncated and limits.reason is None:
         notes.append(f"the exploration stopped after {len(ex.candidates)} schedules")
+    why = "a mesh that does not fit the rank count, or an at<r> outside its axis"
+    if fits is not None and not fits(module):
+        notes.append(f"the program fits none of these sizes on {ranks} ranks ({why}): no schedule was derived from it")
     if ex.unfit:
-        notes.append(f"{ex.unfit} schedule(s) fit none of these sizes on {ranks} ranks (a dim the ranks do not divide): not evaluated")
+        notes.append(f"{ex.unfit} schedule(s) fit none of these sizes on {ranks} ranks ({why}): not evaluated")
     skipped = len(ex.candidates) - len(evaluated)
     if skipped and limits.reason is None:
         notes.append(f"{skipped} of {len(ex.candidates)} schedules were not evaluated: their bound is no better than the best found (--all evaluates every one)")

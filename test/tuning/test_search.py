@@ -14,6 +14,7 @@ import pytest
 
 from distir.dialects.context import parse_module
 from distir.tuning import search
+from distir.tuning.explore import explore
 from distir.tuning.topology import get_topology
 from distir.tuning.tuner import tune
 
@@ -78,12 +79,21 @@ def test_the_search_evaluates_fewer_schedules():
 
 
 def test_schedules_that_fit_no_size_are_dropped():
-    # split along the batch dim (4 rows) on 8 ranks fits no size: neither that program
-    # nor anything derived from it is checked or evaluated
+    # split along the batch dim (4 rows) on 8 ranks fits: blocks of 1, 1, 1, 1, 0, 0, 0, 0
+    # (uneven blocks), predicted like any other schedule
     module = parse_module((EXAMPLES / "megatron_mlp.mlir").read_text())
     r = tune(module, 8, [1 << 20], model=get_topology("dgx2", 1))
-    assert any("fit none of these sizes" in n for n in r.notes)
-    assert all("dim 0" not in s.name for s in r.schedules)
+    assert not any("fit none" in n for n in r.notes)
+    assert any("dim 0" in s.name and s.times[1 << 20] is not None for s in r.schedules)
+    # a stage axis of one rank (4 ranks as [?, 4]) has no stage 1 to send to: the
+    # program fits no size: no schedule is derived from it (the program as written is
+    # kept, with no time)
+    text = (EXAMPLES / "pipeline_layer.mlir").read_text().replace("shape = [2, ?]", "shape = [?, 4]")
+    stages = parse_module(text)
+    assert len(explore(stages).candidates) > 1
+    r = tune(stages, 4, [2048], dim=2048, model=get_topology("dgx2", 1))
+    assert any("the program fits none of these sizes on 4 ranks" in n for n in r.notes)
+    assert [s.name for s in r.schedules] == ["AR-P2P-C"] and r.schedules[0].times[2048] is None
 
 
 def test_bounds_of_an_ideal_pipeline():
