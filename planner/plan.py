@@ -396,7 +396,7 @@ def _seconds(module: ModuleOp, ranks: int, topology: Topology) -> float:
     from distir.tuning.cost_model import predict as run_model
 
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
-    prepared = prepare(lower(module, ranks, verify=False), f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
+    prepared = prepare(lower(module, ranks), f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
     return float(run_model(prepared, [1])[0])
 
 

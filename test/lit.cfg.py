@@ -8,7 +8,8 @@ config.name = "distir"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir"]
 config.test_source_root = os.path.dirname(__file__)
-config.excludes = ["Output", "__pycache__", "lit.cfg.py"]
+# test/<area>/inputs/ holds programs that pytest suites read: no lit tests.
+config.excludes = ["Output", "__pycache__", "lit.cfg.py", "inputs"]
 
 # The tools live next to the interpreter running lit (the venv's bin/), which need not
 # be on PATH when lit is started by absolute path.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
-LIT_FILES = sorted(p for p in HERE.rglob("*.mlir") if "Output" not in p.parts)
+LIT_FILES = sorted(p for p in HERE.rglob("*.mlir") if "Output" not in p.parts and "inputs" not in p.parts)
 
 
 @pytest.fixture(scope="session")

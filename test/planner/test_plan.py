@@ -27,11 +27,12 @@ from distir.planner.strategies import op_strategies
 from distir.tuning.topology import get_topology, load_topology
 
 HERE = Path(__file__).parent
+INPUTS = HERE / "inputs"
 SLOW = load_topology(HERE / "slow.toml")
 
 
 def program(name: str):
-    return parse_module((HERE / name).read_text())
+    return parse_module((INPUTS / name).read_text())
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,7 +45,7 @@ def gpt_text(layers: int, batch: int = 8, seq: int = 8, hidden: int = 16, heads:
 @functools.lru_cache(maxsize=None)
 def planned(name: str, ranks: int):
     """(one-device program, the best plan) of a test program on ``ranks`` ranks."""
-    text = gpt_text(2) if name == "gpt" else (HERE / name).read_text()
+    text = gpt_text(2) if name == "gpt" else (INPUTS / name).read_text()
     module = parse_module(text)
     result = plan(module, ranks, SLOW, topology_name=str(HERE / "slow.toml"), top=1, alternatives=0 if name == "gpt" else 1)
     return parse_module(text), result
@@ -180,7 +181,7 @@ def test_memory_per_rank_splits_parameters_gradients_and_state():
 
 
 def test_a_program_the_planner_cannot_take_is_a_located_diagnostic():
-    text = (HERE / "mlp.mlir").read_text().replace("shape = [1]", "shape = [4]")
+    text = (INPUTS / "mlp.mlir").read_text().replace("shape = [1]", "shape = [4]")
     with pytest.raises(PlanError, match=r"mlp.mlir|<unknown>|line|placed"):
         read_graph(parse_module(text))
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 HERE = Path(__file__).parent
+INPUTS = HERE / "inputs"
 BIN = Path(sys.executable).parent
 SLOW = str(HERE / "slow.toml")
 
@@ -26,7 +27,7 @@ def tool(name: str, *args: str, timeout: int = 600) -> subprocess.CompletedProce
 def planned(tmp_path_factory):
     """One run of distir-plan on the MLP training step with every output asked for."""
     work = tmp_path_factory.mktemp("plan")
-    r = tool("distir-plan", str(HERE / "mlp_sgd.mlir"), "--ranks", "4", "--model", SLOW, "--explain", "--check",
+    r = tool("distir-plan", str(INPUTS / "mlp_sgd.mlir"), "--ranks", "4", "--model", SLOW, "--explain", "--check",
              "--json", str(work / "plan.json"), "-o", str(work / "plan.mlir"))
     return r, work
 
@@ -70,7 +71,7 @@ def test_the_written_plan_runs_on_the_programs_inputs_and_gives_its_results(plan
     rng = np.random.default_rng(3)
     np.savez(tmp_path / "in.npz", x=rng.standard_normal((16, 32), dtype=np.float32), t=rng.standard_normal((16, 32), dtype=np.float32),
              w1=rng.standard_normal((32, 64), dtype=np.float32) * 0.1, w2=rng.standard_normal((64, 32), dtype=np.float32) * 0.1, lr=np.float32(0.01))
-    one = tool("distir-run", str(HERE / "mlp_sgd.mlir"), "--ranks", "1", "--backend", "interpret", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "one.npz"))
+    one = tool("distir-run", str(INPUTS / "mlp_sgd.mlir"), "--ranks", "1", "--backend", "interpret", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "one.npz"))
     assert one.returncode == 0, one.stderr
     four = tool("distir-run", str(work / "plan.mlir"), "--ranks", "4", "--backend", "local", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "four.npz"))
     assert four.returncode == 0, four.stderr
@@ -86,7 +87,7 @@ def test_the_written_plan_is_tunable(planned):
 
 
 def test_too_little_memory_says_so_and_gives_the_smallest(tmp_path):
-    r = tool("distir-plan", str(HERE / "mlp_sgd.mlir"), "--ranks", "4", "--model", SLOW, "--memory", "1KiB")
+    r = tool("distir-plan", str(INPUTS / "mlp_sgd.mlir"), "--ranks", "4", "--model", SLOW, "--memory", "1KiB")
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and "no plan fits 1.00 KiB per device" in r.stderr and "smallest memory per rank found is" in r.stderr
 
@@ -103,7 +104,7 @@ def test_too_little_memory_says_so_and_gives_the_smallest(tmp_path):
 )
 def test_bad_options_are_one_line_diagnostics(args, needle):
     base = {"--ranks": "4", "--model": SLOW}
-    argv = [str(HERE / "mlp.mlir")]
+    argv = [str(INPUTS / "mlp.mlir")]
     given = {args[i]: args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None for i in range(len(args)) if args[i].startswith("--")}
     for k, v in base.items():
         if k not in given:
@@ -115,7 +116,7 @@ def test_bad_options_are_one_line_diagnostics(args, needle):
 
 
 def test_a_program_computing_on_placed_values_is_located(tmp_path):
-    text = (HERE / "mlp.mlir").read_text().replace("shape = [1]", "shape = [4]")
+    text = (INPUTS / "mlp.mlir").read_text().replace("shape = [1]", "shape = [4]")
     path = tmp_path / "placed.mlir"
     path.write_text(text)
     r = tool("distir-plan", str(path), "--ranks", "4", "--model", SLOW)

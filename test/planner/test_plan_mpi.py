@@ -22,6 +22,7 @@ from distir.tuning.topology import load_topology
 pytestmark = pytest.mark.mpi
 
 HERE = Path(__file__).parent
+INPUTS = HERE / "inputs"
 BIN = Path(sys.executable).parent
 BATCH = HERE.parent / "frontends" / "mpi_batch.py"
 PROGRAMS = ["mlp.mlir", "mlp_sgd.mlir"]
@@ -38,7 +39,7 @@ def runs(tmp_path_factory) -> dict[tuple[str, int], tuple[list[np.ndarray], list
     for ranks in RANKS:
         jobs = []
         for name in PROGRAMS:
-            module = parse_module((HERE / name).read_text())
+            module = parse_module((INPUTS / name).read_text())
             best = plan(module, ranks, slow, top=1).best.module
             f = npz.select_function(module, None, "func")
             inputs = npz.prepare_inputs(module, f, 1, None, 5, grids=npz.resolve_grids(module, 1), bounds=npz.index_bounds(f))
