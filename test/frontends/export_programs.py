@@ -79,6 +79,22 @@ PROGRAMS = _texts()
 RANDOM = _random_programs(30)
 """``random/<i>`` -> (text, function, ranks)."""
 
+UNEVEN: dict[tuple[str, int], str] = {
+    ("case/mm_rs_ag", 8): "'coll.reduce_scatter' op cannot be exported to {target}: dim 0 of size 4 over the 8 ranks of axis 0: blocks of 1, 1, 1, 1, 0, 0, 0, 0: {why}",
+}
+"""The runs (program, ranks) that slice a dim the ranks do not divide (blocks of different
+sizes, issue 28), which neither export can write (docs/export.md), with the diagnostic
+each exporter must give (``{target}`` and ``{why}``: the exporter's ``TARGET`` and
+``UNEVEN``). The export tests assert that diagnostic for these runs and a working export
+for every other: a new uneven run fails them until it is listed here."""
+
+
+def refusal(name: str, ranks: int, exporter) -> str | None:
+    """The diagnostic ``exporter`` (a class of ``frontends/export*.py``) must give for the
+    run, or None when it must export it."""
+    msg = UNEVEN.get((name, ranks))
+    return None if msg is None else msg.format(target=exporter.TARGET, why=exporter.UNEVEN)
+
 
 def text_of(name: str) -> str:
     return RANDOM[name][0] if name in RANDOM else PROGRAMS[name]

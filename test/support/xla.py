@@ -13,6 +13,9 @@ compiled module runs once, and the per-device results are collected with
 jax must be imported with ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` for N
 host devices: ``host_devices`` starts a fresh interpreter for that when jax is already
 imported with fewer (pytest runs the module in a subprocess, see the tests).
+
+``no_farther(exact, ref, got)`` judges outputs that differ beyond the f32 tolerance by a
+float64 run of the program (``test/frontends/xla_batch.py`` says when and why).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from distir.dialects import layout
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import REPLICATED, At, Local
 from distir.runtime import npz
+from distir.runtime.equivalence import tolerance
 
 DEVICES = 16
 
@@ -124,3 +128,23 @@ def run_exported(module, text: str, func_name: str, inputs: dict[str, np.ndarray
         else:
             outputs.append(npz.collect(t, None, bufs[0], f"result{i}"))
     return outputs
+
+
+def no_farther(exact: list[np.ndarray], ref: list, got: list) -> str | None:
+    """None when every element of each f32 output of ``got`` is within the interpreter's
+    largest error on that output (``ref`` against ``exact``) plus the f32 tolerance
+    (scaled by the exact output); else where it is not."""
+    rtol, atol = tolerance(np.dtype(np.float32))
+    for i, (e, r, g) in enumerate(zip(exact, ref, got, strict=True)):
+        r, g = np.asarray(r), np.asarray(g)
+        if g.dtype != np.float32 or not g.size:
+            continue  # compared exactly or at their own precision: the first comparison holds
+        e = np.asarray(e, np.float64)
+        with np.errstate(all="ignore"):
+            worst = float(np.nanmax(np.abs(r - e), initial=0.0))
+            limit = worst + rtol * np.abs(e) + atol * np.max(np.abs(e[np.isfinite(e)]), initial=0.0)
+            bad = ~(np.abs(g - e) <= limit) & ~((g == r) | (np.isnan(g) & np.isnan(r)))
+        if bad.any():
+            k = tuple(int(x) for x in np.argwhere(bad)[0])
+            return f"result{i} at {list(k)}: XLA {g[k]} is {abs(g[k] - e[k]):.3g} from the float64 result {e[k]:.8g}, the interpreter at most {worst:.3g} from it"
+    return None

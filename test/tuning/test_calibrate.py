@@ -101,9 +101,15 @@ def test_stored_fit_is_the_local_topology(tmp_path, monkeypatch):
         get_topology("local-mpi")
 
 
+def not_on_two_ranks() -> str:
+    """A send to rank 5: a program that does not fit 2 ranks (the harness must report it,
+    not time it)."""
+    return collective_program("send", 3).replace("at<1>", "at<5>").replace("to 1", "to 5")
+
+
 def test_timing_harness_measures_or_reports():
     ok = parse_module(collective_program("all_reduce", 64))
-    odd = parse_module(collective_program("reduce_scatter", 3))  # 3 elements do not split over 2 ranks
+    odd = parse_module(not_on_two_ranks())
     times = time_programs([("ok", ok), ("odd", odd)], 2, "local", rounds=2, min_time=0.0)
     assert times["ok"] is not None and times["ok"] > 0
     assert times["odd"] is None
@@ -133,7 +139,7 @@ def test_timing_frees_each_batch_before_the_next():
 @pytest.mark.mpi
 def test_mpi_timing_harness():
     ok = parse_module(collective_program("all_reduce", 64))
-    odd = parse_module(collective_program("reduce_scatter", 3))
+    odd = parse_module(not_on_two_ranks())
     times = time_programs([("ok", ok), ("odd", odd)], 2, "mpi", rounds=2, min_time=0.0)
     assert times["ok"] is not None and times["ok"] > 0
     assert times["odd"] is None
