@@ -80,7 +80,7 @@ def llama(quick: bool) -> str:
 
 def mlp(quick: bool) -> str:
     b, s, h = (8, 64, 256) if quick else (8, 1024, 3072)
-    text = (ROOT / "test" / "planner" / "mlp.mlir").read_text()
+    text = (ROOT / "test" / "planner" / "inputs" / "mlp.mlir").read_text()
     return text.replace("8x16x32", f"{b}x{s}x{h}").replace("32x128", f"{h}x{4 * h}").replace("128x32", f"{4 * h}x{h}").replace(
         "8x16x128", f"{b}x{s}x{4 * h}").replace("<128xf32", f"<{4 * h}xf32").replace("<32xf32", f"<{h}xf32")
 
