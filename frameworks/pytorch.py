@@ -1053,8 +1053,7 @@ class Compiled:
         if len(args) != len(self.step.arguments):
             names = ", ".join(a.name for a in self.step.arguments)
             raise InputRejected(f"the program takes {len(self.step.arguments)} arguments ({names}), got {len(args)}")
-        with torch_threads_kept():
-            new = self.op(self.handle, *args)
+        new = self.op(self.handle, *args)
         new = [new] if isinstance(new, torch.Tensor) else list(new or ())
         out = []
         for r in self.step.results:
@@ -1123,7 +1122,8 @@ def _define_op(step: steps.Step):
                 break
         if problem is not None:
             s.agree(problem)  # raises on every rank: the peers are in this call's agreement
-        results = s(*bufs)
+        with torch_threads_kept():
+            results = s(*bufs)
         outs = [torch.from_numpy(np.array(v, copy=True)) for v, r in zip(results, s.results) if r.inplace is None]
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
 
