@@ -47,6 +47,7 @@ initialized, else MPI's ``COMM_WORLD`` when started by ``mpiexec``, else one ran
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -487,6 +488,10 @@ class _DistirOptimizer(torch.optim.Optimizer):
         """Average the gradients and update, the gradients first multiplied by
         ``inv_scale`` (loss scaling); whether the step was skipped (an inf or NaN
         gradient, with loss scaling: decided inside the collective, alike on every rank)."""
+        with torch_threads_kept():
+            return self._step_kept(inv_scale)
+
+    def _step_kept(self, inv_scale: float) -> bool:
         problem, plans, rebound = self._plan()
         backwards = max((max(a.arrivals, default=0) for a in self._arenas), default=0)
         fingerprint = {
@@ -1048,12 +1053,28 @@ class Compiled:
         if len(args) != len(self.step.arguments):
             names = ", ".join(a.name for a in self.step.arguments)
             raise InputRejected(f"the program takes {len(self.step.arguments)} arguments ({names}), got {len(args)}")
-        new = self.op(self.handle, *args)
+        with torch_threads_kept():
+            new = self.op(self.handle, *args)
         new = [new] if isinstance(new, torch.Tensor) else list(new or ())
         out = []
         for r in self.step.results:
             out.append(args[r.inplace] if r.inplace is not None else new.pop(0))
         return out[0] if len(out) == 1 else tuple(out)
+
+
+@contextlib.contextmanager
+def torch_threads_kept():
+    """Keep torch's intra-op thread count across a distir step. Numba's parallel kernels
+    that run on the calling thread set OpenMP's thread count for it (the OpenMP runtime
+    torch shares), which torch then uses: a training script's ``torch.set_num_threads(1)``
+    became 2 after the first clipped step, and torch's own bf16 backward summed in
+    another order from then on."""
+    n = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
 
 
 def compile(program: Any, func: str | None = None, pipeline: str | None = None, comm: Any = None) -> Compiled:

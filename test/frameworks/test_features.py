@@ -30,3 +30,19 @@ def test_case_equals_torch(case, ranks, corpus):
     ref = tf.reference(case, ranks, corpus)
     for report in reports:
         tf.check(report, ref)
+
+
+def test_a_step_keeps_torchs_thread_count(corpus):
+    """A clipped step runs Numba's parallel kernels on the caller's thread, which set
+    OpenMP's thread count torch shares: the training script's torch.set_num_threads(1)
+    must still hold after it (it became 2, and torch's bf16 backward then summed in
+    another order than the reference's)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tf.run_case("clip", 0, 1, steps.local_comms(1)[0], corpus)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

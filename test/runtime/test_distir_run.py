@@ -289,6 +289,7 @@ EXAMPLE_RANKS = {
     "pipeline_layer": [2, 4, 8],
     "primitives": [4],
     "hierarchical_allreduce": [8],
+    "mlp_step": [1],  # one device's program (distir-plan's input)
 }
 # Examples whose inputs do not depend on the rank count (no local arguments): their
 # results must not depend on it either.
