@@ -11,8 +11,8 @@ shapes only, nothing is allocated), then runs ``distir-tune`` on it in this proc
 prints the CPU seconds of the tuning (least of ``--repeat``), the machine's load and the
 tuner's own phases. Target: exploring and predicting the step at the full size (w1
 1600x6400, w2 6400x1600, 8x1024 rows; 373 schedules explored) within the tuner's 10 s
-budget. ``--write`` keeps the lowered program (``test/tuning/mlp-train-step.mlir`` is
-``--rows 64 --d 16 --f 64 --devices 16 --write ...``: the same structure, small).
+budget. ``--write PROGRAM.mlir`` keeps the lowered program (``--rows 64 --d 16 --f 64
+--write ...`` gives the same structure, small, for ``distir-tune`` by hand).
 ``--profile`` prints cProfile's top functions of one tuning run.
 """
 

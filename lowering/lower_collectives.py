@@ -57,7 +57,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     i64,
 )
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, OpResult, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, nccl, rt
@@ -990,6 +990,7 @@ class FuncLowering:
         flags = op.gather_flags()
         axes = list(op.option("axes") or (0,))
         finish: list[tuple[int, SSAValue, SSAValue]] = []
+        slots: dict[SSAValue, tuple[SSAValue, TensorType, int, SSAValue]] = {}
         for i, (res, y, g) in enumerate(zip(op.outputs, term.values, flags)):
             if not g:
                 if res in self.dest and y not in self.dest and isinstance(y.owner, rt.CallOp):
@@ -1004,20 +1005,50 @@ class FuncLowering:
                     view = self.gather_slot(recv, res.type, axes, d)  # type: ignore[arg-type]
                     if view is not None:
                         self.dest[y] = view
+                        slots[y] = (recv, res.type, d, view)  # type: ignore[assignment]
             elif op.FINISH is coll.BroadcastOp and y not in self.dest and isinstance(y.owner, rt.CallOp):
                 self.dest[y] = recv
         for inner_op in region.ops:
             if inner_op is not term:
                 self.lower_op(inner_op)
-        for i, (res, y, g) in enumerate(zip(op.outputs, term.values, flags)):
-            if not g:
-                self.buf[res] = self.input(y)
+        # A result that is not gathered is the buffer of the value it yields where that
+        # buffer is the region's own, visible after the group, and no other result's (a
+        # gathered result's buffer or its block, another result yielding the same
+        # value); else a copy of it into the result's own buffer, taken after the group
+        # (a gathered value from its block of the gathered buffer, which holds it).
+        given = {recv for _, _, recv in finish} | {slot[3] for slot in slots.values()}
+        copies: list[tuple[SSAValue, SSAValue]] = []
+        for res, y, g in zip(op.outputs, term.values, flags):
+            if g:
+                continue
+            b = self.input(y)
+            if _region_owns(op, y) and b not in given and not _made_in(b, inner):
+                self.buf[res] = b
+                given.add(b)
+            else:
+                copies.append((res, y))
         for i, y, recv in finish:
             self.dest.pop(y, None)
             assert op.FINISH is not None
             self.buf[op.outputs[i]] = self.collective(op.FINISH, y, op.outputs[i].type, {"axes": axes}, recv, op)
+        after: list[tuple[SSAValue, SSAValue]] = []
+        for res, y in copies:
+            if y not in slots and _made_in(self.input(y), inner):
+                self.buf[res] = self.out(res)
+                self.copy(self.input(y), self.buf[res])  # a view the group made: copied in it
+            else:
+                after.append((res, y))
         self.blocks.pop()
         self.emit(rt.FusedOp.build(regions=[Region(inner)]))
+        for res, y in after:
+            if y in slots:
+                recv, t, d, _ = slots[y]
+                src = self.gather_slot(recv, t, axes, d)
+                assert src is not None
+            else:
+                src = self.input(y)
+            self.buf[res] = self.out(res)
+            self.copy(src, self.buf[res])
 
     # ------------------------------------------------------------------ overlap
     def _overlap(self, op: coll.OverlapOp) -> None:
@@ -1038,6 +1069,21 @@ def _passed_through(op: coll.FusedCollectiveOp, result: SSAValue) -> SSAValue | 
     if not isinstance(y, BlockArgument) or y.owner is not region:
         return None
     return op.inputs[y.index]
+
+
+def _region_owns(op: coll.FusedCollectiveOp, y: SSAValue) -> bool:
+    """Whether the buffer of ``y`` (yielded by ``op``'s region) is one the lowering of
+    ``op`` made: the first collective's result or a value computed in the region; not a
+    value from outside, nor (without a first collective) an input's own buffer."""
+    region = op.body.block
+    if isinstance(y, BlockArgument):
+        return y.owner is region and op.FIRST is not None
+    return isinstance(y, OpResult) and y.op.parent_block() is region
+
+
+def _made_in(buf: SSAValue, block: Block) -> bool:
+    """Whether ``buf`` is defined inside ``block`` (not visible after its op)."""
+    return isinstance(buf, OpResult) and block.is_ancestor(buf.op)
 
 
 def _same_space(call: rt.CallOp, operand: SSAValue) -> bool:

@@ -60,6 +60,123 @@ func.func @fused_sgd(%g: !dist.tensor<16xf32, @world, [local]>, %w: !dist.tensor
   func.return %w1 : !dist.tensor<16xf32, @world, [replicated]>
 }
 
+// A value yielded for a gathered and a sliced result: the kernel writes this rank's
+// block of the gathered buffer (the all-gather runs in place); the sliced result gets
+// its own copy of that block after the group (a view made inside the group is not
+// visible after it).
+// CHECK-LABEL: func.func @yield_twice
+// CHECK-SAME: -> (memref<16xf32>, memref<4xf32>)
+// CHECK: %[[R:.*]] = rt.alloc : () -> memref<16xf32>
+// CHECK: %[[I:.*]] = rt.group_rank @world axes [0] : index
+// CHECK: rt.fused {
+// CHECK-NEXT: nccl.reduce_scatter
+// CHECK-NEXT: %[[V:.*]] = rt.block %[[R]], %[[I]] dim 0 count 4
+// CHECK-NEXT: rt.launch @{{k[0-9]+}}(%{{.*}}, %[[V]], %{{.*}})
+// CHECK-NEXT: nccl.all_gather %[[V]], %[[R]]
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[B:.*]] = rt.block %[[R]], %[[I]] dim 0 count 4
+// CHECK-NEXT: %[[S:.*]] = rt.alloc : () -> memref<4xf32>
+// CHECK-NEXT: rt.copy %[[B]], %[[S]]
+// CHECK: func.return %[[R]], %[[S]]
+func.func @yield_twice(%g: !dist.tensor<16xf32, @world, [local]>) -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  %r, %s = coll.fused_all_reduce sum %g dim 0 gather [true, false] : !dist.tensor<16xf32, @world, [local]> -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  ^bb0(%gs: !dist.tensor<16xf32, @world, [sliced<0>]>):
+    %m = dist.map(%gs) : (!dist.tensor<16xf32, @world, [sliced<0>]>) -> !dist.tensor<16xf32, @world, [sliced<0>]> {
+    ^bb0(%a: f32):
+      %b = arith.addf %a, %a : f32
+      dist.yield %b : f32
+    }
+    coll.yield %m, %m : !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+  }
+  func.return %r, %s : !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+}
+
+// The same with the sliced results first: each gets its own copy.
+// CHECK-LABEL: func.func @yield_twice_kept_first
+// CHECK: rt.fused {
+// CHECK: nccl.all_gather %{{[^,]*}}, %[[R:[^,]*]],
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[B:.*]] = rt.block %[[R]]
+// CHECK-NEXT: %[[S:.*]] = rt.alloc
+// CHECK-NEXT: rt.copy %[[B]], %[[S]]
+// CHECK-NEXT: %[[T:.*]] = rt.alloc
+// CHECK-NEXT: rt.copy %[[B]], %[[T]]
+// CHECK: func.return %[[S]], %[[R]], %[[T]]
+func.func @yield_twice_kept_first(%g: !dist.tensor<16xf32, @world, [local]>) -> (!dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  %s, %r, %t = coll.fused_all_reduce sum %g dim 0 gather [false, true, false] : !dist.tensor<16xf32, @world, [local]> -> (!dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  ^bb0(%gs: !dist.tensor<16xf32, @world, [sliced<0>]>):
+    %m = dist.map(%gs) : (!dist.tensor<16xf32, @world, [sliced<0>]>) -> !dist.tensor<16xf32, @world, [sliced<0>]> {
+    ^bb0(%a: f32):
+      %b = arith.mulf %a, %a : f32
+      dist.yield %b : f32
+    }
+    coll.yield %m, %m, %m : !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+  }
+  func.return %s, %r, %t : !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+}
+
+// An in-place sliced result: the copy of the block goes into its argument.
+// CHECK-LABEL: func.func @yield_twice_inplace
+// CHECK-SAME: (%{{.*}}: memref<16xf32>, %[[W:.*]]: memref<4xf32>)
+// CHECK: rt.fused {
+// CHECK: nccl.all_gather %{{[^,]*}}, %[[R:[^,]*]],
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[B:.*]] = rt.block %[[R]]
+// CHECK-NEXT: rt.copy %[[B]], %[[W]]
+// CHECK: func.return %[[R]], %[[W]]
+func.func @yield_twice_inplace(%g: !dist.tensor<16xf32, @world, [local]>, %w: !dist.tensor<16xf32, @world, [sliced<0>]>) -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]> {dist.inplace = 1 : i64}) {
+  %r, %s = coll.fused_all_reduce sum %g dim 0 gather [true, false] : !dist.tensor<16xf32, @world, [local]> -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  ^bb0(%gs: !dist.tensor<16xf32, @world, [sliced<0>]>):
+    %m = dist.map(%gs, %w) : (!dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>) -> !dist.tensor<16xf32, @world, [sliced<0>]> {
+    ^bb0(%a: f32, %c: f32):
+      %b = arith.subf %c, %a : f32
+      dist.yield %b : f32
+    }
+    coll.yield %m, %m : !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+  }
+  func.return %r, %s : !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+}
+
+// The reduce-scatter's result yielded three times: gathered (from its buffer), as one
+// sliced result (its buffer) and as another (a copy).
+// CHECK-LABEL: func.func @yield_block_arg
+// CHECK: %[[GS:.*]] = rt.alloc : () -> memref<4xf32>
+// CHECK: rt.fused {
+// CHECK-NEXT: nccl.reduce_scatter avg %{{.*}}, %[[GS]],
+// CHECK-NEXT: nccl.all_gather %[[GS]], %[[R:[^,]*]],
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[T:.*]] = rt.alloc : () -> memref<4xf32>
+// CHECK-NEXT: rt.copy %[[GS]], %[[T]]
+// CHECK: func.return %[[R]], %[[GS]], %[[T]]
+func.func @yield_block_arg(%g: !dist.tensor<16xf32, @world, [local]>) -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  %r, %s, %t = coll.fused_all_reduce avg %g dim 0 gather [true, false, false] : !dist.tensor<16xf32, @world, [local]> -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  ^bb0(%gs: !dist.tensor<16xf32, @world, [sliced<0>]>):
+    coll.yield %gs, %gs, %gs : !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+  }
+  func.return %r, %s, %t : !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+}
+
+// A value from outside yielded directly: the result is a copy, not the argument.
+// CHECK-LABEL: func.func @yield_outer
+// CHECK-SAME: (%{{.*}}: memref<16xf32>, %[[W:.*]]: memref<4xf32>)
+// CHECK: rt.fused {
+// CHECK: }
+// CHECK-NEXT: %[[S:.*]] = rt.alloc : () -> memref<4xf32>
+// CHECK-NEXT: rt.copy %[[W]], %[[S]]
+// CHECK: func.return %{{.*}}, %[[S]]
+func.func @yield_outer(%g: !dist.tensor<16xf32, @world, [local]>, %w: !dist.tensor<16xf32, @world, [sliced<0>]>) -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  %r, %s = coll.fused_all_reduce sum %g dim 0 gather [true, false] : !dist.tensor<16xf32, @world, [local]> -> (!dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>) {
+  ^bb0(%gs: !dist.tensor<16xf32, @world, [sliced<0>]>):
+    %m = dist.map(%gs, %w) : (!dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>) -> !dist.tensor<16xf32, @world, [sliced<0>]> {
+    ^bb0(%a: f32, %c: f32):
+      %b = arith.addf %a, %c : f32
+      dist.yield %b : f32
+    }
+    coll.yield %m, %w : !dist.tensor<16xf32, @world, [sliced<0>]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+  }
+  func.return %r, %s : !dist.tensor<16xf32, @world, [replicated]>, !dist.tensor<16xf32, @world, [sliced<0>]>
+}
+
 // An in-place result whose argument is read after it is computed: computed into a new
 // buffer, copied into the argument at the end.
 // CHECK-LABEL: func.func @inplace_read_later

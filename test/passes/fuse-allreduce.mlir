@@ -76,6 +76,31 @@ func.func @dependent_after(%x: !dist.tensor<64xf32, @world, [local]>) -> (!dist.
   func.return %t2, %st : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [at<1>]>
 }
 
+// A value both gathered and read as slices after the fused op (by a map that also reads
+// the gathered result): the region yields it twice, gathered and not (what the tuner's
+// fuse(RS-C-AG) reaches on a ZeRO-1 Adam step).
+// CHECK-LABEL: func.func @gathered_and_sliced
+// CHECK:         %[[Y:.*]], %[[T:.*]] = coll.fused_all_reduce avg %g dim 0 gather [true, false]
+// CHECK-NEXT:    ^{{.*}}(%[[GS:.*]]: {{.*}}):
+// CHECK-NEXT:      %[[C:.*]] = dist.cast %[[GS]]
+// CHECK-NEXT:      coll.yield %[[C]], %[[C]] :
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[Z:.*]] = dist.take_slice %[[Y]] dim 0
+// CHECK-NEXT:    %[[U:.*]] = dist.map(%[[T]], %[[Z]])
+// CHECK:         func.return %[[Y]], %[[U]]
+func.func @gathered_and_sliced(%g: !dist.tensor<64xf16, @world, [local]>) -> (!dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>) {
+  %rs = coll.reduce_scatter avg %g dim 0 : !dist.tensor<64xf16, @world, [local]> -> !dist.tensor<64xf16, @world, [sliced<0>]>
+  %t = dist.cast %rs : !dist.tensor<64xf16, @world, [sliced<0>]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+  %y = coll.all_gather %t : !dist.tensor<64xf32, @world, [sliced<0>]> -> !dist.tensor<64xf32, @world, [replicated]>
+  %z = dist.take_slice %y dim 0 : !dist.tensor<64xf32, @world, [replicated]> -> !dist.tensor<64xf32, @world, [sliced<0>]>
+  %u = dist.map(%t, %z) : (!dist.tensor<64xf32, @world, [sliced<0>]>, !dist.tensor<64xf32, @world, [sliced<0>]>) -> !dist.tensor<64xf32, @world, [sliced<0>]> {
+  ^bb0(%a: f32, %b: f32):
+    %c = arith.mulf %a, %b : f32
+    dist.yield %c : f32
+  }
+  func.return %y, %u : !dist.tensor<64xf32, @world, [replicated]>, !dist.tensor<64xf32, @world, [sliced<0>]>
+}
+
 // CHECK-LABEL: func.func @lonely
 // CHECK:         coll.reduce_scatter
 func.func @lonely(%x: !dist.tensor<64xf32, @world, [local]>) -> !dist.tensor<64xf32, @world, [sliced<0>]> {

@@ -1,7 +1,9 @@
 """fuse-allreduce keeps the meaning: gathered and sliced results, inner all-reduces."""
 
+from pathlib import Path
+
 import pytest
-from support.rewrites import check, UNEVEN_RANKS, uneven
+from support.rewrites import check, lit_function, UNEVEN_RANKS, uneven
 
 
 def test_fuse_with_sliced_and_gathered_results():
@@ -11,6 +13,13 @@ def test_fuse_with_sliced_and_gathered_results():
 @pytest.mark.parametrize("name", ["ar_then_computations", "adam", "lamb"])
 def test_after_split_and_reorder(name):
     check(name, "split-allreduce,reorder-allgather,fuse-allreduce", contains=["coll.fused_all_reduce"], absent=["coll.reduce_scatter"])
+
+
+def test_value_gathered_and_read_sliced_after():
+    """The region yields one value for a gathered and a sliced result (fuse-allreduce.mlir's
+    @gathered_and_sliced, on 1, 2, 4 and 8 ranks)."""
+    text = lit_function(Path(__file__).resolve().parent / "fuse-allreduce.mlir", "gathered_and_sliced")
+    check(text, "fuse-allreduce", contains=["gather [true, false]", "coll.yield %t_1, %t_1 :"])
 
 
 def test_zero_style_adam():

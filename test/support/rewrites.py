@@ -188,6 +188,14 @@ def program(name_or_text: str) -> str:
     return PROGRAMS.get(name_or_text, name_or_text)
 
 
+def lit_function(path: Path, name: str) -> str:
+    """Function ``@name`` of lit file ``path``, alone on a mesh ``@world`` of unknown size
+    (a lit case run on every rank count)."""
+    lit = path.read_text()
+    body = lit[lit.index(f"func.func @{name}(") :]
+    return "dist.mesh @world shape = [?]\n" + body[: body.index("\n}\n") + 3]
+
+
 UNEVEN_SIZES = {16: 13, 8: 7, 32: 29, 4: 3, 64: 61, 2048: 11}
 UNEVEN_RANKS = (3, 5, 6, 7)
 """Rank counts that divide none of ``uneven``'s sizes (blocks of ceil(s/n) of different
