@@ -748,6 +748,12 @@ def abort_job(message: str, code: int = 1, quiet: bool = False) -> None:
         sys.stdout.flush()
         if not quiet:
             print(f"distir: {message}", file=sys.stderr, flush=True)
+            # mpiexec forwards a rank's standard error through its proxy; MPI_Abort tears
+            # the proxies down, which on a loaded machine lost the message still in the
+            # pipe (the job ended with exit 1 and an empty standard error)
+            import time
+
+            time.sleep(0.3)
     finally:
         _mpi().COMM_WORLD.Abort(code)
 
