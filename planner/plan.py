@@ -321,6 +321,12 @@ def explored_collectives(module: ModuleOp) -> int:
     return max((sum(1 for op in u.ops for o in op.walk() if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
 
 
+def _ops_of(module: ModuleOp) -> list:
+    """Each op's name, properties and result types: what tells whether a pass changed
+    ``module`` (without printing it twice, seconds on a model's program)."""
+    return [(op.name, op.properties, tuple(r.type for r in op.results)) for op in module.walk()]
+
+
 def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool) -> None:
     """P²'s reductions, then the tuner's schedule (module doc, step 4), on ``pl.module``."""
     from xdsl.context import Context
@@ -333,7 +339,7 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
     if topology_name is not None and pl.mesh.placement.hierarchy[0] > 1 and any(isinstance(op, coll.AllReduceOp) for op in pl.module.walk()):
         nodes = pl.mesh.placement.hierarchy[0]
         p = SynthesizeReductionsPass(topology=topology_name, nodes=nodes)
-        before = str(pl.module)
+        before = _ops_of(pl.module)
         synthesized = pl.module.clone()
         try:
             run_passes(synthesized, [p], Context())  # verified after: a broken result is a bug, raised
@@ -342,7 +348,7 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
         except Exception as e:  # the pass refuses a machine it cannot read: keep the plain reductions
             pl.notes.append(f"reductions not synthesized: {e}")
         else:
-            if str(synthesized) != before:
+            if _ops_of(synthesized) != before:
                 pl.module = synthesized
                 steps.append(f"synthesize-reductions{{topology={topology_name} nodes={nodes}}}")
     if tune:
