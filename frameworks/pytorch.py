@@ -241,6 +241,11 @@ def _group_problem(gi: int, params: list[torch.Tensor]) -> str | None:
                 "(torch.optim warns that this will be an error; it updates such a parameter twice per step)"
             )
         seen[id(p)] = i
+        if p.requires_grad and p.device.type != "cpu":
+            return (
+                f"parameter {i} of group {gi} is on {p.device}: distir's PyTorch optimizers keep their arenas in host "
+                "memory and take CPU parameters only (a GPU step runs as a distir program on the nccl backend: docs/runtime.md)"
+            )
         if p.requires_grad and p.dtype not in _DTYPES:
             return f"parameter {i} of group {gi}: parameters of dtype {p.dtype} are not supported (float32, float64, bfloat16, float16)"
     return None

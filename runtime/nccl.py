@@ -111,14 +111,46 @@ class NcclComm:
             nccl.group_end()
 
 
+MPIEXEC_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+"""Variables mpiexec (MPICH's hydra, Open MPI, PMIx) sets in the processes it starts."""
+
+
+class OneProcess:
+    """The world of one rank started without ``mpiexec``: nothing to broadcast or gather,
+    so a 1-rank run needs neither mpi4py nor an MPI library (a GPU machine's image may
+    have mpi4py without one)."""
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def bcast(self, value, root: int = 0):
+        return value
+
+    def gather(self, value, root: int = 0) -> list:
+        return [value]
+
+
+def _world(ranks: int):
+    """MPI's world communicator, or :class:`OneProcess` for one rank outside mpiexec."""
+    import os
+
+    if ranks == 1 and not any(v in os.environ for v in MPIEXEC_VARIABLES):
+        return OneProcess()
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
 def world_comm(ranks: int) -> tuple[NcclComm, Any]:
     """The world communicator of this process's rank: rank 0 makes NCCL's unique id and
     MPI broadcasts it; each rank uses GPU (rank mod the node's GPU count)."""
-    from mpi4py import MPI
     from numba import cuda
 
     nccl = _nccl()
-    mpi = MPI.COMM_WORLD
+    mpi = _world(ranks)
     if mpi.Get_size() != ranks:
         raise InputRejected(f"the nccl backend runs one process per GPU: start {ranks} processes (mpiexec -n {ranks})")
     rank = mpi.Get_rank()

@@ -26,7 +26,7 @@ def test_the_simulated_gpu_check_reports_what_ran_where(tmp_path):
     assert "they skip without a GPU" in rows["gpu-marked tests"]
     assert "numba's CUDA simulator (CPU)" in rows["examples and schedules vs interpret"]
     assert "not a GPU measurement" in rows["generated kernels vs copy bandwidth"]
-    assert "torch on this CPU (no GPU)" in rows["AdamW step vs torch fused AdamW"]
+    assert "torch on this CPU; the program in numba's CUDA simulator (no GPU)" in rows["AdamW step vs torch fused AdamW"]
     assert "skipped" in text.split("## gpu-marked tests")[1]
     assert text.count("equal to interpret") >= 8  # examples x schedules of the subset
     assert "**" not in text.split("## examples and schedules vs interpret")[1].split("## ")[0]  # no failure

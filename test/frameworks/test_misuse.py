@@ -204,3 +204,17 @@ def test_a_rejected_add_param_group_leaves_the_optimizer_as_it_was():
     comms = steps.local_comms(2)
     for rejected, groups in on_threads(2, lambda r: rank(r, comms[r]), timeout=120):
         assert "need every parameter in one arena" in rejected and groups == 1
+
+
+def test_parameters_off_the_cpu_are_refused_by_name():
+    """The arenas are host memory: a parameter on another device (here torch's ``meta``
+    device, as a CUDA one would be on a GPU machine) is refused at construction, naming
+    it and its device, on every rank, instead of failing inside numpy."""
+
+    def rank(r, comm):
+        m = net()
+        m[1].to("meta")
+        dp.AdamW(m.parameters(), comm=comm)
+
+    for msg in on_every_rank(rank):
+        assert "parameter 2 of group 0 is on meta" in msg and "take CPU parameters only" in msg
