@@ -23,10 +23,22 @@ from distir.runtime.values import BFLOAT16, numpy_dtype
 THREADS = 256
 MAX_BLOCKS = 4096
 
+if not hasattr(np, "row_stack"):
+    # numba-cuda 0.30 types np.row_stack, which numpy 2.5 removed, when it first compiles a
+    # kernel: AttributeError on the GPU machine's image (numpy 2.5.2, numba-cuda 0.30.4).
+    # numpy's own alias until 2.5 keeps it working.
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
+
 
 def _cuda():
     from numba import cuda
 
+    try:  # small grids are distir's choice (one block per tile); numba warns at each launch
+        from numba.cuda.core import config
+
+        config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+    except ImportError:
+        pass
     return cuda
 
 
