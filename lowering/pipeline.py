@@ -50,10 +50,14 @@ def is_lowered(module: ModuleOp) -> bool:
     return bool(funcs) and all(DIST_TYPE in f.attributes for f in funcs)
 
 
-def lower(module: ModuleOp, ranks: int, target: str | None = None, scattered: Sequence[str] = ()) -> ModuleOp:
+def lower(module: ModuleOp, ranks: int, target: str | None = None, scattered: Sequence[str] = (), verify: bool = True) -> ModuleOp:
     """The module lowered for ``ranks`` ranks (a copy; the input is left as it is) and,
     with a ``target``, planned for it (``plan-execution``; ``scattered`` names the
     arguments a run passes in pieces).
+
+    ``verify=False`` lowers a program that is only predicted, never run (the planner's
+    candidates, whose dist-level program is verified): the passes' results are not
+    verified, which is most of the lowering's time on a model's program.
 
     Nothing that does not verify comes out: the input is verified first (free when it
     verified already and did not change since, ``dialects/verifier.ensure_verified``),
@@ -73,6 +77,8 @@ def lower(module: ModuleOp, ranks: int, target: str | None = None, scattered: Se
                 module = verified_clone(module)
             plan(module, target, scattered)
         return module
+    if not verify:
+        return _lower_unverified(module, ranks, target, scattered)
     with gc_paused():
         out = _lower(module, ranks)
         if target is not None:
@@ -119,6 +125,21 @@ def _lower(module: ModuleOp, ranks: int, checked: bool = False) -> ModuleOp:
         _lower(module, ranks, checked=True)
         raise InternalError("the default lowering produced a program that does not verify (not again when run checking every pass)")
     return out
+
+
+def _lower_unverified(module: ModuleOp, ranks: int, target: str | None, scattered: Sequence[str]) -> ModuleOp:
+    """``lower(verify=False)``: the same passes on a copy, nothing verified."""
+    from distir.lowering.plan_execution import PlanExecutionPass
+    from distir.lowering.target import get_target
+    from distir.passes.pipeline import run_passes
+
+    with gc_paused():
+        out = module.clone()
+        passes = passes_for(out, ranks)
+        if target is not None:
+            passes.append(PlanExecutionPass(get_target(target).target_name, tuple(scattered)))
+        run_passes(out, passes, Context(), verify=False)
+        return out
 
 
 def dist_view(f: func.FuncOp) -> func.FuncOp:

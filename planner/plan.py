@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -274,7 +275,8 @@ def plan(
             continue  # no schedule will overlap its collectives: its price was not its own
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
-        schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline))
+        schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline),
+                 rebuild=partial(materialize, g, s.mesh, strategies))
         predict(pl, ranks, topology)
         if any(p.mesh.describe() == pl.mesh.describe() and p.predicted_s == pl.predicted_s and p.memory.total == pl.memory.total for p in plans if p.memory and pl.memory):
             continue  # the same program as a plan before it, once scheduled
@@ -327,26 +329,38 @@ def _ops_of(module: ModuleOp) -> list:
     return [(op.name, op.properties, tuple(r.type for r in op.results)) for op in module.walk()]
 
 
-def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool) -> None:
-    """P²'s reductions, then the tuner's schedule (module doc, step 4), on ``pl.module``."""
+def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool,
+             rebuild: Callable[[], ModuleOp] | None = None) -> None:
+    """P²'s reductions, then the tuner's schedule (module doc, step 4), on ``pl.module``,
+    which is verified first (the program a plan prints and writes) and after each pass
+    (what changed). ``rebuild`` makes ``pl.module`` again: given, the reductions are
+    synthesized in place (no copy of a model's program), and a machine the pass refuses
+    leaves the plan rebuilt as it was."""
     from xdsl.context import Context
 
     from distir.dialects.diagnostics import InternalError
+    from distir.dialects.verifier import ensure_verified
     from distir.passes.pipeline import run_passes
+    from distir.passes.support import scratch
     from distir.synthesis.synthesize_reductions import SynthesizeReductionsPass
 
+    ensure_verified(pl.module)
     steps = []
     if topology_name is not None and pl.mesh.placement.hierarchy[0] > 1 and any(isinstance(op, coll.AllReduceOp) for op in pl.module.walk()):
         nodes = pl.mesh.placement.hierarchy[0]
         p = SynthesizeReductionsPass(topology=topology_name, nodes=nodes)
         before = _ops_of(pl.module)
-        synthesized = pl.module.clone()
+        synthesized = pl.module if rebuild is not None else pl.module.clone()
         try:
-            run_passes(synthesized, [p], Context())  # verified after: a broken result is a bug, raised
+            with scratch(synthesized):  # a refusal leaves it half rewritten: rebuilt below
+                run_passes(synthesized, [p], Context())  # verified after: a broken result is a bug, raised
         except InternalError:
             raise
         except Exception as e:  # the pass refuses a machine it cannot read: keep the plain reductions
             pl.notes.append(f"reductions not synthesized: {e}")
+            if rebuild is not None:
+                pl.module = rebuild()
+                ensure_verified(pl.module)
         else:
             if _ops_of(synthesized) != before:
                 pl.module = synthesized
@@ -367,7 +381,9 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
                 if best.pipeline:
                     from distir.passes.pipeline import apply_pipeline
 
-                    scheduled = apply_pipeline(pl.module.clone(), best.pipeline)
+                    from distir.dialects.verifier import verified_clone
+
+                    scheduled = apply_pipeline(verified_clone(pl.module), best.pipeline)  # verified: what changed
                     # the schedule stays if the model predicts the whole program faster
                     # with it (the tuner decides some programs part by part)
                     if _seconds(scheduled, ranks, topology) < _seconds(pl.module, ranks, topology):
@@ -382,11 +398,11 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
 def predict(pl: Plan, ranks: int, topology: Topology) -> None:
     """The plan's step time, its breakdown and its memory per rank (module doc, step 5)."""
     from distir.lowering.pipeline import lower
-    from distir.tuning.cost_model import Scaling, breakdown, prepare
+    from distir.tuning.cost_model import Scaling, breakdown, prepare, topology_target
     from distir.tuning.cost_model import predict as run_model
 
     f = next(o for o in pl.module.ops if isinstance(o, func.FuncOp))
-    lowered = lower(pl.module, ranks)
+    lowered = lower(pl.module, ranks, target=topology_target(topology), verify=False)  # predicted, never run
     prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
     pl.predicted_s = float(run_model(prepared, [1])[0])
     parts = breakdown(prepared, 1)
@@ -398,11 +414,12 @@ def predict(pl: Plan, ranks: int, topology: Topology) -> None:
 
 def _seconds(module: ModuleOp, ranks: int, topology: Topology) -> float:
     from distir.lowering.pipeline import lower
-    from distir.tuning.cost_model import Scaling, prepare
+    from distir.tuning.cost_model import Scaling, prepare, topology_target
     from distir.tuning.cost_model import predict as run_model
 
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
-    prepared = prepare(lower(module, ranks), f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
+    lowered = lower(module, ranks, target=topology_target(topology), verify=False)  # predicted, never run
+    prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
     return float(run_model(prepared, [1])[0])
 
 

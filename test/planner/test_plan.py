@@ -194,3 +194,48 @@ def test_inputs_of_the_same_npz_run_both_programs(tmp_path):
     f = npz.select_function(result.best.module, None, "func")
     assert npz.argument_names(f) == ["x", "w1", "b1", "w2", "b2"]
     assert np.isfinite(result.best.predicted_s)
+
+
+def test_plans_are_verified_and_predicted_on_the_lowering_that_runs():
+    """The plan's program verifies as it is (the planner verifies it once, then what
+    each pass changes); its prediction lowers without verifying (never run), to the
+    same program as the verified lowering ``distir-run`` uses."""
+    from distir.dialects.verifier import verify_module
+    from distir.lowering.pipeline import lower
+    from distir.tuning.cost_model import topology_target
+
+    _, result = planned("mlp_sgd.mlir", 8)
+    m = result.best.module
+    verify_module(m)
+    target = topology_target(SLOW)
+    assert str(lower(m, 8, target=target, verify=False)) == str(lower(m, 8, target=target))
+
+
+def test_a_machine_the_reduction_synthesis_refuses_leaves_the_plain_plan():
+    """Reductions are synthesized in place; a machine the pass refuses (p2-a100's 2
+    nodes are 16 devices, not 8) leaves the plan rebuilt as partitioned, verified."""
+    import math
+
+    from distir.dialects.verifier import verify_module
+    from distir.planner.materialize import annotated
+    from distir.planner.plan import Plan, schedule
+    from distir.planner.strategies import Layout
+
+    g = read_graph(program("mlp_sgd.mlir"))
+    mesh = next(m for m in meshes(SLOW, 8) if len(m.sizes) == 1)  # data parallel over both levels
+    x = next(n for n in g.nodes if n.is_arg and g.values[n.results[0]].name == "x")
+    data = {x.id: Layout(((0,), ()))}
+
+    def build():
+        return annotated(g, mesh, data)
+
+    plain = str(build())
+    refused = Plan(mesh, build(), [], math.nan)
+    schedule(refused, 8, SLOW, "p2-a100", tune=False, rebuild=build)
+    assert any("reductions not synthesized" in n for n in refused.notes) and not refused.pipeline
+    verify_module(refused.module)
+    assert str(refused.module) == plain
+    synthesized = Plan(mesh, build(), [], math.nan)
+    schedule(synthesized, 8, SLOW, str(HERE / "slow.toml"), tune=False, rebuild=build)
+    assert synthesized.pipeline.startswith("synthesize-reductions") and str(synthesized.module) != plain
+    verify_module(synthesized.module)
