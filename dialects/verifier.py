@@ -32,6 +32,16 @@ symbol) or the removal of one re-verifies every op. Scopes are checked over the 
 module (``scopes=False`` leaves that to a later full check). Fingerprints cost about a
 twentieth of verifying an op, so a pipeline of passes over a 50,000-op program verifies
 after each pass for a fraction of what its passes take (``bench/compile_scaling.py``).
+
+Most of an op's verification is xDSL's generic IRDL checks (the constraints on its
+operand and result types, properties, attributes and region arguments), which read
+nothing but those: a module remembers the op shapes (``_irdl_key``: the op's class and
+those parts of its fingerprint) that passed them, and an op of a known shape runs only
+the rest (where it stands in its block, its traits, its own verifier, which may read
+producers, parents or symbols). A copy (``verified_clone``) inherits the shapes, so
+thousands of ops a lowering builds alike are checked generically once. The
+``IsolatedFromAbove`` trait's walk of a function is left to the scope check, which
+covers it (step 1: an isolated op's regions see no value from outside).
 This is how every pipeline distir runs (``passes/pipeline.run_passes``, the default
 lowering) keeps its guarantee that nothing that does not verify is transformed further
 or executed.
@@ -40,13 +50,16 @@ or executed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import SymbolRefAttr
-from xdsl.ir import Block, Operation, ParametrizedAttribute, Region, SSAValue
-from xdsl.traits import IsolatedFromAbove, OpTrait
+from xdsl.ir import Block, ErasedSSAValue, Operation, ParametrizedAttribute, Region, SSAValue
+from xdsl.irdl import IRDLOperation, OpDef
+from xdsl.irdl import operations as irdl_operations
+from xdsl.traits import IsolatedFromAbove, IsTerminator, NoTerminator, OpTrait
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
 
@@ -184,9 +197,52 @@ def _why_not_visible(op: Operation, index: int, v: SSAValue, spans: Spans | None
 # --------------------------------------------------------------------------------------
 
 
-def _verify_op(op: Operation) -> None:
+@functools.cache
+def _irdl_parts(cls: type[Operation]) -> tuple[OpDef, Callable[[Operation], None] | None] | None:
+    """(IRDL definition, the class's own ``verify_``) of an op class whose ``verify_`` is
+    the one ``irdl_op_definition`` generates (``op_def.verify(op)``, then the class's
+    own verifier); None for any other class (it is always verified whole)."""
+    fn = cls.__dict__.get("verify_")
+    if not issubclass(cls, IRDLOperation) or fn is None or getattr(fn, "__closure__", None) is None:
+        return None
+    code = fn.__code__
+    if code.co_filename != irdl_operations.__file__ or code.co_name != "verify_":
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__), strict=True))
+    op_def, own = cells.get("op_def"), cells.get("custom_verify")
+    if set(cells) - {"op_def", "custom_verify"} or op_def is not cls.get_irdl_definition():
+        return None
+    if own is Operation.verify_:
+        own = None  # the class has no verifier of its own
+    elif getattr(getattr(own, "__code__", None), "co_filename", None) == irdl_operations.__file__:
+        return None  # a subclass of another op: its inherited verifier checks IRDL constraints too
+    return op_def, own
+
+
+def _irdl_key(op: Operation, fp: tuple) -> tuple:
+    """What xDSL's generic IRDL checks of ``op`` read, from its fingerprint: the op's
+    class, operand and result types (their number included), properties, attributes,
+    and its regions' blocks with their argument types (an op with successors is
+    always verified whole)."""
+    return (type(op), *fp[2:7])
+
+
+def _verify_op(op: Operation, fp: tuple | None = None, irdl_ok: set[tuple] | None = None) -> None:
+    """Verify ``op`` (not its nested ops) as ``op.verify`` does. With its fingerprint
+    ``fp`` and ``irdl_ok`` (the keys, ``_irdl_key``, of ops whose IRDL constraints held),
+    an op whose key is known runs all but xDSL's generic constraint checks of operands,
+    results, regions, properties and attributes, which read only what the key holds:
+    the same outcome, without them. Its traits and its own verifier (which may read
+    producers, parents or symbols) always run."""
+    parts = _irdl_parts(type(op)) if fp is not None and irdl_ok is not None else None
+    key = _irdl_key(op, fp) if parts is not None and not op.successors else None
     try:
-        op.verify(verify_nested_ops=False)
+        if key is None or key not in irdl_ok:
+            op.verify(verify_nested_ops=False)
+            if key is not None:
+                irdl_ok.add(key)
+        else:
+            _verify_known(op, *parts)
     except VerifyException as e:
         for trait in sorted(op.traits, key=lambda t: (type(t).__name__, repr(t))):
             try:
@@ -194,6 +250,32 @@ def _verify_op(op: Operation) -> None:
             except VerifyException as first:
                 raise first from None
         raise e
+
+
+def _verify_known(op: Operation, op_def: OpDef, own: Callable[[Operation], None] | None) -> None:
+    """``op.verify(verify_nested_ops=False)`` of an op without successors whose IRDL
+    constraints are known to hold: ``Operation.verify``'s checks of the op's place
+    (its operands exist, a terminator ends its block), its traits and its own verifier,
+    with xDSL's messages and error wrapping."""
+    if any(isinstance(v, ErasedSSAValue) for v in op.operands):
+        raise ValueError("Erased SSA value is used by the operation")
+    block = op.parent
+    region = block.parent if block is not None else None
+    if region is not None and block.last_op is op:
+        blocks = len(region.blocks)
+        holder = region.parent
+        if blocks == 1 and holder is not None and not holder.has_trait(NoTerminator) and not op.has_trait(IsTerminator):
+            raise VerifyException(f"Operation {op.name} terminates block in single-block region but is not a terminator")
+        if blocks > 1 and not op.has_trait(IsTerminator):
+            raise VerifyException(f"Operation {op.name} terminates block in multi-block region but is not a terminator")
+    try:
+        for trait in op_def.traits:
+            if not isinstance(trait, IsolatedFromAbove):  # the scope check's (module doc)
+                trait.verify(op)
+        if own is not None:
+            own(op)
+    except VerifyException as err:
+        op.emit_error(f"Operation does not verify: {err}", err)
 
 
 def verify_module(module: Operation, spans: Spans | None = None, line_offset: int = 0, note: str = "") -> None:
@@ -205,13 +287,15 @@ def verify_module(module: Operation, spans: Spans | None = None, line_offset: in
     if found is not None:
         op, why = found
         raise VerifyException(located(op, f"'{op.name}' op {why}{suffix}", spans, line_offset))
+    fps = _fingerprints(module)
+    irdl_ok: set[tuple] = set()
     for op in module.walk(region_first=True):
         try:
-            _verify_op(op)
+            _verify_op(op, fps.get(id(op)), irdl_ok)
         except VerifyException as e:
             msg = str(e).removeprefix("Operation does not verify: ")
             raise VerifyException(located(op, msg + suffix, spans, line_offset)) from None
-    _record(module)
+    _VERIFIED[module] = Checked(fps, _top(module), irdl_ok)
 
 
 # --------------------------------------------------------------------------------------
@@ -219,20 +303,31 @@ def verify_module(module: Operation, spans: Spans | None = None, line_offset: in
 # --------------------------------------------------------------------------------------
 
 
-def _names_symbol(fp: tuple) -> bool:
+def _names_symbol(fp: tuple, memo: dict[int, bool]) -> bool:
     """Whether an op with fingerprint ``fp`` names a symbol in its types or attributes
-    (a ``!dist.tensor``'s mesh, ``rt.launch``'s kernel, ``func.call``'s callee)."""
+    (a ``!dist.tensor``'s mesh, ``rt.launch``'s kernel, ``func.call``'s callee).
+    ``memo`` holds the answer per attribute ``id`` (ops share their types: a result's
+    type is its users' operand type), valid while the fingerprints hold the attributes."""
 
     def names(a) -> bool:
-        return isinstance(a, SymbolRefAttr) or (isinstance(a, ParametrizedAttribute) and any(isinstance(p, SymbolRefAttr) for p in a.parameters))
+        known = memo.get(id(a))
+        if known is None:
+            known = memo[id(a)] = isinstance(a, SymbolRefAttr) or (
+                isinstance(a, ParametrizedAttribute) and any(isinstance(p, SymbolRefAttr) for p in a.parameters)
+            )
+        return known
 
-    return (
-        any(names(t) for t in fp[2])
-        or any(names(t) for t in fp[3])
-        or any(names(v) for _, v in fp[4])
-        or any(names(v) for _, v in fp[5])
-        or any(names(t) for ts in fp[6] for t in ts)
-    )
+    for t in fp[2]:
+        if names(t):
+            return True
+    for t in fp[3]:
+        if names(t):
+            return True
+    for items in (fp[4], fp[5]):
+        for _, v in items:
+            if names(v):
+                return True
+    return any(names(t) for blocks in fp[6] for ts in blocks for t in ts)
 
 
 def _walk(op: Operation):
@@ -273,7 +368,7 @@ def _fingerprints(module: Operation) -> dict[int, tuple]:
             tuple([r._type for r in results]) if results else (),  # noqa: SLF001
             tuple(props.items()) if props else (),
             tuple(attrs.items()) if attrs else (),
-            tuple([tuple([x._type for x in b.args]) for r in regions for b in r.blocks]) if regions else (),  # noqa: SLF001
+            tuple([tuple([tuple([x._type for x in b.args]) for b in r.blocks]) for r in regions]) if regions else (),  # noqa: SLF001
         )
     return out
 
@@ -281,17 +376,19 @@ def _fingerprints(module: Operation) -> dict[int, tuple]:
 @dataclass
 class Checked:
     """A module as it last verified: the fingerprint of every op (``_fingerprints``),
-    and its top-level ops (the symbols other ops look up)."""
+    its top-level ops (the symbols other ops look up), and the ops' IRDL keys
+    (``_irdl_key``) whose generic constraint checks held, which a copy inherits."""
 
     ops: dict[int, tuple]
     top: tuple[Operation, ...]
+    irdl_ok: set[tuple] = dataclasses.field(default_factory=set)  # ``_irdl_key``s seen to hold
 
 
 _VERIFIED: weakref.WeakKeyDictionary[Operation, Checked] = weakref.WeakKeyDictionary()
 
 
-def _record(module: Operation) -> Checked:
-    checked = Checked(_fingerprints(module), _top(module))
+def _record(module: Operation, irdl_ok: set[tuple] | None = None) -> Checked:
+    checked = Checked(_fingerprints(module), _top(module), set(irdl_ok or ()))
     _VERIFIED[module] = checked
     return checked
 
@@ -315,7 +412,7 @@ def verified_clone(module: Operation, spans: bool = True) -> Operation:
     out = module.clone()
     if spans:
         copy_spans(module, out)
-    _record(out)
+    _record(out, _VERIFIED[module].irdl_ok)
     return out
 
 
@@ -361,7 +458,8 @@ def ensure_verified(module: Operation, spans: Spans | None = None, line_offset: 
     renamed = any((fp := now.get(id(op))) is None or fp[1:] != old_fps[id(op)][1:] for op in before.top)
     todo: set[Operation] = set()
     if renamed:
-        todo.update(fp[0][0] for fp in now.values() if _names_symbol(fp))
+        memo: dict[int, bool] = {}
+        todo.update(fp[0][0] for fp in now.values() if _names_symbol(fp, memo))
     for op in changed:
         old = old_fps.get(id(op))
         if old is not None and op.regions and old[4:] != now[id(op)][4:]:
@@ -374,12 +472,13 @@ def ensure_verified(module: Operation, spans: Spans | None = None, line_offset: 
             up.add(cur)
             todo.add(cur)
             cur = cur.parent_op()
+    irdl_ok = before.irdl_ok
     if todo:  # nested ops first, as verify_module
         for op in [*(fp[0][0] for fp in now.values()), module]:
             if op in todo:
                 try:
-                    _verify_op(op)
+                    _verify_op(op, now.get(id(op)), irdl_ok)
                 except VerifyException as e:
                     msg = str(e).removeprefix("Operation does not verify: ")
                     raise VerifyException(located(op, msg + suffix, spans, line_offset)) from None
-    _VERIFIED[module] = Checked(now, top)
+    _VERIFIED[module] = Checked(now, top, irdl_ok)

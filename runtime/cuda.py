@@ -79,9 +79,16 @@ class CudaStream:
         pass
 
 
+SIMULATED_BLOCKS = 2
+"""The simulator runs every GPU thread as a Python thread: there a launch has at most
+2 blocks of 32, and the kernels' grid-stride loops cover the rest (which also exercises
+them on every launch)."""
+
+
 def grid_for(total: int) -> tuple[int, int]:
-    threads = 32 if simulated() else THREADS
-    return max(1, min(MAX_BLOCKS, math.ceil(total / threads))), threads
+    if simulated():
+        return max(1, min(SIMULATED_BLOCKS, math.ceil(total / 32))), 32
+    return max(1, min(MAX_BLOCKS, math.ceil(total / THREADS))), THREADS
 
 
 def _address(a) -> int:

@@ -293,6 +293,35 @@ class LocalComm:
         self.world = world
         self.world_rank = group.members[rank]
         self._splits = 0
+        # this rank's communication on the group runs in the order the program issues it,
+        # whichever stream it is on (as NCCL orders a communicator's operations): two
+        # streams' collectives on one group would otherwise meet other ranks' in another
+        # order (issue 27: a ring overlap's all_gather on stream 1 beside an all_reduce
+        # on stream 0)
+        self._issued = 0
+        self._next = 0
+        self._order = threading.Condition()
+
+    def _submit(self, stream, work) -> None:
+        """``work`` (a collective or a group of sends and receives) on ``stream``, after
+        every operation this rank issued on the group before it."""
+        ticket = self._issued
+        self._issued += 1
+
+        def run() -> None:
+            with self._order:
+                while self._next != ticket:
+                    if self.world.abort.is_set():
+                        raise self.world.failure(f"rank {self.world_rank} waited for its earlier communication")
+                    self._order.wait(TIMEOUT)
+            try:
+                work()
+            finally:
+                with self._order:
+                    self._next += 1
+                    self._order.notify_all()
+
+        stream.submit(run)
 
     def _watch(self, started: float) -> None:
         self.world.watch(self.world_rank, self.g.members, started)
@@ -331,7 +360,7 @@ class LocalComm:
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, send, recv, count, op, stream) -> None:
-        stream.submit(lambda: self._all_reduce(send, recv, count, op))
+        self._submit(stream, lambda: self._all_reduce(send, recv, count, op))
 
     def _all_reduce(self, send, recv, count, op) -> None:
         slots = self._publish((send.reshape(-1), recv.reshape(-1)))
@@ -340,7 +369,7 @@ class LocalComm:
         self._sync()
 
     def reduce_scatter(self, send, recv, count, op, stream) -> None:
-        stream.submit(lambda: self._reduce_scatter(send, recv, count, op))
+        self._submit(stream, lambda: self._reduce_scatter(send, recv, count, op))
 
     def _reduce_scatter(self, send, recv, count, op) -> None:
         slots = self._publish(send.reshape(-1))
@@ -349,7 +378,7 @@ class LocalComm:
         self._sync()
 
     def all_gather(self, send, recv, count, stream, in_place=False, stream_from=None) -> None:
-        stream.submit(lambda: self._all_gather(send, recv, count, in_place, stream_from))
+        self._submit(stream, lambda: self._all_gather(send, recv, count, in_place, stream_from))
 
     def _all_gather(self, send, recv, count, in_place, stream_from) -> None:
         slots = self._publish(recv.reshape(-1))
@@ -361,7 +390,7 @@ class LocalComm:
         self._sync()
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
-        stream.submit(lambda: self._reduce(send, recv, count, op, root))
+        self._submit(stream, lambda: self._reduce(send, recv, count, op, root))
 
     def _reduce(self, send, recv, count, op, root) -> None:
         slots = self._publish((send.reshape(-1), recv.reshape(-1)))
@@ -370,7 +399,7 @@ class LocalComm:
         self._sync()
 
     def broadcast(self, send, recv, count, root, stream, stream_from=None) -> None:
-        stream.submit(lambda: self._broadcast(send, recv, count, root, stream_from))
+        self._submit(stream, lambda: self._broadcast(send, recv, count, root, stream_from))
 
     def _broadcast(self, send, recv, count, root, stream_from) -> None:
         slots = self._publish(send.reshape(-1))
@@ -379,7 +408,7 @@ class LocalComm:
 
     # ------------------------------------------------------------------ point to point
     def group(self, calls: list[P2P], stream) -> None:
-        stream.submit(lambda: self._group(calls))
+        self._submit(stream, lambda: self._group(calls))
 
     def _group(self, calls: list[P2P]) -> None:
         posted = []

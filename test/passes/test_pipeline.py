@@ -72,6 +72,58 @@ def test_a_pass_leaving_an_invalid_program_is_a_bug_named_and_located():
     assert "'func.return' op operand 0 (%y) is used before its definition (line 3)" in text
 
 
+SCALED = """\
+dist.mesh @world shape = [4]
+func.func @f(%x: !dist.tensor<8xf32, @world, [replicated]>, %s: f32) -> !dist.tensor<8xf32, @world, [replicated]> {
+  %y = dist.map(%x, %s) : (!dist.tensor<8xf32, @world, [replicated]>, f32) -> !dist.tensor<8xf32, @world, [replicated]> {
+  ^bb0(%a: f32, %b: f32):
+    %c = arith.mulf %a, %b : f32
+    dist.yield %c : f32
+  }
+  %z = dist.map(%y, %s) : (!dist.tensor<8xf32, @world, [replicated]>, f32) -> !dist.tensor<8xf32, @world, [replicated]> {
+  ^bb0(%a: f32, %b: f32):
+    %c = arith.mulf %a, %b : f32
+    %d = arith.mulf %c, %b : f32
+    dist.yield %d : f32
+  }
+  func.return %z : !dist.tensor<8xf32, @world, [replicated]>
+}
+"""
+
+
+@dataclass(frozen=True)
+class MulfToF64(ModulePass):
+    """A broken pass: the last ``arith.mulf`` of f32 operands gets an f64 result, which
+    breaks the op's IRDL constraint (operands and result of one type), while the other
+    ``arith.mulf`` of the program, verified already, keep theirs."""
+
+    name = "mulf-to-f64"
+
+    def apply(self, ctx, op: ModuleOp) -> None:
+        from xdsl.dialects import arith
+        from xdsl.dialects.builtin import f64
+
+        last = [m for m in op.walk() if isinstance(m, arith.MulfOp)][-1]
+        broken = arith.MulfOp.create(operands=list(last.operands), result_types=[f64], properties=dict(last.properties))
+        last.parent_block().insert_op_before(broken, last)
+        last.results[0].replace_all_uses_with(broken.results[0])
+        last.detach()
+        last.erase()
+
+
+def test_an_op_breaking_an_irdl_constraint_is_a_bug_named_although_its_kind_verified_before():
+    """The verifier remembers op shapes whose IRDL constraints held (dialects/verifier.py
+    ``_irdl_key``): an ``arith.mulf`` of another shape is checked in full."""
+    module = parse_module(SCALED, "prog.mlir")
+    with pytest.raises(PassProducedInvalidIR) as e:
+        run_passes(module, [MulfToF64()], make_context())
+    assert e.value.pass_name == "mulf-to-f64"
+    text = str(e.value)
+    # located at the dist.map holding the new op (which has no source line)
+    assert text.startswith("pass 'mulf-to-f64' produced a program that does not verify:\nprog.mlir:8:3\n  %z = dist.map")
+    assert "result 'result' at position 0 does not verify:\nattribute f32 expected from variable 'T', but got f64" in text
+
+
 def test_apply_pipeline_verifies_after_each_pass():
     module = parse_module(PROGRAM)
     apply_pipeline(module, "split-allreduce")

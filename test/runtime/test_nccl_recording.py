@@ -338,3 +338,24 @@ func.func @f(%x: !dist.tensor<7x5xf32, @world, [sliced<0>]>) -> !dist.tensor<7x5
             calls += [f"send {piece}xfloat32 peer={(r + k) % n} comm1 stream0", f"recv {piece}xfloat32 peer={(r - k) % n} comm1 stream0"]
         want.append(calls + ["group_end comm1 stream0"])
     assert record(text, n) == want
+
+
+def test_one_rank_started_without_mpiexec_needs_no_mpi(monkeypatch):
+    """The nccl backend's 1-rank world outside mpiexec is the process itself (no mpi4py
+    import: a GPU image may have mpi4py without an MPI library); under mpiexec, or for
+    more ranks, it is MPI's world."""
+    import sys
+
+    from distir.runtime import nccl
+
+    for var in nccl.MPIEXEC_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # importing it would fail
+    world = nccl._world(1)
+    assert isinstance(world, nccl.OneProcess)
+    assert (world.Get_rank(), world.Get_size(), world.bcast("uid"), world.gather("x")) == (0, 1, "uid", ["x"])
+    with pytest.raises(ImportError):
+        nccl._world(2)
+    monkeypatch.setenv("PMI_SIZE", "1")
+    with pytest.raises(ImportError):
+        nccl._world(1)
