@@ -118,9 +118,14 @@ def gptjax(quick: bool) -> str:
     if not script.exists():
         raise FileNotFoundError(f"{script} (the JAX GPT step) is not in this checkout")
     import subprocess
+    import tempfile
 
-    out = subprocess.run([sys.executable, str(script), "--print-unsharded"], capture_output=True, text=True, check=True)
-    return out.stdout
+    with tempfile.TemporaryDirectory() as d:  # without --mesh: the one-device program
+        subprocess.run([sys.executable, str(script), d], capture_output=True, text=True, check=True)
+        text = (Path(d) / "gpt_step.mlir").read_text()
+    from distir.frontends.program import import_program
+
+    return str(import_program(text, "gpt_step.mlir").module)  # StableHLO + Shardy -> distir
 
 
 GPT_TP = {"*_wq": 1, "*_bq": 0, "*_wk": 1, "*_bk": 0, "*_wv": 1, "*_bv": 0, "*_wo": 0, "*_w1": 1, "*_b1": 0, "*_w2": 0, "head": 1}
