@@ -402,14 +402,15 @@ def forget(module: Operation) -> None:
     _VERIFIED.pop(module, None)
 
 
-def verified_clone(module: Operation, spans: bool = True) -> Operation:
+def verified_clone(module: Operation, spans: bool = True, value_mapper: dict[SSAValue, SSAValue] | None = None) -> Operation:
     """A copy of ``module``, which is verified first (``ensure_verified``): the copy is
     known to verify, and keeps the source positions of the original's ops (unless
-    ``spans`` is false: a copy whose diagnostics need none)."""
+    ``spans`` is false: a copy whose diagnostics need none). ``value_mapper`` (xDSL's
+    ``clone``) receives each value of ``module`` mapped to its copy."""
     from distir.dialects.frontend import copy_spans
 
     ensure_verified(module)
-    out = module.clone()
+    out = module.clone(value_mapper=value_mapper)
     if spans:
         copy_spans(module, out)
     _record(out, _VERIFIED[module].irdl_ok)
