@@ -16,8 +16,10 @@ make a matmul's or embedding's chain one fused computation-collective operator
 scalar AllReduce (a norm) belongs to its computation and is not split. Each
 transformation proposes only the places that pass cheap necessary conditions of its
 pass (``_values``); a request the pass then refuses is simply not a step. Programs that
-are structurally equal (the same printed IR up to SSA names) are one schedule, reached
-by the shortest pipeline; every new program is verified. ``TRANSFORMATIONS`` is data: a
+are structurally equal (the same IR up to the names of values: ``structure_key``, which
+walks the ops and never prints) are one schedule, reached by the shortest pipeline;
+every new program is verified. A program is printed once, for the names its
+transformations target, and the copies the passes rewrite reuse those names. ``TRANSFORMATIONS`` is data: a
 new pass is one more ``Transformation``.
 
 Each schedule is named from its structure, CoCoNet-style: ``AR`` (AllReduce), ``RS``,
