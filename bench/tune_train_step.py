@@ -104,7 +104,8 @@ def measure(path: str, devices: int, what: str, tree: str | None) -> dict:
         if tree is not None:  # ``import distir`` finds the other tree first
             os.symlink(os.path.abspath(tree), os.path.join(link, "distir"))
             env["PYTHONPATH"] = link + os.pathsep + env.get("PYTHONPATH", "")
-        out = subprocess.run([sys.executable, "-c", MEASURE, path, str(devices), what], capture_output=True, text=True, env=env, check=False)
+        argv = [sys.executable, "-c", MEASURE, path, str(devices), what]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
         raise SystemExit(f"measuring {what} ({tree or 'this tree'}) failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.splitlines()[-1])

@@ -415,7 +415,8 @@ class _Evaluator:
                 # a size the reference lowering does not scale to (blocks of different
                 # sizes there: padded buffers): lowered at that size, its padding counted
                 try:
-                    exact = prepare(lower(at_size(c.module, self.d, s), self.ranks, target=target), _name(c), self.model, self.ranks, Scaling(s, EXACT_Q))
+                    lowered = lower(at_size(c.module, self.d, s), self.ranks, target=target)
+                    exact = prepare(lowered, _name(c), self.model, self.ranks, Scaling(s, EXACT_Q))
                 except (InputRejected, PassFailedException, VerifyException):
                     continue
                 t = float(predict(exact, [s])[0])
