@@ -44,9 +44,10 @@ all-to-all whose dim the group does not divide) runs unfused, as the chain it me
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from xdsl.dialects.builtin import IndexType, MemRefType
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from distir.dialects import coll, dist, layout, rt
 from distir.dialects.dist import TensorType
@@ -101,39 +102,92 @@ def _tile_kernel(lowering, kernel: rt.KernelOp, full: tuple[int, ...], tile: tup
     return name
 
 
-def padded_operands(lowering, head: dist.MatmulOp, c, result: SSAValue, d: int, n: int, shape: tuple[int, ...]):
-    """The buffers of a matmul -> all-reduce / reduce-scatter tile operator cut along
-    ``d`` into ``n`` blocks: (lhs, rhs, the buffer the op writes, moves after the op,
-    the producer's result shape, the result value's buffer). Where the group divides the dim, the values' own buffers. Where it
-    does not (blocks of ceil(s/n)), the producer's result is padded to ``n`` equal blocks
-    along ``d``: the operand that carries ``d`` (``lhs`` for a row or batch dim, ``rhs``
-    for the output columns) and the all-reduce's output are laid out padded
-    (``padding.py``; a copy only where the plan could not), and a contracted dim the
-    ranks do not divide is read as each rank's part (``rt.prefix``). None when the dim
-    cannot be padded so (the reduce-scatter's sliced result)."""
-    at, bt = head.lhs.type, head.rhs.type
-    assert isinstance(at, TensorType) and isinstance(bt, TensorType)
-    a, b = lowering.input(head.lhs), lowering.input(head.rhs)
-    out = lowering.out(result)
-    if shape[d] % n == 0:
-        return lowering.valid(a, at, at.rank - 1), lowering.valid(b, bt, bt.rank - 2), out, [], shape, out
+def carriers(head: dist.MatmulOp | dist.EmbeddingBagOp, d: int) -> list[tuple[SSAValue, int]]:
+    """The producer operands that carry dim ``d`` of its result, with their dim: a
+    matmul's rhs for the output columns, its lhs for the rows (and both for a batch
+    dim of a batched rhs); an embedding bag's indices for the bags, its table for the
+    embedding dim, both for a leading table dim."""
+    rr = head.results[0].type.rank  # type: ignore[attr-defined]
+    if isinstance(head, dist.MatmulOp):
+        rb = head.rhs.type.rank  # type: ignore[attr-defined]
+        if d == rr - 1:
+            return [(head.rhs, rb - 1)]
+        return [(head.lhs, d)] + ([(head.rhs, d)] if rb == rr and d < rr - 2 else [])
+    ti, tt = head.indices.type.rank, head.table.type.rank  # type: ignore[attr-defined]
+    if d == rr - 1:
+        return [(head.table, tt - 1)]
+    if d == rr - 2:
+        return [(head.indices, ti - 2)]
+    return [(head.table, d), (head.indices, d)]
+
+
+@dataclass
+class TileLayout:
+    """How a tile operator's buffers are laid out on a group of ``n`` ranks: ``dim`` of
+    the producer's result is cut into one block per destination; where the group does
+    not divide it (blocks of ceil(s/n)) the operands in ``padded`` (value, dim) are laid
+    out padded to ``n`` equal blocks, so that every block and every tile is full (the
+    padding's tiles compute padding); ``out_dim``: the dim of the result laid out
+    padded the same way (an all-reduce's ``dim``, an all-to-all's concatenation dim
+    where the group does not divide it), None when the result is one block."""
+
+    dim: int
+    padded: list[tuple[SSAValue, int]]
+    out_dim: int | None
+
+
+def tile_layout(ops: list[Operation], sizes_of) -> TileLayout | None:
+    """The layout of the tile operator running ``ops`` (producer, epilogue, collective:
+    see ``lower_tiled``), or None when no tile operator runs it (a dim ``at<r>`` or
+    another op decides)."""
+    head, *_, c = ops
+    t: TensorType = head.results[0].type  # type: ignore[assignment]
+    sizes = sizes_of(t)
+    axes = list(c.option("axes") or (0,))
+    n = group_size(sizes, axes)
+    shape = layout.local_shape(t.get_shape(), t.get_placements(), sizes)
+    out_dim = None
     if isinstance(c, coll.ReduceScatterOp):
-        return None  # its result holds one padded block: the tiles would write past it
-    last = len(shape) - 1
-    if d == last:
-        b = lowering.laid_out(b, bt, bt.rank - 1, [n])
-    elif d < at.rank - 1:
-        a = lowering.laid_out(a, at, d, [n])
+        d = c.option("dim")
+    elif isinstance(c, coll.AllReduceOp):
+        at, bt = head.lhs.type, head.rhs.type  # type: ignore[attr-defined]
+        d = reduce_dim(*(layout.local_shape(x.get_shape(), x.get_placements(), sizes) for x in (at, bt)), shape, n)
+        if d is None:
+            return None
+        out_dim = d
+    elif isinstance(c, coll.AllToAllOp):
+        d = c.option("dim")
+        cat = layout.innermost_slicing(t.get_placements(), axes)
+        if cat is None or cat == d:
+            return None
+        out_dim = cat
     else:
         return None
-    rt_ = result.type
-    assert isinstance(rt_, TensorType)
+    return TileLayout(d, [] if shape[d] % n == 0 else carriers(head, d), out_dim)
+
+
+def padded_operands(lowering, head, result: SSAValue, lay: TileLayout, n: int, contracted: bool):
+    """The producer's operands and the buffer the op writes for layout ``lay``: (inputs,
+    the buffer the op writes, moves after the op): the values' own buffers where the
+    group divides the dims, else their padded buffers (``padding.py``; a copy only where
+    the plan could not lay them out padded). ``contracted``: a matmul's contracted dim
+    the ranks do not divide is read as each rank's part (``rt.prefix``)."""
+    bufs = {v: lowering.input(v) for v in head.operands}
+    for v, dim in lay.padded:
+        bufs[v] = lowering.laid_out(bufs[v], v.type, dim, [n])
+    if contracted:
+        at, bt = head.lhs.type, head.rhs.type
+        bufs[head.lhs] = lowering.valid(bufs[head.lhs], at, at.rank - 1)
+        bufs[head.rhs] = lowering.valid(bufs[head.rhs], bt, bt.rank - 2)
+    else:  # an embedding: rows past this rank's block are not its rows
+        tt = head.table.type
+        bufs[head.table] = lowering.valid(bufs[head.table], tt, tt.rank - 2)
+    out = lowering.out(result)
     after: list = []
-    padded_out = lowering.receiving(out, rt_, d, [n], after)
-    a, b = lowering.valid(a, at, at.rank - 1), lowering.valid(b, bt, bt.rank - 2)
-    padded = list(shape)
-    padded[d] = n * -(-shape[d] // n)
-    return a, b, padded_out, after, tuple(padded), out
+    written = out
+    if lay.out_dim is not None:
+        written = lowering.receiving(out, result.type, lay.out_dim, [n], after)
+    return [bufs[v] for v in head.operands], written, after, out
 
 
 def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
@@ -166,38 +220,30 @@ def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
     s1 = lowering.stream_n(2 if s0 is lowering.stream_n(1) else 1)
     elt = t.element_type
 
+    if isinstance(c, (coll.AllReduceOp, coll.ReduceScatterOp)) and (not isinstance(head, dist.MatmulOp) or epilogue):
+        return False
+    lay = tile_layout(ops, lowering.sizes)
+    if lay is None:
+        return False
+    d = lay.dim
+    logical = shape
+    if lay.padded:
+        shape = tuple(n * -(-x // n) if i == d else x for i, x in enumerate(shape))
+
     if isinstance(c, (coll.AllReduceOp, coll.ReduceScatterOp)):
-        if not isinstance(head, dist.MatmulOp) or epilogue:
-            return False
-        a_shape = lowering.memref(head.lhs.type).get_shape()  # type: ignore[attr-defined]
-        b_shape = lowering.memref(head.rhs.type).get_shape()  # type: ignore[attr-defined]
-        if isinstance(c, coll.ReduceScatterOp):
-            d = c.option("dim")
-        else:
-            d = reduce_dim(a_shape, b_shape, shape, n)
-            if d is None:
-                return False
-        got = padded_operands(lowering, head, c, op.outputs[0], d, n, shape)
-        if got is None:
-            return False
-        a, b, out, after, shape, value = got
+        inputs, out, after, value = padded_operands(lowering, head, op.outputs[0], lay, n, True)
         block_shape = list(shape)
         block_shape[d] //= n
         tiles = _tiles(block_shape[d], chunks)
         red = lowering.alloc(MemRefType(elt, [n, *block_shape]), f"{op.outputs[0].name_hint or 'y'}_red")
         cls = rt.MatmulAllReduceOp if isinstance(c, coll.AllReduceOp) else rt.MatmulReduceScatterOp
-        lowering.emit(cls.make([a, b, out, red, comm, s0, s1], [], op=c.option("op"), dim=d, tiles=tiles, order=order))
+        lowering.emit(cls.make([*inputs, out, red, comm, s0, s1], [], op=c.option("op"), dim=d, tiles=tiles, order=order))
         for move in after:
             move()
         lowering.buf[op.outputs[0]] = value
         return True
 
-    if not isinstance(c, coll.AllToAllOp):
-        return False
-    e = c.option("dim")
-    cat = layout.innermost_slicing(c.input.type.get_placements(), axes)  # type: ignore[attr-defined]
-    if cat is None or cat == e or shape[e] % n:
-        return False
+    e, cat = d, lay.out_dim
     # Tiles along the leading (table / expert) dim when there is one other than the
     # destination dim: the tiles of one group of tables or experts then run back to back
     # for every destination, reading their rows or weights once.
@@ -217,7 +263,7 @@ def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
         if not isinstance(call, rt.CallOp) or len(call.outputs) != 1:
             return False
         kernel = kernels.get(call.kernel_name)
-        name = _tile_kernel(lowering, kernel, shape, tuple(tile)) if kernel is not None else None
+        name = _tile_kernel(lowering, kernel, logical, tuple(tile)) if kernel is not None else None
         if name is None:
             return False
         args: list[SSAValue] = []
@@ -230,15 +276,16 @@ def lower_tiled(lowering, op: coll.OverlapOp) -> bool:
                 args.append(lowering.input(v))
         region.add_op(rt.LaunchOp.get(name, [*args, region.args[0], s0]))
         prev = call.outputs[0]
-    out = lowering.out(op.outputs[0])
+    inputs, out, after, value = padded_operands(lowering, head, op.outputs[0], lay, n, isinstance(head, dist.MatmulOp))
     options = {"dim": e, "concat": cat, "tile_dim": tile_dim if tile_dim != e else -1, "tiles": tiles, "order": order}
     if isinstance(head, dist.MatmulOp):
-        operands = [lowering.input(head.lhs), lowering.input(head.rhs)]
-        new = rt.MatmulAllToAllOp.make([*operands, out, comm, s0, s1], [], [Region(region)], **options)
+        new = rt.MatmulAllToAllOp.make([*inputs, out, comm, s0, s1], [], [Region(region)], **options)
     else:
-        operands = [lowering.input(head.table), lowering.input(head.indices), lowering.embedding_row0(head)]
+        operands = [*inputs, lowering.embedding_row0(head)]
         new = rt.EmbeddingAllToAllOp.make([*operands, out, comm, s0, s1], [], [Region(region)], mode=head.option("mode"), **options)
     lowering.emit(new)
-    lowering.buf[op.outputs[0]] = out
+    for move in after:
+        move()
+    lowering.buf[op.outputs[0]] = value
     return True
 

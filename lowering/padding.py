@@ -132,28 +132,24 @@ def padding_plan(f: func.FuncOp, sizes_of: Sizes) -> dict[SSAValue, dict[int, in
 
 
 def _tile_needs(op: Operation, sizes_of: Sizes, need) -> None:
-    """A matmul -> all-reduce tile operator cut along a dim the group does not divide
-    (``fused_ops.padded_operands``): the operand carrying that dim and the result."""
-    from distir.lowering.fused_ops import reduce_dim
+    """A tile operator cut along a dim the group does not divide, or whose all-to-all
+    gathers along such a dim (``fused_ops.tile_layout``): the operands carrying the cut
+    dim and the result."""
+    from distir.lowering.fused_ops import tile_layout
 
     ops = [o for o in op.regions[0].block.ops if not isinstance(o, coll.YieldOp)]
-    if len(ops) != 2 or not isinstance(ops[0], dist.MatmulOp) or not isinstance(ops[1], coll.AllReduceOp):
+    if len(ops) < 2 or not isinstance(ops[0], (dist.MatmulOp, dist.EmbeddingBagOp)):
         return
-    head, c = ops
-    t, at, bt, rt_ = head.result.type, head.lhs.type, head.rhs.type, op.results[0].type
-    if not all(isinstance(x, TensorType) for x in (t, at, bt, rt_)):
+    if not isinstance(ops[-1], (coll.AllReduceOp, coll.ReduceScatterOp, coll.AllToAllOp)):
         return
-    sizes = sizes_of(t)
-    n = math.prod(sizes[a] for a in c.axes)
-    local = [layout.local_shape(x.get_shape(), x.get_placements(), sizes) for x in (t, at, bt)]
-    d = reduce_dim(local[1], local[2], local[0], n)
-    if d is None or local[0][d] % n == 0:
+    lay = tile_layout(ops, sizes_of)
+    if lay is None:
         return
-    if d == len(local[0]) - 1:
-        need(head.rhs, bt, bt.rank - 1, [n])
-    elif d < at.rank - 1:
-        need(head.lhs, at, d, [n])
-    need(op.results[0], rt_, d, [n])
+    n = math.prod(sizes_of(ops[0].results[0].type)[a] for a in (ops[-1].option("axes") or (0,)))  # type: ignore[attr-defined]
+    for v, dim in lay.padded:
+        need(v, v.type, dim, [n])
+    if lay.out_dim is not None:
+        need(op.results[0], op.results[0].type, lay.out_dim, [n])
 
 
 def _collective_needs(op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, y: SSAValue, options: dict, sizes_of: Sizes, need) -> None:

@@ -82,9 +82,9 @@ func.func @nested(%x: !dist.tensor<5xf32, @grid, [sliced<0>, sliced<0>]>) -> !di
 // contracted dim (13: 4, 4, 4, 1) is read as each rank's part.
 // CHECK-LABEL: func.func @tiles
 // CHECK-SAME: (%[[X:.*]]: memref<5x4xf32>, %[[W:.*]]: memref<4x8xf32>) -> memref<5x7xf32>
-// CHECK: %[[Y:.*]] = rt.alloc : () -> memref<5x8xf32>
 // CHECK: %[[XV:.*]] = rt.prefix %[[X]], %[[LEN:.*]] dim 1 : (memref<5x4xf32>, index) -> memref<5x?xf32>
 // CHECK-NEXT: %[[WV:.*]] = rt.prefix %[[W]], %[[LEN]] dim 0 : (memref<4x8xf32>, index) -> memref<?x8xf32>
+// CHECK: %[[Y:.*]] = rt.alloc : () -> memref<5x8xf32>
 // CHECK: rt.matmul_all_reduce sum %[[XV]], %[[WV]], %[[Y]], %{{.*}} dim 1 tiles 2 order remote_first : (memref<5x?xf32>, memref<?x8xf32>, memref<5x8xf32>, memref<4x5x2xf32>,
 func.func @tiles(%x: !dist.tensor<5x13xf32, @world, [sliced<1>]>, %w: !dist.tensor<13x7xf32, @world, [sliced<0>]>) -> !dist.tensor<5x7xf32, @world, [replicated]> {
   %y = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<5x7xf32, @world, [replicated]> {
