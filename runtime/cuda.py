@@ -238,9 +238,9 @@ class CudaDevice:
         b3 = self.contiguous(b, stream)
         sa, sb = tuple(a3.shape), tuple(b3.shape)
         m, k, n = sa[len(sa) - 2], sa[len(sa) - 1], sb[len(sb) - 1]
-        batch = math.prod(sa) // (m * k)
+        batch = math.prod(sa[:-2])  # not size / (m * k): a rank's contracted part may be empty
         a3 = a3.reshape(batch, m, k)
-        b3 = b3.reshape(math.prod(sb) // (k * n), k, n)
+        b3 = b3.reshape(math.prod(sb[:-2]), k, n)
         c3 = c.reshape(batch, m, n) if c.is_c_contiguous() else self.alloc((batch, m, n), c.dtype)
         tile = ck.TILE
         tiles = batch * math.ceil(m / tile) * math.ceil(n / tile)

@@ -33,6 +33,7 @@ def sim_report(tmp_path_factory):
     d = tmp_path_factory.mktemp("cudasim")
     jobs = [{"id": case_id(c), "text": dict(schedules(c[0]))[c[1]], "func": c[2], "ranks": c[3], "seed": 4} for c in CASES]
     jobs += [{"id": f"uneven-{name}", "text": UNEVEN[name], "func": None, "ranks": 3, "seed": 4} for name in UNEVEN_CASES]
+    jobs += [{"id": f"uneven-{name}-{r}", "text": UNEVEN[name], "func": None, "ranks": r, "seed": 4} for name, r in UNEVEN_MORE_RANKS]
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONWARNINGS="ignore")
     procs = []
     for b in range(BATCHES):
@@ -50,14 +51,28 @@ def sim_report(tmp_path_factory):
     return report
 
 
-UNEVEN_CASES = ("ag", "rs", "ops", "fused", "tiles")
+UNEVEN_CASES = ("ag", "rs", "ops", "fused", "tiles", "tiles_rs", "tiles_emb", "tiles_moe", "tiles_cols")
 """Programs of ``test_uneven_backends.py`` (dims 3 ranks do not divide: padded buffers,
-the rank's part of a padded block, reductions with a count) on the simulated device."""
+the rank's part of a padded block, reductions with a count, every fused tile operator
+with a ragged last block) on the simulated device."""
+
+UNEVEN_MORE_RANKS = (("tiles_rs", 5), ("tiles_emb", 7))
+"""On more ranks: a GEMM + ReduceScatter whose last rank holds none of the contracted
+dim (11 over 5: 3, 3, 3, 2, 0; the tiled matmul kernel with an empty contraction) and an
+embedding + All-to-All of 7 tables and 10 bags over 7 ranks (blocks of 2 bags, the
+last ranks' empty)."""
 
 
 @pytest.mark.parametrize("name", UNEVEN_CASES)
 def test_simulated_cuda_device_runs_uneven_blocks(sim_report, name):
     entry = sim_report.get(f"uneven-{name}")
+    assert entry is not None, f"not run: {sim_report}"
+    assert entry["ok"], entry["message"]
+
+
+@pytest.mark.parametrize("name,ranks", UNEVEN_MORE_RANKS)
+def test_simulated_cuda_device_runs_uneven_tiles_on_more_ranks(sim_report, name, ranks):
+    entry = sim_report.get(f"uneven-{name}-{ranks}")
     assert entry is not None, f"not run: {sim_report}"
     assert entry["ok"], entry["message"]
 

@@ -85,10 +85,60 @@ func.func @f(%i: !dist.tensor<6x2xi32, @world, [replicated]>, %u: !dist.tensor<6
   func.return %r : !dist.tensor<11x4xf32, @world, [replicated]>
 }
 """,
+    "tiles_rs": """dist.mesh @world shape = [?]
+func.func @f(%x: !dist.tensor<13x11xf32, @world, [sliced<1>]>, %w: !dist.tensor<11x5xf32, @world, [sliced<0>]>) -> !dist.tensor<13x5xf32, @world, [sliced<0>]> {
+  %r = coll.overlap chunks 3 order remote_first granularity tile -> !dist.tensor<13x5xf32, @world, [sliced<0>]> {
+    %p = dist.matmul %x, %w : (!dist.tensor<13x11xf32, @world, [sliced<1>]>, !dist.tensor<11x5xf32, @world, [sliced<0>]>) -> !dist.tensor<13x5xf32, @world, [local]>
+    %s = coll.reduce_scatter sum %p dim 0 : !dist.tensor<13x5xf32, @world, [local]> -> !dist.tensor<13x5xf32, @world, [sliced<0>]>
+    coll.yield %s : !dist.tensor<13x5xf32, @world, [sliced<0>]>
+  }
+  func.return %r : !dist.tensor<13x5xf32, @world, [sliced<0>]>
+}
+""",
+    "tiles_emb": """dist.mesh @world shape = [?]
+func.func @f(%t: !dist.tensor<7x9x4xf32, @world, [sliced<0>]>, %i: !dist.tensor<7x10x3xi32, @world, [sliced<0>]>) -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]> {
+  %m = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]> {
+    %e = dist.embedding_bag %t, %i mode sum : (!dist.tensor<7x9x4xf32, @world, [sliced<0>]>, !dist.tensor<7x10x3xi32, @world, [sliced<0>]>) -> !dist.tensor<7x10x4xf32, @world, [sliced<0>]>
+    %a = coll.all_to_all %e dim 1 : !dist.tensor<7x10x4xf32, @world, [sliced<0>]> -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]>
+    coll.yield %a : !dist.tensor<7x10x4xf32, @world, [sliced<1>]>
+  }
+  func.return %m : !dist.tensor<7x10x4xf32, @world, [sliced<1>]>
+}
+""",
+    "tiles_moe": """dist.mesh @world shape = [?]
+func.func @f(%x: !dist.tensor<7x10x4xf32, @world, [sliced<0>]>, %w: !dist.tensor<7x4x6xf32, @world, [sliced<0>]>) -> !dist.tensor<7x10x6xf32, @world, [sliced<1>]> {
+  %b = coll.overlap chunks 3 order remote_first granularity tile -> !dist.tensor<7x10x6xf32, @world, [sliced<1>]> {
+    %h = dist.matmul %x, %w : (!dist.tensor<7x10x4xf32, @world, [sliced<0>]>, !dist.tensor<7x4x6xf32, @world, [sliced<0>]>) -> !dist.tensor<7x10x6xf32, @world, [sliced<0>]>
+    %a = dist.map(%h) : (!dist.tensor<7x10x6xf32, @world, [sliced<0>]>) -> !dist.tensor<7x10x6xf32, @world, [sliced<0>]> {
+    ^bb0(%z: f32):
+      %zero = arith.constant 0.0 : f32
+      %r = arith.maximumf %z, %zero : f32
+      dist.yield %r : f32
+    }
+    %c = coll.all_to_all %a dim 1 : !dist.tensor<7x10x6xf32, @world, [sliced<0>]> -> !dist.tensor<7x10x6xf32, @world, [sliced<1>]>
+    coll.yield %c : !dist.tensor<7x10x6xf32, @world, [sliced<1>]>
+  }
+  func.return %b : !dist.tensor<7x10x6xf32, @world, [sliced<1>]>
+}
+""",
+    "tiles_cols": """dist.mesh @world shape = [?]
+func.func @f(%x: !dist.tensor<10x4xf32, @world, [replicated]>, %w: !dist.tensor<4x11xf32, @world, [sliced<1>]>) -> !dist.tensor<10x11xf32, @world, [sliced<0>]> {
+  %b = coll.overlap chunks 2 order natural granularity tile -> !dist.tensor<10x11xf32, @world, [sliced<0>]> {
+    %h = dist.matmul %x, %w : (!dist.tensor<10x4xf32, @world, [replicated]>, !dist.tensor<4x11xf32, @world, [sliced<1>]>) -> !dist.tensor<10x11xf32, @world, [sliced<1>]>
+    %c = coll.all_to_all %h dim 0 : !dist.tensor<10x11xf32, @world, [sliced<1>]> -> !dist.tensor<10x11xf32, @world, [sliced<0>]>
+    coll.yield %c : !dist.tensor<10x11xf32, @world, [sliced<0>]>
+  }
+  func.return %b : !dist.tensor<10x11xf32, @world, [sliced<0>]>
+}
+""",
 }
 """``all_gather``/``all_to_all`` of 7 x 5; reduce-scatters along dims 0 and 1 (13 of
 them); matmul, embedding, dropout, iota and reductions over 13 and 11 rows; nested
 reduce-scatters and all-gathers of 11 over a [2, n/2] mesh; a fused all-reduce updating
 10 elements in place; an embedding gradient (scatter_add) into 11 rows sliced over
 the ranks; a GEMM + AllReduce tile operator (overlap granularity tile) contracting 13
-and cutting 7 output columns over the ranks."""
+and cutting 7 output columns over the ranks; the other tile operators with a ragged
+last block (``fused_ops.tile_layout``): a GEMM + ReduceScatter of 13 rows in up to 3
+tiles, an embedding + All-to-All of 7 tables (the dim it gathers) and 10 bags, an
+expert GEMM + ReLU + All-to-All of 7 experts and 10 tokens, and a GEMM + All-to-All of
+11 columns (gathered) and 10 rows (scattered) in natural order."""
