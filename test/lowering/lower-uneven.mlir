@@ -94,3 +94,61 @@ func.func @tiles(%x: !dist.tensor<5x13xf32, @world, [sliced<1>]>, %w: !dist.tens
   }
   func.return %y : !dist.tensor<5x7xf32, @world, [replicated]>
 }
+
+// The other tile operators, blocks padded the same way. GEMM + ReduceScatter of 13 rows
+// (4, 4, 4, 1): the lhs rows are laid out padded (16) in the signature, the result is
+// one padded block; each block of 4 rows in 2 tiles (3 do not divide it).
+// CHECK-LABEL: func.func @tiles_reduce_scatter
+// CHECK-SAME: (%[[X:.*]]: memref<16x3xf32>, %[[W:.*]]: memref<3x5xf32>) -> memref<4x5xf32>
+// CHECK: %[[XV:.*]] = rt.prefix %[[X]], %[[LEN:.*]] dim 1 : (memref<16x3xf32>, index) -> memref<16x?xf32>
+// CHECK-NEXT: %[[WV:.*]] = rt.prefix %[[W]], %[[LEN]] dim 0 : (memref<3x5xf32>, index) -> memref<?x5xf32>
+// CHECK-NEXT: %[[R:.*]] = rt.alloc : () -> memref<4x5xf32>
+// CHECK-NEXT: %[[RED:.*]] = rt.alloc : () -> memref<4x4x5xf32>
+// CHECK-NEXT: rt.matmul_reduce_scatter sum %[[XV]], %[[WV]], %[[R]], %[[RED]], %{{.*}} dim 0 tiles 2 order remote_first
+// CHECK-NOT: rt.copy
+// CHECK: func.return %[[R]] : memref<4x5xf32>
+func.func @tiles_reduce_scatter(%x: !dist.tensor<13x11xf32, @world, [sliced<1>]>, %w: !dist.tensor<11x5xf32, @world, [sliced<0>]>) -> !dist.tensor<13x5xf32, @world, [sliced<0>]> {
+  %r = coll.overlap chunks 3 order remote_first granularity tile -> !dist.tensor<13x5xf32, @world, [sliced<0>]> {
+    %p = dist.matmul %x, %w : (!dist.tensor<13x11xf32, @world, [sliced<1>]>, !dist.tensor<11x5xf32, @world, [sliced<0>]>) -> !dist.tensor<13x5xf32, @world, [local]>
+    %s = coll.reduce_scatter sum %p dim 0 : !dist.tensor<13x5xf32, @world, [local]> -> !dist.tensor<13x5xf32, @world, [sliced<0>]>
+    coll.yield %s : !dist.tensor<13x5xf32, @world, [sliced<0>]>
+  }
+  func.return %r : !dist.tensor<13x5xf32, @world, [sliced<0>]>
+}
+
+// Embedding + All-to-All of 7 tables (2, 2, 2, 1) and 10 bags (3, 3, 3, 1): the indices'
+// bags are laid out padded (12) in the signature, the result's tables (the dim the
+// all-to-all gathers) in a padded buffer (8) whose prefix is the value: no copy.
+// CHECK-LABEL: func.func @tiles_embedding
+// CHECK-SAME: (%[[T:.*]]: memref<2x9x4xf32>, %[[I:.*]]: memref<2x12x3xi32>) -> memref<7x3x4xf32>
+// CHECK: %[[P:.*]] = rt.alloc : () -> memref<8x3x4xf32>
+// CHECK-NEXT: %[[V:.*]] = rt.prefix %[[P]] dim 0 : memref<8x3x4xf32> -> memref<7x3x4xf32>
+// CHECK: rt.embedding_all_to_all %[[T]], %[[I]], %{{.*}}, %[[P]], %{{.*}} dim 1 concat 0 tile_dim 0 tiles 2 order remote_first
+// CHECK-NOT: rt.copy
+// CHECK: func.return %[[V]] : memref<7x3x4xf32>
+func.func @tiles_embedding(%t: !dist.tensor<7x9x4xf32, @world, [sliced<0>]>, %i: !dist.tensor<7x10x3xi32, @world, [sliced<0>]>) -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]> {
+  %m = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]> {
+    %e = dist.embedding_bag %t, %i mode sum : (!dist.tensor<7x9x4xf32, @world, [sliced<0>]>, !dist.tensor<7x10x3xi32, @world, [sliced<0>]>) -> !dist.tensor<7x10x4xf32, @world, [sliced<0>]>
+    %a = coll.all_to_all %e dim 1 : !dist.tensor<7x10x4xf32, @world, [sliced<0>]> -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]>
+    coll.yield %a : !dist.tensor<7x10x4xf32, @world, [sliced<1>]>
+  }
+  func.return %m : !dist.tensor<7x10x4xf32, @world, [sliced<1>]>
+}
+
+// GEMM + All-to-All scattering 10 rows (3, 3, 3, 1) and gathering 11 columns (3, 3, 3,
+// 2): the replicated lhs is laid out padded (12 rows), the result in 12 columns.
+// CHECK-LABEL: func.func @tiles_columns
+// CHECK-SAME: (%[[X:.*]]: memref<12x4xf32>, %[[W:.*]]: memref<4x3xf32>) -> memref<3x11xf32>
+// CHECK: %[[P:.*]] = rt.alloc : () -> memref<3x12xf32>
+// CHECK-NEXT: %[[V:.*]] = rt.prefix %[[P]] dim 1 : memref<3x12xf32> -> memref<3x11xf32>
+// CHECK: rt.matmul_all_to_all %[[X]], %[[W]], %[[P]], %{{.*}} dim 0 concat 1 tiles 1 order natural
+// CHECK-NOT: rt.copy
+// CHECK: func.return %[[V]] : memref<3x11xf32>
+func.func @tiles_columns(%x: !dist.tensor<10x4xf32, @world, [replicated]>, %w: !dist.tensor<4x11xf32, @world, [sliced<1>]>) -> !dist.tensor<10x11xf32, @world, [sliced<0>]> {
+  %b = coll.overlap chunks 2 order natural granularity tile -> !dist.tensor<10x11xf32, @world, [sliced<0>]> {
+    %q = dist.matmul %x, %w : (!dist.tensor<10x4xf32, @world, [replicated]>, !dist.tensor<4x11xf32, @world, [sliced<1>]>) -> !dist.tensor<10x11xf32, @world, [sliced<1>]>
+    %c = coll.all_to_all %q dim 0 : !dist.tensor<10x11xf32, @world, [sliced<1>]> -> !dist.tensor<10x11xf32, @world, [sliced<0>]>
+    coll.yield %c : !dist.tensor<10x11xf32, @world, [sliced<0>]>
+  }
+  func.return %b : !dist.tensor<10x11xf32, @world, [sliced<0>]>
+}

@@ -146,3 +146,40 @@ func.func @uneven_matmul_all_reduce(%a: !dist.tensor<5x13xf32, @world, [sliced<1
   %s = coll.all_reduce sum %m : !dist.tensor<5x7xf32, @world, [local]> -> !dist.tensor<5x7xf32, @world, [replicated]>
   func.return %s : !dist.tensor<5x7xf32, @world, [replicated]>
 }
+
+// Tile operators whose dims no power of two divides (13 rows, 7 tables or experts, 10
+// bags or tokens): wrapped as on even dims; the lowering lays their blocks out padded
+// (test/lowering/lower-uneven.mlir).
+// TILE-LABEL: func.func @uneven_tiles
+// TILE:         %[[RS:.*]] = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<13x5xf32, @world, [sliced<0>]> {
+// TILE-NEXT:      %[[P:.*]] = dist.matmul %x, %v
+// TILE-NEXT:      %[[S:.*]] = coll.reduce_scatter sum %[[P]] dim 0
+// TILE-NEXT:      coll.yield %[[S]]
+// TILE:         %[[EA:.*]] = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]> {
+// TILE-NEXT:      %[[E:.*]] = dist.embedding_bag %t, %i
+// TILE-NEXT:      %[[A:.*]] = coll.all_to_all %[[E]] dim 1
+// TILE-NEXT:      coll.yield %[[A]]
+// TILE:         %[[XA:.*]] = coll.overlap chunks 2 order remote_first granularity tile -> !dist.tensor<7x10x6xf32, @world, [sliced<1>]> {
+// TILE-NEXT:      %[[G:.*]] = dist.matmul %tok, %ew
+// TILE-NEXT:      %[[RELU:.*]] = dist.map(%[[G]])
+// TILE:           %[[B:.*]] = coll.all_to_all %[[RELU]] dim 1
+// TILE-NEXT:      coll.yield %[[B]]
+// TILE:         func.return %[[RS]], %[[EA]], %[[XA]]
+func.func @uneven_tiles(%x: !dist.tensor<13x11xf32, @world, [sliced<1>]>, %v: !dist.tensor<11x5xf32, @world, [sliced<0>]>,
+                        %t: !dist.tensor<7x9x4xf32, @world, [sliced<0>]>, %i: !dist.tensor<7x10x3xi32, @world, [sliced<0>]>,
+                        %tok: !dist.tensor<7x10x4xf32, @world, [sliced<0>]>, %ew: !dist.tensor<7x4x6xf32, @world, [sliced<0>]>)
+    -> (!dist.tensor<13x5xf32, @world, [sliced<0>]>, !dist.tensor<7x10x4xf32, @world, [sliced<1>]>, !dist.tensor<7x10x6xf32, @world, [sliced<1>]>) {
+  %p = dist.matmul %x, %v : (!dist.tensor<13x11xf32, @world, [sliced<1>]>, !dist.tensor<11x5xf32, @world, [sliced<0>]>) -> !dist.tensor<13x5xf32, @world, [local]>
+  %s = coll.reduce_scatter sum %p dim 0 : !dist.tensor<13x5xf32, @world, [local]> -> !dist.tensor<13x5xf32, @world, [sliced<0>]>
+  %e = dist.embedding_bag %t, %i mode sum : (!dist.tensor<7x9x4xf32, @world, [sliced<0>]>, !dist.tensor<7x10x3xi32, @world, [sliced<0>]>) -> !dist.tensor<7x10x4xf32, @world, [sliced<0>]>
+  %a = coll.all_to_all %e dim 1 : !dist.tensor<7x10x4xf32, @world, [sliced<0>]> -> !dist.tensor<7x10x4xf32, @world, [sliced<1>]>
+  %g = dist.matmul %tok, %ew : (!dist.tensor<7x10x4xf32, @world, [sliced<0>]>, !dist.tensor<7x4x6xf32, @world, [sliced<0>]>) -> !dist.tensor<7x10x6xf32, @world, [sliced<0>]>
+  %relu = dist.map(%g) : (!dist.tensor<7x10x6xf32, @world, [sliced<0>]>) -> !dist.tensor<7x10x6xf32, @world, [sliced<0>]> {
+  ^bb0(%z: f32):
+    %zero = arith.constant 0.0 : f32
+    %r = arith.maximumf %z, %zero : f32
+    dist.yield %r : f32
+  }
+  %b = coll.all_to_all %relu dim 1 : !dist.tensor<7x10x6xf32, @world, [sliced<0>]> -> !dist.tensor<7x10x6xf32, @world, [sliced<1>]>
+  func.return %s, %a, %b : !dist.tensor<13x5xf32, @world, [sliced<0>]>, !dist.tensor<7x10x4xf32, @world, [sliced<1>]>, !dist.tensor<7x10x6xf32, @world, [sliced<1>]>
+}
