@@ -33,12 +33,19 @@ becomes::
     %red = rt.alloc : () -> memref<2x4x8xf32>
     rt.matmul_all_reduce sum %x, %w, %y, %red, %c, %s, %s1 dim 1 tiles 2 order remote_first : (...) -> ()
 
-A dim the group does not divide (blocks of ceil(s/n)): for a GEMM + AllReduce the
-operand that carries the dim and the result are laid out padded (``padded_operands``,
-``padding.py``), so every block and every tile is full, the padding's tiles computing
-padding. A chain the runtime op cannot express (values held ``at<r>`` by some ranks, an
-epilogue with other tensor operands or index parameters, a reduce-scatter or an
-all-to-all whose dim the group does not divide) runs unfused, as the chain it means.
+A dim the group does not divide (blocks of ceil(s/n), the last ranks' shorter or
+empty; ``tile_layout``): the producer's operands that carry the cut dim (``carriers``:
+a matmul's rows or output columns, an embedding bag's bags, embedding dim or tables)
+are laid out padded to ``n`` blocks of ceil(s/n), and so is the result along the dim
+it gathers (an all-reduce's cut dim, an all-to-all's concatenation dim), by the plan
+(``padding.py``: padded arguments in the lowered signature, the value a prefix of its
+padded buffer, a copy only where the plan could not, as for nested blocks that do not
+line up). Every block and every tile is then full, the padding's tiles computing
+padding that nobody reads; a reduce-scatter's result is already one padded block. A
+contracted dim the ranks do not divide is read as each rank's part (``rt.prefix``; the
+last ranks' may be empty). A chain the runtime op cannot express (values held
+``at<r>`` by some ranks, an epilogue with other tensor operands or index parameters)
+runs unfused, as the chain it means.
 """
 
 from __future__ import annotations
