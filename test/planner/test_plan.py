@@ -123,6 +123,26 @@ def test_repeated_layers_are_one_class_and_the_program_does_not_grow_with_them()
     assert sizes[0][0] < 520 and sizes[0][3] < 40_000
 
 
+def test_the_cost_model_prices_each_class_once_however_many_layers():
+    """The op costs and reshardings of a GPT step's integer program are computed once
+    per class of alike ops, not per layer: as many cost-model evaluations at 5 layers as
+    at 9 (1.75x the ops), counted, not timed."""
+    from unittest import mock
+
+    from distir.planner import costs
+
+    counts = []
+    for layers in (5, 9):
+        g = read_graph(parse_module(gpt_text(layers)))
+        costs._STEPS.clear()
+        with mock.patch.object(costs, "dist_op_work", wraps=costs.dist_op_work) as work, mock.patch.object(costs, "_steps", wraps=costs._steps) as steps:
+            ilp.build(g, ShapeCosts(g, (2, 2), SLOW))
+        counts.append((len(g.nodes), work.call_count, steps.call_count))
+    (n5, work5, steps5), (n9, work9, steps9) = counts
+    assert n9 > 1.7 * n5
+    assert work9 == work5 and steps9 == steps5, counts
+
+
 def test_the_relaxation_solves_the_integer_program():
     _, result = planned("gpt", 4)
     assert all(s.solution.extra["solved by"] in ("relaxation", "branch and bound") for s in result.searched)
