@@ -16,14 +16,14 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.programs import KINDS, UNEVEN_MESHES, programs
+from support.programs import KINDS, UNEVEN_MESHES, examples, programs
 from xdsl.dialects.builtin import ModuleOp
 
 from distir.passes.pipeline import apply_pipeline
 from distir.runtime import equivalent
 
-RANDOM_PIPELINES = 500
-UNEVEN_PIPELINES = 100
+RANDOM_PIPELINES = examples(300)
+UNEVEN_PIPELINES = examples(100)
 
 PASSES = (
     "expand-collectives",

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
-from support.programs import COLLECTIVES, KINDS, UNEVEN_MESHES, programs
+from support.programs import COLLECTIVES, KINDS, UNEVEN_MESHES, examples, programs
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
@@ -36,8 +36,8 @@ from distir.runtime import npz, run_function
 from distir.runtime.equivalence import compare_outputs, program_precision
 from distir.runtime.values import DistValue, numpy_dtype, rank_coords, stores
 
-RANDOM_PROGRAMS = 1000
-UNEVEN_PROGRAMS = 200
+RANDOM_PROGRAMS = examples(500)
+UNEVEN_PROGRAMS = examples(200)
 # Collectives drawn three times as often as the other kinds.
 WEIGHTED = KINDS + tuple(f"coll.{k}" for k in COLLECTIVES) * 2
 

@@ -52,6 +52,7 @@ and exponentials so that values stay finite.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -91,6 +92,13 @@ from distir.dialects.placements import (
     Sliced,
     Unplaced,
 )
+
+
+def examples(n: int) -> int:
+    """How many random programs a property test draws: ``n`` (sized for CI) times
+    ``DISTIR_RANDOM_SCALE`` (default 1; ``DISTIR_RANDOM_SCALE=10`` for a long run)."""
+    return max(1, round(n * float(os.environ.get("DISTIR_RANDOM_SCALE", "1"))))
+
 
 PRIMITIVES = ("reduce", "slice", "join", "repl", "drop", "store", "load")
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "all_to_all", "send", "permute")
