@@ -28,11 +28,9 @@
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial, wraps
 
@@ -160,28 +158,19 @@ class PlanResult:
         return self.plans[0]
 
 
-@contextmanager
-def without_cycle_collection():
-    """Python's cyclic garbage collector paused: a program's IR is millions of objects in
-    reference cycles (each op and its parent), and every full collection traverses all
-    of them; planning the 24-layer GPT step at 256 ranks spent a quarter of its CPU
-    there (measured, the same plans). The cycles it leaves are collected once it
-    resumes (the peak memory grew by a fifth: 364 -> 436 MB on that plan)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def _paused(f):
-    """``f`` run ``without_cycle_collection``."""
+    """``f`` run with Python's cyclic garbage collector paused (``passes.support.
+    gc_paused``): a program's IR is millions of objects in reference cycles (each op and
+    its parent), and every full collection traverses all of them; planning the 24-layer
+    GPT step at 256 ranks spent a quarter of its CPU there (measured, the same plans).
+    The cycles left are collected once it resumes (the peak memory grew by a fifth:
+    364 -> 436 MB on that plan)."""
 
     @wraps(f)
     def run(*args, **kwargs):
-        with without_cycle_collection():
+        from distir.passes.support import gc_paused
+
+        with gc_paused():
             return f(*args, **kwargs)
 
     return run
@@ -307,25 +296,6 @@ def plan(
             if (len(s.mesh.sizes) == 1 or levels_mesh(s.mesh)) and key not in written:
                 written.add(key)
                 out.append(Searched(s.mesh, s.solution, s.size, s.problem, 0.0, overlapped=True, annotated=True))
-        return out
-        starts = feasible[: max(1, top)]
-        starts += [s for s in feasible if levels_mesh(s.mesh) and s not in starts]
-        for s in starts:
-            sc, st = structures[s.mesh.sizes]
-            p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
-            sol = ilp.solve(p, memory)
-            if sol is not None and (s.mesh.key, p.chosen(sol.choice)) not in seen:
-                seen.append((s.mesh.key, p.chosen(sol.choice)))
-                out.append(Searched(s.mesh, sol, p.size(), p, 0.0, overlapped=True))
-        laid_out: list[Searched] = []
-        for first in starts:
-            assert first.problem is not None and first.solution is not None
-            for r in ilp.largest_arguments(g, first.problem, alternatives):
-                sol = ilp.solve(first.problem, memory, forbid={r: first.solution.choice[r]})
-                if sol is not None and (first.mesh.key, first.problem.chosen(sol.choice)) not in seen:
-                    seen.append((first.mesh.key, first.problem.chosen(sol.choice)))
-                    laid_out.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
-        out += laid_out
         return out
 
     k = 0
