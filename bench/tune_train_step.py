@@ -5,28 +5,32 @@ GELU MLP with a mean-squared loss and an SGD update, x and y sliced over a 16-de
 
     python bench/tune_train_step.py [--rows 8192] [--d 1600] [--f 6400] [--devices 16]
                                     [--write PROGRAM.mlir] [--repeat 3] [--profile]
+                                    [--baseline DIR]
 
 It lowers the step with JAX (in a subprocess: ``XLA_FLAGS`` gives JAX the host devices;
-shapes only, nothing is allocated), then runs ``distir-tune`` on it in this process and
-prints the CPU seconds of the tuning (least of ``--repeat``), the machine's load and the
-tuner's own phases. Target: exploring and predicting the step at the full size (w1
-1600x6400, w2 6400x1600, 8x1024 rows; 373 schedules explored) within the tuner's 10 s
-budget. ``--write PROGRAM.mlir`` keeps the lowered program (``--rows 64 --d 16 --f 64
---write ...`` gives the same structure, small, for ``distir-tune`` by hand).
-``--profile`` prints cProfile's top functions of one tuning run.
+shapes only, nothing is allocated), then measures, each in a process of its own, the CPU
+seconds of the exploration alone (``tuning.explore`` as ``distir-tune`` calls it) and of
+the whole ``distir-tune`` run (its worker processes included), the least of
+``--repeat``, and prints them with the machine's load. Target: the whole run at the full
+size (w1 1600x6400, w2 6400x1600, 8x1024 rows; 400 schedules explored) within the
+tuner's 10 s budget. ``--baseline DIR`` measures another distir source tree too (e.g.
+``git archive COMMIT | tar -x -C DIR``), alternating with this one, and prints both
+side by side with their ratio. ``--write PROGRAM.mlir`` keeps the lowered program
+(``--rows 64 --d 16 --f 64 --write ...`` gives the same structure, small:
+test/tuning/inputs/mlp-train-step.mlir). ``--profile`` prints cProfile's top functions of
+one tuning run of this tree.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
 
 LOWER = r"""
 import os, sys
@@ -62,28 +66,54 @@ def lower_step(rows: int, d: int, f: int, devices: int) -> str:
     return out.stdout
 
 
-def tune_cpu(path: str, devices: int) -> tuple[float, str]:
-    """CPU seconds of one ``distir-tune PATH --model dgx2 --nodes 1 --ranks N`` (run in
-    this process; its worker processes' CPU counted too) and what it printed."""
-    import contextlib
-    import io
+MEASURE = r"""
+import io, contextlib, json, resource, sys
 
-    from distir.tools.tune import main
+def cpu():  # this process and the tuner's worker processes
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
-    import resource
+path, devices, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+from distir.tools.run import read_module
+from distir.tools.tune import main
+from distir.tuning.explore import explore, only_function
+from distir.tuning.sizes import choose_dim, fitting
 
-    def cpu_now() -> float:  # this process and the tuner's worker processes
-        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
+if what == "explore":
+    module = only_function(read_module(path), None)
+    d = choose_dim(module, None)
+    t0 = cpu()
+    ex = explore(module, fits=lambda m: any(fitting(m, devices, d, [d])))
+    print(json.dumps({"cpu": cpu() - t0, "schedules": len(ex.candidates)}))
+else:
     buf, err = io.StringIO(), io.StringIO()
-    t0 = cpu_now()
+    t0 = cpu()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
         code = main([path, "--model", "dgx2", "--nodes", "1", "--ranks", str(devices)])
-    cpu = cpu_now() - t0
-    if code not in (0,):
-        raise SystemExit(f"distir-tune exited {code}:\n{err.getvalue()[-3000:]}")
-    return cpu, buf.getvalue()
+    if code != 0:
+        sys.exit(f"distir-tune exited {code}:\n{err.getvalue()[-3000:]}")
+    print(json.dumps({"cpu": cpu() - t0, "table": buf.getvalue()}))
+"""
+
+
+def measure(path: str, devices: int, what: str, tree: str | None) -> dict:
+    """One measurement (``what``: ``explore`` or ``tune``) in a process of its own, with
+    the distir of this checkout or (``tree``) of another source tree."""
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as link:
+        if tree is not None:  # ``import distir`` finds the other tree first
+            os.symlink(os.path.abspath(tree), os.path.join(link, "distir"))
+            env["PYTHONPATH"] = link + os.pathsep + env.get("PYTHONPATH", "")
+        argv = [sys.executable, "-c", MEASURE, path, str(devices), what]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"measuring {what} ({tree or 'this tree'}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
 
 
 def main() -> int:
@@ -95,8 +125,12 @@ def main() -> int:
     ap.add_argument("--write", metavar="PROGRAM.mlir", help="keep the lowered program here")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--baseline", metavar="DIR", help="another distir source tree (git archive COMMIT | tar -x -C DIR), measured alike")
     args = ap.parse_args()
+    if args.baseline is not None and not (Path(args.baseline) / "tuning" / "explore.py").is_file():
+        raise SystemExit(f"--baseline {args.baseline}: not a distir source tree (no tuning/explore.py)")
     text = lower_step(args.rows, args.d, args.f, args.devices)
+    trees: dict[str, str | None] = {"this tree": None} if args.baseline is None else {"baseline": args.baseline, "this tree": None}
     with tempfile.TemporaryDirectory() as tmp:
         path = args.write or os.path.join(tmp, "step.mlir")
         header = (
@@ -104,19 +138,41 @@ def main() -> int:
             "// two-layer GELU MLP, mean-squared loss, SGD update; x, y sliced over the devices (data parallel).\n"
         )
         Path(path).write_text(header + text)
-        best, printed = min(tune_cpu(path, args.devices) for _ in range(max(1, args.repeat)))
-        print(printed)
-        with open("/proc/loadavg") as f:
-            load = f.read().split()[0]
-        print(f"distir-tune on the step (w1 {args.d}x{args.f}, w2 {args.f}x{args.d}, {args.rows} rows, {args.devices} ranks): "
-              f"{best:.2f} s CPU (least of {args.repeat}; load {load} on {os.cpu_count()} cores; target <= 10 s)")
+        best: dict[tuple[str, str], float] = {}
+        tables: dict[str, str] = {}
+        schedules: dict[str, int] = {}
+        loads = [load()]
+        for _ in range(max(1, args.repeat)):  # the trees alternate: both see the load alike
+            for name, tree in trees.items():
+                ex = measure(path, args.devices, "explore", tree)
+                run = measure(path, args.devices, "tune", tree)
+                best[name, "explore"] = min(best.get((name, "explore"), math.inf), ex["cpu"])
+                best[name, "tune"] = min(best.get((name, "tune"), math.inf), run["cpu"])
+                schedules[name], tables[name] = ex["schedules"], run["table"]
+                loads.append(load())
+        print(tables["this tree"])
+        if args.baseline is not None and tables["baseline"].splitlines()[1:] != tables["this tree"].splitlines()[1:]:
+            print("note: the baseline's table differs from this tree's (below its first line)\n")
+        print(
+            f"distir-tune on the step (w1 {args.d}x{args.f}, w2 {args.f}x{args.d}, {args.rows} rows, {args.devices} ranks): CPU seconds, "
+            f"least of {args.repeat}; load {', '.join(loads)} on {os.cpu_count()} cores; target: distir-tune <= 10 s"
+        )
+        names = list(trees)
+        print(f"{'':40}" + "".join(f"{n:>12}" for n in names) + ("       ratio" if len(names) == 2 else ""))
+        for what, label in (("explore", "exploration"), ("tune", "distir-tune (explore, check, predict)")):
+            cells = [best[n, what] for n in names]
+            ratio = f"{cells[0] / cells[1]:11.2f}x" if len(cells) == 2 else ""
+            print(f"{label:40}" + "".join(f"{c:11.2f}s" for c in cells) + ratio)
+        print(f"{'schedules explored':40}" + "".join(f"{schedules[n]:12d}" for n in names))
         if args.profile:
             import cProfile
             import pstats
 
+            from distir.tools.tune import main as tune_main
+
             prof = cProfile.Profile()
             prof.enable()
-            tune_cpu(path, args.devices)
+            tune_main([path, "--model", "dgx2", "--nodes", "1", "--ranks", str(args.devices)])
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
     return 0

@@ -288,7 +288,9 @@ def verify_module(module: Operation, spans: Spans | None = None, line_offset: in
         op, why = found
         raise VerifyException(located(op, f"'{op.name}' op {why}{suffix}", spans, line_offset))
     fps = _fingerprints(module)
-    irdl_ok: set[tuple] = set()
+    irdl_ok = _SHAPES.pop(module, None)
+    if irdl_ok is None:
+        irdl_ok = set()
     for op in module.walk(region_first=True):
         try:
             _verify_op(op, fps.get(id(op)), irdl_ok)
@@ -377,7 +379,9 @@ def _fingerprints(module: Operation) -> dict[int, tuple]:
 class Checked:
     """A module as it last verified: the fingerprint of every op (``_fingerprints``),
     its top-level ops (the symbols other ops look up), and the ops' IRDL keys
-    (``_irdl_key``) whose generic constraint checks held, which a copy inherits."""
+    (``_irdl_key``) whose generic constraint checks held, which a copy shares with its
+    original (a key holds for any module: what one copy learns, the others skip; the
+    tuner's hundreds of copies of one program check each op shape once)."""
 
     ops: dict[int, tuple]
     top: tuple[Operation, ...]
@@ -387,8 +391,21 @@ class Checked:
 _VERIFIED: weakref.WeakKeyDictionary[Operation, Checked] = weakref.WeakKeyDictionary()
 
 
+_SHAPES: weakref.WeakKeyDictionary[Operation, set[tuple]] = weakref.WeakKeyDictionary()
+"""Modules not verified yet and the IRDL keys they may take as holding (``share_shapes``)."""
+
+
+def share_shapes(copy: Operation, original: Operation) -> None:
+    """When ``copy`` (a copy of ``original`` changed before it verified, e.g. with other
+    shapes) is verified, it skips the generic IRDL checks of the op shapes seen to hold
+    in ``original`` and its copies, and what it learns they learn."""
+    checked = _VERIFIED.get(original)
+    if checked is not None:
+        _SHAPES[copy] = checked.irdl_ok
+
+
 def _record(module: Operation, irdl_ok: set[tuple] | None = None) -> Checked:
-    checked = Checked(_fingerprints(module), _top(module), set(irdl_ok or ()))
+    checked = Checked(_fingerprints(module), _top(module), irdl_ok if irdl_ok is not None else set())
     _VERIFIED[module] = checked
     return checked
 
@@ -402,14 +419,15 @@ def forget(module: Operation) -> None:
     _VERIFIED.pop(module, None)
 
 
-def verified_clone(module: Operation, spans: bool = True) -> Operation:
+def verified_clone(module: Operation, spans: bool = True, value_mapper: dict[SSAValue, SSAValue] | None = None) -> Operation:
     """A copy of ``module``, which is verified first (``ensure_verified``): the copy is
     known to verify, and keeps the source positions of the original's ops (unless
-    ``spans`` is false: a copy whose diagnostics need none)."""
+    ``spans`` is false: a copy whose diagnostics need none). ``value_mapper`` (xDSL's
+    ``clone``) receives each value of ``module`` mapped to its copy."""
     from distir.dialects.frontend import copy_spans
 
     ensure_verified(module)
-    out = module.clone()
+    out = module.clone(value_mapper=value_mapper)
     if spans:
         copy_spans(module, out)
     _record(out, _VERIFIED[module].irdl_ok)

@@ -55,14 +55,16 @@ def _fits_as_result(v: SSAValue, result: TensorType) -> bool:
     return t.get_shape() == result.get_shape() and layout.same_layout(t.get_placements(), result.get_placements())
 
 
-def fuse_pair(
-    producer: dist.MapOp, consumer: dist.MapOp, order: BlockOrder | None = None
-) -> tuple[dist.MapOp, list[SSAValue], list[SSAValue]] | None:
-    """The fused map of ``consumer`` over ``producer``, the old values its results replace,
-    and those results; None when the pair may not fuse. ``order`` answers "is A before
-    B" in the block (shared by the caller across pairs)."""
+def fusable(producer: dist.MapOp, consumer: dist.MapOp, order: BlockOrder | None = None) -> bool:
+    """Whether ``consumer`` and ``producer`` may fuse (``fuse_pair`` would fuse them);
+    changes nothing."""
+    return _plan(producer, consumer, order or BlockOrder()) is not None
+
+
+def _plan(producer: dist.MapOp, consumer: dist.MapOp, order: BlockOrder) -> tuple[list[SSAValue], list[Operation], list[SSAValue]] | None:
+    """How the pair fuses, None when it may not: the producer's results that become
+    extra results, the users to move after the fused map, the fused map's operands."""
     block = consumer.parent_block()
-    order = order or BlockOrder()
     if block is None or producer.parent_block() is not block or not order.before(producer, consumer):
         return None
     res0 = consumer.outputs[0].type
@@ -93,6 +95,24 @@ def fuse_pair(
             operands.append(v)
     if not map_fits(operands, res0):
         return None
+    return extra, postpone, operands
+
+
+def fuse_pair(
+    producer: dist.MapOp, consumer: dist.MapOp, order: BlockOrder | None = None
+) -> tuple[dist.MapOp, list[SSAValue], list[SSAValue]] | None:
+    """The fused map of ``consumer`` over ``producer``, the old values its results replace,
+    and those results; None when the pair may not fuse. ``order`` answers "is A before
+    B" in the block (shared by the caller across pairs)."""
+    order = order or BlockOrder()
+    plan = _plan(producer, consumer, order)
+    if plan is None:
+        return None
+    extra, postpone, operands = plan
+    block = consumer.parent_block()
+    assert block is not None
+    res0 = consumer.outputs[0].type
+    assert isinstance(res0, TensorType)
     block_new = Block(arg_types=[_element_type(v) for v in operands])
     arg_of = {v: a for v, a in zip(operands, block_new.args)}
     for m in (consumer, producer):

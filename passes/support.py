@@ -69,13 +69,14 @@ class Targets:
 
     The printed names are computed (by printing the module once) only when the pass was
     given targets or needs a name for a diagnostic: without targets a pass acts
-    wherever it applies and never prints."""
+    wherever it applies and never prints. Inside ``scratch(module, names)`` they are
+    the names given."""
 
     def __init__(self, pass_name: str, targets: Sequence[str], module: ModuleOp):
         self.pass_name = pass_name
         self.wanted = tuple(t.removeprefix("%") for t in targets)
         self.module = module
-        self._names: dict[SSAValue, str] | None = None
+        self._names: dict[SSAValue, str] | None = _KNOWN_NAMES.pop(module, None)  # (``scratch``)
         self._by_name: dict[str, list[SSAValue]] | None = None
         self.used: set[str] = set()
 
@@ -171,18 +172,29 @@ def returns_split(module: ModuleOp):
                 h.erase()
 
 _SCRATCH: weakref.WeakSet[Operation] = weakref.WeakSet()
+_KNOWN_NAMES: dict[Operation, dict[SSAValue, str]] = {}
 
 
 @contextlib.contextmanager
-def scratch(module: ModuleOp):
+def scratch(module: ModuleOp, names: dict[SSAValue, str] | None = None):
     """Inside, passes may leave ``module`` half rewritten when they reject a request:
     its owner throws it away then (the tuner's exploration applies each pass to a copy
-    of its own), so ``apply_all_or_nothing`` skips its protective copy."""
+    of its own), so ``apply_all_or_nothing`` skips its protective copy.
+
+    ``names``: ``printed_names(module)`` as it is on entering, known to the owner (the
+    names of the program it copied, through the copy's value map): the first
+    ``Targets`` made on ``module`` inside takes them instead of printing the module.
+    (Passes make their ``Targets`` before rewriting anything; the one-operand
+    placeholders of ``returns_split``, which some passes insert first, come last in
+    the printed function, so every other value keeps the name it had.)"""
     _SCRATCH.add(module)
+    if names is not None:
+        _KNOWN_NAMES[module] = names
     try:
         yield module
     finally:
         _SCRATCH.discard(module)
+        _KNOWN_NAMES.pop(module, None)
 
 
 def apply_all_or_nothing(module: ModuleOp, body: Callable[[ModuleOp], None], targets: Sequence[str] | None = None) -> None:

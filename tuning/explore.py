@@ -16,8 +16,10 @@ make a matmul's or embedding's chain one fused computation-collective operator
 scalar AllReduce (a norm) belongs to its computation and is not split. Each
 transformation proposes only the places that pass cheap necessary conditions of its
 pass (``_values``); a request the pass then refuses is simply not a step. Programs that
-are structurally equal (the same printed IR up to SSA names) are one schedule, reached
-by the shortest pipeline; every new program is verified. ``TRANSFORMATIONS`` is data: a
+are structurally equal (the same IR up to the names of values: ``structure_key``, which
+walks the ops and never prints) are one schedule, reached by the shortest pipeline;
+every new program is verified. A program is printed once, for the names its
+transformations target, and the copies the passes rewrite reuse those names. ``TRANSFORMATIONS`` is data: a
 new pass is one more ``Transformation``.
 
 Each schedule is named from its structure, CoCoNet-style: ``AR`` (AllReduce), ``RS``,
@@ -42,14 +44,13 @@ not picked either.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import BlockArgument, Operation
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException, VerifyException
 
@@ -59,8 +60,11 @@ from distir.dialects.dist import TensorType
 from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Sliced
 from distir.dialects.verifier import verified_clone
+from distir.passes.fuse_collectives import FINISH_FUSED, FIRST_FUSED
+from distir.passes.fuse_maps import fusable
+from distir.passes.fusion import backward_plan
 from distir.passes.pipeline import pipeline_spec
-from distir.passes.support import printed_names, scratch
+from distir.passes.support import BlockOrder, printed_names, scratch
 
 # ======================================================================================
 # Transformations
@@ -180,14 +184,16 @@ communicates (CoCoNet's ol(MM, ...)) or a collective feeding more communication
 (ol(RS, ...)); a chain starting with a pointwise computation would only split it."""
 
 
-def _values(module: ModuleOp, as_slice: Sequence[str] | None = None) -> dict[str, list]:
+def _values(module: ModuleOp, as_slice: Sequence[str] | None = None, names: dict[SSAValue, str] | None = None) -> dict[str, list]:
     """The top-level values of the program that transformations may target, by kind
     (cheap necessary conditions of each pass's rule; the pass has the last word):
     ``state``: in-place arguments that may be kept sliced (``as_slice`` by name; None:
     ``state_names``) and are read only through ``dist.take_slice``; ``collective``:
-    collectives with a computation to fuse (reading their result, or producing their
-    input); ``maps``: whether some block holds two maps to fuse."""
-    names = printed_names(module)
+    collectives ``fuse-collectives`` may fuse with a computation
+    (``_fuses_with_computation``); ``maps``: whether two maps fuse; ``all_gather`` and
+    ``broadcast``: those a computation of their block reads (what a reorder moves).
+    ``names``: ``printed_names(module)`` when the caller has them."""
+    names = printed_names(module) if names is None else names
     out: dict[str, list] = {}
     for f in module.ops:
         if not isinstance(f, func.FuncOp):
@@ -202,10 +208,9 @@ def _values(module: ModuleOp, as_slice: Sequence[str] | None = None) -> dict[str
                 and all(isinstance(u.operation, dist.TakeSliceOp) for u in a.uses)
             ):
                 out.setdefault("state", []).append(names[a])
-        for op in f.walk():
-            if any(sum(1 for o in b.ops if isinstance(o, dist.MapOp)) > 1 for r in op.regions for b in r.blocks):
-                out["maps"] = [True]
-                break
+        order = BlockOrder()
+        if any(isinstance(op, dist.MapOp) and _fuses(op, order) for op in f.walk()):
+            out["maps"] = [True]
         for op in f.body.block.ops:
             if not op.results:
                 continue
@@ -219,13 +224,44 @@ def _values(module: ModuleOp, as_slice: Sequence[str] | None = None) -> dict[str
                 continue  # a norm's scalar AllReduce belongs to its computation (CoCoNet)
             if kind == "all_reduce":
                 out.setdefault(kind, []).append((name, t.rank))
+            elif kind in ("all_gather", "broadcast"):
+                if _reorderable(op):
+                    out.setdefault(kind, []).append(name)
             elif kind is not None:
                 out.setdefault(kind, []).append(name)
-            if isinstance(op, coll.CollectiveOp) and _fusable(op):
+            if _fuses_with_computation(op, order):
                 out.setdefault("collective", []).append(name)
             if isinstance(op, _PRODUCERS) and _starts_chain(op):
                 out.setdefault("chain_start", []).append((name, isinstance(op, (dist.MatmulOp, dist.EmbeddingBagOp))))
     return out
+
+
+def _fuses(op: dist.MapOp, order: BlockOrder) -> bool:
+    """Whether ``fuse-maps`` fuses the map with a map whose result it reads (the pass's
+    own rule, ``fuse_maps.fusable``: without such a pair it changes nothing)."""
+    return any(isinstance(p := v.owner, dist.MapOp) and p is not op and fusable(p, op, order) for v in op.inputs)
+
+
+_REORDERED = (dist.MapOp, dist.DropoutOp, dist.CastOp, dist.MatmulOp, dist.ReduceTensorOp)
+"""The computations ``reorder-allgather`` and ``reorder-broadcast`` move past their
+collective."""
+
+
+def _reorderable(op: coll.CollectiveOp) -> bool:
+    """Whether a computation of the collective's block reads its result (the reorder
+    passes move nothing else past an AllGather or Broadcast they are given)."""
+    block = op.parent_block()
+    return any(isinstance(u.operation, _REORDERED) and u.operation.parent_block() is block for u in op.result.uses)
+
+
+def _fuses_with_computation(op: Operation, order: BlockOrder) -> bool:
+    """Whether ``fuse-collectives`` may fuse the collective with computations: one it
+    fuses (not an AllReduce: ``fuse-allreduce`` does) that a computation reads or that a
+    computation feeds (an AllGather's or a Broadcast's computations feed it alone: the
+    pass's ``backward_plan``)."""
+    if type(op) in FINISH_FUSED:
+        return _fusable(op) and bool(backward_plan(op, order=order).region)  # type: ignore[arg-type]
+    return type(op) in FIRST_FUSED and _fusable(op)  # type: ignore[arg-type]
 
 
 def _fusable(op: coll.CollectiveOp) -> bool:
@@ -343,7 +379,11 @@ class Candidate:
         """What the interpreter check sees: the structure without the overlaps' chunks,
         order and granularity (an overlap means exactly its chain: schedules that differ
         only in those pass or fail the check together)."""
-        return _OVERLAP_OPTIONS.sub("coll.overlap", structure_key(self.module))
+        return structure_key(self.module, _OVERLAP_OPTIONS)
+
+
+_OVERLAP_OPTIONS = {coll.OverlapOp.name: {coll.OverlapOp.keyword(k).prop for k in ("chunks", "order", "granularity")}}
+"""The options of ``coll.overlap`` that ``Candidate.check_key`` leaves out."""
 
 
 @dataclass
@@ -358,20 +398,40 @@ class Exploration:
     """Programs reached that fit no size (``explore``'s ``fits``): not schedules."""
 
 
-_SSA = re.compile(r"%[A-Za-z0-9_$.\-]+")
-_OVERLAP_OPTIONS = re.compile(r"coll\.overlap chunks \d+( order \w+)?( granularity \w+)?")
+def structure_key(module: Operation, ignore: Mapping[str, Collection[str]] | None = None) -> tuple:
+    """The program's structure up to the names of its values and blocks: equal exactly for
+    programs that print alike once SSA names are replaced by their order of appearance.
+    Computed by walking the ops, never by printing (the exploration takes one key per
+    program reached): per op its name, the numbers of its results, operands and
+    successors (values and blocks numbered in order of appearance), its result types,
+    properties and attributes (by name), and its regions' blocks with their argument
+    types. The whole tuple is the key (a dictionary compares keys whose hashes collide:
+    two programs never share one). ``ignore`` names, per op name, properties left out
+    (``Candidate.check_key``)."""
+    values: dict[SSAValue, int] = {}
+    blocks: dict[Block, int] = {}
+    number = values.setdefault
+    label = blocks.setdefault
 
+    def block_key(b: Block) -> tuple:
+        label(b, len(blocks))
+        return (tuple([(number(a, len(values)), a.type) for a in b.args]), tuple([op_key(o) for o in b.ops]))
 
-def structure_key(module: ModuleOp) -> str:
-    """The printed program with SSA names replaced by their order of appearance: equal
-    for structurally equal programs."""
-    text = str(module)
-    seen: dict[str, str] = {}
+    def op_key(op: Operation) -> tuple:
+        props = op.properties
+        if ignore and props and (drop := ignore.get(op.name)):
+            props = {k: v for k, v in props.items() if k not in drop}
+        return (
+            op.name,
+            tuple([(number(r, len(values)), r.type) for r in op.results]),
+            tuple([number(v, len(values)) for v in op.operands]),
+            tuple([label(b, len(blocks)) for b in op.successors]),
+            tuple(sorted(props.items())) if props else (),
+            tuple(sorted(op.attributes.items())) if op.attributes else (),
+            tuple([tuple([block_key(b) for b in r.blocks]) for r in op.regions]),
+        )
 
-    def rename(m: re.Match) -> str:
-        return seen.setdefault(m.group(0), f"%{len(seen)}")
-
-    return _SSA.sub(rename, text)
+    return op_key(module)
 
 
 def explore(
@@ -424,12 +484,13 @@ def explore(
             if stop is not None and stop():
                 truncated = True
                 break
-            values = _values(cand.module, as_slice)
+            names = printed_names(cand.module)  # once per program: its copies' names are these
+            values = _values(cand.module, as_slice, names)
             wrapped: dict[tuple, Candidate | None] = {}
             for t in transformations:
                 for p in t.passes(cand.module, values):
                     variant = _overlap_variant(p, cand, wrapped)
-                    new = variant if variant is not None else _apply(p, cand, ctx, errors)
+                    new = variant if variant is not None else _apply(p, cand, ctx, errors, names)
                     if p.name == "overlap" and variant is None:
                         wrapped.setdefault((p.granularity, tuple(p.targets)), new)  # type: ignore[attr-defined]
                     if new is None:
@@ -496,10 +557,15 @@ def _verifies(cand: Candidate, p: ModulePass, errors: list[str]) -> bool:
     return True
 
 
-def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str]) -> Candidate | None:
-    m = verified_clone(cand.module, spans=False)
+def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str], names: dict[SSAValue, str] | None = None) -> Candidate | None:
+    """``p`` applied to a copy of ``cand``'s program (None when it refuses); ``names``:
+    ``printed_names(cand.module)``, which the copy's ``Targets`` take instead of printing
+    it again."""
+    copies: dict[SSAValue, SSAValue] = {}
+    m = verified_clone(cand.module, spans=False, value_mapper=copies)
+    known = None if names is None else {copies[v]: n for v, n in names.items()}
     try:
-        with scratch(m):  # a rejected request leaves m half rewritten: it is dropped
+        with scratch(m, known):  # a rejected request leaves m half rewritten: it is dropped
             p.apply(ctx, m)
     except (PassFailedException, VerifyException, DiagnosticException, InputRejected):
         return None

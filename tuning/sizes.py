@@ -35,6 +35,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
+from distir.dialects.verifier import share_shapes
 
 MAX_SIZES = 64
 """Most sizes one ``--sizes`` may list (a guard against a typo like ``2^1..2^1000``)."""
@@ -171,8 +172,11 @@ def _retype(value: SSAValue, mapping: Mapping[int, int]) -> None:
 
 def substitute(module: ModuleOp, mapping: Mapping[int, int]) -> ModuleOp:
     """A copy of ``module`` in which every tensor dimension ``d`` in ``mapping`` becomes
-    ``mapping[d]`` (all at once, so ``{512: 1024, 1024: 3072}`` swaps nothing twice)."""
+    ``mapping[d]`` (all at once, so ``{512: 1024, 1024: 3072}`` swaps nothing twice).
+    Verifying the copy checks xDSL's generic constraints only on op shapes that the
+    original and its copies have not shown to hold (``verifier.share_shapes``)."""
     out = module.clone()
+    share_shapes(out, module)
     mapping = {d: s for d, s in mapping.items() if d != s}
     if not mapping:
         return out

@@ -394,14 +394,17 @@ class _Evaluator:
 
     def predict(self, i: int) -> dict[int, float | None]:
         from distir.lowering.pipeline import lower
-        from distir.tuning.cost_model import Scaling, predict, prepare
+        from distir.tuning.cost_model import Scaling, predict, prepare, topology_target
 
         c = self.ex.candidates[i]
         times: dict[int, float | None] = {s: None for s in self.sizes}
         assert self.model is not None
+        # lowered and planned in one verified pipeline (``prepare`` would plan a copy and
+        # verify it whole again)
+        target = topology_target(self.model)
         try:
             module = c.module if self.scaling.d_ref == self.d else at_size(c.module, self.d, self.scaling.d_ref)
-            lowered = lower(module, self.ranks)
+            lowered = lower(module, self.ranks, target=target)
             prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
         except (InputRejected, PassFailedException, VerifyException):
             return times  # not applicable on this rank count (a dim the ranks do not divide)
@@ -412,7 +415,8 @@ class _Evaluator:
                 # a size the reference lowering does not scale to (blocks of different
                 # sizes there: padded buffers): lowered at that size, its padding counted
                 try:
-                    exact = prepare(lower(at_size(c.module, self.d, s), self.ranks), _name(c), self.model, self.ranks, Scaling(s, EXACT_Q))
+                    lowered = lower(at_size(c.module, self.d, s), self.ranks, target=target)
+                    exact = prepare(lowered, _name(c), self.model, self.ranks, Scaling(s, EXACT_Q))
                 except (InputRejected, PassFailedException, VerifyException):
                     continue
                 t = float(predict(exact, [s])[0])

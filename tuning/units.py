@@ -6,7 +6,7 @@ parameter tensor: the gradient's collective and the maps of the update (the Llam
 Adam step of ``examples/optimizer_step.py`` has 291). A unit is a connected component of
 the function's ops, joined through the values they share (results and tensor
 arguments; shared scalars such as the learning rate and the ``func.return`` join
-nothing). Units that print alike as functions of their own (``explore.structure_key``)
+nothing). Units alike as functions of their own (``explore.structure_key``: the same IR up to names)
 are one **class** (the Llama step has six: the embedding and head, the attention
 projections, the MLP's gate and up projections, its down projection, the norms), and
 the schedules of a unit do not depend on the other units, so:
@@ -59,7 +59,7 @@ class Unit:
     ops: list[Operation]
     args: list[int]
     results: list[int]
-    key: str = ""
+    key: tuple = ()
     """``structure_key`` of ``program()``: units with one key form a class."""
     _program: ModuleOp | None = field(default=None, repr=False)
     _values: list[SSAValue] = field(default_factory=list, repr=False)

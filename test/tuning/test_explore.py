@@ -5,12 +5,19 @@ picked."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.printer import Printer
 
+from distir.dialects import coll
 from distir.dialects.context import parse_module
+from distir.tools.run import read_module
+from distir.tuning import explore as explore_module
 from distir.tuning.explore import (
     TRANSFORMATIONS,
     Candidate,
@@ -18,6 +25,7 @@ from distir.tuning.explore import (
     Transformation,
     check,
     explore,
+    only_function,
     structural_name,
     structure_key,
 )
@@ -147,3 +155,90 @@ def test_transformations_are_data():
     text = (EXAMPLES / "sgd.mlir").read_text().replace("1048576", "64")
     ex = explore(parse_module(text), transformations=only_split)
     assert sorted(c.name.split(" [")[0] for c in ex.candidates[2:]) == ["RS-AG-SGD", "Reduce-Bcast-SGD"]
+
+
+TRAIN_STEP = Path(__file__).resolve().parent / "inputs" / "mlp-train-step.mlir"
+"""Issue 27 item 6's training step (JAX, value_and_grad + SGD, 16-rank data parallel) at
+small sizes: about 400 schedules, the first ``STEP_SCHEDULES`` explored here."""
+STEP_SCHEDULES = 80
+
+
+@lru_cache(maxsize=None)
+def train_step_exploration() -> Exploration:
+    return explore(only_function(read_module(str(TRAIN_STEP)), None), max_schedules=STEP_SCHEDULES)
+
+
+def _printed_key(module) -> str:
+    """The printed program with SSA names numbered in order of appearance."""
+    seen: dict[str, str] = {}
+    return re.sub(r"%[A-Za-z0-9_$.\-]+", lambda m: seen.setdefault(m.group(0), f"%{len(seen)}"), str(module))
+
+
+def test_structure_key_is_exact_and_never_prints(monkeypatch):
+    ex = train_step_exploration()
+    modules = [c.module for c in ex.candidates]
+    with monkeypatch.context() as m:
+        m.setattr(Printer, "print_op", lambda self, op: pytest.fail("structure_key printed the module"))
+        keys = [structure_key(x) for x in modules]
+        check_keys = [c.check_key() for c in ex.candidates]
+    # as fine as the printed program up to SSA names: the explored programs print apart
+    # and have keys apart
+    assert len(set(keys)) == len(set(map(_printed_key, modules))) == len(modules)
+    # other names, the same key; another option, another key
+    overlapped = next(c for c in ex.candidates if any(isinstance(o, coll.OverlapOp) for o in c.module.walk()))
+    renamed = overlapped.module.clone()
+    for op in renamed.walk():
+        for r in op.results:
+            r.name_hint = f"{r.name_hint or 'v'}_renamed"
+    assert structure_key(renamed) == structure_key(overlapped.module)
+    other = overlapped.module.clone()
+    ol = next(o for o in other.walk() if isinstance(o, coll.OverlapOp))
+    kw = coll.OverlapOp.keyword("chunks")
+    ol.properties[kw.prop] = kw.to_attr(ol.option("chunks") * 2)
+    assert structure_key(other) != structure_key(overlapped.module)
+    # the interpreter check's key leaves the overlap's options out, nothing else
+    assert explore_module.Candidate(other, ()).check_key() == overlapped.check_key()
+    assert len(set(check_keys)) < len(check_keys)
+
+
+def test_exploring_a_training_step_prints_each_program_once_and_applies_only_what_changes_it(monkeypatch):
+    # issue 27 item 6: exploring the step's ~400 schedules took 10 s of CPU, 55% of it
+    # printing (a structure key printed per pass application, the targets' names printed
+    # again in each copy a pass was applied to) and a third of the applications changed
+    # nothing (fuse-maps where no pair fuses, reorders of a collective no computation
+    # reads, fuse-collectives on AllReduces)
+    prints = 0
+    real_print = Printer.print_op
+
+    def print_op(self, op):
+        nonlocal prints
+        prints += isinstance(op, ModuleOp)
+        return real_print(self, op)
+
+    transformed = 0
+    real_values = explore_module._values
+
+    def values(module, *args, **kwargs):
+        nonlocal transformed
+        transformed += 1
+        return real_values(module, *args, **kwargs)
+
+    outcomes: Counter = Counter()
+    real_apply = explore_module._apply
+
+    def apply(p, cand, *args, **kwargs):
+        new = real_apply(p, cand, *args, **kwargs)
+        same = new is not None and structure_key(new.module) == structure_key(cand.module)
+        outcomes[p.name, "refused" if new is None else "unchanged" if same else "changed"] += 1
+        return new
+
+    monkeypatch.setattr(Printer, "print_op", print_op)
+    monkeypatch.setattr(explore_module, "_values", values)
+    monkeypatch.setattr(explore_module, "_apply", apply)
+    ex = explore(only_function(read_module(str(TRAIN_STEP)), None), max_schedules=STEP_SCHEDULES)
+    assert len(ex.candidates) == STEP_SCHEDULES and ex.truncated and not ex.errors
+    applied = sum(outcomes.values())
+    assert transformed > 5 and applied > 3 * transformed
+    assert prints == transformed  # once per program transformed, never per application
+    wasted = {k: n for k, n in outcomes.items() if k[1] != "changed"}
+    assert not wasted, f"pass applications that change nothing: {wasted}"
