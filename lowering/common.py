@@ -3,6 +3,7 @@ buffer types."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import NoReturn
@@ -58,5 +59,12 @@ def buffer_type(t: Attribute, sizes: Sequence[int] | None) -> Attribute:
     scalar type itself for a builtin scalar."""
     if isinstance(t, TensorType):
         assert sizes is not None
-        return MemRefType(t.element_type, local_shape(t, sizes))
+        return _memref(t, tuple(sizes))
     return t
+
+
+@functools.lru_cache(maxsize=65536)
+def _memref(t: TensorType, sizes: tuple[int, ...]) -> MemRefType:
+    """The memref of a tensor type's local block (attributes are immutable: one per
+    type and mesh sizes; a model's program asks for the same few thousand many times)."""
+    return MemRefType(t.element_type, local_shape(t, sizes))

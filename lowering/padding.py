@@ -34,6 +34,7 @@ through results written in place into an argument.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -56,6 +57,15 @@ def aligned(size: int, outer: Sequence[int], counts: Sequence[int]) -> bool:
     of the padded block, so that the buffer of ``prod(counts)`` equal padded blocks
     holds them at their places; true when ``outer`` is empty and the group is one axis,
     or the ranks divide the dim."""
+    if size % (math.prod(outer) * math.prod(counts)) == 0:
+        return True  # equal blocks at every level
+    return _aligned(size, tuple(outer), tuple(counts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _aligned(size: int, outer: tuple[int, ...], counts: tuple[int, ...]) -> bool:
+    """``aligned`` of a dim the ranks do not divide: every block visited (once per
+    size and groups: a model's program asks for the same few many times)."""
     padded = padded_block(size, outer, counts)
     n = math.prod(counts)
     for r in range(math.prod(outer)):

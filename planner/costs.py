@@ -89,7 +89,7 @@ class ShapeCosts:
         """Seconds of an op node's work on each rank under strategy ``s``."""
         if node.is_arg:
             return 0.0
-        key = (node.id, s.assign)
+        key = (self.graph.kind[node.id] if self.graph.kind else node.id, s.assign)  # alike ops cost alike
         got = self._work.get(key)
         if got is not None:
             return got

@@ -131,6 +131,10 @@ class Graph:
     """Argument index -> node."""
     classes: list[list[int]] = field(default_factory=list)
     class_of: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    """Per node, what it is without its neighbours (``tokens``): nodes of one kind cost
+    the same under the same strategy (the projections of every layer, wherever they
+    sit)."""
 
     @property
     def ops(self) -> list[Node]:
@@ -277,7 +281,8 @@ class _Reader:
                     self.values[x].uses.append((node.id, k))
         results = self.returns(ret)
         g = Graph(self.module, self.f, self.values, self.nodes, results, self.one_device, self.mesh_sizes, arg_node)
-        g.class_of, g.classes = classify(g)
+        g.kind = tokens(g)
+        g.class_of, g.classes = classify(g, g.kind)
         return g
 
     # -- boundaries ----------------------------------------------------------------------
@@ -369,10 +374,10 @@ def tokens(g: Graph) -> list[int]:
     return out
 
 
-def classify(g: Graph, rounds: int = ROUNDS) -> tuple[list[int], list[list[int]]]:
+def classify(g: Graph, label: list[int] | None = None, rounds: int = ROUNDS) -> tuple[list[int], list[list[int]]]:
     """(class of each node, the nodes of each class), classes numbered by their first
-    node (module doc)."""
-    label = tokens(g)
+    node (module doc); ``label``: the nodes' ``tokens`` when known."""
+    label = tokens(g) if label is None else label
     users: list[list[tuple[int, int, int]]] = [[] for _ in g.nodes]  # (result index, user, slot)
     for n in g.nodes:
         for k, x in enumerate(n.operands):

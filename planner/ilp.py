@@ -166,14 +166,19 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
     cls = g.class_of
     ncls = len(g.classes)
     strategies: list[list[Strategy]] = []
+    unit_work = []
+    by_kind: dict[int, tuple[list[Strategy], np.ndarray]] = {}  # alike nodes: the same strategies and costs
     for members in g.classes:
         rep = g.nodes[members[0]]
-        strategies.append(arg_strategies(g, rep, sizes, uneven) if rep.is_arg else op_strategies(g, rep, sizes, uneven))
+        got = by_kind.get(g.kind[rep.id]) if g.kind else None
+        if got is None:
+            ss = arg_strategies(g, rep, sizes, uneven) if rep.is_arg else op_strategies(g, rep, sizes, uneven)
+            got = (ss, np.array([costs.op(rep, s) for s in ss]))
+            if g.kind:
+                by_kind[g.kind[rep.id]] = got
+        strategies.append(got[0])
+        unit_work.append(got[1])
     counts = [len(m) for m in g.classes]
-    unit_work = []
-    for c, members in enumerate(g.classes):
-        rep = g.nodes[members[0]]
-        unit_work.append(np.array([costs.op(rep, s) for s in strategies[c]]))
     fast = max(lv.bandwidth for lv in costs.topology.levels)
 
     # -- followers: each class maps its root's strategies to its own --------------------
@@ -229,13 +234,30 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
         v = g.values[x]
         return lambda a, b: table.cell(costs.charges(v.shape, v.element_type, a, b))
 
+    grids: dict[tuple, np.ndarray] = {}
+
+    def grid_of(x: int):
+        """The cells of every (producer layout, user layout) pair of an edge carrying
+        ``x``: once per value type and layout lists (the layers' edges are alike)."""
+        v = g.values[x]
+
+        def cells(la: tuple, rb: tuple) -> np.ndarray:
+            key = (v.shape, v.element_type, la, rb)
+            got = grids.get(key)
+            if got is None:
+                got = np.array([[table.cell(costs.charges(v.shape, v.element_type, a, b)) for b in rb] for a in la], dtype=np.int64)
+                grids[key] = got
+            return got
+
+        return cells
+
     for (cu, j, cv, k), (count, x) in pairs.items():
         ru, rv = root[cu], root[cv]
         src = [strategies[cu][fmap[cu][i]].results[j] for i in range(len(strategies[ru]))]
         dst = [strategies[cv][fmap[cv][t]].operands[k] for t in range(len(strategies[rv]))]
         producer = g.nodes[g.classes[ru][0]].op
         hides = unit_work[ru] if producer is not None and producer.name in OVERLAPPED else None
-        _edge(edges, folded, ru, rv, count, src, dst, charges_of(x), hides)
+        _edge(edges, folded, ru, rv, count, src, dst, charges_of(x), hides, grid_of(x))
     for r in g.results:
         v = g.values[r.value]
         cu, j = cls[v.producer], v.index
@@ -245,7 +267,7 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
             ca = cls[g.arg_node[r.inplace]]
             ra = root[ca]
             dst = [strategies[ca][fmap[ca][t]].results[0] for t in range(len(strategies[ra]))]
-            _edge(edges, folded, ru, ra, 1, src, dst, charges_of(r.value))
+            _edge(edges, folded, ru, ra, 1, src, dst, charges_of(r.value), None, grid_of(r.value))
         else:
             if r.fixed is not None:
                 from distir.planner.strategies import fixed_layout
@@ -280,10 +302,12 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
     return Structure(strategies, root, fmap, counts, work, edges, folded, memory, table)
 
 
-def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src: list, dst: list, cell_of, hides: np.ndarray | None = None) -> None:
+def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src: list, dst: list, cell_of, hides: np.ndarray | None = None,
+          grid_of=None) -> None:
     """An edge between root classes, in layout space (or folded into a root's work);
     ``hides``: the producer's work per strategy, for an edge out of an op whose
-    collectives a schedule may overlap (then one group per producer strategy)."""
+    collectives a schedule may overlap (then one group per producer strategy);
+    ``grid_of(la, rb)``: the cells of every pair of the layouts (``cell_of`` each)."""
     if ru == rv:
         groups: dict = {}
         idx = np.array([groups.setdefault((a, b), len(groups)) for a, b in zip(src, dst)], dtype=np.int64)
@@ -294,7 +318,7 @@ def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src
     rgroups: dict = {}
     right = np.array([rgroups.setdefault(b, len(rgroups)) for b in dst], dtype=np.int64)
     la, rb = list(lgroups), list(rgroups)
-    cells = np.array([[cell_of(a, b) for b in rb] for a in la], dtype=np.int64)
+    cells = grid_of(tuple(la), tuple(rb)) if grid_of is not None else np.array([[cell_of(a, b) for b in rb] for a in la], dtype=np.int64)
     if hides is not None and len(rb) > 1:
         edges.append(_Pending(ru, rv, count, left, right, cells, hides))
         return

@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import partial, wraps
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -88,6 +88,9 @@ class Searched:
     collectives after matmuls and embeddings overlapped (``ilp.problem``), or the best
     plan with its largest arguments laid out otherwise; evaluated only when the tuner
     schedules it."""
+    annotated: bool = False
+    """Written as a user writes a plan by hand: its arguments placed as the solution
+    says, everything else by the partitioner's propagation (``materialize.annotated``)."""
 
     @property
     def estimate(self) -> float:
@@ -155,6 +158,25 @@ class PlanResult:
         return self.plans[0]
 
 
+def _paused(f):
+    """``f`` run with Python's cyclic garbage collector paused (``passes.support.
+    gc_paused``): a program's IR is millions of objects in reference cycles (each op and
+    its parent), and every full collection traverses all of them; planning the 24-layer
+    GPT step at 256 ranks spent a quarter of its CPU there (measured, the same plans).
+    The cycles left are collected once it resumes (the peak memory grew by a fifth:
+    364 -> 436 MB on that plan)."""
+
+    @wraps(f)
+    def run(*args, **kwargs):
+        from distir.passes.support import gc_paused
+
+        with gc_paused():
+            return f(*args, **kwargs)
+
+    return run
+
+
+@_paused
 def plan(
     module: ModuleOp,
     ranks: int,
@@ -228,34 +250,53 @@ def plan(
     notes: list[str] = []
     dropped: list[float] = []
     leading = feasible[: max(1, top)]
-    seen = [s.problem.chosen(s.solution.choice) for s in leading]  # type: ignore[union-attr]
+    seen = [(s.mesh.key, s.problem.chosen(s.solution.choice)) for s in leading]  # type: ignore[union-attr]
     tunable = [tune]
 
     def variants() -> list[Searched]:
-        """Candidates a schedule may favour, when the tuner schedules these programs:
-        the leading meshes priced as if the tuner overlapped every collective after a
+        """Candidates a schedule may favour, when the tuner schedules these programs
+        (module doc, step 3): on each leading mesh and on the mesh of the hierarchy's
+        levels, the plan priced as if the tuner overlapped every collective after a
         matmul or an embedding with it (the placements whose schedule hides their
-        communication), and on each leading mesh the best plans that lay the largest
-        arguments out otherwise (the next family: a schedule may favour it, as
-        CoCoNet's fused collectives favour sliced state). At most ``top`` of them."""
+        communication) and the best plans that lay the largest arguments out otherwise
+        (the next family: a schedule may favour it, as CoCoNet's fused collectives
+        favour sliced state). All of them: the best plan a schedule makes may be any
+        (a DLRM whose tables a fused ReduceScatter favours sliced came after the
+        overlapped pricing of two meshes, and was cut when only ``top`` were kept).
+        Then the best and the otherwise laid out plans of the one-axis mesh and of the
+        mesh of the levels written as a user writes a plan by hand (``Searched.annotated``): the standard plans (data
+        parallelism, its sliced optimizer state, Megatron's tensor parallelism inside a
+        node) are such programs, and the tuner's fused operators take a chain the
+        partitioner propagated whole (an AllReduce and the ops after it, replicated)
+        where a solution splits it over the axes."""
         out: list[Searched] = []
         if not alternatives or not tunable[0]:
             return out
-        for s in feasible[: max(1, top)]:
+        starts = feasible[: max(1, top)]
+        starts += [s for s in feasible if levels_mesh(s.mesh) and s not in starts]
+        for s in starts:
             sc, st = structures[s.mesh.sizes]
             p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
             sol = ilp.solve(p, memory)
-            if sol is not None and p.chosen(sol.choice) not in seen:
-                seen.append(p.chosen(sol.choice))
+            if sol is not None and (s.mesh.key, p.chosen(sol.choice)) not in seen:
+                seen.append((s.mesh.key, p.chosen(sol.choice)))
                 out.append(Searched(s.mesh, sol, p.size(), p, 0.0, overlapped=True))
-        for first in feasible[: max(1, top)]:
+        laid_out: list[Searched] = []
+        for first in starts:
             assert first.problem is not None and first.solution is not None
             for r in ilp.largest_arguments(g, first.problem, alternatives):
                 sol = ilp.solve(first.problem, memory, forbid={r: first.solution.choice[r]})
-                if sol is not None and first.problem.chosen(sol.choice) not in seen:
-                    seen.append(first.problem.chosen(sol.choice))
-                    out.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
-        return out[: max(1, top)]
+                if sol is not None and (first.mesh.key, first.problem.chosen(sol.choice)) not in seen:
+                    seen.append((first.mesh.key, first.problem.chosen(sol.choice)))
+                    laid_out.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
+        out += laid_out
+        written: set = set()
+        for s in [*starts, *laid_out]:
+            key = (s.mesh.key, arguments_of(g, s))
+            if (len(s.mesh.sizes) == 1 or levels_mesh(s.mesh)) and key not in written:
+                written.add(key)
+                out.append(Searched(s.mesh, s.solution, s.size, s.problem, 0.0, overlapped=True, annotated=True))
+        return out
 
     k = 0
     while k < len(leading):
@@ -265,9 +306,13 @@ def plan(
         assert s.problem is not None and s.solution is not None
         chosen = s.problem.chosen(s.solution.choice)
         strategies = [s.problem.strategies[g.class_of[n.id]][chosen[g.class_of[n.id]]] for n in g.nodes]
-        from distir.planner.materialize import materialize
+        from distir.planner.materialize import annotated, materialize
 
-        m = materialize(g, s.mesh, strategies)
+        if s.annotated:
+            build = partial(annotated, g, s.mesh, {n.id: strategies[n.id].results[0] for n in g.nodes if n.is_arg})
+        else:
+            build = partial(materialize, g, s.mesh, strategies)
+        m = build()
         if k == 1:
             tunable[0] = tune and explored_collectives(m) <= TUNE_MAX_COLLECTIVES
             leading += variants()
@@ -276,7 +321,7 @@ def plan(
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
         schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline),
-                 rebuild=partial(materialize, g, s.mesh, strategies))
+                 rebuild=build)
         predict(pl, ranks, topology)
         if any(p.mesh.describe() == pl.mesh.describe() and p.predicted_s == pl.predicted_s and p.memory.total == pl.memory.total for p in plans if p.memory and pl.memory):
             continue  # the same program as a plan before it, once scheduled
@@ -298,6 +343,21 @@ def plan(
     if cut_short is not None:
         notes.insert(0, f"the search was cut short ({cut_short}) after {len(searched)} of {len(candidates)} meshes: the best plans found so far")
     return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short, evaluated)
+
+
+def levels_mesh(mesh: Mesh) -> bool:
+    """Whether each axis of a two-axis mesh is one whole level of the hierarchy (nodes x
+    the GPUs of a node: Megatron's tensor parallelism inside a node, data parallelism
+    across)."""
+    h = mesh.placement.hierarchy
+    return len(mesh.sizes) == 2 and len(h) == 2 and all(mesh.pure(a) for a in (0, 1)) and sorted(mesh.sizes) == sorted(h)
+
+
+def arguments_of(g: Graph, s: Searched) -> tuple:
+    """The layout of every argument under a search's solution."""
+    assert s.problem is not None and s.solution is not None
+    chosen = s.problem.chosen(s.solution.choice)
+    return tuple(s.problem.strategies[g.class_of[n.id]][chosen[g.class_of[n.id]]].results[0] for n in g.nodes if n.is_arg)
 
 
 def sc_of(structures: dict, mesh: Mesh) -> ShapeCosts:

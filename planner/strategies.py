@@ -45,6 +45,17 @@ class Layout:
     dims: tuple[tuple[int, ...], ...]
     partial: tuple[tuple[int, str], ...] = ()
 
+    def __hash__(self) -> int:
+        # computed once: layouts key every cache of the search (equal layouts, equal hashes)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.dims, self.partial))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # (a string's hash differs by process)
+
     @staticmethod
     def replicated(rank: int) -> Layout:
         return Layout(((),) * rank)

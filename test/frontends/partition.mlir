@@ -190,6 +190,29 @@ func.func @unreduced_argument(%g: !dist.tensor<64xf32, @m, [local]>) -> !dist.te
   func.return %out : !dist.tensor<64xf32, @m, [replicated]>
 }
 
+// Heads the ranks do not divide (Megatron's attention with 3 heads on 4 ranks): the
+// projection's 12 columns are sliced evenly, its 3 heads of 4 would not be (blocks of
+// other elements), so the reshape runs on the gathered value and its result is sliced
+// after (a view), on the way back too.
+// CHECK-LABEL: func.func @reshape_of_heads_the_ranks_do_not_divide
+// CHECK:         %[[G:.*]] = coll.all_gather %x : {{.*}}[sliced<1>]> -> {{.*}}[replicated]>
+// CHECK-NEXT:    %[[H:.*]] = dist.reshape %[[G]] : {{.*}} -> !dist.tensor<8x3x4xf32, @m, [replicated]>
+// CHECK:         %[[B:.*]] = dist.reshape %{{.*}} : {{.*}} -> !dist.tensor<8x12xf32, @m, [replicated]>
+// CHECK-NEXT:    %[[S:.*]] = dist.take_slice %[[B]] dim 1 : {{.*}}[replicated]> -> {{.*}}[sliced<1>]>
+// CHECK-NEXT:    func.return %[[S]]
+func.func @reshape_of_heads_the_ranks_do_not_divide(%x: !dist.tensor<8x12xf32, @m, [sliced<1>]>) -> !dist.tensor<8x12xf32, @m, [sliced<1>]> {
+  %xg = dist.join %x : !dist.tensor<8x12xf32, @m, [sliced<1>]> -> !dist.tensor<8x12xf32, @m, [unplaced]>
+  %h = dist.reshape %xg : !dist.tensor<8x12xf32, @m, [unplaced]> -> !dist.tensor<8x3x4xf32, @m, [unplaced]>
+  %d = dist.map(%h) : (!dist.tensor<8x3x4xf32, @m, [unplaced]>) -> !dist.tensor<8x3x4xf32, @m, [unplaced]> {
+  ^bb0(%e: f32):
+    %r = arith.addf %e, %e : f32
+    dist.yield %r : f32
+  }
+  %b = dist.reshape %d : !dist.tensor<8x3x4xf32, @m, [unplaced]> -> !dist.tensor<8x12xf32, @m, [unplaced]>
+  %out = dist.slice %b dim 1 : !dist.tensor<8x12xf32, @m, [unplaced]> -> !dist.tensor<8x12xf32, @m, [sliced<1>]>
+  func.return %out : !dist.tensor<8x12xf32, @m, [sliced<1>]>
+}
+
 // A manual computation over tp only (shard_map(.., axis_names={"tp"})): its values are
 // `local` on tp (each device's own) and unplaced on dp, which `partition` decides like any
 // other: the batch stays sliced over dp through the body (dp is pinned nowhere), tp is
