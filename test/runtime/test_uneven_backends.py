@@ -1,12 +1,14 @@
 """Programs whose sliced dims the ranks do not divide (blocks of ceil(s/n), the last
 ranks holding fewer elements or none) on the lowered backends: ``local`` on 1, 3, 5 and 8
-ranks (2, 6 and 10 for the 2-D mesh; the fused tile operators also on 2, 4, 6 and 7) and ``mpi`` on 3 and 4 (one batched ``mpiexec`` job per rank count),
-each against the reference interpreter. Together they cover every way the lowering lays
-such blocks out (``lowering/padding.py``): padded buffers for reduce-scatter,
-all-gather and all-to-all, the fused all-reduce computed in place into a padded
-argument (zero-copy on ``local``), the rank's part of a padded block for a contracted
-matmul dim, an embedding's rows and reductions, random numbers and iota at the rank's
-offset, and nested slicing whose outer blocks differ (``rt.pad_blocks``)."""
+ranks (2, 6 and 10 for the 2-D mesh; the fused tile operators also on 2, 4, 6 and 7)
+and ``mpi`` on 3 and 4 (one batched ``mpiexec`` job per rank count), each against the
+reference interpreter. Together they cover every way the lowering lays such blocks out
+(``lowering/padding.py``): padded buffers for reduce-scatter, all-gather and
+all-to-all, the fused all-reduce computed in place into a padded argument (zero-copy
+on ``local``), the rank's part of a padded block for a contracted matmul dim, an
+embedding's rows and reductions, random numbers and iota at the rank's offset, nested
+slicing whose outer blocks differ (``rt.pad_blocks``), and the operands and results of
+the fused tile operators laid out padded (``fused_ops.tile_layout``)."""
 
 from __future__ import annotations
 
