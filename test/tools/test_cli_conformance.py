@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from support.fuzz import TOPOLOGY  # a two-level machine of 2 x 4 devices
+from support.tool_output import without_progress
 
 BIN = Path(sys.executable).parent
 
@@ -88,7 +89,7 @@ def argv(tool: Tool, path: Path) -> list[str]:
 
 
 def one_line_diagnostic(r: subprocess.CompletedProcess, *needles: str) -> str:
-    err = r.stderr.decode("utf-8")  # not UTF-8 (raw bytes of an input) fails here
+    err = without_progress(r.stderr.decode("utf-8"))  # not UTF-8 (raw bytes of an input) fails here
     assert r.returncode == 1, f"exit {r.returncode}: {err}"
     assert err.endswith("\n") and err.count("\n") == 1, f"not one line: {err!r}"
     assert err.isprintable() or err[:-1].isprintable(), f"unprintable characters: {err!r}"
