@@ -32,13 +32,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial, wraps
+from functools import partial
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects import coll
 from distir.dialects.diagnostics import InputRejected
+from distir.passes.support import gc_paused
 from distir.planner import ilp
 from distir.planner.costs import Costs, ShapeCosts
 from distir.planner.graph import Graph, PlanError, read_graph
@@ -158,25 +159,7 @@ class PlanResult:
         return self.plans[0]
 
 
-def _paused(f):
-    """``f`` run with Python's cyclic garbage collector paused (``passes.support.
-    gc_paused``): a program's IR is millions of objects in reference cycles (each op and
-    its parent), and every full collection traverses all of them; planning the 24-layer
-    GPT step at 256 ranks spent a quarter of its CPU there (measured, the same plans).
-    The cycles left are collected once it resumes (the peak memory grew by a fifth:
-    364 -> 436 MB on that plan)."""
-
-    @wraps(f)
-    def run(*args, **kwargs):
-        from distir.passes.support import gc_paused
-
-        with gc_paused():
-            return f(*args, **kwargs)
-
-    return run
-
-
-@_paused
+@gc_paused()  # a quarter of a GPT plan's CPU went to full collections over the IR's cycles
 def plan(
     module: ModuleOp,
     ranks: int,
