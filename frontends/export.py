@@ -55,6 +55,16 @@ arith/math on scalars            the same ops on 0-d values
                                  functions without calls)
 ===============================  =========================================================
 
+A sliced dim the ranks do not divide (blocks of ceil(s/n), the last ones shorter or
+empty) is exported by a target that pads (``Exporter.PADS``: sdy): every device holds a
+buffer of the largest block (``Placed.local_shape``), zeros past its own elements; the
+target pads the arguments and cuts the results at the boundary, keeps the padding zero
+in between, and its collectives move equal blocks. A collective that joins or cuts a
+level of such a dim must find each device's block at its group rank times the padded
+block (``Exporter.lined_up``; nested blocks may not be), and ops whose padding would
+reach real results are refused (``Exporter.even_only``). MLIR 19's mesh does not pad:
+such a dim is a diagnostic (``Exporter.UNEVEN``).
+
 An ``at<r>`` value exists on every device of the exported program and is meaningful on
 rank r of its axes (the convention of MLIR's ``mesh.reduce``); ``dist.map`` and friends
 compute on the other devices too and nobody reads those results. What a target cannot
@@ -158,6 +168,30 @@ class Placed:
         """Root axes slicing ``dim``, outermost block index first."""
         return layout.slicing_axes(self.placements, dim)
 
+    @functools.cached_property
+    def uneven(self) -> list[int]:
+        """The sliced dims the ranks do not divide: a padded target holds them in buffers
+        of the largest block, zeros past the device's own block."""
+        return layout.uneven_dims(self.shape, self.placements, self.mesh.sizes)
+
+    def counts(self, dim: int) -> list[int]:
+        """The group sizes slicing ``dim``, outermost first."""
+        return layout.slicing_counts(self.placements, self.mesh.sizes, dim)
+
+    def padded_extent(self, dim: int) -> int:
+        """``dim``'s extent in the padded global view: one largest block per block index."""
+        return math.prod(self.counts(dim)) * self.local_shape[dim]
+
+    @property
+    def padded_shape(self) -> tuple[int, ...]:
+        return tuple(self.padded_extent(d) for d in range(len(self.shape)))
+
+    def blocks(self, dim: int) -> list[tuple[int, int]]:
+        """(offset, size) of each block of ``dim`` in row-major order of its block index,
+        the order of the padded global view."""
+        counts = self.counts(dim)
+        return [layout.dim_block(self.shape[dim], counts, layout.at_digits(i, counts)) for i in range(math.prod(counts))]
+
     def axes_of(self, kind: type[Placement]) -> list[int]:
         return [a for a, p in enumerate(self.placements) if isinstance(p, kind)]
 
@@ -239,10 +273,15 @@ class Exporter:
     env: dict[SSAValue, str] = field(default_factory=dict)
 
     TARGET: ClassVar[str] = ""
+    """The target's name in diagnostics (``StableHLO + sdy``, ``MLIR mesh``)."""
     UNEVEN: ClassVar[str] = "the exported program is SPMD, one static shape per device, and the ranks' blocks differ"
     """Why a sliced dim the ranks do not divide (blocks of different sizes) cannot be
-    exported."""
-    """The target's name in diagnostics (``StableHLO + sdy``, ``MLIR mesh``)."""
+    exported (a target that does not pad them)."""
+    PADS: ClassVar[bool] = False
+    """Whether the target exports a dim the ranks do not divide padded: every device holds
+    a buffer of the largest block (``Placed.local_shape``) whose elements past its own
+    block are zeros; the target pads the arguments and cuts the results at the boundary
+    and keeps the padding zero in between (``Placed.uneven``)."""
 
     def run(self) -> str:
         self.meshes = self._root_meshes()
@@ -295,8 +334,9 @@ class Exporter:
         except layout.LayoutError as e:
             self.fail(op, str(e))
         sizes = self.meshes[root.mesh_name].sizes
-        for d in layout.uneven_dims(t.get_shape(), placements, sizes):
-            self.fail(op, f"cannot be exported to {self.TARGET}: {layout.describe_uneven(t.get_shape(), placements, sizes, d)}: {self.UNEVEN}")
+        if not self.PADS:
+            for d in layout.uneven_dims(t.get_shape(), placements, sizes):
+                self.fail(op, f"cannot be exported to {self.TARGET}: {layout.describe_uneven(t.get_shape(), placements, sizes, d)}: {self.UNEVEN}")
         return Placed(t.get_shape(), t.element_type, self.meshes[root.mesh_name], tuple(placements))
 
     def placed(self, value: SSAValue) -> Placed:
@@ -460,6 +500,44 @@ class Exporter:
         pair targets gets zeros (``offset``: the pairs are a ring step by it)."""
         raise NotImplementedError
 
+    def lined_up(self, op: Operation, fine: Placed, coarse: Placed, dim: int, axes: Sequence[int]) -> None:
+        """Check that a padded dim ``dim`` cut further over ``axes`` (from ``coarse`` to
+        ``fine``) puts each device's block at its group rank times the padded block within
+        the coarse block, so that the target's equal-sized collective (or slice) moves
+        exactly the padded blocks; blocks cut level by level may not (a dim of 10 over 3
+        then 2 ranks: the last block of 2 is cut in 1 + 1, not at the padded block of 2)."""
+        if not self.PADS or (dim not in fine.uneven and dim not in coarse.uneven):
+            return
+        mesh = fine.mesh
+        extent = fine.local_shape[dim]
+        for coords in layout.rank_coords(mesh.grid):
+            lo, size = layout.block_span(fine.shape, fine.placements, mesh.sizes, coords, dim)
+            base, _ = layout.block_span(coarse.shape, coarse.placements, mesh.sizes, coords, dim)
+            j = layout.digits_rank([coords[a] for a in axes], [mesh.sizes[a] for a in axes])
+            if size and lo - base != j * extent:
+                self.fail(
+                    op,
+                    f"cannot be exported to {self.TARGET}: {layout.describe_uneven(fine.shape, fine.placements, mesh.sizes, dim)} "
+                    f"are cut level by level, and the block of device {list(coords)} starts {lo - base} element{'' if lo - base == 1 else 's'} into the "
+                    f"block it is cut from, not at its padded position {j * extent}: the target's collectives move equal "
+                    f"blocks (pad the dim to a multiple of the ranks, or slice it over one axis)",
+                )
+
+    def even_only(self, op: Operation, *values: SSAValue) -> None:
+        """Reject ``op`` where one of ``values`` is padded (a target that pads exports it
+        only where padding cannot reach a real result)."""
+        if not self.PADS:
+            return
+        for v in values:
+            if isinstance(v.type, TensorType) and (p := self.placed(v)).uneven:
+                d = p.uneven[0]
+                self.fail(
+                    op,
+                    f"cannot be exported to {self.TARGET} on a dim the ranks do not divide "
+                    f"({layout.describe_uneven(p.shape, p.placements, p.mesh.sizes, d)}): the padded export does "
+                    f"not mask this op's padding yet",
+                )
+
     # ------------------------------------------------------------------ shared handlers
     def _collective(self, op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, result_type: Attribute, options: dict, hint: str | None) -> str:
         """``cls`` (a plain collective, or a fused one's FIRST/FINISH) on ``x``."""
@@ -478,8 +556,10 @@ class Exporter:
         if cls is coll.AllReduceOp:
             return self.all_reduce(name, src, axes, options["op"], hint)
         if cls is coll.ReduceScatterOp:
+            self.lined_up(op, dst, src, options["dim"], axes)
             return self.reduce_scatter(name, src, dst, axes, options["op"], options["dim"], hint)
         if cls is coll.AllGatherOp:
+            self.lined_up(op, src, dst, _joined_dim(src, axes), axes)
             return self.all_gather(name, src, dst, axes, _joined_dim(src, axes), hint)
         if cls is coll.ReduceOp:
             return self.reduce(name, src, axes, options["op"], options["root"], hint)
@@ -489,6 +569,8 @@ class Exporter:
             d = _joined_dim(src, axes)
             if d == options["dim"]:  # re-slicing the same dim: every device keeps its block
                 return name
+            self.lined_up(op, src, dst, d, axes)
+            self.lined_up(op, dst, src, options["dim"], axes)
             return self.all_to_all(name, src, dst, axes, options["dim"], d, hint)
         if cls is coll.SendOp:
             source = _at_rank(src, axes)
@@ -531,6 +613,7 @@ class Exporter:
         if not axes:
             return self.emit_same(op)
         src, dst = self.placed(op.input), self.placed(op.result)
+        self.lined_up(op, dst, src, op.option("dim"), axes)
         self.bind(op.results, [self.slice_block(self.value(op.input), src, dst, axes, op.option("dim"), op.result.name_hint)])
 
     def emit_same(self, op: Operation) -> None:
