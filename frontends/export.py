@@ -61,8 +61,8 @@ buffer of the largest block (``Placed.local_shape``), zeros past its own element
 target pads the arguments and cuts the results at the boundary, keeps the padding zero
 in between, and its collectives move equal blocks. A collective that joins or cuts a
 level of such a dim must find each device's block at its group rank times the padded
-block (``Exporter.lined_up``; nested blocks may not be), and ops whose padding would
-reach real results are refused (``Exporter.even_only``). MLIR 19's mesh does not pad:
+block (``Exporter.lined_up``; nested blocks may not be), and a reshape must keep such
+dims whole (``Exporter.padded_dims_kept``). MLIR 19's mesh does not pad:
 such a dim is a diagnostic (``Exporter.UNEVEN``).
 
 An ``at<r>`` value exists on every device of the exported program and is meaningful on
@@ -523,20 +523,32 @@ class Exporter:
                     f"blocks (pad the dim to a multiple of the ranks, or slice it over one axis)",
                 )
 
-    def even_only(self, op: Operation, *values: SSAValue) -> None:
-        """Reject ``op`` where one of ``values`` is padded (a target that pads exports it
-        only where padding cannot reach a real result)."""
-        if not self.PADS:
+    def padded_dims_kept(self, op: Operation, x: Placed, r: Placed) -> None:
+        """Check that reshaping the padded block of ``x`` gives the padded block of ``r``,
+        padding where padding is: each padded dim is kept whole at the same place in
+        row-major order (the same size after the same number of elements) and cut the same
+        way, or each side has one padded dim with only dims of one element before it in
+        the block (the device's elements are a prefix of its block on both sides: 5 rows
+        of 2 over 3 ranks as 10 elements, blocks of 4, 4, 2)."""
+        if not self.PADS or not (x.uneven or r.uneven):
             return
-        for v in values:
-            if isinstance(v.type, TensorType) and (p := self.placed(v)).uneven:
-                d = p.uneven[0]
-                self.fail(
-                    op,
-                    f"cannot be exported to {self.TARGET} on a dim the ranks do not divide "
-                    f"({layout.describe_uneven(p.shape, p.placements, p.mesh.sizes, d)}): the padded export does "
-                    f"not mask this op's padding yet",
-                )
+
+        def prefix(p: Placed) -> bool:
+            return len(p.uneven) == 1 and all(n == 1 for n in p.local_shape[: p.uneven[0]])
+
+        if prefix(x) and prefix(r) and math.prod(x.local_shape) == math.prod(r.local_shape):
+            return
+        for a, b in ((x, r), (r, x)):
+            for d in a.uneven:
+                before = math.prod(a.shape[:d])
+                kept = [e for e in range(len(b.shape)) if b.shape[e] == a.shape[d] and math.prod(b.shape[:e]) == before]
+                if not kept or b.counts(kept[0]) != a.counts(d):
+                    self.fail(
+                        op,
+                        f"cannot be exported to {self.TARGET}: it merges or splits a dim the ranks do not divide "
+                        f"({layout.describe_uneven(a.shape, a.placements, a.mesh.sizes, d)}), and a reshape of the padded "
+                        f"block would mix padding into real elements (gather the dim first)",
+                    )
 
     # ------------------------------------------------------------------ shared handlers
     def _collective(self, op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, result_type: Attribute, options: dict, hint: str | None) -> str:

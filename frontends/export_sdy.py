@@ -56,14 +56,16 @@ distir                     StableHLO
 Dims the ranks do not divide are padded (docs/export.md): outside the manual computation
 each argument with such a dim is laid out padded in the global view (``concatenate`` of
 its blocks and zeros up to the largest block), the manual computation runs on equal
-blocks, and each result is cut back (``slice``); inside, ``map``, ``matmul``, ``iota``
-and ``reduce_tensor`` results are re-zeroed past the device's block (``select`` on an
-``iota`` below the block's size, computed from ``partition_id``), a max/min/prod over
-such a dim reduces the identity in the padding, ``avg`` divides by s/n;
+blocks, and each result is cut back (``slice``); inside, ``map``, ``matmul``, ``iota``,
+``reduce_tensor`` and ``embedding_bag`` results are re-zeroed past the device's block
+(``select`` on an ``iota`` below the block's size, computed from ``partition_id``), a
+max/min/prod over such a dim reduces the identity in the padding, ``avg`` divides by s/n;
 ``reduce_scatter``, ``all_to_all`` and ``dynamic_slice`` pad their cut dim to equal
-blocks, ``all_gather`` and ``all_to_all`` cut their joined dim. Refused: ``reshape``,
-``embedding_bag`` and ``scatter_add`` on such values, and ``local`` (unreduced)
-arguments or results with such a dim (the global view has no blocks to pad).
+blocks, ``all_gather`` and ``all_to_all`` cut their joined dim; a row-sliced table or
+scatter target takes the rows the device really holds (``rows_held``); a ``reshape``
+keeps such dims whole. Refused: a ``reshape`` that merges or splits such a dim, and
+``local`` (unreduced) arguments or results with such a dim (the global view has no
+blocks to pad).
 
 ELEMENTWISE (arith/math ops of map bodies, and of scalar code outside maps): add, sub,
 mul, div, rem, max/min (maximumf/minimumf, maxsi/minsi), negf, and/or/xor, shifts,
@@ -685,7 +687,6 @@ class SdyExporter(Exporter):
         self.bind(op.results, [self.convert(out, shape, cdt, elt, op.result.name_hint)])
 
     def embedding_bag(self, op: dist.EmbeddingBagOp) -> None:
-        self.even_only(op, *op.operands, op.result)
         tp, ip, r = self.placed(op.table), self.placed(op.indices), self.placed(op.result)
         ts, ishape = tp.local_shape, ip.local_shape
         lead = len(ts) - 2
@@ -697,7 +698,7 @@ class SdyExporter(Exporter):
         if row0 is not None:  # a row-sliced table: this device adds the rows it holds
             loc = self.binary("subtract", idx, self.broadcast_to(row0, (), ishape, "i64"), ishape, "i64", "row")
             lo = self.compare("GE", loc, self.const(0, ishape, "i64"), ishape, "i64", "SIGNED")
-            hi = self.compare("LT", loc, self.const(rows, ishape, "i64"), ishape, "i64", "SIGNED")
+            hi = self.compare("LT", loc, self.rows_held(tp, lead, ishape), ishape, "i64", "SIGNED")
             valid = self.binary("and", lo, hi, ishape, "i1", "held")
             idx = self.select(valid, loc, self.const(0, ishape, "i64"), ishape, "i64")
         gshape = (*ishape, width)
@@ -721,10 +722,10 @@ class SdyExporter(Exporter):
             g = self.select(mask, g, self.const(0.0, gshape, cdt), gshape, cdt)
         kind = {"sum": "sum", "mean": "avg", "max": "max"}[mode]
         red = self.reduce_over(g, gshape, cdt, kind, [len(ishape) - 1], None if cdt != str(r.element) else op.result.name_hint)
-        self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
+        # padded bags (index 0 gathers a real row) are re-zeroed
+        self.bind(op.results, [self.rezero(self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint), r, op.result.name_hint)])
 
     def scatter_add(self, op: dist.ScatterAddOp) -> None:
-        self.even_only(op, *op.operands, op.result)
         ip, up, r = self.placed(op.indices), self.placed(op.updates), self.placed(op.result)
         ishape, ushape, rshape = ip.local_shape, up.local_shape, r.local_shape
         lead = len(ishape) - 2
@@ -736,7 +737,7 @@ class SdyExporter(Exporter):
             idx = self.binary("subtract", idx, self.broadcast_to(row0, (), ishape, "i64"), ishape, "i64", "row")
         # an index outside the rows held adds nothing: its update is zero, at row 0
         lo = self.compare("GE", idx, self.const(0, ishape, "i64"), ishape, "i64", "SIGNED")
-        hi = self.compare("LT", idx, self.const(rows, ishape, "i64"), ishape, "i64", "SIGNED")
+        hi = self.compare("LT", idx, self.rows_held(r, lead, ishape), ishape, "i64", "SIGNED")
         held = self.binary("and", lo, hi, ishape, "i1", "held")
         idx = self.select(held, idx, self.const(0, ishape, "i64"), ishape, "i64")
         # each update row once per position of its bag
@@ -758,6 +759,15 @@ class SdyExporter(Exporter):
         self.region("add", cdt)
         t.line(f"}}) : ({ttype(rshape, cdt)}, {ttype(ishape, 'i64')}, {ttype(full, cdt)}) -> {ttype(rshape, cdt)}")
         self.bind(op.results, [self.convert(out, rshape, cdt, r.element, op.result.name_hint)])
+
+    def rows_held(self, p: Placed, dim: int, shape: Sequence[int]) -> str:
+        """The number of rows of ``dim`` this device holds, broadcast to ``shape`` (i64):
+        the padded block's extent, or its own block's size where the dim is padded (an
+        index into the padding names another device's row)."""
+        if dim not in p.uneven:
+            return self.const(p.local_shape[dim], shape, "i64")
+        size = self.convert(self.span(p, dim)[1], (), "i32", "i64")
+        return self.broadcast_to(size, (), shape, "i64")
 
     def sort(self, op: dist.SortOp) -> None:
         """``stablehlo.sort`` with jnp.sort's comparator (stable; floats canonicalised,
@@ -800,8 +810,8 @@ class SdyExporter(Exporter):
         )])
 
     def reshape(self, op: dist.ReshapeOp) -> None:
-        self.even_only(op, op.input, op.result)
         x, r = self.placed(op.input), self.placed(op.result)
+        self.padded_dims_kept(op, x, r)
         self.bind(op.results, [self.reshape_to(self.value(op.input), x.local_shape, r.local_shape, x.element, op.result.name_hint)])
 
     def iota(self, op: dist.IotaOp) -> None:

@@ -136,6 +136,46 @@ func.func @a2a_uneven(%x: !dist.tensor<7x5xf32, @world, [sliced<0>]>, %r: !dist.
 
 // -----
 
+// GPT-2's embedding with its vocabulary sliced (13 rows): each device adds the rows it
+// holds (an index into its padding names another device's row), all_reduce; the
+// embedding's gradient scattered into the sliced rows; bags sliced over 5 (padded bags
+// gather row 0 and are re-zeroed).
+dist.mesh @world shape = [?]
+func.func @embedding_uneven(%t: !dist.tensor<13x4xf32, @world, [sliced<0>]>, %i: !dist.tensor<5x3xi32, @world, [replicated]>, %g: !dist.tensor<5x4xf32, @world, [replicated]>, %r: !dist.tensor<13x4xf32, @world, [replicated]>, %b: !dist.tensor<5x3xi32, @world, [sliced<0>]>) -> (!dist.tensor<5x4xf32, @world, [replicated]>, !dist.tensor<13x4xf32, @world, [sliced<0>]>, !dist.tensor<5x4xf32, @world, [sliced<0>]>) {
+  %p = dist.embedding_bag %t, %i mode sum : (!dist.tensor<13x4xf32, @world, [sliced<0>]>, !dist.tensor<5x3xi32, @world, [replicated]>) -> !dist.tensor<5x4xf32, @world, [local]>
+  %e = coll.all_reduce sum %p : !dist.tensor<5x4xf32, @world, [local]> -> !dist.tensor<5x4xf32, @world, [replicated]>
+  %d = dist.scatter_add %i, %g : (!dist.tensor<5x3xi32, @world, [replicated]>, !dist.tensor<5x4xf32, @world, [replicated]>) -> !dist.tensor<13x4xf32, @world, [sliced<0>]>
+  %m = dist.embedding_bag %r, %b mode mean : (!dist.tensor<13x4xf32, @world, [replicated]>, !dist.tensor<5x3xi32, @world, [sliced<0>]>) -> !dist.tensor<5x4xf32, @world, [sliced<0>]>
+  func.return %e, %d, %m : !dist.tensor<5x4xf32, @world, [replicated]>, !dist.tensor<13x4xf32, @world, [sliced<0>]>, !dist.tensor<5x4xf32, @world, [sliced<0>]>
+}
+// SDY-LABEL: func.func @embedding_uneven(
+// SDY:         (%[[T:[a-z0-9_]+]]: tensor<3x4xf32>, %{{.*}}: tensor<5x3xi32>
+// SDY:         %[[SIZE:[a-z0-9_]+]] = stablehlo.subtract %{{.*}}, %{{.*}} : tensor<i32>
+// SDY:         "stablehlo.gather"(%[[T]], %{{.*}})
+// SDY:         "stablehlo.scatter"
+// SDY:         }) : (tensor<3x4xf32>, tensor<5x3xi64>, tensor<5x3x4xf32>) -> tensor<3x4xf32>
+
+// -----
+
+// A reshape that keeps the uneven dim whole (7 rows of 4 as 7 rows of 2x2) and dropout
+// on it: the mask is drawn at logical indices, the block's offset from partition_id.
+// A reshape that merges it (5 rows of 2 as 10 elements: each rank's elements come first
+// in its padded block on both sides).
+dist.mesh @world shape = [?]
+func.func @reshape_dropout(%x: !dist.tensor<7x4xf32, @world, [sliced<0>]>, %z: !dist.tensor<5x2xf32, @world, [sliced<0>]>) -> (!dist.tensor<7x2x2xf32, @world, [sliced<0>]>, !dist.tensor<10xf32, @world, [sliced<0>]>) {
+  %y = dist.reshape %x : !dist.tensor<7x4xf32, @world, [sliced<0>]> -> !dist.tensor<7x2x2xf32, @world, [sliced<0>]>
+  %d = dist.dropout %y p 0.25 seed 7 : !dist.tensor<7x2x2xf32, @world, [sliced<0>]> -> !dist.tensor<7x2x2xf32, @world, [sliced<0>]>
+  %f = dist.reshape %z : !dist.tensor<5x2xf32, @world, [sliced<0>]> -> !dist.tensor<10xf32, @world, [sliced<0>]>
+  func.return %d, %f : !dist.tensor<7x2x2xf32, @world, [sliced<0>]>, !dist.tensor<10xf32, @world, [sliced<0>]>
+}
+// SDY-LABEL: func.func @reshape_dropout(
+// SDY:         stablehlo.reshape %{{.*}} : (tensor<2x4xf32>) -> tensor<2x2x2xf32>
+// SDY:         %[[LO:[a-z0-9_]+]] = stablehlo.minimum
+// SDY:         stablehlo.convert %[[LO]] : (tensor<i32>) -> tensor<i64>
+// SDY:         stablehlo.reshape %{{.*}} : (tensor<1x2xf32>) -> tensor<2xf32>
+
+// -----
+
 // Nested slicing over two axes on one dim of 10 (blocks of 5 over axis 0, then of 2 over
 // axis 1 at 2x3 ranks), gathered one axis at a time.
 dist.mesh @grid shape = [2, ?]
