@@ -371,6 +371,10 @@ class SdyExporter(Exporter):
                 merged[-1] = (last[0], last[1] + part[1])
             else:
                 merged.append(part)
+        if not merged:  # nothing on either side: an empty dim
+            empty = list(shape)
+            empty[dim] = 0
+            return self.const(0, empty, elt, "empty")
         names, shapes = [], []
         for part in merged:
             piece = list(shape)
@@ -868,6 +872,8 @@ class SdyExporter(Exporter):
         return self._reduction_collective("all_reduce", x, s, s, src.element, axes, src.mesh, kind, "", hint)
 
     def reduce_scatter(self, x: str, src: Placed, dst: Placed, axes: list[int], kind: str, dim: int, hint: str | None) -> str:
+        if dst.local_shape[dim] == 0:  # no elements to reduce (StableHLO has no empty scatter)
+            return self.const(0, dst.local_shape, dst.element, hint or "empty")
         extra = f", scatter_dimension = {dim} : i64"
         shape = list(src.local_shape)
         if dim in dst.uneven:  # equal blocks of the padded dim
@@ -879,6 +885,8 @@ class SdyExporter(Exporter):
         return self.all_reduce(x, src, axes, kind, hint)
 
     def all_gather(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
+        if src.local_shape[dim] == 0:  # an empty dim gathers nothing (StableHLO has no empty gather)
+            return self.const(0, dst.local_shape, dst.element, hint or "empty")
         groups = src.mesh.groups(axes)
         attrs = f"all_gather_dim = {dim} : i64, {self.channel_attrs()}, replica_groups = {dense(groups)}, use_global_device_ids"
         shape = list(dst.local_shape)

@@ -89,6 +89,44 @@ PROGRAMS = _texts()
 RANDOM = _random_programs(30)
 """``random/<i>`` -> (text, function, ranks)."""
 
+
+def _uneven_random_programs(count: int) -> tuple[dict[str, tuple[str, str, int]], int]:
+    """``count`` random programs whose dims are primes, ones and zeros on meshes of 1 to 8
+    ranks (``support/programs.py``'s ``free_dims``: most slice a dim the ranks do not
+    divide), the same on every run, drawn until ``count`` export to StableHLO + sdy;
+    with the number drawn."""
+    from hypothesis import HealthCheck, given, settings
+    from support.programs import UNEVEN_MESHES, programs
+
+    from distir.frontends.export import export_module
+
+    drawn: list = []
+
+    @settings(max_examples=2 * count, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(programs(max_ops=6, meshes=UNEVEN_MESHES, free_dims=True))
+    def collect(prog):
+        drawn.append(prog)
+
+    collect()
+    out: dict[str, tuple[str, str, int]] = {}
+    for k, prog in enumerate(drawn):
+        module = parse_module(prog.text)
+        FixMeshSizesPass(ranks=prog.ranks).apply(make_context(), module)
+        try:
+            export_module(module, "sdy")
+        except DiagnosticException:
+            continue
+        out[f"uneven-random/{len(out)}"] = (prog.text, prog.func, prog.ranks)
+        if len(out) == count:
+            return out, k + 1
+    return out, len(drawn)
+
+
+UNEVEN_RANDOM, UNEVEN_DRAWN = _uneven_random_programs(40)
+"""``uneven-random/<i>`` -> (text, function, ranks): random programs on dims the ranks
+seldom divide that the sdy export writes (the others stop at a diagnostic of
+``export-invalid.mlir``'s kinds), and how many were drawn to find them."""
+
 def refusal(name: str, ranks: int, exporter) -> str | None:
     """The diagnostic ``exporter`` (a class of ``frontends/export*.py``) must give for the
     run, or None when it must export it. An exporter that pads (``PADS``: sdy) exports
@@ -114,7 +152,9 @@ def refusal(name: str, ranks: int, exporter) -> str | None:
 
 
 def text_of(name: str) -> str:
-    return RANDOM[name][0] if name in RANDOM else PROGRAMS[name]
+    if name in RANDOM:
+        return RANDOM[name][0]
+    return UNEVEN_RANDOM[name][0] if name in UNEVEN_RANDOM else PROGRAMS[name]
 
 
 @functools.lru_cache(maxsize=1)

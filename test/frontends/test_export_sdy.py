@@ -3,8 +3,9 @@ of ``export-cases.mlir`` (meshes fixed for 1, 2, 4 and 8 ranks), every schedule 
 ``examples/schedules`` (a rearrangement of an example's ops: at the fewest and the most
 ranks it fits) and 30 random programs (``support/programs.py``, at their own rank
 counts), the JAX, Shardy and shard programs of the front-end tests as distir-import
-reads them and the programs of ``export-uneven.mlir`` (dims the ranks do not divide, at
-3, 5, 6 and 7 ranks: the export pads them) are exported, parsed and verified with jaxlib's MLIR (StableHLO and Shardy
+reads them, the programs of ``export-uneven.mlir`` (dims the ranks do not divide, at
+3, 5, 6 and 7 ranks: the export pads them) and 40 random programs on such dims are
+exported, parsed and verified with jaxlib's MLIR (StableHLO and Shardy
 registered), compiled by XLA for as many host devices and run; the outputs must agree
 with the interpreter's on the same inputs (``runtime/equivalence.py``'s tolerances: rtol
 1e-5 for f32). The runs happen in one subprocess (``xla_batch.py``): jax fixes its device
@@ -18,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from export_programs import HERE, PROGRAMS, UNEVEN_RANKS, refusal, runs, text_of
+from export_programs import HERE, PROGRAMS, UNEVEN_RANDOM, UNEVEN_RANKS, refusal, runs, text_of
 import numpy as np
 from support.xla import DEVICES, no_farther
 
@@ -35,7 +36,7 @@ def _xla_runs() -> list[tuple[str, str, int]]:
             if ranks not in (min(counts), max(counts)):
                 continue
         out.append((name, func, ranks))
-    return out
+    return out + [(n, f, r) for n, (_, f, r) in UNEVEN_RANDOM.items()]
 
 
 RUNS = _xla_runs()
