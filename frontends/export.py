@@ -59,10 +59,10 @@ A sliced dim the ranks do not divide (blocks of ceil(s/n), the last ones shorter
 empty) is exported by a target that pads (``Exporter.PADS``: sdy): every device holds a
 buffer of the largest block (``Placed.local_shape``), zeros past its own elements; the
 target pads the arguments and cuts the results at the boundary, keeps the padding zero
-in between, and its collectives move equal blocks. A collective that joins or cuts a
-level of such a dim must find each device's block at its group rank times the padded
-block (``Exporter.lined_up``; nested blocks may not be), and a reshape must keep such
-dims whole (``Exporter.padded_dims_kept``). MLIR 19's mesh does not pad:
+in between, and its collectives move equal blocks: where a collective joins or cuts a
+level of such a dim whose blocks do not sit at their group rank times the padded block
+(``Exporter.lined_up``; nested blocks may not), the target moves them into place around
+it. A reshape must keep the padding where padding is (``Exporter.padded_dims_kept``). MLIR 19's mesh does not pad:
 such a dim is a diagnostic (``Exporter.UNEVEN``).
 
 An ``at<r>`` value exists on every device of the exported program and is meaningful on
@@ -500,14 +500,16 @@ class Exporter:
         pair targets gets zeros (``offset``: the pairs are a ring step by it)."""
         raise NotImplementedError
 
-    def lined_up(self, op: Operation, fine: Placed, coarse: Placed, dim: int, axes: Sequence[int]) -> None:
-        """Check that a padded dim ``dim`` cut further over ``axes`` (from ``coarse`` to
+    @staticmethod
+    def lined_up(fine: Placed, coarse: Placed, dim: int, axes: Sequence[int]) -> bool:
+        """Whether cutting the padded dim ``dim`` further over ``axes`` (from ``coarse`` to
         ``fine``) puts each device's block at its group rank times the padded block within
         the coarse block, so that the target's equal-sized collective (or slice) moves
         exactly the padded blocks; blocks cut level by level may not (a dim of 10 over 3
-        then 2 ranks: the last block of 2 is cut in 1 + 1, not at the padded block of 2)."""
-        if not self.PADS or (dim not in fine.uneven and dim not in coarse.uneven):
-            return
+        then 2 ranks: the last block of 2 is cut in 1 + 1, the second 1 element in, not
+        at the padded block's 2)."""
+        if dim not in fine.uneven and dim not in coarse.uneven:
+            return True
         mesh = fine.mesh
         extent = fine.local_shape[dim]
         for coords in layout.rank_coords(mesh.grid):
@@ -515,13 +517,8 @@ class Exporter:
             base, _ = layout.block_span(coarse.shape, coarse.placements, mesh.sizes, coords, dim)
             j = layout.digits_rank([coords[a] for a in axes], [mesh.sizes[a] for a in axes])
             if size and lo - base != j * extent:
-                self.fail(
-                    op,
-                    f"cannot be exported to {self.TARGET}: {layout.describe_uneven(fine.shape, fine.placements, mesh.sizes, dim)} "
-                    f"are cut level by level, and the block of device {list(coords)} starts {lo - base} element{'' if lo - base == 1 else 's'} into the "
-                    f"block it is cut from, not at its padded position {j * extent}: the target's collectives move equal "
-                    f"blocks (pad the dim to a multiple of the ranks, or slice it over one axis)",
-                )
+                return False
+        return True
 
     def padded_dims_kept(self, op: Operation, x: Placed, r: Placed) -> None:
         """Check that reshaping the padded block of ``x`` gives the padded block of ``r``,
@@ -568,10 +565,8 @@ class Exporter:
         if cls is coll.AllReduceOp:
             return self.all_reduce(name, src, axes, options["op"], hint)
         if cls is coll.ReduceScatterOp:
-            self.lined_up(op, dst, src, options["dim"], axes)
             return self.reduce_scatter(name, src, dst, axes, options["op"], options["dim"], hint)
         if cls is coll.AllGatherOp:
-            self.lined_up(op, src, dst, _joined_dim(src, axes), axes)
             return self.all_gather(name, src, dst, axes, _joined_dim(src, axes), hint)
         if cls is coll.ReduceOp:
             return self.reduce(name, src, axes, options["op"], options["root"], hint)
@@ -581,8 +576,6 @@ class Exporter:
             d = _joined_dim(src, axes)
             if d == options["dim"]:  # re-slicing the same dim: every device keeps its block
                 return name
-            self.lined_up(op, src, dst, d, axes)
-            self.lined_up(op, dst, src, options["dim"], axes)
             return self.all_to_all(name, src, dst, axes, options["dim"], d, hint)
         if cls is coll.SendOp:
             source = _at_rank(src, axes)
@@ -625,7 +618,6 @@ class Exporter:
         if not axes:
             return self.emit_same(op)
         src, dst = self.placed(op.input), self.placed(op.result)
-        self.lined_up(op, dst, src, op.option("dim"), axes)
         self.bind(op.results, [self.slice_block(self.value(op.input), src, dst, axes, op.option("dim"), op.result.name_hint)])
 
     def emit_same(self, op: Operation) -> None:

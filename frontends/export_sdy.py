@@ -61,7 +61,10 @@ blocks, and each result is cut back (``slice``); inside, ``map``, ``matmul``, ``
 (``select`` on an ``iota`` below the block's size, computed from ``partition_id``), a
 max/min/prod over such a dim reduces the identity in the padding, ``avg`` divides by s/n;
 ``reduce_scatter``, ``all_to_all`` and ``dynamic_slice`` pad their cut dim to equal
-blocks, ``all_gather`` and ``all_to_all`` cut their joined dim; a row-sliced table or
+blocks, ``all_gather`` and ``all_to_all`` cut their joined dim; nested blocks that do
+not sit at their padded positions are moved into equal slots before a cut and back
+after a join (``spread``, ``gather_blocks``: static slices per outer block, a ``select``
+on the device's outer block index); a row-sliced table or
 scatter target takes the rows the device really holds (``rows_held``); a ``reshape``
 keeps such dims whole. Refused: a ``reshape`` that merges or splits such a dim, and
 ``local`` (unreduced) arguments or results with such a dim (the global view has no
@@ -443,19 +446,89 @@ class SdyExporter(Exporter):
                 n = p.mesh.sizes[a]
                 if n == 1:
                     continue
-                coord = self.coord(p.mesh, a)
-                if isinstance(size, int):
-                    c = self.const(-(-size // n), (), i32)
-                    total = self.const(size, (), i32)
-                else:
-                    total = size
-                    c = self.binary("divide", self.binary("add", size, self.const(n - 1, (), i32), (), i32), self.const(n, (), i32), (), i32)
-                lo = self.binary("minimum", self.binary("multiply", coord, c, (), i32), total, (), i32, "lo")
-                hi = self.binary("minimum", self.binary("add", lo, c, (), i32), total, (), i32, "hi")
+                lo, size = self.cut(size, n, self.coord(p.mesh, a))
                 offset = lo if offset is None else self.binary("add", offset, lo, (), i32, "offset")
-                size = self.binary("subtract", hi, lo, (), i32, "size")
             self.spans[key] = (offset or self.const(0, (), i32), size if isinstance(size, str) else self.const(size, (), i32))
         return self.spans[key]
+
+    def cut(self, size: int | str, n: int, coord: str) -> tuple[str, str]:
+        """One level of DESIGN §2's rule: (offset, size) of block ``coord`` of a block of
+        ``size`` elements cut over ``n`` ranks (``tensor<i32>`` values)."""
+        i32 = "i32"
+        if isinstance(size, int):
+            c = self.const(-(-size // n), (), i32)
+            total = self.const(size, (), i32)
+        else:
+            total = size
+            c = self.binary("divide", self.binary("add", size, self.const(n - 1, (), i32), (), i32), self.const(n, (), i32), (), i32)
+        lo = self.binary("minimum", self.binary("multiply", coord, c, (), i32), total, (), i32, "lo")
+        hi = self.binary("minimum", self.binary("add", lo, c, (), i32), total, (), i32, "hi")
+        return lo, self.binary("subtract", hi, lo, (), i32, "size")
+
+    def member_blocks(self, fine: Placed, coarse: Placed, dim: int, axes: list[int]) -> list[list[tuple[int, int]]]:
+        """For each block of ``coarse`` along ``dim`` (row-major over the axes slicing it),
+        the (offset within it, size) of each member's block of ``fine`` in a group over
+        ``axes`` (group order): DESIGN §2's rule at the inner levels, static."""
+        sizes = fine.mesh.sizes
+        outer = [a for a in fine.slicing(dim) if a not in axes]
+        inner = [a for a in fine.slicing(dim) if a in axes]
+        out = []
+        for i in range(math.prod(sizes[a] for a in outer)):
+            _, size = layout.dim_block(fine.shape[dim], [sizes[a] for a in outer], layout.at_digits(i, [sizes[a] for a in outer]))
+            members = []
+            for j in range(fine.mesh.group_size(axes)):
+                digits = dict(zip(axes, layout.at_digits(j, [sizes[a] for a in axes])))
+                members.append(layout.dim_block(size, [sizes[a] for a in inner], [digits[a] for a in inner]))
+            out.append(members)
+        return out
+
+    def per_block(self, fine: Placed, dim: int, axes: list[int], candidates: list[str], shape: Sequence[int], elt: Attribute) -> str:
+        """This device's candidate, one per block of the coarse value along ``dim`` (as
+        ``member_blocks`` lists them): a ``select`` on the block index, computed from
+        ``partition_id`` (where the layout differs from block to block)."""
+        out = candidates[0]
+        outer = [a for a in fine.slicing(dim) if a not in axes]
+        if all(c == out for c in candidates):
+            return out
+        index = self.broadcast_to(self.group_rank(fine.mesh, outer), (), shape, "i32")
+        for i, cand in enumerate(candidates[1:], start=1):
+            if cand == candidates[0]:  # the same layout as the first block's
+                continue
+            mine = self.compare("EQ", index, self.const(i, shape, "i32"), shape, "i32", "SIGNED", "block")
+            out = self.select(mine, cand, out, shape, elt)
+        return out
+
+    def spread(self, x: str, fine: Placed, coarse: Placed, dim: int, axes: list[int]) -> tuple[str, list[int]]:
+        """``x`` (this device's block of ``coarse``) laid out as the equal padded blocks of
+        its group over ``axes`` (group order), each member's block of ``fine`` first in
+        its slot, zeros after: what an equal-block cut (reduce_scatter, all_to_all, a
+        slice at the group rank) needs where nested blocks do not sit at their padded
+        positions. Static slices per block of ``coarse``, chosen per device."""
+        extent = fine.local_shape[dim]
+        shape = list(coarse.local_shape)
+        out = list(shape)
+        out[dim] = extent * fine.mesh.group_size(axes)
+        candidates = []
+        for members in self.member_blocks(fine, coarse, dim, axes):
+            parts: list[tuple[int, int] | int] = []
+            for lo, size in members:
+                parts += [(lo, size), extent - size]
+            candidates.append(self.pieces(x, shape, coarse.element, dim, parts))
+        return self.per_block(fine, dim, axes, candidates, out, coarse.element), out
+
+    def gather_blocks(self, y: str, shape: Sequence[int], fine: Placed, coarse: Placed, dim: int, axes: list[int]) -> str:
+        """``y`` (the group's padded blocks of ``fine`` along ``dim``, in group order) as
+        this device's padded block of ``coarse``: each member's elements at its offset,
+        zeros after the last. Static slices per block of ``coarse``, chosen per device."""
+        extent = fine.local_shape[dim]
+        target = coarse.local_shape[dim]
+        candidates = []
+        for members in self.member_blocks(fine, coarse, dim, axes):
+            order = sorted(range(len(members)), key=lambda j: members[j][0])
+            parts: list[tuple[int, int] | int] = [(j * extent, members[j][1]) for j in order]
+            parts.append(target - sum(size for _, size in members))
+            candidates.append(self.pieces(y, shape, coarse.element, dim, parts))
+        return self.per_block(fine, dim, axes, candidates, coarse.local_shape, coarse.element)
 
     def held(self, p: Placed) -> str | None:
         """``tensor<...xi1>`` of ``p``'s padded buffer: true where the element is the
@@ -839,7 +912,9 @@ class SdyExporter(Exporter):
     def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
         extent = dst.local_shape[dim]
         shape = list(src.local_shape)
-        if dim in dst.uneven:  # equal blocks of the padded dim
+        if not self.lined_up(dst, src, dim, axes):  # nested blocks: each member's moved into its slot
+            x, shape = self.spread(x, dst, src, dim, axes)
+        elif dim in dst.uneven:  # equal blocks of the padded dim
             padded = src.mesh.group_size(axes) * extent
             x = self.pad_dim(x, shape, src.element, dim, padded)
             shape[dim] = padded
@@ -876,6 +951,9 @@ class SdyExporter(Exporter):
             return self.const(0, dst.local_shape, dst.element, hint or "empty")
         extra = f", scatter_dimension = {dim} : i64"
         shape = list(src.local_shape)
+        if not self.lined_up(dst, src, dim, axes):  # nested blocks: each member's moved into its slot
+            x, shape = self.spread(x, dst, src, dim, axes)
+            return self._reduction_collective("reduce_scatter", x, shape, dst.local_shape, src.element, axes, src.mesh, kind, extra, hint)
         if dim in dst.uneven:  # equal blocks of the padded dim
             shape[dim] = src.mesh.group_size(axes) * dst.local_shape[dim]
             x = self.pad_dim(x, src.local_shape, src.element, dim, shape[dim])
@@ -895,6 +973,8 @@ class SdyExporter(Exporter):
             hint if tuple(shape) == dst.local_shape else None,
             f'"stablehlo.all_gather"({x}) <{{{attrs}}}> : ({ttype(src.local_shape, src.element)}) -> {ttype(shape, dst.element)}',
         )
+        if not self.lined_up(src, dst, dim, axes):  # nested blocks: each member's moved to its offset
+            return self.gather_blocks(y, shape, src, dst, dim, axes)
         return y if tuple(shape) == dst.local_shape else self.cut_dim(y, shape, dst.element, dim, dst.local_shape[dim])
 
     def broadcast(self, x: str, src: Placed, axes: list[int], root: int, hint: str | None) -> str:
@@ -917,13 +997,18 @@ class SdyExporter(Exporter):
         # padded dims: the split dim is padded to equal blocks, the joined one cut back
         shape_in = list(src.local_shape)
         shape_in[split] = n * dst.local_shape[split]
-        x = self.pad_dim(x, src.local_shape, src.element, split, shape_in[split])
+        if self.lined_up(dst, src, split, axes):
+            x = self.pad_dim(x, src.local_shape, src.element, split, shape_in[split])
+        else:  # nested blocks: each member's moved into its slot
+            x, shape_in = self.spread(x, dst, src, split, axes)
         shape = list(dst.local_shape)
         shape[concat] = n * src.local_shape[concat]
         y = self.text.op(
             hint if tuple(shape) == dst.local_shape else None,
             f'"stablehlo.all_to_all"({x}) <{{{attrs}}}> : ({ttype(shape_in, src.element)}) -> {ttype(shape, dst.element)}',
         )
+        if not self.lined_up(src, dst, concat, axes):
+            return self.gather_blocks(y, shape, src, dst, concat, axes)
         return y if tuple(shape) == dst.local_shape else self.cut_dim(y, shape, dst.element, concat, dst.local_shape[concat])
 
     def permute(self, x: str, src: Placed, axes: list[int], pairs: list[tuple[int, int]], offset: int | None, hint: str | None) -> str:

@@ -59,20 +59,6 @@ func.func @maxnum(%x: !dist.tensor<8xf32, @world, [replicated]>) -> !dist.tensor
 
 // -----
 
-// Blocks of different sizes: the sdy export pads them (export-uneven.mlir), but not a
-// dim cut level by level whose blocks do not sit at their padded positions (10 over 3
-// ranks: 4, 4, 2; then over 2: the last block of 2 is cut in 1 + 1, the second starting
-// 1 element in, where an equal-block gather puts it at 2). MLIR 19's mesh pads nothing.
-// SDY: 'coll.all_gather' op cannot be exported to StableHLO + sdy: dim 0 of size 10 over the 6 ranks of axes 0, 1: blocks of 2, 2, 2, 2, 1, 1 are cut level by level, and the block of device [2, 1] starts 1 element into the block it is cut from, not at its padded position 2: the target's collectives move equal blocks (pad the dim to a multiple of the ranks, or slice it over one axis)
-// MESH: 'func.func' op cannot be exported to MLIR mesh: dim 0 of size 10 over the 6 ranks of axes 0, 1: blocks of 2, 2, 2, 2, 1, 1: the export is SPMD with one static shape per device (MLIR 19's mesh has no sharded_dims_offsets)
-dist.mesh @grid shape = [3, 2]
-func.func @uneven_nested(%x: !dist.tensor<10xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>) -> !dist.tensor<10xf32, @grid, [sliced<0>, replicated]> {
-  %y = coll.all_gather %x axes [1] : !dist.tensor<10xf32, @grid, [sliced<0, 0>, sliced<0, 1>]> -> !dist.tensor<10xf32, @grid, [sliced<0>, replicated]>
-  func.return %y : !dist.tensor<10xf32, @grid, [sliced<0>, replicated]>
-}
-
-// -----
-
 // Partial sums on a dim the ranks do not divide cannot be padded at the boundary (the
 // sdy export pads in the global view, where an unreduced value has no blocks).
 // SDY: 'func.func' op argument 0 holds partial sums (local) on a dim the ranks do not divide (dim 0 of size 7 over the 3 ranks of axis 1: blocks of 3, 3, 1): the export pads such dims in the global view, where an unreduced value has no per-device blocks to pad (all_reduce or reduce_scatter it inside the function first)

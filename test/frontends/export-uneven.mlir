@@ -199,6 +199,29 @@ func.func @nested(%x: !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]
 
 // -----
 
+// Nested blocks that do not sit at their padded positions: 10 rows over 3 then 2 ranks
+// are blocks of 4, 4, 2, cut in 2 + 2, 2 + 2 and 1 + 1: the second block of the last
+// pair starts 1 row in, where an equal-block collective puts it at 2. The export moves
+// the blocks into place around the collectives (static slices per outer block, chosen
+// by the device's block index): all_gather of the inner axis or both, a take_slice and
+// a reduce_scatter onto the inner axis.
+dist.mesh @grid shape = [?, 2]
+func.func @nested_cut(%x: !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>, %r: !dist.tensor<10x3xf32, @grid, [sliced<0>, replicated]>, %a: !dist.tensor<10x4xf32, @grid, [sliced<0>, sliced<1>]>, %w: !dist.tensor<4x3xf32, @grid, [replicated, sliced<0>]>) -> (!dist.tensor<10x3xf32, @grid, [sliced<0>, replicated]>, !dist.tensor<10x3xf32, @grid, [replicated, replicated]>, !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>, !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>) {
+  %y = coll.all_gather %x axes [1] : !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]> -> !dist.tensor<10x3xf32, @grid, [sliced<0>, replicated]>
+  %z = coll.all_gather %x axes [0, 1] : !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]> -> !dist.tensor<10x3xf32, @grid, [replicated, replicated]>
+  %t = dist.take_slice %r dim 0 axis 1 : !dist.tensor<10x3xf32, @grid, [sliced<0>, replicated]> -> !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>
+  %p = dist.matmul %a, %w : (!dist.tensor<10x4xf32, @grid, [sliced<0>, sliced<1>]>, !dist.tensor<4x3xf32, @grid, [replicated, sliced<0>]>) -> !dist.tensor<10x3xf32, @grid, [sliced<0>, local]>
+  %s = coll.reduce_scatter sum %p dim 0 axes [1] : !dist.tensor<10x3xf32, @grid, [sliced<0>, local]> -> !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>
+  func.return %y, %z, %t, %s : !dist.tensor<10x3xf32, @grid, [sliced<0>, replicated]>, !dist.tensor<10x3xf32, @grid, [replicated, replicated]>, !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>, !dist.tensor<10x3xf32, @grid, [sliced<0, 0>, sliced<0, 1>]>
+}
+// SDY-LABEL: func.func @nested_cut(
+// SDY:         %[[G:[a-z0-9_]+]] = "stablehlo.all_gather"{{.*}} : (tensor<2x3xf32>) -> tensor<4x3xf32>
+// SDY:         %[[LAST:[a-z0-9_]+]] = stablehlo.slice %[[G]] [2:3, 0:3] : (tensor<4x3xf32>) -> tensor<1x3xf32>
+// SDY:         %[[BLOCK:[a-z0-9_]+]] = stablehlo.compare  EQ, %{{.*}}, %{{.*}},  SIGNED : (tensor<4x3xi32>, tensor<4x3xi32>) -> tensor<4x3xi1>
+// SDY:         stablehlo.select %[[BLOCK]], %{{.*}}, %{{.*}} : tensor<4x3xi1>, tensor<4x3xf32>
+
+// -----
+
 // An all_reduce on a value sliced on another axis's uneven dim (a 2-D mesh: 7 rows over
 // its second axis, partial sums over its first).
 dist.mesh @grid shape = [2, ?]

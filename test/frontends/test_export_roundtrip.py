@@ -40,6 +40,10 @@ from distir.runtime.equivalence import equivalent
 RUNS = [(n, f, r) for n, f, r in runs() if n in RANDOM or r in (1, 2, 4) or n.startswith(("imported/", "uneven/"))]
 RUNS += [(n, f, r) for n, (_, f, r) in UNEVEN_RANDOM.items()]
 LOCAL = [(n, f, r) for n, f, r in RUNS if not n.startswith(("schedules/", "imported/"))]
+LOCAL_BUG = {("uneven/nested_cut", 6): "the local runtime gathers nested blocks that do not sit at their padded positions wrong "
+             "(10 rows over 3 then 2 ranks: its all_gather of the inner axis differs from the interpreter's, which XLA agrees with)"}
+"""Runs where the ``local`` runtime itself disagrees with the interpreter on the original
+program: expected to fail until the runtime is fixed (strict: the fix is noticed)."""
 BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -71,7 +75,11 @@ def test_reimported_export_computes_the_same_on_interpret(name, func, ranks):
     assert report, report.message
 
 
-@pytest.mark.parametrize("name,func,ranks", LOCAL, ids=[f"{n}:{f}:{r}" for n, f, r in LOCAL])
+@pytest.mark.parametrize(
+    "name,func,ranks",
+    [pytest.param(n, f, r, marks=pytest.mark.xfail(strict=True, reason=LOCAL_BUG[n, r])) if (n, r) in LOCAL_BUG else (n, f, r) for n, f, r in LOCAL],
+    ids=[f"{n}:{f}:{r}" for n, f, r in LOCAL],
+)
 def test_reimported_export_computes_the_same_on_local(name, func, ranks):
     module, back = reimported(name, ranks)
     report = equivalent(module, back, ranks, trials=1, seed=3, func_a=func, func_b=func, backend_a="local", backend_b="local")
@@ -139,6 +147,5 @@ def test_an_uneven_export_reimports_with_the_same_signature(name, func, ranks):
 
 def test_most_random_uneven_programs_export():
     """The random programs on dims the ranks seldom divide that the sdy export refuses (a
-    partial-sum argument on such a dim, nested blocks a collective cannot move equally)
-    are few: 40 of the first 45 drawn export."""
+    partial-sum argument on such a dim) are few: 40 of the first 45 drawn export."""
     assert len(UNEVEN_RANDOM) == 40 and UNEVEN_DRAWN <= 50, f"{len(UNEVEN_RANDOM)} of {UNEVEN_DRAWN} drawn export"
