@@ -504,21 +504,8 @@ class Exporter:
     def lined_up(fine: Placed, coarse: Placed, dim: int, axes: Sequence[int]) -> bool:
         """Whether cutting the padded dim ``dim`` further over ``axes`` (from ``coarse`` to
         ``fine``) puts each device's block at its group rank times the padded block within
-        the coarse block, so that the target's equal-sized collective (or slice) moves
-        exactly the padded blocks; blocks cut level by level may not (a dim of 10 over 3
-        then 2 ranks: the last block of 2 is cut in 1 + 1, the second 1 element in, not
-        at the padded block's 2)."""
-        if dim not in fine.uneven and dim not in coarse.uneven:
-            return True
-        mesh = fine.mesh
-        extent = fine.local_shape[dim]
-        for coords in layout.rank_coords(mesh.grid):
-            lo, size = layout.block_span(fine.shape, fine.placements, mesh.sizes, coords, dim)
-            base, _ = layout.block_span(coarse.shape, coarse.placements, mesh.sizes, coords, dim)
-            j = layout.digits_rank([coords[a] for a in axes], [mesh.sizes[a] for a in axes])
-            if size and lo - base != j * extent:
-                return False
-        return True
+        the coarse block (``_lined_up``, cached: a model's collectives repeat a few layouts)."""
+        return _lined_up(fine, coarse, dim, tuple(axes))
 
     def padded_dims_kept(self, op: Operation, x: Placed, r: Placed) -> None:
         """Check that reshaping the padded block of ``x`` gives the padded block of ``r``,
@@ -654,6 +641,27 @@ class Exporter:
             placements[axis] = REPLICATED
             p = Placed(p.shape, p.element, p.mesh, tuple(placements))
         return name, p
+
+
+@functools.lru_cache(maxsize=4096)
+def _lined_up(fine: Placed, coarse: Placed, dim: int, axes: tuple[int, ...]) -> bool:
+    """Whether cutting the padded dim ``dim`` further over ``axes`` (from ``coarse`` to
+    ``fine``) puts each device's block at its group rank times the padded block within
+    the coarse block, so that the target's equal-sized collective (or slice) moves
+    exactly the padded blocks; blocks cut level by level may not (a dim of 10 over 3
+    then 2 ranks: the last block of 2 is cut in 1 + 1, the second 1 element in, not
+    at the padded block's 2)."""
+    if dim not in fine.uneven and dim not in coarse.uneven:
+        return True
+    mesh = fine.mesh
+    extent = fine.local_shape[dim]
+    for coords in layout.rank_coords(mesh.grid):
+        lo, size = layout.block_span(fine.shape, fine.placements, mesh.sizes, coords, dim)
+        base, _ = layout.block_span(coarse.shape, coarse.placements, mesh.sizes, coords, dim)
+        j = layout.digits_rank([coords[a] for a in axes], [mesh.sizes[a] for a in axes])
+        if size and lo - base != j * extent:
+            return False
+    return True
 
 
 def _joined_dim(src: Placed, axes: Sequence[int]) -> int:
