@@ -40,10 +40,6 @@ from distir.runtime.equivalence import equivalent
 RUNS = [(n, f, r) for n, f, r in runs() if n in RANDOM or r in (1, 2, 4) or n.startswith(("imported/", "uneven/"))]
 RUNS += [(n, f, r) for n, (_, f, r) in UNEVEN_RANDOM.items()]
 LOCAL = [(n, f, r) for n, f, r in RUNS if not n.startswith(("schedules/", "imported/"))]
-LOCAL_BUG = {("uneven/nested_cut", 6): "the local runtime gathers nested blocks that do not sit at their padded positions wrong "
-             "(10 rows over 3 then 2 ranks: its all_gather of the inner axis differs from the interpreter's, which XLA agrees with)"}
-"""Runs where the ``local`` runtime itself disagrees with the interpreter on the original
-program: expected to fail until the runtime is fixed (strict: the fix is noticed)."""
 BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -77,7 +73,7 @@ def test_reimported_export_computes_the_same_on_interpret(name, func, ranks):
 
 @pytest.mark.parametrize(
     "name,func,ranks",
-    [pytest.param(n, f, r, marks=pytest.mark.xfail(strict=True, reason=LOCAL_BUG[n, r])) if (n, r) in LOCAL_BUG else (n, f, r) for n, f, r in LOCAL],
+    LOCAL,
     ids=[f"{n}:{f}:{r}" for n, f, r in LOCAL],
 )
 def test_reimported_export_computes_the_same_on_local(name, func, ranks):
