@@ -23,7 +23,8 @@
    same model ``distir-tune --model`` uses): the step time, the time of its compute and
    of each kind of collective (``cost_model.breakdown``), and its memory per rank
    (``memory.py``). A plan over the memory limit is not a plan. The plans are ranked by
-   their predicted step time.
+   their predicted step time. A candidate is predicted, never run: only the best plan's
+   program (the one written and run) is verified (``Plan.verify``).
 """
 
 from __future__ import annotations
