@@ -1597,10 +1597,13 @@ class ReshapeOp(DistOp):
         ranks do not divide a sliced dim the same way before and after), or None."""
         if any(s is None for s in sizes):
             return None
-        return _reshape_blocks_error(t, tuple(shape), tuple(sizes))  # type: ignore[arg-type]
+        return ReshapeOp._blocks_error(t, tuple(shape), tuple(sizes))  # type: ignore[arg-type]
 
     @staticmethod
+    @functools.lru_cache(maxsize=4096)
     def _blocks_error(t: TensorType, shape: tuple[int, ...], sizes: tuple[int, ...]) -> str | None:
+        """``blocks_error`` once per (type, shape, sizes): it visits every rank, and a
+        model's layers reshape the same types again and again."""
         a, ps = t.get_shape(), t.get_placements()
         for gi, gj in reshape_groups(a, shape):
             ii = [d for d in gi if a[d] > 1]
@@ -1630,13 +1633,6 @@ class ReshapeOp(DistOp):
         why = self.blocks_error(t, r.get_shape(), lookup_mesh(self, t).sizes())
         if why:
             raise RuleError(why)
-
-
-@functools.lru_cache(maxsize=4096)
-def _reshape_blocks_error(t: TensorType, shape: tuple[int, ...], sizes: tuple[int, ...]) -> str | None:
-    """``ReshapeOp.blocks_error`` once per (type, shape, sizes): it visits every rank,
-    and a model's layers reshape the same types again and again."""
-    return ReshapeOp._blocks_error(t, shape, sizes)  # noqa: SLF001
 
 
 @irdl_op_definition

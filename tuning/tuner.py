@@ -274,8 +274,13 @@ def tune(
     ]
     best: dict[int, str | None] = {}
     for s in sizes:
-        ok = [(sc.times[s], sc.name) for sc in schedules if sc.check == "ok" and sc.times.get(s) is not None]
-        best[s] = min(ok)[1] if ok else None
+        ok = sorted((sc.times[s], sc.name, k) for k, sc in enumerate(schedules) if sc.check == "ok" and sc.times.get(s) is not None)
+        best[s] = None
+        for _, _, k in ok:
+            if ev.lowers_verified(evaluated[k]):
+                best[s] = schedules[k].name
+                break
+            schedules[k].times = {size: None for size in sizes}  # not applicable after all
     if limits.reason is not None:
         notes.insert(0, f"the search was cut short ({limits.reason}): the best of the {len(evaluated)} schedules evaluated so far")
     return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, ev.evaluated, len(ev.checks), cut_short=limits.reason)
@@ -311,6 +316,11 @@ class _Evaluator:
         self.spreads: dict[int, dict[int, float | None]] = {}
         """Measured times: each schedule's spread per size (``timing.spread``)."""
         self.evaluated = 0
+        self.verified_predictions = False
+        """Lower each prediction verified after every pass (``_tune_units``); else the
+        predictions lower unverified (they run nothing) and ``lowers_verified`` confirms
+        the schedules that are picked."""
+        self.confirmed: dict[int, bool] = {}
 
     def check(self, idxs: Sequence[int]) -> None:
         """The checks of ``idxs`` (recorded with no times yet)."""
@@ -402,9 +412,17 @@ class _Evaluator:
         # lowered and planned in one verified pipeline (``prepare`` would plan a copy and
         # verify it whole again)
         target = topology_target(self.model)
+        verify = self.verified_predictions
         try:
             module = c.module if self.scaling.d_ref == self.d else at_size(c.module, self.d, self.scaling.d_ref)
-            lowered = lower(module, self.ranks, target=target)
+            try:
+                lowered = lower(module, self.ranks, target=target, verify=verify)
+            except (InputRejected, PassFailedException, VerifyException):
+                raise
+            except Exception:
+                if not verify:  # a pass fed what an earlier one broke: the verified lowering names that one
+                    lower(module, self.ranks, target=target)
+                raise
             prepared = prepare(lowered, _name(c), self.model, self.ranks, self.scaling)
         except (InputRejected, PassFailedException, VerifyException):
             return times  # not applicable on this rank count (a dim the ranks do not divide)
@@ -415,13 +433,34 @@ class _Evaluator:
                 # a size the reference lowering does not scale to (blocks of different
                 # sizes there: padded buffers): lowered at that size, its padding counted
                 try:
-                    lowered = lower(at_size(c.module, self.d, s), self.ranks, target=target)
+                    lowered = lower(at_size(c.module, self.d, s), self.ranks, target=target, verify=verify)
                     exact = prepare(lowered, _name(c), self.model, self.ranks, Scaling(s, EXACT_Q))
                 except (InputRejected, PassFailedException, VerifyException):
                     continue
                 t = float(predict(exact, [s])[0])
                 times[s] = None if math.isnan(t) else t
         return times
+
+    def lowers_verified(self, i: int) -> bool:
+        """Whether schedule ``i`` lowers with every pass's result verified (at the
+        reference size, as predicted): a prediction lowers without verifying, since it
+        runs nothing, so a schedule is confirmed before it is picked. False: not
+        applicable after all (the rank count or a dim decides); a pass that breaks the
+        program raises ``PassProducedInvalidIR`` naming it."""
+        from distir.lowering.pipeline import lower
+        from distir.tuning.cost_model import topology_target
+
+        if self.verified_predictions or self.model is None:
+            return True
+        if i not in self.confirmed:
+            c = self.ex.candidates[i]
+            module = c.module if self.scaling.d_ref == self.d else at_size(c.module, self.d, self.scaling.d_ref)
+            try:
+                lower(module, self.ranks, target=topology_target(self.model))
+                self.confirmed[i] = True
+            except (InputRejected, PassFailedException, VerifyException):
+                self.confirmed[i] = False
+        return self.confirmed[i]
 
 
 @dataclass
@@ -513,6 +552,7 @@ def _tune_units(
     t0 = time.perf_counter()
     ex = Exploration(cands)
     ev = _Evaluator(ex, ranks, d, sizes, model, True, jobs, report, limits)
+    ev.verified_predictions = True  # a few whole programs, the ones the result names
     for i in range(len(cands)):
         ev.results[i] = ("ok", {s: None for s in sizes})
     for i in range(len(cands)):
