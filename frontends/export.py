@@ -55,6 +55,16 @@ arith/math on scalars            the same ops on 0-d values
                                  functions without calls)
 ===============================  =========================================================
 
+A sliced dim the ranks do not divide (blocks of ceil(s/n), the last ones shorter or
+empty) is exported by a target that pads (``Exporter.PADS``: sdy): every device holds a
+buffer of the largest block (``Placed.local_shape``), zeros past its own elements; the
+target pads the arguments and cuts the results at the boundary, keeps the padding zero
+in between, and its collectives move equal blocks: where a collective joins or cuts a
+level of such a dim whose blocks do not sit at their group rank times the padded block
+(``Exporter.lined_up``; nested blocks may not), the target moves them into place around
+it. A reshape must keep the padding where padding is (``Exporter.padded_dims_kept``). MLIR 19's mesh does not pad:
+such a dim is a diagnostic (``Exporter.UNEVEN``).
+
 An ``at<r>`` value exists on every device of the exported program and is meaningful on
 rank r of its axes (the convention of MLIR's ``mesh.reduce``); ``dist.map`` and friends
 compute on the other devices too and nobody reads those results. What a target cannot
@@ -158,6 +168,30 @@ class Placed:
         """Root axes slicing ``dim``, outermost block index first."""
         return layout.slicing_axes(self.placements, dim)
 
+    @functools.cached_property
+    def uneven(self) -> list[int]:
+        """The sliced dims the ranks do not divide: a padded target holds them in buffers
+        of the largest block, zeros past the device's own block."""
+        return layout.uneven_dims(self.shape, self.placements, self.mesh.sizes)
+
+    def counts(self, dim: int) -> list[int]:
+        """The group sizes slicing ``dim``, outermost first."""
+        return layout.slicing_counts(self.placements, self.mesh.sizes, dim)
+
+    def padded_extent(self, dim: int) -> int:
+        """``dim``'s extent in the padded global view: one largest block per block index."""
+        return math.prod(self.counts(dim)) * self.local_shape[dim]
+
+    @property
+    def padded_shape(self) -> tuple[int, ...]:
+        return tuple(self.padded_extent(d) for d in range(len(self.shape)))
+
+    def blocks(self, dim: int) -> list[tuple[int, int]]:
+        """(offset, size) of each block of ``dim`` in row-major order of its block index,
+        the order of the padded global view."""
+        counts = self.counts(dim)
+        return [layout.dim_block(self.shape[dim], counts, layout.at_digits(i, counts)) for i in range(math.prod(counts))]
+
     def axes_of(self, kind: type[Placement]) -> list[int]:
         return [a for a, p in enumerate(self.placements) if isinstance(p, kind)]
 
@@ -239,10 +273,15 @@ class Exporter:
     env: dict[SSAValue, str] = field(default_factory=dict)
 
     TARGET: ClassVar[str] = ""
+    """The target's name in diagnostics (``StableHLO + sdy``, ``MLIR mesh``)."""
     UNEVEN: ClassVar[str] = "the exported program is SPMD, one static shape per device, and the ranks' blocks differ"
     """Why a sliced dim the ranks do not divide (blocks of different sizes) cannot be
-    exported."""
-    """The target's name in diagnostics (``StableHLO + sdy``, ``MLIR mesh``)."""
+    exported (a target that does not pad them)."""
+    PADS: ClassVar[bool] = False
+    """Whether the target exports a dim the ranks do not divide padded: every device holds
+    a buffer of the largest block (``Placed.local_shape``) whose elements past its own
+    block are zeros; the target pads the arguments and cuts the results at the boundary
+    and keeps the padding zero in between (``Placed.uneven``)."""
 
     def run(self) -> str:
         self.meshes = self._root_meshes()
@@ -295,8 +334,9 @@ class Exporter:
         except layout.LayoutError as e:
             self.fail(op, str(e))
         sizes = self.meshes[root.mesh_name].sizes
-        for d in layout.uneven_dims(t.get_shape(), placements, sizes):
-            self.fail(op, f"cannot be exported to {self.TARGET}: {layout.describe_uneven(t.get_shape(), placements, sizes, d)}: {self.UNEVEN}")
+        if not self.PADS:
+            for d in layout.uneven_dims(t.get_shape(), placements, sizes):
+                self.fail(op, f"cannot be exported to {self.TARGET}: {layout.describe_uneven(t.get_shape(), placements, sizes, d)}: {self.UNEVEN}")
         return Placed(t.get_shape(), t.element_type, self.meshes[root.mesh_name], tuple(placements))
 
     def placed(self, value: SSAValue) -> Placed:
@@ -460,6 +500,40 @@ class Exporter:
         pair targets gets zeros (``offset``: the pairs are a ring step by it)."""
         raise NotImplementedError
 
+    @staticmethod
+    def lined_up(fine: Placed, coarse: Placed, dim: int, axes: Sequence[int]) -> bool:
+        """Whether cutting the padded dim ``dim`` further over ``axes`` (from ``coarse`` to
+        ``fine``) puts each device's block at its group rank times the padded block within
+        the coarse block (``_lined_up``, cached: a model's collectives repeat a few layouts)."""
+        return _lined_up(fine, coarse, dim, tuple(axes))
+
+    def padded_dims_kept(self, op: Operation, x: Placed, r: Placed) -> None:
+        """Check that reshaping the padded block of ``x`` gives the padded block of ``r``,
+        padding where padding is: each padded dim is kept whole at the same place in
+        row-major order (the same size after the same number of elements) and cut the same
+        way, or each side has one padded dim with only dims of one element before it in
+        the block (the device's elements are a prefix of its block on both sides: 5 rows
+        of 2 over 3 ranks as 10 elements, blocks of 4, 4, 2)."""
+        if not self.PADS or not (x.uneven or r.uneven):
+            return
+
+        def prefix(p: Placed) -> bool:
+            return len(p.uneven) == 1 and all(n == 1 for n in p.local_shape[: p.uneven[0]])
+
+        if prefix(x) and prefix(r) and math.prod(x.local_shape) == math.prod(r.local_shape):
+            return
+        for a, b in ((x, r), (r, x)):
+            for d in a.uneven:
+                before = math.prod(a.shape[:d])
+                kept = [e for e in range(len(b.shape)) if b.shape[e] == a.shape[d] and math.prod(b.shape[:e]) == before]
+                if not kept or b.counts(kept[0]) != a.counts(d):
+                    self.fail(
+                        op,
+                        f"cannot be exported to {self.TARGET}: it merges or splits a dim the ranks do not divide "
+                        f"({layout.describe_uneven(a.shape, a.placements, a.mesh.sizes, d)}), and a reshape of the padded "
+                        f"block would mix padding into real elements (gather the dim first)",
+                    )
+
     # ------------------------------------------------------------------ shared handlers
     def _collective(self, op: Operation, cls: type[coll.CollectiveOp], x: SSAValue, result_type: Attribute, options: dict, hint: str | None) -> str:
         """``cls`` (a plain collective, or a fused one's FIRST/FINISH) on ``x``."""
@@ -567,6 +641,27 @@ class Exporter:
             placements[axis] = REPLICATED
             p = Placed(p.shape, p.element, p.mesh, tuple(placements))
         return name, p
+
+
+@functools.lru_cache(maxsize=4096)
+def _lined_up(fine: Placed, coarse: Placed, dim: int, axes: tuple[int, ...]) -> bool:
+    """Whether cutting the padded dim ``dim`` further over ``axes`` (from ``coarse`` to
+    ``fine``) puts each device's block at its group rank times the padded block within
+    the coarse block, so that the target's equal-sized collective (or slice) moves
+    exactly the padded blocks; blocks cut level by level may not (a dim of 10 over 3
+    then 2 ranks: the last block of 2 is cut in 1 + 1, the second 1 element in, not
+    at the padded block's 2)."""
+    if dim not in fine.uneven and dim not in coarse.uneven:
+        return True
+    mesh = fine.mesh
+    extent = fine.local_shape[dim]
+    for coords in layout.rank_coords(mesh.grid):
+        lo, size = layout.block_span(fine.shape, fine.placements, mesh.sizes, coords, dim)
+        base, _ = layout.block_span(coarse.shape, coarse.placements, mesh.sizes, coords, dim)
+        j = layout.digits_rank([coords[a] for a in axes], [mesh.sizes[a] for a in axes])
+        if size and lo - base != j * extent:
+            return False
+    return True
 
 
 def _joined_dim(src: Placed, axes: Sequence[int]) -> int:

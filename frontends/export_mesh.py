@@ -13,6 +13,11 @@ tensors, communication in the ``mesh`` collectives over the root mesh's axes
 value is a tensor on every device, meaningful on rank r (MLIR's convention for
 ``mesh.reduce``); results are returned as each device holds them.
 
+A sliced dim the ranks do not divide is refused (``UNEVEN``): the signature holds the
+device's own blocks, one static shape per device, and MLIR 19's mesh cuts a dim only
+into equal parts (no ``sharded_dims_offsets``); padding the blocks would change the
+function's types. The sdy export pads such dims instead.
+
 =========================  ==============================================================
 distir                     MLIR 19
 =========================  ==============================================================

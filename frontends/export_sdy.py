@@ -53,6 +53,23 @@ distir                     StableHLO
 ``coll.permute``           ``collective_permute`` with the pairs of every group
 =========================  ==============================================================
 
+Dims the ranks do not divide are padded (docs/export.md): outside the manual computation
+each argument with such a dim is laid out padded in the global view (``concatenate`` of
+its blocks and zeros up to the largest block), the manual computation runs on equal
+blocks, and each result is cut back (``slice``); inside, ``map``, ``matmul``, ``iota``,
+``reduce_tensor`` and ``embedding_bag`` results are re-zeroed past the device's block
+(``select`` on an ``iota`` below the block's size, computed from ``partition_id``), a
+max/min/prod over such a dim reduces the identity in the padding, ``avg`` divides by s/n;
+``reduce_scatter``, ``all_to_all`` and ``dynamic_slice`` pad their cut dim to equal
+blocks, ``all_gather`` and ``all_to_all`` cut their joined dim; nested blocks that do
+not sit at their padded positions are moved into equal slots before a cut and back
+after a join (``spread``, ``gather_blocks``: static slices per outer block, a ``select``
+on the device's outer block index); a row-sliced table or
+scatter target takes the rows the device really holds (``rows_held``); a ``reshape``
+keeps such dims whole. Refused: a ``reshape`` that merges or splits such a dim, and
+``local`` (unreduced) arguments or results with such a dim (the global view has no
+blocks to pad).
+
 ELEMENTWISE (arith/math ops of map bodies, and of scalar code outside maps): add, sub,
 mul, div, rem, max/min (maximumf/minimumf, maxsi/minsi), negf, and/or/xor, shifts,
 sqrt, rsqrt, exp, expm1, exp2, log, log1p, log2, log10, powf, tanh, sin, cos, tan,
@@ -73,7 +90,7 @@ from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import AnyFloat, FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Attribute, Operation
 
-from distir.dialects import dist, rng
+from distir.dialects import dist, layout, rng
 from distir.dialects.dist import TensorType
 from distir.dialects.placements import Local
 from distir.frontends.export import Exporter, Placed, RootMesh, half, literal, reduction_identity, ttype
@@ -145,7 +162,7 @@ def dense(rows: Sequence[Sequence[int]]) -> str:
 
 class SdyExporter(Exporter):
     TARGET = "StableHLO + sdy"
-    UNEVEN = "the export is one sdy.manual_computation (shard_map), whose manual axes cannot pad a dim (Shardy's rule)"
+    PADS = True
 
     # ------------------------------------------------------------------ module and functions
     def header(self, meshes: Sequence[RootMesh]) -> None:
@@ -175,6 +192,7 @@ class SdyExporter(Exporter):
     def function(self, f: func.FuncOp) -> None:
         self.check_boundary(f)
         self.coords: dict[int, str] = {}
+        self.spans: dict[tuple[int, tuple[int, ...]], tuple[str, str]] = {}
         self.pid: str | None = None
         self.channel = 0
         mesh = self.function_meshes[f]
@@ -195,11 +213,24 @@ class SdyExporter(Exporter):
             return
         in_placed = [self.placed_type(f, ty) if isinstance(ty, TensorType) else None for ty in in_types]
         out_placed = [self.placed_type(f, ty) if isinstance(ty, TensorType) else None for ty in out_types]
+        for what, placed in (("argument", in_placed), ("result", out_placed)):
+            for i, p in enumerate(placed):
+                if p is not None and p.uneven and p.axes_of(Local):
+                    self.fail(
+                        f,
+                        f"{what} {i} holds partial sums (local) on a dim the ranks do not divide "
+                        f"({layout.describe_uneven(p.shape, p.placements, p.mesh.sizes, p.uneven[0])}): the export pads such "
+                        f"dims in the global view, where an unreduced value has no per-device blocks to pad "
+                        f"(all_reduce or reduce_scatter it inside the function first)",
+                    )
         # results held at<r> are broadcast inside, so that every device returns them
         returned = [p if p is None else Placed(p.shape, p.element, p.mesh, tuple(dist.REPLICATED if a in dict(p.at) else q for a, q in enumerate(p.placements))) for p in out_placed]
 
         def global_type(ty: Attribute) -> str:
             return ttype(ty.get_shape(), ty.element_type) if isinstance(ty, TensorType) else ttype((), ty)
+
+        def padded_type(ty: Attribute, p: Placed | None) -> str:
+            return ttype(p.padded_shape, p.element) if p is not None else global_type(ty)
 
         def local_type(ty: Attribute, p: Placed | None) -> str:
             return ttype(p.local_shape, p.element) if p is not None else ttype((), ty)
@@ -219,7 +250,10 @@ class SdyExporter(Exporter):
             # a take_slice of an argument: the device receives its block (in_shardings,
             # as shard_map's in_specs), no dynamic_slice at a computed offset
             blocks = self.argument_blocks(f)
-            operands = args + [args[block.args.index(op.input)] for op in blocks]
+            # a dim the ranks do not divide enters padded (shard_map's blocks are equal)
+            block_placed = [self.placed(op.result) for op in blocks]
+            operands = [self.pad_global(a, p) for a, p in zip(args, in_placed)]
+            operands += [self.pad_global(args[block.args.index(op.input)], p) for op, p in zip(blocks, block_placed)]
             shardings = [self.sharding(p, mesh) for p in in_placed] + [self.sharding(self.placed(op.result), mesh) for op in blocks]
             block_names = [t.name(op.result.name_hint or "block") for op in blocks]
             region_args = [f"{b}: {local_type(ty, p)}" for b, ty, p in zip(body_args, in_types, in_placed)]
@@ -234,7 +268,7 @@ class SdyExporter(Exporter):
             t.depth += 1
             for op, name in zip(blocks, block_names):
                 self.env[op.result] = name
-            in_types = in_types + [op.input.type for op in blocks]
+            in_global = [padded_type(ty, p) for ty, p in zip(in_types, in_placed)] + [padded_type(op.input.type, p) for op, p in zip(blocks, block_placed)]
         else:
             body_args = args
         self.bind(block.args, body_args)
@@ -250,9 +284,10 @@ class SdyExporter(Exporter):
             local_out = [local_type(ty, p) for ty, p in zip(out_types, returned)]
             t.line(f"sdy.return {', '.join(final)} : {', '.join(local_out)}" if final else "sdy.return")
             t.depth -= 1
-            gin = ", ".join(global_type(ty) for ty in in_types)
-            t.line(f"}} : ({gin}) -> ({gout})")
+            gin = ", ".join(in_global)
+            t.line(f"}} : ({gin}) -> ({', '.join(padded_type(ty, p) for ty, p in zip(out_types, returned))})")
             final = [f"{results}#{i}" for i in range(len(out_types))] if len(out_types) > 1 else ([results] if results else [])
+            final = [self.unpad_global(y, p) for y, p in zip(final, returned)]
         t.line(f"return {', '.join(final)} : {gout}" if final else "return")
         t.depth -= 1
         t.line("}")
@@ -319,8 +354,200 @@ class SdyExporter(Exporter):
         axes = [a for a in p.slicing(dim) if p.mesh.sizes[a] > 1]
         if not axes:
             return None
+        if dim in p.uneven:
+            return self.convert(self.span(p, dim)[0], (), "i32", elt)
         start = self.binary("multiply", self.group_rank(p.mesh, axes), self.const(extent, (), "i32"), (), "i32", "start")
         return self.convert(start, (), "i32", elt)
+
+    # ------------------------------------------------------------------ padded dims
+    def pieces(self, x: str, shape: Sequence[int], elt: Attribute, dim: int, parts: list[tuple[int, int] | int]) -> str:
+        """Concatenate along ``dim`` the parts: (offset, size) of ``x`` or a count of zeros;
+        touching parts of ``x`` are taken as one slice."""
+        merged: list[tuple[int, int] | int] = []
+        for part in parts:
+            if (part[1] if isinstance(part, tuple) else part) == 0:
+                continue
+            last = merged[-1] if merged else None
+            if isinstance(part, int) and isinstance(last, int):
+                merged[-1] = last + part
+            elif isinstance(part, tuple) and isinstance(last, tuple) and last[0] + last[1] == part[0]:
+                merged[-1] = (last[0], last[1] + part[1])
+            else:
+                merged.append(part)
+        if not merged:  # nothing on either side: an empty dim
+            empty = list(shape)
+            empty[dim] = 0
+            return self.const(0, empty, elt, "empty")
+        names, shapes = [], []
+        for part in merged:
+            piece = list(shape)
+            if isinstance(part, int):
+                piece[dim] = part
+                names.append(self.const(0, piece, elt, "padding"))
+            else:
+                piece[dim] = part[1]
+                if tuple(piece) == tuple(shape):
+                    names.append(x)
+                else:
+                    bounds = [f"{part[0]}:{part[0] + part[1]}" if d == dim else f"0:{n}" for d, n in enumerate(shape)]
+                    names.append(self.text.op(None, f"stablehlo.slice {x} [{', '.join(bounds)}] : ({ttype(shape, elt)}) -> {ttype(piece, elt)}"))
+            shapes.append(piece)
+        if len(names) == 1:
+            return names[0]
+        out = list(shape)
+        out[dim] = sum(p[dim] for p in shapes)
+        types = ", ".join(ttype(p, elt) for p in shapes)
+        return self.text.op(None, f"stablehlo.concatenate {', '.join(names)}, dim = {dim} : ({types}) -> {ttype(out, elt)}")
+
+    def pad_global(self, x: str, p: Placed | None) -> str:
+        """A logical (global) tensor laid out padded: each block of each dim the ranks do not
+        divide followed by zeros up to the largest block, as shard_map cuts equal blocks."""
+        if p is None:
+            return x
+        shape = list(p.shape)
+        for d in p.uneven:
+            extent = p.local_shape[d]
+            parts: list[tuple[int, int] | int] = []
+            for lo, size in p.blocks(d):
+                parts += [(lo, size), extent - size]
+            x = self.pieces(x, shape, p.element, d, parts)
+            shape[d] = p.padded_extent(d)
+        return x
+
+    def unpad_global(self, x: str, p: Placed | None) -> str:
+        """``pad_global`` undone: the blocks of the padded global view, without padding."""
+        if p is None:
+            return x
+        shape = list(p.padded_shape)
+        for d in p.uneven:
+            extent = p.local_shape[d]
+            x = self.pieces(x, shape, p.element, d, [(i * extent, size) for i, (_, size) in enumerate(p.blocks(d))])
+            shape[d] = p.shape[d]
+        return x
+
+    def pad_dim(self, x: str, shape: Sequence[int], elt: Attribute, dim: int, extent: int) -> str:
+        """``x`` with zeros appended along ``dim`` up to ``extent``."""
+        return self.pieces(x, shape, elt, dim, [(0, shape[dim]), extent - shape[dim]])
+
+    def cut_dim(self, x: str, shape: Sequence[int], elt: Attribute, dim: int, extent: int) -> str:
+        """The first ``extent`` elements of ``x`` along ``dim``."""
+        return self.pieces(x, shape, elt, dim, [(0, extent)])
+
+    def span(self, p: Placed, dim: int) -> tuple[str, str]:
+        """(offset, size) of this device's block of ``dim`` (``tensor<i32>``): DESIGN §2's
+        rule, one level per axis slicing the dim, in integer ops on its coordinates."""
+        axes = tuple(p.slicing(dim))
+        key = (p.shape[dim], axes)
+        if key not in self.spans:
+            i32 = "i32"
+            offset: str | None = None
+            size: int | str = p.shape[dim]
+            for a in axes:
+                n = p.mesh.sizes[a]
+                if n == 1:
+                    continue
+                lo, size = self.cut(size, n, self.coord(p.mesh, a))
+                offset = lo if offset is None else self.binary("add", offset, lo, (), i32, "offset")
+            self.spans[key] = (offset or self.const(0, (), i32), size if isinstance(size, str) else self.const(size, (), i32))
+        return self.spans[key]
+
+    def cut(self, size: int | str, n: int, coord: str) -> tuple[str, str]:
+        """One level of DESIGN §2's rule: (offset, size) of block ``coord`` of a block of
+        ``size`` elements cut over ``n`` ranks (``tensor<i32>`` values)."""
+        i32 = "i32"
+        if isinstance(size, int):
+            c = self.const(-(-size // n), (), i32)
+            total = self.const(size, (), i32)
+        else:
+            total = size
+            c = self.binary("divide", self.binary("add", size, self.const(n - 1, (), i32), (), i32), self.const(n, (), i32), (), i32)
+        lo = self.binary("minimum", self.binary("multiply", coord, c, (), i32), total, (), i32, "lo")
+        hi = self.binary("minimum", self.binary("add", lo, c, (), i32), total, (), i32, "hi")
+        return lo, self.binary("subtract", hi, lo, (), i32, "size")
+
+    def member_blocks(self, fine: Placed, coarse: Placed, dim: int, axes: list[int]) -> list[list[tuple[int, int]]]:
+        """For each block of ``coarse`` along ``dim`` (row-major over the axes slicing it),
+        the (offset within it, size) of each member's block of ``fine`` in a group over
+        ``axes`` (group order): DESIGN §2's rule at the inner levels, static."""
+        sizes = fine.mesh.sizes
+        outer = [a for a in fine.slicing(dim) if a not in axes]
+        inner = [a for a in fine.slicing(dim) if a in axes]
+        out = []
+        for i in range(math.prod(sizes[a] for a in outer)):
+            _, size = layout.dim_block(fine.shape[dim], [sizes[a] for a in outer], layout.at_digits(i, [sizes[a] for a in outer]))
+            members = []
+            for j in range(fine.mesh.group_size(axes)):
+                digits = dict(zip(axes, layout.at_digits(j, [sizes[a] for a in axes])))
+                members.append(layout.dim_block(size, [sizes[a] for a in inner], [digits[a] for a in inner]))
+            out.append(members)
+        return out
+
+    def per_block(self, fine: Placed, dim: int, axes: list[int], candidates: list[str], shape: Sequence[int], elt: Attribute) -> str:
+        """This device's candidate, one per block of the coarse value along ``dim`` (as
+        ``member_blocks`` lists them): a ``select`` on the block index, computed from
+        ``partition_id`` (where the layout differs from block to block)."""
+        out = candidates[0]
+        outer = [a for a in fine.slicing(dim) if a not in axes]
+        if all(c == out for c in candidates):
+            return out
+        index = self.broadcast_to(self.group_rank(fine.mesh, outer), (), shape, "i32")
+        for i, cand in enumerate(candidates[1:], start=1):
+            if cand == candidates[0]:  # the same layout as the first block's
+                continue
+            mine = self.compare("EQ", index, self.const(i, shape, "i32"), shape, "i32", "SIGNED", "block")
+            out = self.select(mine, cand, out, shape, elt)
+        return out
+
+    def spread(self, x: str, fine: Placed, coarse: Placed, dim: int, axes: list[int]) -> tuple[str, list[int]]:
+        """``x`` (this device's block of ``coarse``) laid out as the equal padded blocks of
+        its group over ``axes`` (group order), each member's block of ``fine`` first in
+        its slot, zeros after: what an equal-block cut (reduce_scatter, all_to_all, a
+        slice at the group rank) needs where nested blocks do not sit at their padded
+        positions. Static slices per block of ``coarse``, chosen per device."""
+        extent = fine.local_shape[dim]
+        shape = list(coarse.local_shape)
+        out = list(shape)
+        out[dim] = extent * fine.mesh.group_size(axes)
+        candidates = []
+        for members in self.member_blocks(fine, coarse, dim, axes):
+            parts: list[tuple[int, int] | int] = []
+            for lo, size in members:
+                parts += [(lo, size), extent - size]
+            candidates.append(self.pieces(x, shape, coarse.element, dim, parts))
+        return self.per_block(fine, dim, axes, candidates, out, coarse.element), out
+
+    def gather_blocks(self, y: str, shape: Sequence[int], fine: Placed, coarse: Placed, dim: int, axes: list[int]) -> str:
+        """``y`` (the group's padded blocks of ``fine`` along ``dim``, in group order) as
+        this device's padded block of ``coarse``: each member's elements at its offset,
+        zeros after the last. Static slices per block of ``coarse``, chosen per device."""
+        extent = fine.local_shape[dim]
+        target = coarse.local_shape[dim]
+        candidates = []
+        for members in self.member_blocks(fine, coarse, dim, axes):
+            order = sorted(range(len(members)), key=lambda j: members[j][0])
+            parts: list[tuple[int, int] | int] = [(j * extent, members[j][1]) for j in order]
+            parts.append(target - sum(size for _, size in members))
+            candidates.append(self.pieces(y, shape, coarse.element, dim, parts))
+        return self.per_block(fine, dim, axes, candidates, coarse.local_shape, coarse.element)
+
+    def held(self, p: Placed) -> str | None:
+        """``tensor<...xi1>`` of ``p``'s padded buffer: true where the element is the
+        device's own (None: no padding)."""
+        shape = p.local_shape
+        mask = None
+        for d in p.uneven:
+            index = self.text.op("index", f"stablehlo.iota dim = {d} : {ttype(shape, 'i32')}")
+            inside = self.compare("LT", index, self.broadcast_to(self.span(p, d)[1], (), shape, "i32"), shape, "i32", "SIGNED", "inside")
+            mask = inside if mask is None else self.binary("and", mask, inside, shape, "i1", "held")
+        return mask
+
+    def rezero(self, x: str, p: Placed, hint: str | None = None) -> str:
+        """``x`` (of ``p``'s padded buffer) with zeros in the padding again, after an op
+        that may make zeros non-zero (exp, adding a replicated bias, an iota)."""
+        mask = self.held(p)
+        if mask is None:
+            return x
+        return self.select(mask, x, self.const(0, p.local_shape, p.element, "zeros"), p.local_shape, p.element, hint)
 
     def channel_attrs(self) -> str:
         self.channel += 1
@@ -439,7 +666,7 @@ class SdyExporter(Exporter):
         names = {v: r.name_hint for v, r in zip(term.values, op.outputs)}  # a yielded value is the map's result
         for inner in block.ops:
             if inner is term:
-                self.bind(op.outputs, [env[v] for v in inner.values])
+                self.bind(op.outputs, [self.rezero(env[v], self.placed(r), r.name_hint) for v, r in zip(inner.values, op.outputs)])
                 return
             for v in inner.operands:
                 if v not in env:
@@ -462,10 +689,11 @@ class SdyExporter(Exporter):
             hint if cdt == str(r.element) else None,
             f"stablehlo.dot_general {x}, {y}, {dims} : ({ttype(a.local_shape, cdt)}, {ttype(b.local_shape, cdt)}) -> {ttype(r.local_shape, cdt)}",
         )
-        self.bind(op.results, [self.convert(out, r.local_shape, cdt, r.element, hint)])
+        self.bind(op.results, [self.rezero(self.convert(out, r.local_shape, cdt, r.element, hint), r, hint)])
 
-    def reduce_over(self, x: str, shape: Sequence[int], elt: Attribute | str, kind: str, dims: Sequence[int], hint: str | None) -> str:
-        """``kind`` over ``dims`` of a tensor of ``shape`` (in its own element type)."""
+    def reduce_over(self, x: str, shape: Sequence[int], elt: Attribute | str, kind: str, dims: Sequence[int], hint: str | None, count: float | None = None) -> str:
+        """``kind`` over ``dims`` of a tensor of ``shape`` (in its own element type); avg
+        divides by ``count`` (default: the elements reduced)."""
         keep = [d for i, d in enumerate(shape) if i not in dims]
         if not dims:
             return x
@@ -477,16 +705,24 @@ class SdyExporter(Exporter):
         )
         if kind != "avg":
             return red
-        count = math.prod(shape[d] for d in dims)
+        if count is None:
+            count = math.prod(shape[d] for d in dims)
         return self.binary("divide", red, self.const(count, keep, elt), keep, elt, hint)
 
     def reduce_tensor(self, op: dist.ReduceTensorOp) -> None:
         x, r = self.placed(op.input), self.placed(op.result)
         kind = op.option("op")
         cdt = "f32" if half(x.element) and kind not in ("max", "min") else str(x.element)
+        dims = list(op.option("dims"))
         xc = self.convert(self.value(op.input), x.local_shape, x.element, cdt)
-        red = self.reduce_over(xc, x.local_shape, cdt, kind, list(op.option("dims")), None if cdt != str(x.element) else op.result.name_hint)
-        self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
+        if kind in ("max", "min", "prod") and set(dims) & set(x.uneven):  # padding must not win
+            mask = self.held(x)
+            assert mask is not None
+            xc = self.select(mask, xc, self.const(reduction_identity(kind, cdt), x.local_shape, cdt, "identity"), x.local_shape, cdt)
+        # avg: the interpreter's count, the dim's size over its ranks (layout.avg_count)
+        count = float(layout.avg_count(x.shape, x.placements, x.mesh.sizes, dims))
+        red = self.reduce_over(xc, x.local_shape, cdt, kind, dims, None if cdt != str(x.element) else op.result.name_hint, count)
+        self.bind(op.results, [self.rezero(self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint), r, op.result.name_hint)])
 
     def cast(self, op: dist.CastOp) -> None:
         x, r = self.placed(op.input), self.placed(op.result)
@@ -539,7 +775,7 @@ class SdyExporter(Exporter):
         if row0 is not None:  # a row-sliced table: this device adds the rows it holds
             loc = self.binary("subtract", idx, self.broadcast_to(row0, (), ishape, "i64"), ishape, "i64", "row")
             lo = self.compare("GE", loc, self.const(0, ishape, "i64"), ishape, "i64", "SIGNED")
-            hi = self.compare("LT", loc, self.const(rows, ishape, "i64"), ishape, "i64", "SIGNED")
+            hi = self.compare("LT", loc, self.rows_held(tp, lead, ishape), ishape, "i64", "SIGNED")
             valid = self.binary("and", lo, hi, ishape, "i1", "held")
             idx = self.select(valid, loc, self.const(0, ishape, "i64"), ishape, "i64")
         gshape = (*ishape, width)
@@ -563,7 +799,8 @@ class SdyExporter(Exporter):
             g = self.select(mask, g, self.const(0.0, gshape, cdt), gshape, cdt)
         kind = {"sum": "sum", "mean": "avg", "max": "max"}[mode]
         red = self.reduce_over(g, gshape, cdt, kind, [len(ishape) - 1], None if cdt != str(r.element) else op.result.name_hint)
-        self.bind(op.results, [self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint)])
+        # padded bags (index 0 gathers a real row) are re-zeroed
+        self.bind(op.results, [self.rezero(self.convert(red, r.local_shape, cdt, r.element, op.result.name_hint), r, op.result.name_hint)])
 
     def scatter_add(self, op: dist.ScatterAddOp) -> None:
         ip, up, r = self.placed(op.indices), self.placed(op.updates), self.placed(op.result)
@@ -577,7 +814,7 @@ class SdyExporter(Exporter):
             idx = self.binary("subtract", idx, self.broadcast_to(row0, (), ishape, "i64"), ishape, "i64", "row")
         # an index outside the rows held adds nothing: its update is zero, at row 0
         lo = self.compare("GE", idx, self.const(0, ishape, "i64"), ishape, "i64", "SIGNED")
-        hi = self.compare("LT", idx, self.const(rows, ishape, "i64"), ishape, "i64", "SIGNED")
+        hi = self.compare("LT", idx, self.rows_held(r, lead, ishape), ishape, "i64", "SIGNED")
         held = self.binary("and", lo, hi, ishape, "i1", "held")
         idx = self.select(held, idx, self.const(0, ishape, "i64"), ishape, "i64")
         # each update row once per position of its bag
@@ -599,6 +836,15 @@ class SdyExporter(Exporter):
         self.region("add", cdt)
         t.line(f"}}) : ({ttype(rshape, cdt)}, {ttype(ishape, 'i64')}, {ttype(full, cdt)}) -> {ttype(rshape, cdt)}")
         self.bind(op.results, [self.convert(out, rshape, cdt, r.element, op.result.name_hint)])
+
+    def rows_held(self, p: Placed, dim: int, shape: Sequence[int]) -> str:
+        """The number of rows of ``dim`` this device holds, broadcast to ``shape`` (i64):
+        the padded block's extent, or its own block's size where the dim is padded (an
+        index into the padding names another device's row)."""
+        if dim not in p.uneven:
+            return self.const(p.local_shape[dim], shape, "i64")
+        size = self.convert(self.span(p, dim)[1], (), "i32", "i64")
+        return self.broadcast_to(size, (), shape, "i64")
 
     def sort(self, op: dist.SortOp) -> None:
         """``stablehlo.sort`` with jnp.sort's comparator (stable; floats canonicalised,
@@ -642,6 +888,7 @@ class SdyExporter(Exporter):
 
     def reshape(self, op: dist.ReshapeOp) -> None:
         x, r = self.placed(op.input), self.placed(op.result)
+        self.padded_dims_kept(op, x, r)
         self.bind(op.results, [self.reshape_to(self.value(op.input), x.local_shape, r.local_shape, x.element, op.result.name_hint)])
 
     def iota(self, op: dist.IotaOp) -> None:
@@ -651,7 +898,7 @@ class SdyExporter(Exporter):
         y = self.text.op(None if start else op.result.name_hint, f"stablehlo.iota dim = {dim} : {ttype(shape, elt)}")
         if start is not None:
             y = self.binary("add", y, self.broadcast_to(start, (), shape, elt), shape, elt, op.result.name_hint)
-        self.bind(op.results, [y])
+        self.bind(op.results, [self.rezero(y, r, op.result.name_hint)])
 
     def slice_text(self, x: str, src: Placed, dst: Placed, offsets: list[int], strides: list[int]) -> str:
         bounds = [f"{o}:{o + (n - 1) * s + 1 if n else o}" + (f":{s}" if s != 1 else "") for o, s, n in zip(offsets, strides, dst.local_shape)]
@@ -664,6 +911,13 @@ class SdyExporter(Exporter):
     # ------------------------------------------------------------------ blocks and collectives
     def slice_block(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
         extent = dst.local_shape[dim]
+        shape = list(src.local_shape)
+        if not self.lined_up(dst, src, dim, axes):  # nested blocks: each member's moved into its slot
+            x, shape = self.spread(x, dst, src, dim, axes)
+        elif dim in dst.uneven:  # equal blocks of the padded dim
+            padded = src.mesh.group_size(axes) * extent
+            x = self.pad_dim(x, shape, src.element, dim, padded)
+            shape[dim] = padded
         start = self.binary("multiply", self.group_rank(src.mesh, axes), self.const(extent, (), "i32"), (), "i32", "start")
         zero = self.const(0, (), "i32") if len(src.local_shape) > 1 else None
         starts = ", ".join(start if d == dim else zero for d in range(len(src.local_shape)))  # type: ignore[misc]
@@ -671,7 +925,7 @@ class SdyExporter(Exporter):
         return self.text.op(
             hint,
             f"stablehlo.dynamic_slice {x}, {starts}, sizes = [{', '.join(map(str, dst.local_shape))}] : "
-            f"({ttype(src.local_shape, src.element)}, {idx_types}) -> {ttype(dst.local_shape, dst.element)}",
+            f"({ttype(shape, src.element)}, {idx_types}) -> {ttype(dst.local_shape, dst.element)}",
         )
 
     def _reduction_collective(self, name: str, x: str, shape_in: Sequence[int], shape_out: Sequence[int], elt: Attribute, axes: list[int], mesh: RootMesh, kind: str, extra: str, hint: str | None) -> str:
@@ -693,18 +947,35 @@ class SdyExporter(Exporter):
         return self._reduction_collective("all_reduce", x, s, s, src.element, axes, src.mesh, kind, "", hint)
 
     def reduce_scatter(self, x: str, src: Placed, dst: Placed, axes: list[int], kind: str, dim: int, hint: str | None) -> str:
+        if dst.local_shape[dim] == 0:  # no elements to reduce (StableHLO has no empty scatter)
+            return self.const(0, dst.local_shape, dst.element, hint or "empty")
         extra = f", scatter_dimension = {dim} : i64"
-        return self._reduction_collective("reduce_scatter", x, src.local_shape, dst.local_shape, src.element, axes, src.mesh, kind, extra, hint)
+        shape = list(src.local_shape)
+        if not self.lined_up(dst, src, dim, axes):  # nested blocks: each member's moved into its slot
+            x, shape = self.spread(x, dst, src, dim, axes)
+            return self._reduction_collective("reduce_scatter", x, shape, dst.local_shape, src.element, axes, src.mesh, kind, extra, hint)
+        if dim in dst.uneven:  # equal blocks of the padded dim
+            shape[dim] = src.mesh.group_size(axes) * dst.local_shape[dim]
+            x = self.pad_dim(x, src.local_shape, src.element, dim, shape[dim])
+        return self._reduction_collective("reduce_scatter", x, shape, dst.local_shape, src.element, axes, src.mesh, kind, extra, hint)
 
     def reduce(self, x: str, src: Placed, axes: list[int], kind: str, root: int, hint: str | None) -> str:
         return self.all_reduce(x, src, axes, kind, hint)
 
     def all_gather(self, x: str, src: Placed, dst: Placed, axes: list[int], dim: int, hint: str | None) -> str:
+        if src.local_shape[dim] == 0:  # an empty dim gathers nothing (StableHLO has no empty gather)
+            return self.const(0, dst.local_shape, dst.element, hint or "empty")
         groups = src.mesh.groups(axes)
         attrs = f"all_gather_dim = {dim} : i64, {self.channel_attrs()}, replica_groups = {dense(groups)}, use_global_device_ids"
-        return self.text.op(
-            hint, f'"stablehlo.all_gather"({x}) <{{{attrs}}}> : ({ttype(src.local_shape, src.element)}) -> {ttype(dst.local_shape, dst.element)}'
+        shape = list(dst.local_shape)
+        shape[dim] = len(groups[0]) * src.local_shape[dim]  # padded blocks: cut the padding past the last one
+        y = self.text.op(
+            hint if tuple(shape) == dst.local_shape else None,
+            f'"stablehlo.all_gather"({x}) <{{{attrs}}}> : ({ttype(src.local_shape, src.element)}) -> {ttype(shape, dst.element)}',
         )
+        if not self.lined_up(src, dst, dim, axes):  # nested blocks: each member's moved to its offset
+            return self.gather_blocks(y, shape, src, dst, dim, axes)
+        return y if tuple(shape) == dst.local_shape else self.cut_dim(y, shape, dst.element, dim, dst.local_shape[dim])
 
     def broadcast(self, x: str, src: Placed, axes: list[int], root: int, hint: str | None) -> str:
         s = src.local_shape
@@ -718,13 +989,27 @@ class SdyExporter(Exporter):
 
     def all_to_all(self, x: str, src: Placed, dst: Placed, axes: list[int], split: int, concat: int, hint: str | None) -> str:
         groups = src.mesh.groups(axes)
+        n = len(groups[0])
         attrs = (
             f"{self.channel_attrs()}, concat_dimension = {concat} : i64, replica_groups = {dense(groups)}, "
-            f"split_count = {len(groups[0])} : i64, split_dimension = {split} : i64"
+            f"split_count = {n} : i64, split_dimension = {split} : i64"
         )
-        return self.text.op(
-            hint, f'"stablehlo.all_to_all"({x}) <{{{attrs}}}> : ({ttype(src.local_shape, src.element)}) -> {ttype(dst.local_shape, dst.element)}'
+        # padded dims: the split dim is padded to equal blocks, the joined one cut back
+        shape_in = list(src.local_shape)
+        shape_in[split] = n * dst.local_shape[split]
+        if self.lined_up(dst, src, split, axes):
+            x = self.pad_dim(x, src.local_shape, src.element, split, shape_in[split])
+        else:  # nested blocks: each member's moved into its slot
+            x, shape_in = self.spread(x, dst, src, split, axes)
+        shape = list(dst.local_shape)
+        shape[concat] = n * src.local_shape[concat]
+        y = self.text.op(
+            hint if tuple(shape) == dst.local_shape else None,
+            f'"stablehlo.all_to_all"({x}) <{{{attrs}}}> : ({ttype(shape_in, src.element)}) -> {ttype(shape, dst.element)}',
         )
+        if not self.lined_up(src, dst, concat, axes):
+            return self.gather_blocks(y, shape, src, dst, concat, axes)
+        return y if tuple(shape) == dst.local_shape else self.cut_dim(y, shape, dst.element, concat, dst.local_shape[concat])
 
     def permute(self, x: str, src: Placed, axes: list[int], pairs: list[tuple[int, int]], offset: int | None, hint: str | None) -> str:
         if not pairs:  # nobody receives: every rank's result is zeros

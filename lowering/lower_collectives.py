@@ -252,7 +252,7 @@ class FuncLowering:
         group over axes of ``counts`` ranks along ``dim``, each holding the member's
         block: itself where the ranks divide it, its padded buffer, else a padded copy."""
         extent, ok = cut(t, dim, self.sizes(t), counts)
-        if shape(buf)[dim] == extent:
+        if ok and shape(buf)[dim] == extent:  # not aligned: blocks move even when the extents agree
             return buf
         if ok:
             parent = self.padded_parent(buf, dim, extent)
@@ -273,7 +273,7 @@ class FuncLowering:
         buffer is ``buf``: ``buf`` itself, its padded buffer, else a padded one whose
         blocks ``after`` moves into ``buf``."""
         extent, ok = cut(t, dim, self.sizes(t), counts)
-        if shape(buf)[dim] == extent:
+        if ok and shape(buf)[dim] == extent:  # not aligned: blocks move even when the extents agree
             return buf
         if ok:
             parent = self.padded_parent(buf, dim, extent)
@@ -297,7 +297,7 @@ class FuncLowering:
         blocks are not contiguous."""
         n = group_size(self.sizes(t), axes)
         extent, ok = cut(t, dim, self.sizes(t), [self.sizes(t)[a] for a in axes])
-        base = recv if shape(recv)[dim] == extent else self.padded_parent(recv, dim, extent) if ok else None
+        base = (recv if shape(recv)[dim] == extent else self.padded_parent(recv, dim, extent)) if ok else None
         if base is None or not is_contiguous_block(shape(base), dim) or not self.contig.get(base, True):
             return None
         return self.block(base, self.group_rank(t.mesh_name, axes), dim, n)

@@ -59,10 +59,12 @@ func.func @maxnum(%x: !dist.tensor<8xf32, @world, [replicated]>) -> !dist.tensor
 
 // -----
 
-// Blocks of different sizes (10 over 4 ranks: 3, 3, 3, 1) have no SPMD export.
-// SDY: 'func.func' op cannot be exported to StableHLO + sdy: dim 0 of size 10 over the 4 ranks of axis 0: blocks of 3, 3, 3, 1: the export is one sdy.manual_computation (shard_map), whose manual axes cannot pad a dim (Shardy's rule)
-// MESH: 'func.func' op cannot be exported to MLIR mesh: dim 0 of size 10 over the 4 ranks of axis 0: blocks of 3, 3, 3, 1: the export is SPMD with one static shape per device (MLIR 19's mesh has no sharded_dims_offsets)
-dist.mesh @world shape = [4]
-func.func @uneven(%x: !dist.tensor<10xf32, @world, [sliced<0>]>) -> !dist.tensor<10xf32, @world, [sliced<0>]> {
-  func.return %x : !dist.tensor<10xf32, @world, [sliced<0>]>
+// Partial sums on a dim the ranks do not divide cannot be padded at the boundary (the
+// sdy export pads in the global view, where an unreduced value has no blocks).
+// SDY: 'func.func' op argument 0 holds partial sums (local) on a dim the ranks do not divide (dim 0 of size 7 over the 3 ranks of axis 1: blocks of 3, 3, 1): the export pads such dims in the global view, where an unreduced value has no per-device blocks to pad (all_reduce or reduce_scatter it inside the function first)
+// MESH: 'func.func' op cannot be exported to MLIR mesh: dim 0 of size 7 over the 3 ranks of axis 1: blocks of 3, 3, 1: the export is SPMD with one static shape per device (MLIR 19's mesh has no sharded_dims_offsets)
+dist.mesh @grid shape = [2, 3]
+func.func @uneven_partial_sums(%x: !dist.tensor<7x2xf32, @grid, [local, sliced<0>]>) -> !dist.tensor<7x2xf32, @grid, [replicated, sliced<0>]> {
+  %y = coll.all_reduce sum %x axes [0] : !dist.tensor<7x2xf32, @grid, [local, sliced<0>]> -> !dist.tensor<7x2xf32, @grid, [replicated, sliced<0>]>
+  func.return %y : !dist.tensor<7x2xf32, @grid, [replicated, sliced<0>]>
 }

@@ -2,12 +2,16 @@
 of ``export-cases.mlir`` (meshes fixed for 1, 2, 4 and 8 ranks), every schedule of
 ``examples/schedules`` (a rearrangement of an example's ops: at the fewest and the most
 ranks it fits) and 30 random programs (``support/programs.py``, at their own rank
-counts) and the JAX, Shardy and shard programs of the front-end tests as distir-import
-reads them are exported, parsed and verified with jaxlib's MLIR (StableHLO and Shardy
+counts), the JAX, Shardy and shard programs of the front-end tests as distir-import
+reads them, the programs of ``export-uneven.mlir`` (dims the ranks do not divide, at
+3, 5, 6 and 7 ranks: the export pads them) and 40 random programs on such dims are
+exported, parsed and verified with jaxlib's MLIR (StableHLO and Shardy
 registered), compiled by XLA for as many host devices and run; the outputs must agree
 with the interpreter's on the same inputs (``runtime/equivalence.py``'s tolerances: rtol
 1e-5 for f32). The runs happen in one subprocess (``xla_batch.py``): jax fixes its device
-count when it is first imported."""
+count when it is first imported. An argument or result with an uneven dim is fed and read
+as the compiled executable holds it (``support/xla.py``): jax.Array refuses uneven
+shardings, and XLA turns them into ones it divides."""
 
 import json
 import os
@@ -15,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from export_programs import HERE, PROGRAMS, UNEVEN, refusal, runs, text_of
+from export_programs import HERE, PROGRAMS, UNEVEN_RANDOM, UNEVEN_RANKS, refusal, runs, text_of
 import numpy as np
 from support.xla import DEVICES, no_farther
 
@@ -32,7 +36,7 @@ def _xla_runs() -> list[tuple[str, str, int]]:
             if ranks not in (min(counts), max(counts)):
                 continue
         out.append((name, func, ranks))
-    return out
+    return out + [(n, f, r) for n, (_, f, r) in UNEVEN_RANDOM.items()]
 
 
 RUNS = _xla_runs()
@@ -61,7 +65,9 @@ def test_every_program_runs_at_several_rank_counts():
         assert counts, f"{name} fits no rank count"
     assert {1, 2, 4, 8} <= {r for _, _, r in RUNS}
     assert any(n.startswith("imported/jax-") for n, _, _ in RUNS)
-    assert set(UNEVEN) <= {(n, r) for n, _, r in RUNS}, "a run listed as uneven is no longer run"
+    uneven = {r for n, _, r in RUNS if n.startswith("uneven/")}
+    assert uneven == set(UNEVEN_RANKS), f"the uneven programs run at {sorted(uneven)} ranks"
+    assert ("case/mm_rs_ag", 8) in {(n, r) for n, _, r in RUNS}, "the reduce_scatter of a dim of 4 over 8 ranks is no longer run"
 
 
 @pytest.mark.parametrize("name,func,ranks", RUNS, ids=[f"{n}:{f}:{r}" for n, f, r in RUNS])

@@ -195,3 +195,50 @@ BAD_PERMUTES = {
 @pytest.mark.parametrize("case", sorted(BAD_PERMUTES))
 def test_unsupported_permutes_are_located_diagnostics(case):
     assert_rejected(*BAD_PERMUTES[case])
+
+
+# ------------------------------------------------------------------ dims the axes do not divide
+
+UNEVEN_MESH = 'sdy.mesh @u = <["x"=2, "y"=3]>\n'
+U = np.arange(35, dtype=np.float32).reshape(7, 5) - 17
+UNEVEN_CASES = {
+    # name: (argument sharding, body computing %0 from %arg0, result sharding)
+    "sliced_argument": ('[{"y"}, {}]', "%0 = stablehlo.multiply %arg0, %arg0 : tensor<7x5xf32>", '[{"y"}, {}]'),
+    "two_axes_on_one_dim": ('[{"x", "y"}, {}]', "%0 = stablehlo.multiply %arg0, %arg0 : tensor<7x5xf32>", '[{"x", "y"}, {}]'),
+    "all_gather": ('[{"y"}, {"x"}]', '%0 = sdy.all_gather [{"y"}, {"x"}] %arg0 out_sharding=<@u, [{}, {}]> : tensor<7x5xf32>', "[{}, {}]"),
+    "all_gather_inner_axis": ('[{"x", "y"}, {}]', '%0 = sdy.all_gather [{"y"}, {}] %arg0 out_sharding=<@u, [{"x"}, {}]> : tensor<7x5xf32>', '[{"x"}, {}]'),
+    "all_slice": ("[{}, {}]", '%0 = sdy.all_slice [{"y"}, {"x"}] %arg0 out_sharding=<@u, [{"y"}, {"x"}]> : tensor<7x5xf32>', '[{"y"}, {"x"}]'),
+    "all_to_all": ('[{"y"}, {}]', '%0 = sdy.all_to_all [{"y"}: 0->1] %arg0 out_sharding=<@u, [{}, {"y"}]> : tensor<7x5xf32>', '[{}, {"y"}]'),
+    "sharding_constraint": ("[{}, {}]", '%0 = sdy.sharding_constraint %arg0 <@u, [{}, {"y"}]> : tensor<7x5xf32>', '[{}, {"y"}]'),
+    "reduce_over_the_uneven_dim": (
+        '[{"y"}, {}]',
+        "%c = stablehlo.constant dense<0.0> : tensor<f32>\n  %r = stablehlo.reduce(%arg0 init: %c) applies stablehlo.add across dimensions = [0] : (tensor<7x5xf32>, tensor<f32>) -> tensor<5xf32>\n"
+        "  %0 = stablehlo.broadcast_in_dim %r, dims = [1] : (tensor<5xf32>) -> tensor<7x5xf32>",
+        "[{}, {}]",
+    ),
+}
+"""Shardy's shardings and collectives on a dim of 7 over 2, 3 or 6 devices and one of 5
+over 2 or 3 (Shardy pads to a multiple of the shard count): each imports, and its
+logical result on the interpreter and the local runtime is numpy's."""
+
+
+def uneven_expected(name: str) -> np.ndarray:
+    if name in ("sliced_argument", "two_axes_on_one_dim"):
+        return U * U
+    if name == "reduce_over_the_uneven_dim":
+        return np.broadcast_to(U.sum(0), U.shape)
+    return U
+
+
+@pytest.mark.parametrize("name", sorted(UNEVEN_CASES))
+def test_uneven_shardings_and_collectives_import_and_compute_the_logical_value(name):
+    arg, body, result = UNEVEN_CASES[name]
+    text = (
+        UNEVEN_MESH
+        + f"func.func @main(%arg0: tensor<7x5xf32> {{sdy.sharding = #sdy.sharding<@u, {arg}>}}) -> (tensor<7x5xf32> {{sdy.sharding = #sdy.sharding<@u, {result}>}}) {{\n"
+        + f"  {body}\n  return %0 : tensor<7x5xf32>\n}}\n"
+    )
+    module = import_program(text, f"{name}.mlir").module
+    want = uneven_expected(name)
+    np.testing.assert_allclose(run_function(module, "main", {"arg0": U}, ranks=6).outputs[0], want, rtol=1e-6)
+    np.testing.assert_allclose(run_local(module, "main", {"arg0": U}, ranks=6)[0], want, rtol=1e-6)

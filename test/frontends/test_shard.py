@@ -202,3 +202,35 @@ def test_collective_keywords_outside_shardops_and_run_time_roots_are_named():
     assert_rejected(bad, r"6:\d+\n.*unknown keyword 'scatter_dimension' in 'shard.reduce_scatter'")
     dynamic = NEWEST.replace("func.func @sc(%x: tensor<4x8xf32>)", "func.func @sc(%x: tensor<4x8xf32>, %r: index)").replace("root = [1]", "root = [%r]")
     assert_rejected(dynamic, r"10:\d+\n.*'shard.scatter' with a root given at run time \(%r\) is not supported")
+
+
+UNEVEN_SHARDINGS = {
+    # name: (the sharding of %x, the sharding its users ask for)
+    "split_over_one_axis": ("[[1]]", "[[1]]"),
+    "split_over_two_axes": ("[[0, 1]]", "[[0, 1]]"),
+    "resharded_to_another_axis": ("[[1]]", "[[0]]"),
+    "resharded_from_two_axes_to_one": ("[[0, 1]]", "[[]]"),
+    "both_dims": ("[[1], [0]]", "[[0], [1]]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNEVEN_SHARDINGS))
+def test_uneven_annotated_shardings_import_and_compute_numpys_result(name):
+    """``shard.shard`` annotations on dims a 2x3 grid does not divide (7 rows over 3, 2 or
+    6 devices; 5 columns over 2), resharded for the users: each imports and computes
+    x * x on the interpreter and the local runtime."""
+    from distir.frontends.program import import_program
+
+    have, want = UNEVEN_SHARDINGS[name]
+    text = f"""shard.grid @g(shape = 2x3)
+func.func @f(%x: tensor<7x5xf32>) -> tensor<7x5xf32> {{
+  %0 = shard.shard %x to <@g, {have}> : tensor<7x5xf32>
+  %1 = shard.shard %0 to <@g, {want}> annotate_for_users : tensor<7x5xf32>
+  %2 = arith.mulf %1, %1 : tensor<7x5xf32>
+  return %2 : tensor<7x5xf32>
+}}
+"""
+    m = import_program(text, f"{name}.mlir", source="shard").module
+    x = RNG.standard_normal((7, 5)).astype(np.float32)
+    np.testing.assert_allclose(run_function(m, "f", {"x": x}, ranks=6).outputs[0], x * x, rtol=1e-6)
+    np.testing.assert_allclose(run_local(m, "f", {"x": x}, ranks=6)[0], x * x, rtol=1e-6)

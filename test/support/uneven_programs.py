@@ -45,6 +45,15 @@ func.func @f(%x: !dist.tensor<11x2xf32, @g, [local, local]>) -> (!dist.tensor<11
   func.return %d, %b : !dist.tensor<11x2xf32, @g, [replicated, replicated]>, !dist.tensor<11x2xf32, @g, [sliced<0, 1>, sliced<0, 0>]>
 }
 """,
+    "nested_short": """dist.mesh @g shape = [3, ?]
+func.func @f(%x: !dist.tensor<10x3xf32, @g, [sliced<0>, local]>) -> (!dist.tensor<10x3xf32, @g, [sliced<0, 0>, sliced<0, 1>]>, !dist.tensor<10x3xf32, @g, [sliced<0>, replicated]>, !dist.tensor<10x3xf32, @g, [sliced<0>, replicated]>) {
+  %a = coll.reduce_scatter sum %x dim 0 axes [1] : !dist.tensor<10x3xf32, @g, [sliced<0>, local]> -> !dist.tensor<10x3xf32, @g, [sliced<0, 0>, sliced<0, 1>]>
+  %b = coll.all_to_all %a dim 1 axes [1] : !dist.tensor<10x3xf32, @g, [sliced<0, 0>, sliced<0, 1>]> -> !dist.tensor<10x3xf32, @g, [sliced<0>, sliced<1>]>
+  %c = coll.all_gather %b axes [1] : !dist.tensor<10x3xf32, @g, [sliced<0>, sliced<1>]> -> !dist.tensor<10x3xf32, @g, [sliced<0>, replicated]>
+  %d = coll.all_gather %a axes [1] : !dist.tensor<10x3xf32, @g, [sliced<0, 0>, sliced<0, 1>]> -> !dist.tensor<10x3xf32, @g, [sliced<0>, replicated]>
+  func.return %a, %c, %d : !dist.tensor<10x3xf32, @g, [sliced<0, 0>, sliced<0, 1>]>, !dist.tensor<10x3xf32, @g, [sliced<0>, replicated]>, !dist.tensor<10x3xf32, @g, [sliced<0>, replicated]>
+}
+""",
     "fused": """dist.mesh @world shape = [?]
 func.func @f(%g: !dist.tensor<10xf32, @world, [local]>, %p: !dist.tensor<10xf32, @world, [replicated]>) -> (!dist.tensor<10xf32, @world, [replicated]> {dist.inplace = 1 : i64}) {
   %q, %k = coll.fused_all_reduce avg %g dim 0 gather [true, false] : !dist.tensor<10xf32, @world, [local]> -> (!dist.tensor<10xf32, @world, [replicated]>, !dist.tensor<10xf32, @world, [sliced<0>]>) {

@@ -8,7 +8,10 @@ and result's placements); ``inputs`` are logical values (``runtime/npz.py``). Ev
 device gets its buffer of each argument as the distir program's rank of the same id
 holds it (an ``at<r>`` argument: on every device, as the export declares it), the
 compiled module runs once, and the per-device results are collected with
-``npz.collect`` (which checks that replicas agree).
+``npz.collect`` (which checks that replicas agree). An argument or result with a dim the
+ranks do not divide is fed and read as the compiled executable holds it (XLA turns an
+uneven sharding at the boundary into one it divides, or into replication: its
+``get_parameter_shardings`` say which), since jax.Array refuses uneven shardings.
 
 jax must be imported with ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` for N
 host devices: ``host_devices`` starts a fresh interpreter for that when jax is already
@@ -63,6 +66,12 @@ def _held_everywhere(t: TensorType) -> TensorType:
     return t.with_(placements=[REPLICATED if isinstance(p, At) else p for p in t.get_placements()])
 
 
+def _uneven_root(t: TensorType, mesh_op, sizes) -> list | None:
+    """``t``'s placements on its root mesh when a sliced dim is uneven there, else None."""
+    placements = mesh_op.to_root(t.get_placements())
+    return placements if layout.uneven_dims(t.get_shape(), placements, sizes) else None
+
+
 def _spec(t: TensorType, names: tuple[str, ...], mesh_op):
     from jax.sharding import PartitionSpec
 
@@ -83,6 +92,7 @@ def run_exported(module, text: str, func_name: str, inputs: dict[str, np.ndarray
     from jax._src.interpreters import mlir as jmlir
     from jax._src.lib import xla_client as xc
     from jax._src.lib.mlir import ir
+    from jax._src.sharding_impls import GSPMDSharding
     from jax.sharding import AxisType, Mesh, NamedSharding
 
     from distir.dialects.dist import lookup_mesh
@@ -113,9 +123,16 @@ def run_exported(module, text: str, func_name: str, inputs: dict[str, np.ndarray
             continue
         held = _held_everywhere(t)
         mesh_op = lookup_mesh(f, t)
-        buffers = npz.distribute(a, held, npz.grid_of(grids, held))
         m, names = jax_mesh(mesh_op)
         sharding = NamedSharding(m, _spec(held, names, mesh_op))
+        root_sizes = grids[mesh_op.root().mesh_name].sizes
+        uneven = _uneven_root(held, mesh_op, root_sizes)
+        if uneven is not None:  # jax.Array refuses an uneven sharding: the executable's own
+            value = np.asarray(a)
+            held_by = GSPMDSharding(tuple(devices), exe.get_parameter_shardings()[len(args)])
+            args.append(jax.make_array_from_callback(t.get_shape(), held_by, lambda index, value=value: value[index]))
+            continue
+        buffers = npz.distribute(a, held, npz.grid_of(grids, held))
         shards = [jax.device_put(np.array(buffers[r], order="C"), devices[r]) for r in range(ranks)]  # (ascontiguousarray makes 0-d 1-d)
         args.append(jax.make_array_from_single_device_arrays(t.get_shape(), sharding, shards))
     results = exe.execute_sharded(args).disassemble_into_single_device_arrays()
@@ -124,6 +141,16 @@ def run_exported(module, text: str, func_name: str, inputs: dict[str, np.ndarray
         bufs = {r: np.asarray(b) for r, b in enumerate(per_device)}
         if isinstance(t, TensorType):
             held = _held_everywhere(t)
+            mesh_op = lookup_mesh(f, t)
+            root_sizes = grids[mesh_op.root().mesh_name].sizes
+            uneven = _uneven_root(held, mesh_op, root_sizes)
+            if uneven is not None:
+                held_by = GSPMDSharding(tuple(devices), exe.get_output_shardings()[i])
+                out = np.zeros(t.get_shape(), dtype=bufs[0].dtype)
+                for r, index in enumerate(held_by.devices_indices_map(tuple(t.get_shape())).values()):
+                    out[index] = bufs[r]
+                outputs.append(out)
+                continue
             outputs.append(npz.collect(held, npz.grid_of(grids, held), bufs, f"result{i}"))
         else:
             outputs.append(npz.collect(t, None, bufs[0], f"result{i}"))
