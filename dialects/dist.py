@@ -283,18 +283,35 @@ class MeshOp(IRDLOperation):
         return p if isinstance(p, MeshOp) else None
 
     def sizes(self) -> tuple[int | None, ...]:
-        """Axis sizes as far as they are known before running (`?` left as None)."""
+        """Axis sizes as far as they are known before running (`?` left as None).
+
+        Remembered while the mesh's properties, its parent (a view's) and the parent's
+        sizes stay the same: verifying and lowering a model's program ask once per
+        tensor, and a view's answer took a symbol lookup and two unpacked arrays."""
+        memo = self.__dict__.get("_sizes_memo")
+        if memo is not None:
+            shape, view, factors, parent, psizes, out = memo
+            if shape is self.shape and view is self.view and factors is self.factors and (
+                parent is None or (parent.parent_op() is self.parent_op() and parent.sizes() is psizes and _sym_name(parent) == view.root_reference.data)
+            ):
+                return out
         own = self.declared_sizes
         parent = self.parent_mesh()
+        psizes = None
         if parent is None:
-            return own
-        psizes = parent.sizes()
-        out = []
-        for s, f in zip(own, self.factor_lists):
-            if s is None and f and all(psizes[a] is not None for a in f if a < len(psizes)):
-                s = math.prod(psizes[a] for a in f if a < len(psizes))  # type: ignore[misc]
-            out.append(s)
-        return tuple(out)
+            out = own
+        else:
+            psizes = parent.sizes()
+            sized = []
+            for s, f in zip(own, self.factor_lists):
+                if s is None and f and all(psizes[a] is not None for a in f if a < len(psizes)):
+                    s = math.prod(psizes[a] for a in f if a < len(psizes))  # type: ignore[misc]
+                sized.append(s)
+            out = tuple(sized)
+        if parent is None and self.view is not None:
+            return out  # an unknown parent: the verifier says so; nothing to remember
+        self.__dict__["_sizes_memo"] = (self.shape, self.view, self.factors, parent, psizes, out)
+        return out
 
     def grid(self, ranks: int) -> layout.MeshGrid:
         """The mesh with its sizes fixed for a run on ``ranks`` ranks."""

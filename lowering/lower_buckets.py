@@ -104,7 +104,8 @@ def pack(values: Sequence[SSAValue], emit: Callable[[Operation], None], packs: d
 # --------------------------------------------------------------------------------------
 
 
-def _props(op: Operation) -> tuple:
+def attributes_key(op: Operation) -> tuple:
+    """An op's properties and attributes, hashable (what tells alike ops apart)."""
     return tuple(sorted(op.properties.items())) + tuple(sorted((k, v) for k, v in op.attributes.items()))
 
 
@@ -113,7 +114,7 @@ def body_key(block: Block) -> tuple:
     ids: dict[SSAValue, tuple] = {a: ("a", i, a.type) for i, a in enumerate(block.args)}
     out = []
     for j, o in enumerate(block.ops):
-        out.append((o.name, _props(o), tuple(r.type for r in o.results), tuple(ids.get(v, ("x", v)) for v in o.operands)))
+        out.append((o.name, attributes_key(o), tuple(r.type for r in o.results), tuple(ids.get(v, ("x", v)) for v in o.operands)))
         for k, r in enumerate(o.results):
             ids[r] = ("r", j, k)
     return tuple(out)
@@ -184,7 +185,7 @@ def match_template(chunks: list[list[Operation]], seeds: list[SSAValue], allowed
 
 
 def _op_key(op: Operation) -> tuple:
-    key: tuple = (op.name, _props(op), tuple(r.type.element_type for r in op.results))  # type: ignore[attr-defined]
+    key: tuple = (op.name, attributes_key(op), tuple(r.type.element_type for r in op.results))  # type: ignore[attr-defined]
     if isinstance(op, dist.MapOp):
         key += (body_key(op.body.block),)
     return key

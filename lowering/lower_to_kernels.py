@@ -54,7 +54,7 @@ from xdsl.passes import ModulePass
 from distir.dialects import coll, dist, layout, rng, rt
 from distir.dialects.dist import TensorType
 from distir.lowering.common import buffer_type, fail, local_shape, meshes, static_sizes
-from distir.lowering.lower_buckets import body_key
+from distir.lowering.lower_buckets import attributes_key, body_key
 from distir.passes.support import gc_paused, returns_split
 
 PASS = "lower-to-kernels"
@@ -334,6 +334,26 @@ def _top_user(user: Operation, sibling: Operation) -> Operation:
 VIEWS = (dist.TakeSliceOp, dist.RemeshOp)
 
 
+def run_key(builder: KernelBuilder) -> tuple | None:
+    """What the kernel of a run is made of, before it is built: equal for runs whose
+    kernels are equal (the same ops, attributes, types and operand wiring over the same
+    space and sizes; externals by position). None for a run whose ops nest regions
+    deeper than a map's body (not described: built every time)."""
+    ids: dict[SSAValue, tuple] = {v: ("e", i, v.type) for i, v in enumerate(builder.externals)}
+    ops = []
+    for j, op in enumerate(builder.run):
+        bodies = []
+        for r in op.regions:
+            for b in r.blocks:
+                if any(o.regions for o in b.ops):
+                    return None
+                bodies.append(body_key(b))
+        ops.append((op.name, attributes_key(op), tuple(r.type for r in op.results), tuple(ids[v] for v in op.operands), tuple(bodies)))
+        for k, r in enumerate(op.results):
+            ids[r] = ("r", j, k)
+    return (builder.space, builder.sizes, tuple(builder.offset_dims), tuple(ids[r] for r in builder.escaping), tuple(ops))
+
+
 def _runs(block: Block) -> list[tuple[list[Operation], list[Operation]]]:
     """Maximal runs of consecutive element-wise ops over one iteration space, each with
     the view ops (take_slice, remesh of values from before the run) found between its
@@ -388,6 +408,7 @@ class LowerToKernelsPass(ModulePass):
         names = {k.kernel_name for k in op.ops if isinstance(k, rt.KernelOp)}
         counter = 0
         built: dict[tuple, str] = {}
+        seen: dict[tuple, str] = {}
         for block in _blocks(op):
             for run, views in _runs(block):
                 space: TensorType = run[0].results[0].type  # type: ignore[assignment]
@@ -400,21 +421,29 @@ class LowerToKernelsPass(ModulePass):
                     for dead in reversed(run):
                         block.erase_op(dead)
                     continue
-                while f"k{counter}" in names:
-                    counter += 1
-                name = f"k{counter}"
-                try:
-                    kernel = builder.build(name)
-                except ValueError as e:
-                    fail(PASS, str(e), run[0])
-                # kernels computing alike over the same space are one kernel
-                key = (tuple(kernel.space), body_key(kernel.body.block))
-                if key in built:
-                    name = built[key]
+                # a run alike to one lowered before (a model's layers) calls its
+                # kernel, not built again
+                alike = run_key(builder)
+                if alike is not None and alike in seen:
+                    name = seen[alike]
                 else:
-                    built[key] = name
-                    names.add(name)
-                    op.body.block.add_op(kernel)
+                    while f"k{counter}" in names:
+                        counter += 1
+                    name = f"k{counter}"
+                    try:
+                        kernel = builder.build(name)
+                    except ValueError as e:
+                        fail(PASS, str(e), run[0])
+                    # kernels computing alike over the same space are one kernel
+                    key = (tuple(kernel.space), body_key(kernel.body.block))
+                    if key in built:
+                        name = built[key]
+                    else:
+                        built[key] = name
+                        names.add(name)
+                        op.body.block.add_op(kernel)
+                    if alike is not None:
+                        seen[alike] = name
                 for view in views:
                     view.detach()
                     block.insert_op_before(view, run[0])

@@ -23,7 +23,8 @@
    same model ``distir-tune --model`` uses): the step time, the time of its compute and
    of each kind of collective (``cost_model.breakdown``), and its memory per rank
    (``memory.py``). A plan over the memory limit is not a plan. The plans are ranked by
-   their predicted step time.
+   their predicted step time. A candidate is predicted, never run: only the best plan's
+   program (the one written and run) is verified (``Plan.verify``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,16 @@ class Plan:
     """The tuner's name for the schedule (empty: not tuned)."""
     terms: list[Term] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    verified: bool = False
+    """Whether ``module`` verified: ``plan`` verifies the best plan's program (the one
+    written and run); the others were only predicted (``verify`` before running one)."""
+
+    def verify(self) -> None:
+        """Verify ``module`` (a ``VerifyException`` if it does not: a bug in distir)."""
+        from distir.dialects.verifier import ensure_verified
+
+        ensure_verified(self.module)
+        self.verified = True
 
     def placements(self, g: Graph) -> dict[str, list[str]]:
         """Each tensor argument's placements (by name, without ``%``)."""
@@ -304,7 +315,7 @@ def plan(
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
         schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline),
-                 rebuild=build)
+                 rebuild=build, verify=False)  # predicted only: the best is verified below
         predict(pl, ranks, topology)
         if any(p.mesh.describe() == pl.mesh.describe() and p.predicted_s == pl.predicted_s and p.memory.total == pl.memory.total for p in plans if p.memory and pl.memory):
             continue  # the same program as a plan before it, once scheduled
@@ -323,6 +334,7 @@ def plan(
     plans.sort(key=lambda p: p.predicted_s)
     evaluated = len(plans)
     plans = plans[: max(1, top)]
+    plans[0].verify()  # the program a plan writes and runs: nothing unverified runs
     if cut_short is not None:
         notes.insert(0, f"the search was cut short ({cut_short}) after {len(searched)} of {len(candidates)} meshes: the best plans found so far")
     return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short, evaluated)
@@ -373,12 +385,14 @@ def _ops_of(module: ModuleOp) -> list:
 
 
 def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool,
-             rebuild: Callable[[], ModuleOp] | None = None) -> None:
+             rebuild: Callable[[], ModuleOp] | None = None, verify: bool = True) -> None:
     """P²'s reductions, then the tuner's schedule (module doc, step 4), on ``pl.module``,
     which is verified first (the program a plan prints and writes) and after each pass
     (what changed). ``rebuild`` makes ``pl.module`` again: given, the reductions are
     synthesized in place (no copy of a model's program), and a machine the pass refuses
-    leaves the plan rebuilt as it was."""
+    leaves the plan rebuilt as it was. ``verify=False``: a program only predicted (a
+    candidate; ``Plan.verify`` before it runs) is not verified before the reductions
+    nor after them (the tuner verifies what it schedules)."""
     from xdsl.context import Context
 
     from distir.dialects.diagnostics import InternalError
@@ -387,7 +401,9 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
     from distir.passes.support import scratch
     from distir.synthesis.synthesize_reductions import SynthesizeReductionsPass
 
-    ensure_verified(pl.module)
+    if verify:
+        ensure_verified(pl.module)
+        pl.verified = True
     steps = []
     if topology_name is not None and pl.mesh.placement.hierarchy[0] > 1 and any(isinstance(op, coll.AllReduceOp) for op in pl.module.walk()):
         nodes = pl.mesh.placement.hierarchy[0]
@@ -396,17 +412,19 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
         synthesized = pl.module if rebuild is not None else pl.module.clone()
         try:
             with scratch(synthesized):  # a refusal leaves it half rewritten: rebuilt below
-                run_passes(synthesized, [p], Context())  # verified after: a broken result is a bug, raised
+                run_passes(synthesized, [p], Context(), verify=verify)  # verified after: a broken result is a bug, raised
         except InternalError:
             raise
         except Exception as e:  # the pass refuses a machine it cannot read: keep the plain reductions
             pl.notes.append(f"reductions not synthesized: {e}")
             if rebuild is not None:
                 pl.module = rebuild()
-                ensure_verified(pl.module)
+                if verify:
+                    ensure_verified(pl.module)
         else:
             if _ops_of(synthesized) != before:
                 pl.module = synthesized
+                pl.verified = verify
                 steps.append(f"synthesize-reductions{{topology={topology_name} nodes={nodes}}}")
     if tune:
         n = explored_collectives(pl.module)
@@ -427,10 +445,12 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
                     from distir.dialects.verifier import verified_clone
 
                     scheduled = apply_pipeline(verified_clone(pl.module), best.pipeline)  # verified: what changed
+                    pl.verified = True  # verified_clone verified it
                     # the schedule stays if the model predicts the whole program faster
                     # with it (the tuner decides some programs part by part)
                     if _seconds(scheduled, ranks, topology) < _seconds(pl.module, ranks, topology):
                         pl.module = scheduled
+                        pl.verified = True
                         steps.append(best.pipeline)
                         pl.schedule = name
                     else:

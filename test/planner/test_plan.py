@@ -249,9 +249,9 @@ def test_inputs_of_the_same_npz_run_both_programs(tmp_path):
 
 
 def test_plans_are_verified_and_predicted_on_the_lowering_that_runs():
-    """The plan's program verifies as it is (the planner verifies it once, then what
-    each pass changes); its prediction lowers without verifying (never run), to the
-    same program as the verified lowering ``distir-run`` uses."""
+    """The best plan's program verifies as it is (the planner verifies it); its
+    prediction lowers without verifying (never run), to the same program as the
+    verified lowering ``distir-run`` uses."""
     from distir.dialects.verifier import verify_module
     from distir.lowering.pipeline import lower
     from distir.tuning.cost_model import topology_target
@@ -261,6 +261,24 @@ def test_plans_are_verified_and_predicted_on_the_lowering_that_runs():
     verify_module(m)
     target = topology_target(SLOW)
     assert str(lower(m, 8, target=target, verify=False)) == str(lower(m, 8, target=target))
+
+
+def test_only_the_best_plan_is_verified_however_many_are_evaluated():
+    """The candidates are partitioned and predicted, never run: the one whole-program
+    verification is the best plan's (the program written and run), counted, not timed;
+    a runner-up verifies when asked (``Plan.verify``)."""
+    from unittest import mock
+
+    from distir.dialects import verifier
+
+    module = parse_module(gpt_text(2))
+    with mock.patch.object(verifier, "verify_module", wraps=verifier.verify_module) as verified:
+        result = plan(module, 4, SLOW, topology_name=str(HERE / "slow.toml"), top=3, tune=False)
+        assert result.evaluated >= 2 and len(result.plans) >= 2
+        assert verified.call_count == 1 and result.best.verified
+        assert not any(p.verified for p in result.plans[1:])
+        result.plans[1].verify()
+        assert result.plans[1].verified and verified.call_count == 2
 
 
 def test_a_machine_the_reduction_synthesis_refuses_leaves_the_plain_plan():
