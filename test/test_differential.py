@@ -14,7 +14,7 @@ reduce-scatter returning its reduced slice came back as zeros (zero-copy plan); 
 code before issue 27, combine-collectives' all-reduce of gradients sliced over another
 axis (see the bench's log in docs/robustness.md); on the code before 4fa0042, a
 collective of the inner axis of 10 rows nested over [3, 2] (outer blocks 4, 4, 2) run
-straight on the value's buffer, the last rows zeros (3 of the first 13 pipelines fail).
+straight on the value's buffer, the last rows zeros (7 of the 18 pipelines fail).
 
 The issue's two programs are fixed cases: its narrowed 8-rank program here (interpret,
 local, mpi), the GPT-block gradient in ``frontends/test_jax_oracle.py``.
