@@ -93,6 +93,19 @@ def is_scalar_type(t: Attribute) -> bool:
     return isinstance(t, (IntegerType, AnyFloat))
 
 
+def _shortest(placements: Sequence[Placement]) -> Sequence[Placement]:
+    """The placements in their shortest spelling (``layout.tidy``): a nesting order that
+    is the default (``[sliced<0, 0>, sliced<0, 1>]``) is written ``[sliced<0>, sliced<0>]``,
+    so that one layout is one type (the passes build the short form; a return of the
+    long one compared unequal). Placements whose orders do not check are kept as written
+    for the verifier to name."""
+    if not any(isinstance(p, Sliced) and p.order.data >= 0 for p in placements):
+        return placements
+    if layout.check_orders(placements) is not None:
+        return placements
+    return layout.tidy(placements)
+
+
 @irdl_attr_definition
 class TensorType(ParametrizedAttribute, TypeAttribute):
     """A distributed tensor: logical shape, element type, mesh and one placement per mesh
@@ -115,7 +128,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     ):
         if isinstance(mesh, str):
             mesh = SymbolRefAttr(mesh)
-        super().__init__(ArrayAttr([IntAttr(d) for d in shape]), element_type, mesh, ArrayAttr(placements))
+        super().__init__(ArrayAttr([IntAttr(d) for d in shape]), element_type, mesh, ArrayAttr(_shortest(placements)))
 
     # --- accessors ------------------------------------------------------------------
     def get_shape(self) -> tuple[int, ...]:
@@ -172,7 +185,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         why = cls.layout_error(len(dims), placements)
         if why:
             parser.raise_error(f"!dist.tensor {why}", end)
-        return (ArrayAttr([IntAttr(d) for d in dims]), elt, SymbolRefAttr(mesh), ArrayAttr(placements))
+        return (ArrayAttr([IntAttr(d) for d in dims]), elt, SymbolRefAttr(mesh), ArrayAttr(_shortest(placements)))
 
     def print_parameters(self, printer: Printer) -> None:
         printer.print_string("<")

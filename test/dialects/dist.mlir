@@ -124,8 +124,8 @@ func.func @per_device_scatter_add_and_sort(%i: !dist.tensor<32x1xi32, @world, [l
 }
 
 // CHECK-LABEL: func.func @remesh_views
-func.func @remesh_views(%x: !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]>) -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]> {
-  // CHECK: dist.remesh %{{.*}} : !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]> -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]>
-  %y = dist.remesh %x : !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]> -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]>
-  func.return %y : !dist.tensor<64xi32, @hw, [at<1>, sliced<0, 0>, sliced<0, 1>, at<0>]>
+func.func @remesh_views(%x: !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]>) -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0>, sliced<0>, at<0>]> {
+  // CHECK: dist.remesh %{{.*}} : !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]> -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0>, sliced<0>, at<0>]>
+  %y = dist.remesh %x : !dist.tensor<64xi32, @logical, [sliced<0>, at<2>]> -> !dist.tensor<64xi32, @hw, [at<1>, sliced<0>, sliced<0>, at<0>]>
+  func.return %y : !dist.tensor<64xi32, @hw, [at<1>, sliced<0>, sliced<0>, at<0>]>
 }

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import f32
 
 from distir.dialects import layout
 from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Sliced
@@ -19,6 +20,28 @@ def test_same_layout_compares_meaning_not_spelling():
     assert not layout.same_layout([Sliced(0)], [Sliced(1)])
     assert not layout.same_layout([At(0)], [At(1)])
     assert layout.same_layout([LOCAL, REPLICATED], [LOCAL, REPLICATED])
+
+
+def test_one_layout_is_one_type_however_spelled():
+    """The default nesting order written out (``[sliced<0, 0>, sliced<0, 1>]``, as the
+    front ends write two axes on one dim) is the same type as the short spelling the
+    passes build: a function returning the long one no longer fails its return's
+    verifier after a pass rebuilt the value's type (exit 3, a bug in distir)."""
+    from distir.dialects.context import parse_module
+    from distir.dialects.dist import TensorType
+    from distir.passes.pipeline import apply_pipeline
+
+    assert TensorType([4], f32, "g", [Sliced(0, 0), Sliced(0, 1)]) == TensorType([4], f32, "g", [Sliced(0), Sliced(0)])
+    assert TensorType([4], f32, "g", [Sliced(0, 1), Sliced(0, 0)]) != TensorType([4], f32, "g", [Sliced(0), Sliced(0)])
+    t = "!dist.tensor<4xf32, @g, [sliced<0, 0>, sliced<0, 1>]>"
+    module = parse_module(
+        "dist.mesh @g shape = [2, 2]\n"
+        "func.func @f(%x: !dist.tensor<4xf32, @g, [sliced<0>, local]>) -> " + t + " {\n"
+        "  %r = coll.reduce_scatter sum %x dim 0 axes [1] : !dist.tensor<4xf32, @g, [sliced<0>, local]> -> " + t + "\n"
+        "  func.return %r : " + t + "\n}\n"
+    )
+    apply_pipeline(module, "expand-collectives")  # raised PassProducedInvalidIR
+    assert "[sliced<0>, sliced<0>]" in str(module) and "sliced<0, 0>" not in str(module)
 
 
 def test_add_slicing_nests_inside_existing_axes():

@@ -55,7 +55,7 @@ func.func @all_reduce_over_y(%arg0: tensor<4x8xf32> {sdy.sharding = #sdy.shardin
 // A permutation of the devices' blocks (y outer instead of x): device (x, y) held block
 // 2x+y and holds 2y+x after, so devices 1 and 2 swap theirs and 0 and 3 keep them.
 // CHECK-LABEL: func.func @permute_axis_order
-// CHECK-SAME:    (%arg0: !dist.tensor<8xf32, @m, [sliced<0, 0>, sliced<0, 1>]>) -> !dist.tensor<8xf32, @m, [sliced<0, 1>, sliced<0, 0>]>
+// CHECK-SAME:    (%arg0: !dist.tensor<8xf32, @m, [sliced<0>, sliced<0>]>) -> !dist.tensor<8xf32, @m, [sliced<0, 1>, sliced<0, 0>]>
 // CHECK:         %[[L:.*]] = dist.to_local %arg0 : {{.*}} -> !dist.tensor<2xf32, @m, [local, local]>
 // CHECK-NEXT:    %[[P:.*]] = coll.permute %[[L]] pairs {{\[}}[0, 0], [1, 2], [2, 1], [3, 3]] axes [0, 1] :
 // CHECK-NEXT:    %[[R:.*]] = dist.from_local %[[P]] : {{.*}} -> !dist.tensor<8xf32, @m, [sliced<0, 1>, sliced<0, 0>]>

@@ -129,8 +129,7 @@ UNEVEN = [(n, f, r) for n, f, r in RUNS if n.startswith("uneven/")]
 def test_an_uneven_export_reimports_with_the_same_signature(name, func, ranks):
     """The padding lives inside the export: the re-imported function takes and returns
     the logical shapes with the same placements (a dim of 7 over 6 ranks stays sliced,
-    blocks of 2, 2, 2, 1, 0, 0; nested slicing may be spelled ``[sliced<0>, sliced<0>]``
-    for ``[sliced<0, 0>, sliced<0, 1>]``, the same layout)."""
+    blocks of 2, 2, 2, 1, 0, 0; layouts compared as layouts, ``layout.canonical``)."""
     module, back = reimported(name, ranks)
     original, again = npz.select_function(module, func), npz.select_function(back, func)
 
