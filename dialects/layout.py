@@ -13,6 +13,7 @@ mixed-radix number whose digits are the rank's coordinates on those axes, outerm
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -277,6 +278,12 @@ def local_shape(shape: Sequence[int], placements: Sequence[Placement], sizes: Se
     size of that rank's block (``block_span``). Without ``coords``: the largest block
     (rank 0's), the shape of a buffer padded to hold any rank's block; it is every
     rank's shape where the ranks divide the sliced dims."""
+    return _local_shape(tuple(shape), tuple(placements), tuple(sizes), None if coords is None else tuple(coords))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _local_shape(shape: tuple[int, ...], placements: tuple[Placement, ...], sizes: tuple[int, ...], coords: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``local_shape``, once per arguments (the interpreter asks it per value and rank)."""
     out = list(shape)
     for d in sliced_dims(placements):
         counts = slicing_counts(placements, sizes, d)

@@ -23,6 +23,7 @@ Builtin scalars (``f32`` operands of ``dist.map``) are held as 0-d numpy arrays.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +104,14 @@ def local_axes(placements: Sequence[Placement]) -> list[int]:
 
 def local_nbytes(t: TensorType, sizes: Sequence[int], coords: Sequence[int] | None = None) -> int:
     """Bytes of the buffer of the rank at ``coords`` (without: of the largest block)."""
+    return _local_nbytes(t, tuple(sizes), None if coords is None else tuple(coords))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _local_nbytes(t: TensorType, sizes: tuple[int, ...], coords: tuple[int, ...] | None) -> int:
+    """``local_nbytes`` once per type, mesh sizes and rank (the interpreter records every
+    value's bytes on every rank: the tuner's checks asked the same ones thousands of
+    times)."""
     shape = layout.local_shape(t.get_shape(), t.get_placements(), sizes, coords)
     return int(np.prod(shape, dtype=np.int64)) * value_dtype(t).itemsize
 
