@@ -88,6 +88,11 @@ def _export_calls(kind: str, n: int, target: str) -> int:
     text = megatron_mlp_stack(n) if kind == "mlp" else optimizer_step(kind, uniform_parameters(n, 64), mixed=True)
     module = parse_module(text)
     FixMeshSizesPass(ranks=2).apply(make_context(), module)
+    return _counted(lambda: export_module(module, target))[1]
+
+
+def _counted(fn):
+    """(``fn()``, the Python calls it made): work counted, never timed."""
     count = 0
 
     def counter(frame, event, arg):
@@ -96,10 +101,10 @@ def _export_calls(kind: str, n: int, target: str) -> int:
 
     sys.setprofile(counter)
     try:
-        export_module(module, target)
+        out = fn()
     finally:
         sys.setprofile(None)
-    return count
+    return out, count
 
 
 @pytest.mark.parametrize("target", ["sdy", "mesh"])
@@ -143,17 +148,7 @@ def test_padded_export_work_grows_linearly():
     def calls(n: int) -> int:
         module = parse_module(optimizer_step("adam", uniform_parameters(n, 63), mixed=True))
         apply_pipeline(module, "split-allreduce,fix-mesh-sizes{ranks=2}")
-        count = 0
-
-        def counter(frame, event, arg):
-            nonlocal count
-            count += event == "call"
-
-        sys.setprofile(counter)
-        try:
-            text = export_module(module, "sdy")
-        finally:
-            sys.setprofile(None)
+        text, count = _counted(lambda: export_module(module, "sdy"))
         assert text.count("stablehlo.concatenate") == n  # each tensor padded once
         return count
 
