@@ -11,7 +11,10 @@
    of every op (``strategies.py``: the partitioner's factor rules), priced by the cost
    model (``costs.py``), within the memory per device. Meshes whose program has no
    solution within the memory are out; when no mesh has one, ``NoPlanFits`` gives the
-   smallest memory per rank any mesh reaches.
+   smallest memory per rank any mesh reaches. The meshes are solved in the order of a
+   lower bound of their optimum (``ilp.LowerBound``); once ``top`` have solutions, a
+   mesh whose bound exceeds the ``top``-th best estimate cannot lead and is not solved
+   (``Searched.bound``): the plans are those of solving every mesh.
 3. **Programs** (``materialize.py``): the ``top`` cheapest meshes' solutions become
    programs, partitioned by the partitioner.
 4. **Reductions and schedules**: each leading program's AllReduces over several levels
@@ -59,6 +62,12 @@ ALTERNATIVES = 2
 """Plans with the largest arguments laid out otherwise, evaluated besides the best of
 each leading mesh (when the tuner schedules them)."""
 
+BOUND_SWEEPS = 10
+"""Sweeps of each mesh's lower bound (``ilp.LowerBound``) before the meshes are
+solved, cheapest bound first; ``BOUND_MORE_SWEEPS`` more when it does not yet exceed
+the ``top``-th best estimate, before solving it."""
+BOUND_MORE_SWEEPS = 30
+
 TUNE_MAX_SCHEDULES = 32
 """Schedules the tuner evaluates per plan (``tuner.Limits``): its search orders them by
 their bounds, so the best are among the first."""
@@ -90,6 +99,12 @@ class Searched:
     collectives after matmuls and embeddings overlapped (``ilp.problem``), or the best
     plan with its largest arguments laid out otherwise; evaluated only when the tuner
     schedules it."""
+    solved: bool = False
+    """Whether its integer program was solved (``solution`` None and ``solved``: no
+    placement fits the memory)."""
+    bound: float | None = None
+    """Not solved: a lower bound of its optimum (``ilp.LowerBound``) above the estimate
+    of the ``top``-th best plan found, which it therefore cannot beat."""
     annotated: bool = False
     """Written as a user writes a plan by hand: its arguments placed as the solution
     says, everything else by the partitioner's propagation (``materialize.annotated``)."""
@@ -186,13 +201,16 @@ def plan(
     progress: Progress | None = None,
     interrupted: Callable[[], bool] | None = None,
     alternatives: int = ALTERNATIVES,
+    prune: bool = True,
 ) -> PlanResult:
     """The best plans of ``module``'s function on ``ranks`` ranks of ``topology`` within
     ``memory`` bytes per device (module doc). ``topology_name`` (a built-in name or a
     TOML path) is what the reduction synthesis pass reads; ``time_budget`` (seconds)
     stops the search of meshes early with the best found; ``alternatives``: how many
     other layouts of the largest arguments to try on each leading mesh (0: none, nor
-    the overlapped pricing)."""
+    the overlapped pricing); ``prune=False`` solves every mesh's integer program, even
+    those whose lower bound shows they cannot lead (the same plans, more slowly: for
+    comparison)."""
     report = progress or (lambda phase, done, total: None)
     stop = interrupted or (lambda: False)
     seconds: dict[str, float] = {}
@@ -216,19 +234,58 @@ def plan(
     structures: dict[tuple[int, ...], tuple[ShapeCosts, ilp.Structure]] = {}
     searched: list[Searched] = []
     cut_short = None
-    for k, mesh in enumerate(candidates):
+
+    def out_of_time(k: int) -> bool:
+        nonlocal cut_short
         if k and (stop() or (deadline is not None and clock() >= deadline)):
             cut_short = "interrupted" if stop() else "the time budget ran out"
+            return True
+        return False
+
+    def solve(s: Searched) -> None:
+        s.solution = ilp.solve(s.problem, memory)  # type: ignore[arg-type]
+        s.solved = True
+
+    # each mesh's integer program and a lower bound of its optimum (``ilp.LowerBound``)
+    bounds: list[ilp.LowerBound | None] = []
+    report("search", 0, len(candidates))
+    for k, mesh in enumerate(candidates):
+        if out_of_time(k):
             break
-        report("search", k, len(candidates))
         t1 = time.process_time()
         if mesh.sizes not in structures:
             sc = ShapeCosts(g, mesh.sizes, topology)
             structures[mesh.sizes] = (sc, ilp.build(g, sc, uneven))
         sc, st = structures[mesh.sizes]
         p = ilp.problem(st, Costs(sc, mesh))
-        sol = ilp.solve(p, memory)
-        searched.append(Searched(mesh, sol, p.size(), p, time.process_time() - t1))
+        bound = ilp.LowerBound(p) if prune else None
+        if bound is not None:
+            bound.raise_(BOUND_SWEEPS)
+        searched.append(Searched(mesh, None, p.size(), p, time.process_time() - t1))
+        bounds.append(bound)
+    # solved cheapest bound first; once ``top`` have solutions, a mesh whose bound
+    # exceeds the ``top``-th best estimate cannot be among them: not solved
+    order = sorted(range(len(searched)), key=lambda i: bounds[i].value if bounds[i] is not None else 0.0)
+    best: list[float] = []  # the ``keep`` best estimates found
+    keep = max(1, top)
+    for n, i in enumerate(order):
+        s, bound = searched[i], bounds[i]
+        if n and (cut_short is not None or out_of_time(n)):
+            break
+        report("search", n, len(searched))
+        t1 = time.process_time()
+        if bound is not None and len(best) >= keep:
+            if not bound.above(best[keep - 1]):
+                bound.raise_(BOUND_MORE_SWEEPS, above=best[keep - 1])
+            if bound.above(best[keep - 1]):
+                s.bound = bound.value
+                s.seconds += time.process_time() - t1
+                continue
+        solve(s)
+        s.seconds += time.process_time() - t1
+        if s.solution is not None:
+            best = sorted([*best, s.solution.seconds])[:keep]
+    searched = [s for s in searched if s.solved or s.bound is not None]  # in the candidates' order: ties keep it
     report("search", len(searched), len(candidates))
     seconds["search"] = time.process_time() - t0
     feasible = sorted((s for s in searched if s.solution is not None), key=lambda s: s.estimate)
@@ -266,8 +323,12 @@ def plan(
         out: list[Searched] = []
         if not alternatives or not tunable[0]:
             return out
-        starts = feasible[: max(1, top)]
-        starts += [s for s in feasible if levels_mesh(s.mesh) and s not in starts]
+        for s in searched:
+            if levels_mesh(s.mesh) and not s.solved:
+                solve(s)  # bounded out of the leading meshes, but a start
+        pool = sorted((s for s in searched if s.solution is not None), key=lambda s: s.estimate)
+        starts = pool[: max(1, top)]
+        starts += [s for s in pool if levels_mesh(s.mesh) and s not in starts]
         for s in starts:
             sc, st = structures[s.mesh.sizes]
             p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)

@@ -146,10 +146,12 @@ def explain(result: PlanResult, top_terms: int = 12) -> str:
                 lines.append(f"    -{format_time(-d):>9}  {k}")
         if best.memory and other.memory:
             lines.append(f"  memory per rank: {format_bytes(other.memory.total)} against the winner's {format_bytes(best.memory.total)}")
-    searched = [s for s in result.searched if s.solution is not None]
-    skipped = [s for s in result.searched if s.solution is None]
-    lines.append(f"Searched {len(result.searched)} meshes ({len(skipped)} without a plan within the memory); "
-                 f"integer programs of {max((s.size['binaries'] for s in searched), default=0)} binaries and "
+    searched = [s for s in result.searched if s.solution is not None or not s.solved]
+    skipped = [s for s in result.searched if s.solution is None and s.solved]
+    bounded = [s for s in result.searched if not s.solved]
+    lines.append(f"Searched {len(result.searched)} meshes ({len(skipped)} without a plan within the memory"
+                 + (f"; {len(bounded)} not solved: the lower bound of their estimate exceeds the estimate of the plans kept" if bounded else "")
+                 + f"); integer programs of {max((s.size['binaries'] for s in searched), default=0)} binaries and "
                  f"{max((s.size['edge variables'] for s in searched), default=0)} edge variables at most.")
     return "\n".join(lines) + "\n"
 
