@@ -78,6 +78,7 @@ from distir.dialects.placements import (
     Placement,
     Replicated,
     Sliced,
+    sliced,
     Unplaced,
     parse_placement,
 )
@@ -152,7 +153,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         mesh: str | None = None,
         placements: Sequence[Placement] | None = None,
     ) -> TensorType:
-        return _tensor_type(
+        return tensor_type(
             self.get_shape() if shape is None else tuple(shape),
             self.element_type if element_type is None else element_type,
             self.mesh_name if mesh is None else mesh,
@@ -213,7 +214,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
 
 @functools.lru_cache(maxsize=4096)
-def _tensor_type(shape: tuple[int, ...], element_type: Attribute, mesh: str, placements: tuple[Placement, ...]) -> TensorType:
+def tensor_type(shape: tuple[int, ...], element_type: Attribute, mesh: str, placements: tuple[Placement, ...]) -> TensorType:
     """``TensorType(...)``, built (and verified) once per distinct type: passes derive
     types by the thousand on model-scale programs, and types are immutable."""
     return TensorType(shape, element_type, mesh, placements)
@@ -945,7 +946,7 @@ def operand_placements(result: TensorType, shape: Sequence[int]) -> list[Placeme
         if isinstance(p, Sliced):
             j = p.dim.data - shift
             if j >= 0 and shape[j] == rshape[p.dim.data]:
-                out.append(Sliced(j))
+                out.append(sliced(j))
                 orders.setdefault(j, [x for x in layout.slicing_axes(rp, p.dim.data)])
             else:
                 out.append(REPLICATED)
@@ -1130,12 +1131,12 @@ class MatmulOp(DistOp):
             return LOCAL
         if xs is not None and xs < ra - 1:
             if isinstance(y, Replicated) and (rb == 2 or xs == ra - 2):
-                return Sliced(xs)
+                return sliced(xs)
             if rb > 2 and ys == xs and xs < ra - 2:
-                return Sliced(xs)
+                return sliced(xs)
             return None
         if isinstance(x, Replicated) and ys == rb - 1:
-            return Sliced(rr - 1)
+            return sliced(rr - 1)
         if isinstance(x, Local) and isinstance(y, (Replicated, Local)) or isinstance(x, Replicated) and isinstance(y, Local):
             return LOCAL
         if isinstance(x, (Replicated, Unplaced)) and x == y:
@@ -1178,7 +1179,7 @@ class ReduceTensorOp(DistOp):
         orders: dict[int, list[int]] = {}
         for p in t.get_placements():
             if isinstance(p, Sliced):
-                out.append(LOCAL if p.dim.data in dims else Sliced(keep.index(p.dim.data)))
+                out.append(LOCAL if p.dim.data in dims else sliced(keep.index(p.dim.data)))
             else:
                 out.append(p)
         for d in layout.sliced_dims(t.get_placements()):
@@ -1271,7 +1272,7 @@ class EmbeddingBagOp(DistOp):
             if x == y and not (xs is not None and xs >= lead):
                 out.append(x)
             elif isinstance(x, Replicated) and ys == lead:
-                out.append(Sliced(lead))
+                out.append(sliced(lead))
             elif xs == lead and isinstance(y, Replicated) and options["mode"] == "sum":
                 out.append(LOCAL)
             else:
@@ -1475,7 +1476,7 @@ def _permuted(t: TensorType, perm: Sequence[int]) -> list[Placement]:
     ps = t.get_placements()
     out: list[Placement] = []
     for p in ps:
-        out.append(Sliced(list(perm).index(p.dim.data)) if isinstance(p, Sliced) else p)
+        out.append(sliced(list(perm).index(p.dim.data)) if isinstance(p, Sliced) else p)
     orders = {list(perm).index(d): layout.slicing_axes(ps, d) for d in layout.sliced_dims(ps)}
     return layout.with_orders(out, orders)
 
@@ -1583,7 +1584,7 @@ class ReshapeOp(DistOp):
                         f"operand is sliced on dim {d} on axis {axis}, which is not the outermost dim of the dims the reshape "
                         f"merges or splits it with: gather it first"
                     )
-                out.append(Sliced(major[d]))
+                out.append(sliced(major[d]))
             else:
                 out.append(p)
         orders = {major[d]: layout.slicing_axes(ps, d) for d in layout.sliced_dims(ps)}

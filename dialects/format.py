@@ -16,6 +16,7 @@ parser and printer here are written once for all of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -31,8 +32,8 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Region, SSAValue
-from xdsl.irdl import IRDLOperation, VarOperandDef, VarResultDef, opt_prop_def, prop_def
+from xdsl.ir import Attribute, Operation, Region, SSAValue
+from xdsl.irdl import IRDLOperation, OptionalDef, VarOperandDef, VarRegionDef, VarResultDef, opt_prop_def, prop_def
 from xdsl.parser import BaseParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
@@ -72,16 +73,16 @@ class Kw:
 
     def to_attr(self, value: Any) -> Attribute:
         if self.kind == "int":
-            return IntegerAttr(int(value), i64)
+            return _int_attr(int(value))
         if self.kind == "ints":
-            return DenseArrayBase.from_list(i64, [int(v) for v in value])
+            return _ints_attr(tuple(int(v) for v in value))
         if self.kind == "float":
             return FloatAttr(float(value), f64)
         if self.kind == "bools":
-            return ArrayAttr([IntegerAttr(1 if v else 0, i1) for v in value])
+            return _bools_attr(tuple(bool(v) for v in value))
         if self.kind == "flag":
             return UnitAttr()
-        return StringAttr(str(value))
+        return _word_attr(str(value))
 
     def from_attr(self, attr: Attribute) -> Any:
         if self.kind == "int":
@@ -131,6 +132,30 @@ class Kw:
         if self.kind == "ints":
             return "[" + ", ".join(str(v) for v in value) + "]"
         return "[" + ", ".join("true" if v else "false" for v in value) + "]"
+
+
+# Options are attributes built (and verified) once per value: attributes are immutable,
+# and the passes build ops by the ten thousand on a model's program.
+
+
+@functools.lru_cache(maxsize=4096)
+def _int_attr(value: int) -> IntegerAttr:
+    return IntegerAttr(value, i64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ints_attr(values: tuple[int, ...]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+@functools.lru_cache(maxsize=1024)
+def _bools_attr(values: tuple[bool, ...]) -> ArrayAttr:
+    return ArrayAttr([IntegerAttr(1 if v else 0, i1) for v in values])
+
+
+@functools.lru_cache(maxsize=1024)
+def _word_attr(word: str) -> StringAttr:
+    return StringAttr(word)
 
 
 def parse_type_signature(parser: Parser) -> tuple[list[Attribute], list[Attribute]]:
@@ -227,9 +252,18 @@ class FormattedOp(IRDLOperation):
                     continue
                 props[kw.prop] = kw.to_attr(value)
         op_def = cls.get_irdl_definition()
+        grouped = _group(op_def.operands, list(operands), "operand", cls.name)
+        grouped_types = _group(op_def.results, list(result_types), "result", cls.name)
+        if _direct(cls) and len(regions) == len(op_def.regions) and all(isinstance(v, SSAValue) for v in operands) \
+                and all(isinstance(r, Region) for r in regions) and not any(v is None for v in (attributes or {}).values()):
+            # what ``build`` makes of these lists, without its generic checks (``_direct``)
+            op = cls.__new__(cls)
+            Operation.__init__(op, operands=list(operands), result_types=list(result_types), properties=props,
+                               attributes=attributes or {}, regions=list(regions))
+            return op
         return cls.build(
-            operands=_group(op_def.operands, list(operands), "operand", cls.name),
-            result_types=_group(op_def.results, list(result_types), "result", cls.name),
+            operands=grouped,
+            result_types=grouped_types,
             properties=props,
             attributes=attributes or {},
             regions=list(regions),
@@ -314,6 +348,24 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return tuple(a) == tuple(b)
     return a == b
+
+
+_DIRECT: dict[type, bool] = {}
+
+
+def _direct(cls: type[IRDLOperation]) -> bool:
+    """Whether ``IRDLOperation.build`` of ``cls`` from ``make``'s lists is
+    ``Operation.__init__`` of the flat lists: no segment sizes or other options, no
+    optional definitions, no successors, one region per region definition. (Building
+    ops is most of the passes' time on a model's program; xDSL's builder checks each
+    list against the definitions again.)"""
+    got = _DIRECT.get(cls)
+    if got is None:
+        d = cls.get_irdl_definition()
+        got = (not d.options and not d.successors and not any(isinstance(x, OptionalDef) for _, x in (*d.operands, *d.results))
+               and not any(isinstance(x, (OptionalDef, VarRegionDef)) for _, x in d.regions))
+        _DIRECT[cls] = got
+    return got
 
 
 def _group(defs: Sequence[tuple[str, Any]], values: list[Any], what: str, op_name: str) -> list[Any]:

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from distir.dialects.placements import UNPLACED, At, Placement, Sliced, Unplaced
+from distir.dialects.placements import UNPLACED, At, Placement, Sliced, Unplaced, sliced
 
 Sizes = Sequence[int | None]
 """Mesh axis sizes; None is a size fixed only when the program runs (`?`)."""
@@ -71,7 +71,7 @@ def with_orders(placements: Sequence[Placement], orders: dict[int, list[int]]) -
     for dim, axes in orders.items():
         default = sorted(axes) == axes
         for k, a in enumerate(axes):
-            out[a] = Sliced(dim, -1 if default else k)
+            out[a] = sliced(dim, -1 if default else k)
     return out
 
 
@@ -118,7 +118,7 @@ def add_slicing(placements: Sequence[Placement], dim: int, axes: Sequence[int]) 
     order = slicing_axes(placements, dim) + list(axes)
     out = list(placements)
     for a in axes:
-        out[a] = Sliced(dim)
+        out[a] = sliced(dim)
     return with_orders(out, {dim: order})
 
 
@@ -418,7 +418,7 @@ def view_to_parent(placements: Sequence[Placement], factors: Sequence[Sequence[i
                 out[a] = At(digit)
         elif isinstance(p, Sliced):
             for a in f:
-                out[a] = Sliced(p.dim.data)
+                out[a] = sliced(p.dim.data)
         else:
             for a in f:
                 out[a] = p

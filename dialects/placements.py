@@ -17,6 +17,7 @@ placement. They print compactly, in the form used inside ``!dist.tensor`` types:
 
 from __future__ import annotations
 
+import functools
 from abc import ABC
 from collections.abc import Sequence
 
@@ -116,6 +117,14 @@ LOCAL = Local()
 UNPLACED = Unplaced()
 
 
+@functools.lru_cache(maxsize=1024)
+def sliced(dim: int, order: int = -1) -> Sliced:
+    """``Sliced(dim, order)``, built (and verified) once: placements are immutable and
+    the partitioner and the planner derive them by the hundred thousand on a model's
+    program."""
+    return Sliced(dim, order)
+
+
 def _parse_int_args(parser: AttrParser, word: str, lo: int, hi: int) -> list[int]:
     args = parser.parse_comma_separated_list(
         parser.Delimiter.ANGLE, lambda: parse_int(parser), f" after '{word}'"
@@ -144,6 +153,6 @@ def parse_placement(parser: AttrParser) -> Placement:
         return UNPLACED
     if word == "sliced":
         args = _parse_int_args(parser, word, 1, 2)
-        return Sliced(args[0], args[1] if len(args) == 2 else -1)
+        return sliced(args[0], args[1] if len(args) == 2 else -1)
     (rank,) = _parse_int_args(parser, word, 1, 1)
     return At(rank)

@@ -91,7 +91,7 @@ from xdsl.utils.lexer import Span
 from distir.dialects import coll, dist, layout
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import RuleError, TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced, Unplaced
+from distir.dialects.placements import LOCAL, REPLICATED, At, Local, Placement, Replicated, Sliced, Unplaced, sliced
 
 SOURCE_PRIMS = (dist.JoinOp, dist.DropOp, dist.ReduceOp, dist.LoadOp)
 LINEAR = (dist.TransposeOp, dist.ReshapeOp, dist.ExtractSliceOp, dist.ConcatOp)
@@ -141,7 +141,7 @@ class Lay:
         out: list[Placement] = [REPLICATED] * naxes
         for d, axes in enumerate(self.dims):
             for k, a in enumerate(axes):
-                out[a] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
+                out[a] = sliced(d, k) if len(axes) > 1 else sliced(d)
         for a in self.pending:
             out[a] = LOCAL
         for a, p in self.pinned.items():
@@ -735,7 +735,7 @@ class Partitioner:
                 for k, x in enumerate(op.operands):
                     if x is v and out[k] is not None:
                         for n, a in enumerate(axes):
-                            out[k][a] = Sliced(d, n) if len(axes) > 1 else Sliced(d)  # type: ignore[index]
+                            out[k][a] = sliced(d, n) if len(axes) > 1 else sliced(d)  # type: ignore[index]
         return out
 
     def _materialized_axes(self, op: Operation, f: Factor, i: int, taken: dict[int, int]) -> tuple[int, ...]:

@@ -77,6 +77,7 @@ from distir.dialects.collectives.permute import check_pairs
 from distir.dialects.diagnostics import MAX_RANKS
 from distir.dialects.dist import RuleError, TensorType
 from distir.dialects.placements import LOCAL, REPLICATED, UNPLACED, At, Local, Placement, Replicated, Sliced
+from distir.dialects.placements import sliced as sliced_placement  # (``sliced`` here: the axes a slicing leaves)
 from distir.frontends import device_values, stablehlo, stablehlo_verify
 from distir.frontends.device_values import DevVal
 from distir.frontends.mlir_text import Dense, Module, OpNode, Reader, TensorT, read_module
@@ -592,7 +593,7 @@ class MeshMap:
             # A dim the shards do not divide is cut in blocks of ceil(s/n) (Shardy pads it
             # to a multiple of n); over several axes distir nests the blocks (DESIGN §2).
             for k, i in enumerate(axes):
-                out[i] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
+                out[i] = sliced_placement(d, k) if len(axes) > 1 else sliced_placement(d)
         for ref in s.replicated:
             for i in self.expand(ref, error):
                 claim(i, ref)
@@ -1583,7 +1584,7 @@ class ManualTranslator(Translator):
             sizes = self.manual_sizes()
             ps: list[Placement] = list(self.body_placements())
             for k, a in enumerate(self.manual):
-                ps[a] = Sliced(0, k) if len(self.manual) > 1 else Sliced(0)
+                ps[a] = sliced_placement(0, k) if len(self.manual) > 1 else sliced_placement(0)
             whole = TensorType((math.prod(sizes),), i64, self.mesh, ps)
             io = self.emit(dist.IotaOp.make([], [whole], dim=0)).results[0]
             one = self.emit(dist.ToLocalOp.make([io], [whole.with_(shape=(1,), placements=self.body_placements())])).results[0]
@@ -1729,7 +1730,7 @@ class ManualTranslator(Translator):
         shape[dim] *= n
         ps: list[Placement] = self.body_placements()
         for k, a in enumerate(axes):
-            ps[a] = Sliced(dim, k) if len(axes) > 1 else Sliced(dim)
+            ps[a] = sliced_placement(dim, k) if len(axes) > 1 else sliced_placement(dim)
         return self.emit(dist.FromLocalOp.make([x], [t.with_(shape=shape, placements=ps)])).results[0]
 
 

@@ -73,7 +73,7 @@ from xdsl.utils.lexer import Span
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, At, Placement, Replicated, Sliced
+from distir.dialects.placements import LOCAL, REPLICATED, At, Placement, Replicated, Sliced, sliced
 from distir.frontends import sdy, stablehlo, stablehlo_verify
 from distir.frontends.mlir_text import ELEMENT_TYPES, Dense, Module, OpNode, Reader, TensorT, read_module
 from distir.frontends.sdy import from_global, to_global
@@ -438,7 +438,7 @@ class ShardImport:
                 if a in used:
                     raise error(f"grid axis {a} is used twice in the sharding")
                 used.add(a)
-                out[a] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
+                out[a] = sliced(d, k) if len(axes) > 1 else sliced(d)
             if not axes or not (s.offsets or s.sizes):
                 continue  # a dim the shards do not divide: blocks of ceil(s/n) (DESIGN §2)
             counts = [g.shape[a] for a in axes]
@@ -657,7 +657,7 @@ def _from_local(tr: ShardTranslator, x: SSAValue, axes: list[int], node: OpNode,
             raise tr.error(f"axis {dim} is out of range for a tensor of rank {t.rank}", node)
         shape[dim] *= math.prod(tr.g.shape[a] for a in axes)
         for k, a in enumerate(axes):
-            ps[a] = Sliced(dim, k) if len(axes) > 1 else Sliced(dim)
+            ps[a] = sliced(dim, k) if len(axes) > 1 else sliced(dim)
     elif root is not None:
         if len(root) != len(axes) or any(not 0 <= r < tr.g.shape[a] for r, a in zip(root, axes)):
             raise tr.error(f"root {root} is not a device of the group over grid axes {axes}", node)

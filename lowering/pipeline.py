@@ -30,7 +30,7 @@ from xdsl.utils.exceptions import VerifyException
 from distir.dialects import dist
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.lowering.target import planned_target
-from distir.passes.support import gc_paused
+from distir.passes.support import clone, gc_paused
 
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
 
@@ -134,7 +134,7 @@ def _lower_unverified(module: ModuleOp, ranks: int, target: str | None, scattere
     from distir.passes.pipeline import run_passes
 
     with gc_paused():
-        out = module.clone()
+        out = clone(module)
         passes = passes_for(out, ranks)
         if target is not None:
             passes.append(PlanExecutionPass(get_target(target).target_name, tuple(scattered)))

@@ -135,6 +135,8 @@ class Graph:
     """Per node, what it is without its neighbours (``tokens``): nodes of one kind cost
     the same under the same strategy (the projections of every layer, wherever they
     sit)."""
+    peaks: dict[int, list[tuple[int, list[int]]]] = field(default_factory=dict, repr=False, compare=False)
+    """``peak_points`` by count, found once (every mesh shape's integer program asks)."""
 
     @property
     def ops(self) -> list[Node]:
@@ -424,6 +426,13 @@ def peak_points(g: Graph, count: int = 3) -> list[tuple[int, list[int]]]:
     """The ``count`` op positions where the most bytes of intermediate values (not
     arguments) are live on one device, with the values live there: where the memory of
     a plan peaks (the planner's memory constraints are stated there)."""
+    got = g.peaks.get(count)
+    if got is None:
+        got = g.peaks[count] = _peak_points(g, count)
+    return got
+
+
+def _peak_points(g: Graph, count: int) -> list[tuple[int, list[int]]]:
     first, last = liveness(g)
     n_ops = max((n.position for n in g.nodes if not n.is_arg), default=-1) + 1
     delta = [0] * (n_ops + 2)

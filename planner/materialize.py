@@ -23,9 +23,10 @@ from xdsl.dialects.builtin import FunctionType, ModuleOp, UnrealizedConversionCa
 from xdsl.ir import Block, Operation, SSAValue
 
 from distir.dialects import dist
-from distir.dialects.dist import TensorType
+from distir.dialects.dist import TensorType, tensor_type
 from distir.dialects.placements import UNPLACED
 from distir.frontends.partition import Lay, partition_decided
+from distir.passes.support import clone
 from distir.planner.graph import Graph
 from distir.planner.meshes import Mesh
 from distir.planner.strategies import Layout, Strategy, fixed_layout
@@ -72,12 +73,12 @@ def _partitioned(g: Graph, mesh: Mesh, arg_layout, chosen: Sequence[Strategy] | 
 
     naxes = len(mesh.sizes)
     hw, logical = placement_meshes(mesh.placement, HW, MESH)
-    nf = g.function.clone()  # one copy; its values are retyped where they are
+    nf = clone(g.function)  # one copy; its values are retyped where they are
     block = nf.body.block
     old_ops = list(g.function.body.block.ops)
     new_ops = list(block.ops)
     twin = dict(zip(old_ops, new_ops))
-    unplaced = [UNPLACED] * naxes
+    unplaced = (UNPLACED,) * naxes
     nodes_of = {n.op: n for n in g.nodes if n.op is not None}
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
@@ -94,7 +95,7 @@ def _partitioned(g: Graph, mesh: Mesh, arg_layout, chosen: Sequence[Strategy] | 
         for r in new.results:
             if isinstance(r.type, TensorType):
                 t = r.type
-                r._type = TensorType(t.get_shape(), t.element_type, MESH, unplaced)  # noqa: SLF001 (retyped in place, as sizes.substitute does)
+                r._type = tensor_type(t.get_shape(), t.element_type, MESH, unplaced)  # noqa: SLF001 (retyped in place, as sizes.substitute does)
                 value[node.results[k]] = r
                 if chosen is not None:
                     lays[r] = chosen[node.id].results[k].lay()
@@ -113,7 +114,7 @@ def _partitioned(g: Graph, mesh: Mesh, arg_layout, chosen: Sequence[Strategy] | 
             continue
         n = g.arg_node[a.index]
         lay = arg_layout(n)
-        a._type = TensorType(t.get_shape(), t.element_type, MESH, lay.placements(naxes))  # noqa: SLF001
+        a._type = tensor_type(t.get_shape(), t.element_type, MESH, tuple(lay.placements(naxes)))  # noqa: SLF001
         arg_types.append(a.type)
         em.block = _Before(block, start, chains)
         x: SSAValue = a

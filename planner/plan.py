@@ -379,7 +379,7 @@ def explored_collectives(module: ModuleOp) -> int:
     from distir.tuning import units
 
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
-    return max((sum(1 for op in u.ops for o in op.walk() if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
+    return max((sum(1 for op in u.ops for o in (op.walk() if op.regions else (op,)) if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
 
 
 def _ops_of(module: ModuleOp) -> list:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from distir.dialects import layout as dlayout
 from distir.dialects.dist import TensorType
-from distir.dialects.placements import LOCAL, REPLICATED, Local, Placement, Replicated, Sliced
+from distir.dialects.placements import LOCAL, REPLICATED, Local, Placement, Replicated, Sliced, sliced
 from distir.frontends.partition import Lay
 from distir.planner.graph import Fixed, Graph, Node, PlanError
 
@@ -64,7 +64,7 @@ class Layout:
         out: list[Placement] = [REPLICATED] * naxes
         for d, axes in enumerate(self.dims):
             for k, a in enumerate(axes):
-                out[a] = Sliced(d, k) if len(axes) > 1 else Sliced(d)
+                out[a] = sliced(d, k) if len(axes) > 1 else sliced(d)
         for a, _ in self.partial:
             out[a] = LOCAL
         return out

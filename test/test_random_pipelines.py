@@ -102,9 +102,14 @@ PREPARE = {
 
 
 def count_changes(prog) -> None:
-    """Count, for every pass, whether it changes ``prog`` (after its preparation)."""
+    """Note, for every pass that has changed no program before, whether it changes
+    ``prog`` (after its preparation); a pass seen changing one is not run again (the
+    test asks for one change per pass: the 200 programs cost little once each pass
+    has been seen at work)."""
     prepared: dict[str, tuple[ModuleOp, str]] = {}
     for p in PASSES:
+        if CHANGED[p] or p in RARE:
+            continue
         start = PREPARE.get(p, "")
         if start not in prepared:
             m = apply_pipeline(prog.module(), start) if start else prog.module()
@@ -129,4 +134,4 @@ def test_every_pass_changes_some_random_programs():
     CHANGED.clear()
     _count_changes()
     idle = [p for p in PASSES if CHANGED[p] == 0 and p not in RARE]
-    assert not idle, f"passes that changed none of the sampled programs: {idle} (counts: {dict(CHANGED)})"
+    assert not idle, f"passes that changed none of the sampled programs: {idle} (those that changed one: {sorted(CHANGED)})"

@@ -361,6 +361,8 @@ class _Walker:
         self.options = options
         self.runtime = options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
         self.grids = resolve_grids(module, ranks)
+        self._taking: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._kernel_facts: dict[str, tuple] = {}
         self.coords = {name: layout.rank_coords(g) for name, g in self.grids.items()}
         target = planned_target(module)
         assert target is not None, "prepare plans the module"
@@ -644,11 +646,14 @@ class _Walker:
         fused op is free. Flops: the ops that depend on the loaded elements or the index,
         per element of the space (the others are computed once, outside the loop)."""
         kernel = self.kernels[op.kernel_name]
-        params = list(kernel.params)
+        facts = self._kernel_facts.get(op.kernel_name)
+        if facts is None:  # once per kernel: alike runs of every layer launch one kernel
+            body = list(kernel.body.block.ops)
+            loads = {o.memref for o in body if isinstance(o, memref.LoadOp)}
+            stores = {o.memref for o in body if isinstance(o, memref.StoreOp)}
+            facts = self._kernel_facts[op.kernel_name] = (list(kernel.params), loads, stores, element_flops(body, kernel.indices))
+        params, loads, stores, per = facts
         args = list(op.args[:-1])
-        body = list(kernel.body.block.ops)
-        loads = {o.memref for o in body if isinstance(o, memref.LoadOp)}
-        stores = {o.memref for o in body if isinstance(o, memref.StoreOp)}
         free = set(fused.get("free", ())) if fused else set()
         write_allocate = isinstance(self.topo, CalibratedTopology) and self.topo.write_allocate
         loaded = {a for p, a in zip(params, args) if p in loads}
@@ -665,15 +670,20 @@ class _Walker:
             if p in loads and (a, False) not in seen and a not in free:
                 seen.add((a, False))
                 moved = moved + self._bytes(a)
-        per = element_flops(body, kernel.indices)
         flops = self.scaling.count(kernel.space, per)
         return moved, flops, dtype
 
     # -- communication -----------------------------------------------------------------
     def _groups(self, comm: tuple[str, tuple[int, ...]], classes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        mesh, axes = comm
-        taking = set(np.flatnonzero(np.isin(self.class_of, classes)).tolist())
-        return tuple(tuple(g) for g in self.grids[mesh].groups(list(axes)) if taking.intersection(g))
+        """The device groups of a communicator that ranks of ``classes`` take part in
+        (found once per communicator and classes: every layer's collectives ask)."""
+        key = (comm, tuple(classes))
+        got = self._taking.get(key)
+        if got is None:
+            mesh, axes = comm
+            taking = set(np.flatnonzero(np.isin(self.class_of, classes)).tolist())
+            got = self._taking[key] = tuple(tuple(g) for g in self.grids[mesh].groups(list(axes)) if taking.intersection(g))
+        return got
 
     def collective(self, op: nccl.NcclOp, classes: tuple[int, ...], fused: dict | None) -> None:
         kind = op.name.removeprefix("nccl.")
@@ -813,7 +823,26 @@ def collective_seconds(
     ``collectives.py``: an AllGather's output, a ReduceScatter's input per rank), plus
     ``extra`` fixed seconds: the fastest NCCL algorithm and protocol (module doc), or
     a calibration's alpha and beta. What the walker charges for every NCCL call, and
-    what the planner (``planner/``) charges for a collective it considers."""
+    what the planner (``planner/``) charges for a collective it considers. Made once
+    per distinct question (a model's program asks the same one for every layer)."""
+    key = (topology, kind, tuple(tuple(g) for g in groups), options, extra)
+    try:
+        got = _SECONDS.get(key)
+    except TypeError:  # a topology that does not hash (a calibration's tables)
+        return _collective_seconds(topology, kind, groups, options, extra)
+    if got is None:
+        if len(_SECONDS) >= 4096:
+            _SECONDS.clear()
+        got = _SECONDS[key] = _collective_seconds(topology, kind, groups, options, extra)
+    return got
+
+
+_SECONDS: dict = {}
+
+
+def _collective_seconds(
+    topology: Topology, kind: str, groups: Sequence[Sequence[int]], options: ModelOptions, extra: float
+) -> Callable[[np.ndarray], np.ndarray]:
     if not groups or all(len(g) < 2 for g in groups):
         return lambda b: np.zeros_like(np.asarray(b, dtype=np.float64))
     if isinstance(topology, CalibratedTopology):
@@ -998,8 +1027,14 @@ def _itemsize(t: Attribute) -> int:
 
 
 def _dtype(t: Attribute) -> str:
-    name = str(t)
-    return name if name in ("f16", "bf16") else "f32"
+    got = _DTYPES.get(t)
+    if got is None:  # printed once per type
+        name = str(t)
+        got = _DTYPES[t] = name if name in ("f16", "bf16") else "f32"
+    return got
+
+
+_DTYPES: dict[Attribute, str] = {}
 
 
 # ======================================================================================

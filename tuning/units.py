@@ -132,7 +132,7 @@ def units(f: func.FuncOp) -> list[Unit]:
     index = {op: k for k, op in enumerate(ops)}
     n = len(ops)
     for k, op in enumerate(ops):
-        for inner in op.walk():
+        for inner in op.walk() if op.regions else (op,):  # (most ops have no body: no walk)
             for v in inner.operands:
                 if isinstance(v, BlockArgument) and v.owner is block:
                     if isinstance(v.type, TensorType) and v.type.rank > 0:
@@ -145,7 +145,7 @@ def units(f: func.FuncOp) -> list[Unit]:
     for root, unit in groups.items():
         used: set[int] = set()
         for op in unit.ops:
-            for inner in op.walk():
+            for inner in op.walk() if op.regions else (op,):
                 used.update(v.index for v in inner.operands if isinstance(v, BlockArgument) and v.owner is block)
         unit.args = sorted(used)
     ret = block.last_op

@@ -1,5 +1,5 @@
 """Real multi-process jobs: ``torchrun --nproc-per-node N`` (gloo) and ``mpiexec -n N``
-train the tiny GPT for 100 steps with DDP + ``torch.optim`` (or the reference LAMB) and
+train the tiny GPT for 30 steps with DDP + ``torch.optim`` (or the reference LAMB) and
 with distir's optimizers (over the ``torch.distributed`` process group under torchrun,
 over MPI under mpiexec); losses at every step and the final parameters agree within 1e-5.
 The models people train (``support/torch_features.py``: frozen and tied weights, bf16
@@ -32,7 +32,9 @@ WORKER = ROOT / "test" / "support" / "torch_training.py"
 FEATURES = ROOT / "test" / "support" / "torch_features.py"
 TRAIN = ROOT / "examples" / "pytorch" / "train_gpt.py"
 BIN = Path(sys.executable).parent
-STEPS = 100
+STEPS = 30
+"""Steps of each launched job: the launch path (process groups, MPI, gloo) agreeing step
+by step; the long runs (200 steps, every algorithm) are test_optimizers_threads.py's."""
 
 
 def launch(launcher: str, ranks: int, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:

@@ -143,6 +143,33 @@ def test_the_cost_model_prices_each_class_once_however_many_layers():
     assert work9 == work5 and steps9 == steps5, counts
 
 
+def test_planning_builds_placements_and_prices_collectives_once_however_many_layers():
+    """Searching, partitioning, lowering and predicting a plan build each placement
+    attribute and price each collective on its device groups once, not per layer or per
+    op: as many at 2 layers as at 4 (1.6x the ops), counted, not timed."""
+    from unittest import mock
+
+    from distir.dialects import dist, placements
+    from distir.planner import costs
+    from distir.tuning import cost_model
+
+    counts = []
+    for layers in (2, 4):
+        module = parse_module(gpt_text(layers))
+        for cache in (placements.sliced, dist.tensor_type):
+            cache.cache_clear()
+        for table in (costs._STEPS, costs._CURVES, cost_model._SECONDS):
+            table.clear()
+        with mock.patch.object(placements.Sliced, "__init__", autospec=True, side_effect=placements.Sliced.__init__) as built, \
+                mock.patch.object(cost_model, "_collective_seconds", wraps=cost_model._collective_seconds) as priced:
+            result = plan(module, 4, SLOW, top=1, tune=False, alternatives=0)
+        ops = sum(1 for _ in result.best.module.walk())
+        counts.append((ops, built.call_count, priced.call_count, result.best.collectives))
+    (ops2, built2, priced2, coll2), (ops4, built4, priced4, coll4) = counts
+    assert ops4 > 1.5 * ops2 and coll2 and coll4 and built2 and priced2
+    assert built4 == built2 and priced4 == priced2, counts
+
+
 def test_the_relaxation_solves_the_integer_program():
     _, result = planned("gpt", 4)
     assert all(s.solution.extra["solved by"] in ("relaxation", "branch and bound") for s in result.searched)
