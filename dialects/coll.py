@@ -129,6 +129,9 @@ class OverlapOp(DistOp):
 
     name = "coll.overlap"
     INFER: ClassVar[bool] = False
+    BODY_READS_PROPERTIES: ClassVar[bool] = False
+    """The ops of its body verify alone: its chunks, order and granularity say how the
+    chain is lowered (``verifier.ensure_verified`` re-verifies only the op when they change)."""
     KEYWORDS: ClassVar[tuple[Kw, ...]] = (
         Kw("chunks", "int"),
         Kw("order", "word", "natural", ORDERS),

@@ -26,10 +26,13 @@ each op (``Checked``): its operands and their types, its result types, propertie
 attributes and block argument types, everything an op verifier reads besides the
 symbols it looks up. ``ensure_verified(module)`` then verifies only what changed since:
 the ops whose fingerprint differs or that are new, their ancestors (an op verifies its
-regions' terminators), and everything inside a region-holding op that changed. A change
+regions' terminators), and everything inside a region-holding op that changed (but its
+properties alone where its body's ops do not read them: ``BODY_READS_PROPERTIES``
+false, as ``coll.overlap``'s chunks and order). A change
 of a top-level op (a mesh, a function's signature, a kernel: what others look up by
 symbol) or the removal of one re-verifies every op. Scopes are checked over the whole
-module (``scopes=False`` leaves that to a later full check). Fingerprints cost about a
+module when an op is new, gone, moved or reads other values (``scopes=False`` leaves
+that to a later full check). Fingerprints cost about a
 twentieth of verifying an op, so a pipeline of passes over a 50,000-op program verifies
 after each pass for a fraction of what its passes take (``bench/compile_scaling.py``).
 
@@ -419,14 +422,20 @@ def forget(module: Operation) -> None:
     _VERIFIED.pop(module, None)
 
 
-def verified_clone(module: Operation, spans: bool = True, value_mapper: dict[SSAValue, SSAValue] | None = None) -> Operation:
+def verified_clone(
+    module: Operation, spans: bool = True, value_mapper: dict[SSAValue, SSAValue] | None = None, unchanged: bool = False
+) -> Operation:
     """A copy of ``module``, which is verified first (``ensure_verified``): the copy is
     known to verify, and keeps the source positions of the original's ops (unless
     ``spans`` is false: a copy whose diagnostics need none). ``value_mapper`` (xDSL's
-    ``clone``) receives each value of ``module`` mapped to its copy."""
+    ``clone``) receives each value of ``module`` mapped to its copy. ``unchanged``: the
+    caller knows that ``ensure_verified`` passed on ``module`` and that it has not
+    changed since (the tuner's explored programs, only read once verified): it is not
+    looked at again (what ``ensure_verified`` costs even then is a walk of every op)."""
     from distir.dialects.frontend import copy_spans
 
-    ensure_verified(module)
+    if not unchanged or module not in _VERIFIED:
+        ensure_verified(module)
     out = module.clone(value_mapper=value_mapper)
     if spans:
         copy_spans(module, out)
@@ -452,20 +461,21 @@ def ensure_verified(module: Operation, spans: Spans | None = None, line_offset: 
     old_fps = before.ops
     changed: list[Operation] = []  # new, or an op verifier may see it differently
     kept = 0
-    moved = False
+    moved = False  # an op is new, elsewhere or reads other values: the scopes may differ
     for key, fp in now.items():
         old = old_fps.get(key)
         if old is None:
             changed.append(fp[0][0])
+            moved = True
             continue
         kept += 1
         if old != fp:
             if old[1:] != fp[1:]:
                 changed.append(fp[0][0])
-            else:
-                moved = True  # moved, or reads other values of the same types: scopes
+            if old[0] != fp[0]:
+                moved = True  # moved, or reads other values: scopes
     gone = [fp for key, fp in old_fps.items() if key not in now] if kept < len(old_fps) else []
-    if scopes and (changed or moved or gone):
+    if scopes and (moved or gone):
         found = check_scopes(module, spans)
         if found is not None:
             op, why = found
@@ -481,6 +491,8 @@ def ensure_verified(module: Operation, spans: Spans | None = None, line_offset: 
     for op in changed:
         old = old_fps.get(id(op))
         if old is not None and op.regions and old[4:] != now[id(op)][4:]:
+            if old[5:] == now[id(op)][5:] and not getattr(op, "BODY_READS_PROPERTIES", True):
+                continue  # only its properties changed, which no op of its body reads
             todo.update(op.walk())  # its regions' view of it changed: all of them
     holders = [h for fp in gone if isinstance(b := fp[0][1], Block) and (h := b.parent_op()) is not None]
     up: set[Operation] = set()  # ops whose ancestors are in todo

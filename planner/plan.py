@@ -148,6 +148,9 @@ class Plan:
     verified: bool = False
     """Whether ``module`` verified: ``plan`` verifies the best plan's program (the one
     written and run); the others were only predicted (``verify`` before running one)."""
+    prepared: tuple | None = field(default=None, repr=False, compare=False)
+    """(module, its lowering prepared for the cost model) when ``schedule`` predicted
+    ``module``: ``predict`` takes it rather than lowering the program again."""
 
     def verify(self) -> None:
         """Verify ``module`` (a ``VerifyException`` if it does not: a bug in distir)."""
@@ -303,6 +306,7 @@ def plan(
     leading = feasible[: max(1, top)]
     seen = [(s.mesh.key, s.problem.chosen(s.solution.choice)) for s in leading]  # type: ignore[union-attr]
     tunable = [tune]
+    tuned: dict[str, tuple[str, str] | None] = {}  # a program's schedule, by its text: tuned once
 
     def variants() -> list[Searched]:
         """Candidates a schedule may favour, when the tuner schedules these programs
@@ -376,7 +380,7 @@ def plan(
         pl = Plan(s.mesh, m, strategies, s.estimate)
         pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
         schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline),
-                 rebuild=build, verify=False)  # predicted only: the best is verified below
+                 rebuild=build, verify=False, tuned=tuned)  # predicted only: the best is verified below
         predict(pl, ranks, topology)
         if any(p.mesh.describe() == pl.mesh.describe() and p.predicted_s == pl.predicted_s and p.memory.total == pl.memory.total for p in plans if p.memory and pl.memory):
             continue  # the same program as a plan before it, once scheduled
@@ -446,14 +450,17 @@ def _ops_of(module: ModuleOp) -> list:
 
 
 def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool,
-             rebuild: Callable[[], ModuleOp] | None = None, verify: bool = True) -> None:
+             rebuild: Callable[[], ModuleOp] | None = None, verify: bool = True,
+             tuned: dict[str, tuple[str, str] | None] | None = None) -> None:
     """P²'s reductions, then the tuner's schedule (module doc, step 4), on ``pl.module``,
     which is verified first (the program a plan prints and writes) and after each pass
     (what changed). ``rebuild`` makes ``pl.module`` again: given, the reductions are
     synthesized in place (no copy of a model's program), and a machine the pass refuses
     leaves the plan rebuilt as it was. ``verify=False``: a program only predicted (a
     candidate; ``Plan.verify`` before it runs) is not verified before the reductions
-    nor after them (the tuner verifies what it schedules)."""
+    nor after them (the tuner verifies what it schedules). ``tuned``: the tuner's
+    picks (name and pipeline) by program text, for the same ``ranks`` and
+    ``topology`` (``plan``'s candidates): a program tuned before is not tuned again."""
     from xdsl.context import Context
 
     from distir.dialects.diagnostics import InternalError
@@ -495,40 +502,50 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
             from distir.tuning.tuner import Limits
             from distir.tuning.tuner import tune as run_tuner
 
-            result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1)
-            size = result.sizes[0]
-            name = result.best.get(size)
-            if name is not None:
-                best = result.by_name(name)
-                if best.pipeline:
+            text = str(pl.module) if tuned is not None else ""
+            if tuned is None or text not in tuned:
+                # only the pick is checked (the tuner checks the next when it fails)
+                result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1, check_all=False)
+                name = result.best.get(result.sizes[0])
+                pick = None if name is None else (name, result.by_name(name).pipeline)
+                if tuned is not None:
+                    tuned[text] = pick
+            else:
+                pick = tuned[text]
+            if pick is not None:
+                name, pipeline = pick
+                if pipeline:
                     from distir.passes.pipeline import apply_pipeline
 
                     from distir.dialects.verifier import verified_clone
 
-                    scheduled = apply_pipeline(verified_clone(pl.module), best.pipeline)  # verified: what changed
+                    scheduled = apply_pipeline(verified_clone(pl.module), pipeline)  # verified: what changed
                     pl.verified = True  # verified_clone verified it
                     # the schedule stays if the model predicts the whole program faster
                     # with it (the tuner decides some programs part by part)
-                    if _seconds(scheduled, ranks, topology) < _seconds(pl.module, ranks, topology):
+                    with_schedule, without = _prepared(scheduled, ranks, topology), _prepared(pl.module, ranks, topology)
+                    if _seconds(with_schedule) < _seconds(without):
                         pl.module = scheduled
                         pl.verified = True
-                        steps.append(best.pipeline)
+                        pl.prepared = (scheduled, with_schedule)
+                        steps.append(pipeline)
                         pl.schedule = name
                     else:
+                        pl.prepared = (pl.module, without)
                         pl.notes.append(f"the tuner's {name} is not faster for the whole program: schedule as partitioned")
     pl.pipeline = ",".join(steps)
 
 
 def predict(pl: Plan, ranks: int, topology: Topology) -> None:
     """The plan's step time, its breakdown and its memory per rank (module doc, step 5)."""
-    from distir.lowering.pipeline import lower
-    from distir.tuning.cost_model import Scaling, breakdown, prepare, topology_target
-    from distir.tuning.cost_model import predict as run_model
+    from distir.tuning.cost_model import breakdown
 
-    f = next(o for o in pl.module.ops if isinstance(o, func.FuncOp))
-    lowered = lower(pl.module, ranks, target=topology_target(topology), verify=False)  # predicted, never run
-    prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
-    pl.predicted_s = float(run_model(prepared, [1])[0])
+    if pl.prepared is not None and pl.prepared[0] is pl.module:
+        prepared = pl.prepared[1]  # lowered by ``schedule``
+    else:
+        prepared = _prepared(pl.module, ranks, topology)
+    pl.prepared = None  # a lowering is as large as its program: not kept
+    pl.predicted_s = _seconds(prepared)
     parts = breakdown(prepared, 1)
     pl.compute_s = parts.pop("compute", 0.0)
     pl.collectives = dict(sorted(parts.items(), key=lambda kv: -kv[1]))
@@ -536,14 +553,19 @@ def predict(pl: Plan, ranks: int, topology: Topology) -> None:
     pl.memory = memory_per_rank(pl.module, ranks)
 
 
-def _seconds(module: ModuleOp, ranks: int, topology: Topology) -> float:
+def _prepared(module: ModuleOp, ranks: int, topology: Topology):
+    """``module`` lowered and prepared for the cost model at its own size."""
     from distir.lowering.pipeline import lower
     from distir.tuning.cost_model import Scaling, prepare, topology_target
-    from distir.tuning.cost_model import predict as run_model
 
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
     lowered = lower(module, ranks, target=topology_target(topology), verify=False)  # predicted, never run
-    prepared = prepare(lowered, f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
+    return prepare(lowered, f.sym_name.data, topology, ranks, Scaling(1, _BIG_PRIME))
+
+
+def _seconds(prepared) -> float:
+    from distir.tuning.cost_model import predict as run_model
+
     return float(run_model(prepared, [1])[0])
 
 

@@ -355,6 +355,9 @@ class Candidate:
     """``ok``, ``unchecked``, ``differs: ...`` (a distir bug) or ``not run: ...``."""
     parent: Candidate | None = field(default=None, repr=False, compare=False)
     """The schedule whose program the last pass transformed."""
+    verified: bool = field(default=False, repr=False, compare=False)
+    """The exploration verified ``module`` (which it never changes after): its copies
+    need not look at it again (``verified_clone``'s ``unchanged``)."""
 
     @property
     def pipeline(self) -> str:
@@ -459,7 +462,7 @@ def explore(
             if isinstance(f, func.FuncOp):
                 check_as_slice(f, as_slice)
     ctx = make_context()
-    original = Candidate(verified_clone(module), (), original=True)
+    original = Candidate(verified_clone(module), (), original=True, verified=True)
     found = [original]
     seen = {structure_key(original.module): original}
     errors: list[str] = []
@@ -531,7 +534,7 @@ def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candid
     base = wrapped.get(("chunk", tuple(p.targets)))  # type: ignore[attr-defined]
     if base is None or any(isinstance(o, coll.OverlapOp) for o in cand.module.walk()):
         return None
-    module = verified_clone(base.module)
+    module = verified_clone(base.module, unchanged=base.verified)
     for o in module.walk():
         if isinstance(o, coll.OverlapOp):
             for name, value in (("chunks", p.chunks), ("order", p.order)):  # type: ignore[attr-defined]
@@ -554,6 +557,7 @@ def _verifies(cand: Candidate, p: ModulePass, errors: list[str]) -> bool:
     except (InternalError, VerifyException, DiagnosticException) as e:
         errors.append(f"{cand.pipeline}: the result does not verify: {e}")
         return False
+    cand.verified = True
     return True
 
 
@@ -562,7 +566,7 @@ def _apply(p: ModulePass, cand: Candidate, ctx, errors: list[str], names: dict[S
     ``printed_names(cand.module)``, which the copy's ``Targets`` take instead of printing
     it again."""
     copies: dict[SSAValue, SSAValue] = {}
-    m = verified_clone(cand.module, spans=False, value_mapper=copies)
+    m = verified_clone(cand.module, spans=False, value_mapper=copies, unchanged=cand.verified)
     known = None if names is None else {copies[v]: n for v, n in names.items()}
     try:
         with scratch(m, known):  # a rejected request leaves m half rewritten: it is dropped

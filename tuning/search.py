@@ -121,9 +121,10 @@ def plan(candidates: Sequence[Candidate], ranks: int, unpadded: Callable[[Module
         if not tiles and step.order != "natural":
             ordered.append((i, key, step.chunks))
     shares: dict[int, int] = {}
+    fixed: dict[tuple, ModuleOp | None] = {}  # per family: one program with its mesh sizes fixed
     for i, key, chunks in ordered:
         natural = families[key].members.get((chunks, "natural"))
-        if natural is not None and not _order_matters(candidates[i], ranks):
+        if natural is not None and not _order_matters(candidates[i], ranks, fixed, key):
             shares[i] = natural
     return Plan(sorted(first), list(families.values()), shares, strided)
 
@@ -166,9 +167,12 @@ def _stages(cand: Candidate) -> int:
     return 1
 
 
-def _order_matters(cand: Candidate, ranks: int) -> bool:
+def _order_matters(cand: Candidate, ranks: int, fixed: dict[tuple, ModuleOp | None] | None = None, family: tuple = ()) -> bool:
     """Whether the lowering runs this overlap in its (ring / remote_first) order:
-    ``lowering.overlap_p2p.p2p_plan`` once the mesh sizes are fixed for ``ranks``."""
+    ``lowering.overlap_p2p.p2p_plan`` once the mesh sizes are fixed for ``ranks``.
+    ``fixed``: the program of a member of the same ``family`` with its mesh sizes fixed,
+    by family: the members differ only in their overlap's options, which it takes (one
+    copy and fixing per family, not per member)."""
     from xdsl.context import Context
 
     from distir.dialects import coll
@@ -176,10 +180,22 @@ def _order_matters(cand: Candidate, ranks: int) -> bool:
     from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
     from distir.lowering.overlap_p2p import p2p_plan
 
-    module = cand.module.clone()
-    try:
-        FixMeshSizesPass(ranks=ranks).apply(Context(), module)
-    except Exception:  # noqa: BLE001 - a program that cannot be fixed is evaluated on its own
+    def overlaps(m: ModuleOp) -> list[coll.OverlapOp]:
+        return [o for o in m.walk() if isinstance(o, coll.OverlapOp)]
+
+    module = None if fixed is None else fixed.get(family)
+    if module is not None and len(overlaps(module)) == len(overlaps(cand.module)):
+        for mine, theirs in zip(overlaps(module), overlaps(cand.module)):
+            mine.properties = dict(theirs.properties)
+    elif fixed is None or family not in fixed or module is not None:
+        module = cand.module.clone()
+        try:
+            FixMeshSizesPass(ranks=ranks).apply(Context(), module)
+        except Exception:  # noqa: BLE001 - a program that cannot be fixed is evaluated on its own
+            module = None
+        if fixed is not None:
+            fixed[family] = module
+    if module is None:
         return True
     mesh_ops = meshes(module)
     return any(

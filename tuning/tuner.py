@@ -192,6 +192,7 @@ def tune(
     jobs: int | None = None,
     exhaustive: bool = False,
     limits: Limits | None = None,
+    check_all: bool = True,
 ) -> TuneResult:
     """Explore, check and time (``backend``) or predict (``model``) the schedules of
     ``module``'s function at every size (the program's own size when ``sizes`` is None);
@@ -202,7 +203,12 @@ def tune(
     cannot tell apart, the checks of schedules the interpreter cannot tell apart, and
     overlaps whose bound is no better than the best found. ``exhaustive`` checks and
     evaluates every schedule ``explore`` finds, each on its own. ``limits`` stops the
-    search early (``TuneResult.cut_short`` says why) with the best found so far."""
+    search early (``TuneResult.cut_short`` says why) with the best found so far.
+    ``check_all=False`` (with a model: a caller that uses only the picks, as the
+    planner does) runs the interpreter checks of the schedules it picks, not of every
+    schedule evaluated: when a pick fails its check, the evaluation runs again with
+    every check (the picks are the same either way; the schedules not picked keep
+    ``check`` "unchecked")."""
     if (model is None) == (backend is None):
         raise InputRejected("give either a backend to time on or a topology to predict for")
     check_rank_count(ranks)
@@ -221,8 +227,44 @@ def tune(
     fits = None if exhaustive else (lambda m: any(fitting(m, ranks, d, sizes)))
     ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0), fits=fits, stop=limits.stop)
     seconds["explore"] = time.perf_counter() - t0
+    before = (limits.evaluated, limits.reason)
+    if not check_all and model is not None:
+        try:
+            return _evaluate(module, ex, ranks, d, sizes, model, backend, rounds, jobs, exhaustive, limits, report, seconds, fits, deferred=True)
+        except _FailedPick:  # evaluated again with every check: the search skips what failed
+            limits.evaluated, limits.reason = before
+            for c in ex.candidates:
+                c.check = "unchecked"
+    return _evaluate(module, ex, ranks, d, sizes, model, backend, rounds, jobs, exhaustive, limits, report, seconds, fits)
+
+
+class _FailedPick(Exception):
+    """A pick of a search with deferred checks failed its check (``tune``'s ``check_all``)."""
+
+
+def _evaluate(
+    module: ModuleOp,
+    ex: Exploration,
+    ranks: int,
+    d: int,
+    sizes: list[int],
+    model: Topology | None,
+    backend: str | None,
+    rounds: int,
+    jobs: int | None,
+    exhaustive: bool,
+    limits: Limits,
+    report: Progress,
+    seconds: dict[str, float],
+    fits: Callable[[ModuleOp], bool] | None,
+    deferred: bool = False,
+) -> TuneResult:
+    """Check and predict (or time) the explored schedules, and pick the fastest per size
+    (``tune``); ``deferred``: only the picks are checked (``_FailedPick`` when one fails)."""
+
     t0 = time.perf_counter()
     ev = _Evaluator(ex, ranks, d, sizes, model, exhaustive, jobs, report, limits)
+    ev.deferred = deferred
     if model is not None:
         if exhaustive:
             ev.evaluate(list(range(len(ex.candidates))))
@@ -277,10 +319,15 @@ def tune(
         ok = sorted((sc.times[s], sc.name, k) for k, sc in enumerate(schedules) if sc.check == "ok" and sc.times.get(s) is not None)
         best[s] = None
         for _, _, k in ok:
+            if deferred and ev.check_now(evaluated[k]) != "ok":
+                raise _FailedPick
             if ev.lowers_verified(evaluated[k]):
                 best[s] = schedules[k].name
                 break
             schedules[k].times = {size: None for size in sizes}  # not applicable after all
+    if deferred:  # the schedules not picked were not checked
+        for k, i in enumerate(evaluated):
+            schedules[k].check = ex.candidates[i].check = ev.ran.get(i, "unchecked")
     if limits.reason is not None:
         notes.insert(0, f"the search was cut short ({limits.reason}): the best of the {len(evaluated)} schedules evaluated so far")
     return TuneResult(sizes, d, schedules, best, ranks, how, seconds, bugs, notes, ev.evaluated, len(ev.checks), cut_short=limits.reason)
@@ -321,19 +368,29 @@ class _Evaluator:
         predictions lower unverified (they run nothing) and ``lowers_verified`` confirms
         the schedules that are picked."""
         self.confirmed: dict[int, bool] = {}
+        self.deferred = False
+        """Record every schedule as checked ok, and check only the picks (``check_now``:
+        ``tune``'s ``check_all=False``)."""
+        self.ran: dict[int, str] = {}
+        """The checks of the schedules ``check_now`` was asked for."""
 
     def check(self, idxs: Sequence[int]) -> None:
-        """The checks of ``idxs`` (recorded with no times yet)."""
+        """The checks of ``idxs`` (recorded with no times yet; deferred: recorded ok)."""
         for i in idxs:
             if i in self.results:
                 continue
-            c = self.ex.candidates[i]
-            key = i if self.exhaustive else c.check_key()
-            if key not in self.checks:
-                if self._checker is None:  # built when first needed: a search cut short may need none
-                    self._checker = Checker.of(self.ex, self.ranks)
-                self.checks[key] = self._checker(c)
-            self.results[i] = (self.checks[key], {s: None for s in self.sizes})
+            self.results[i] = ("ok" if self.deferred else self.check_now(i), {s: None for s in self.sizes})
+
+    def check_now(self, i: int) -> str:
+        """Schedule ``i``'s interpreter check (run once per ``Candidate.check_key``)."""
+        c = self.ex.candidates[i]
+        key = i if self.exhaustive else c.check_key()
+        if key not in self.checks:
+            if self._checker is None:  # built when first needed: a search cut short may need none
+                self._checker = Checker.of(self.ex, self.ranks)
+            self.checks[key] = self._checker(c)
+        self.ran[i] = self.checks[key]
+        return self.checks[key]
 
     def evaluate(self, idxs: list[int]) -> None:
         """Check and predict ``idxs`` (until ``limits`` stop the search); predictions run

@@ -162,3 +162,41 @@ def test_every_distir_op_has_its_generic_irdl_checks_recognised():
             assert parts is not None and parts[0] is cls.get_irdl_definition(), cls.name
     own = _irdl_parts(coll.AllReduceOp)[1]
     assert own is not None and own.__qualname__.endswith(".verify_")  # its own verifier still runs
+
+
+def test_an_overlaps_options_changed_verify_it_alone_and_no_scopes(monkeypatch, counted):
+    """The tuner's overlap variants change only a ``coll.overlap``'s chunks or order,
+    which no op of its body reads (``BODY_READS_PROPERTIES``): the overlap and its
+    ancestors verify again, not its body, and the scopes are not walked (no op moved);
+    an option it rejects is still seen."""
+    from pathlib import Path
+
+    from xdsl.dialects.builtin import IntegerAttr, i64
+
+    from distir.dialects import verifier
+
+    text = (Path(__file__).parents[2] / "examples/schedules/megatron_mlp_ol_fused.mlir").read_text()
+    module = parse_module(text)
+    walked: list[object] = []
+    real = verifier.check_scopes
+    monkeypatch.setattr(verifier, "check_scopes", lambda *a: (walked.append(a[0]), real(*a))[1])
+    counted.clear()  # parsing verified every op
+    ol = first(module, coll.OverlapOp)
+    ol.properties["chunks"] = IntegerAttr(8, i64)
+    ensure_verified(module)
+    assert sorted(counted) == ["builtin.module", "coll.overlap", "func.func"] and walked == []
+    ol.properties["chunks"] = IntegerAttr(0, i64)
+    with pytest.raises(VerifyException, match="chunks must be at least 1"):
+        ensure_verified(module)
+
+
+def test_a_new_op_still_walks_the_scopes(verified, monkeypatch):
+    from distir.dialects import verifier
+
+    walked: list[object] = []
+    real = verifier.check_scopes
+    monkeypatch.setattr(verifier, "check_scopes", lambda *a: (walked.append(a[0]), real(*a))[1])
+    m = first(verified, dist.MapOp)
+    m.parent_block().insert_op_before(m.clone(), m)
+    ensure_verified(verified)
+    assert walked == [verified]

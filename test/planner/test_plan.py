@@ -363,3 +363,39 @@ def test_a_machine_the_reduction_synthesis_refuses_leaves_the_plain_plan():
     schedule(synthesized, 8, SLOW, str(HERE / "slow.toml"), tune=False, rebuild=build)
     assert synthesized.pipeline.startswith("synthesize-reductions") and str(synthesized.module) != plain
     verify_module(synthesized.module)
+
+
+def test_each_program_is_tuned_once_and_only_the_picks_are_checked():
+    """The candidates are tuned for their schedule, each distinct program once (by its
+    text), and the tuner checks on the interpreter only the schedules it picks (the
+    planner uses nothing else): counted, not timed."""
+    from unittest import mock
+
+    from distir.planner.plan import Plan, schedule
+    from distir.tuning import explore, tuner
+
+    texts: list[str] = []
+    checks: list[str] = []
+    tune, check = tuner.tune, explore.Checker.__call__
+
+    def tuning(module, *args, **kwargs):
+        texts.append(str(module))
+        return tune(module, *args, **kwargs)
+
+    def checking(self, cand):
+        checks.append(cand.pipeline)
+        return check(self, cand)
+
+    with mock.patch.object(tuner, "tune", tuning), mock.patch.object(explore.Checker, "__call__", checking):
+        result = plan(program("mlp.mlir"), 4, SLOW, topology_name=str(HERE / "slow.toml"))
+        assert len(texts) == len(set(texts)) >= result.evaluated > 1
+        assert len(checks) <= len(texts)
+        # a program tuned before takes the same schedule without tuning again
+        best = result.best
+        tuned: dict = {}
+        again = [Plan(best.mesh, best.module.clone(), best.strategies, best.estimate_s) for _ in range(2)]
+        del texts[:]
+        for pl in again:
+            schedule(pl, 4, SLOW, None, True, tuned=tuned)
+        assert len(texts) == 1 and len(tuned) == 1
+        assert again[0].pipeline == again[1].pipeline and str(again[0].module) == str(again[1].module)

@@ -262,8 +262,12 @@ def check(report: dict, ref: dict) -> None:
             assert math.isinf(report["norms"][INF_STEP]), report["norms"]
             assert set(report["steps"].values()) == {STEPS - 1}, report["steps"]  # the step with the inf did not count
         if case == "bf16_clip":  # the first step's norm alike; later ones as far as the parameters' rounding goes
+            # alike: the same squares summed in f32 in another order (per rank, then
+            # across ranks), which moves the norm by about sqrt(count) ulps; 1.03e-6
+            # relative was seen (the corpus is this repository's text, so the data
+            # change with every commit): 1e-5 holds the sums' rounding, not a bug's error
             a, b = np.array(report["norms"]), np.array(ref["norms"])
-            assert abs(a[0] - b[0]) <= 1e-6 * b[0] and np.allclose(a, b, rtol=u), (a, b)
+            assert abs(a[0] - b[0]) <= 1e-5 * b[0] and np.allclose(a, b, rtol=u), (a, b)
             assert (b > 1.0).any(), f"the gradients never reached the clipping norm: {b}"
         return
     # f32 parameters: 1e-5, as the 200-step runs; under autocast the forward's bf16

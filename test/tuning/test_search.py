@@ -113,3 +113,54 @@ def test_bounds_of_an_ideal_pipeline():
     assert search.pruned(slower, np.array([1.1])) and not search.pruned(slower, np.array([1.3]))
     # a chain of 3 stages pipelined is still a third of the program
     assert search.parent_bound(np.array([3.0]), 3)[0] == pytest.approx(1.0)
+
+
+def test_deferred_checks_run_only_the_picks_and_pick_the_same():
+    """``check_all=False`` (the planner's tuning): the same schedules evaluated, with the
+    same times, and the same picks, checking only the picks (counted)."""
+    every, _ = both("megatron_mlp.mlir")
+    ranks, nodes, sizes, dim = CASES["megatron_mlp.mlir"]
+    module = parse_module((EXAMPLES / "megatron_mlp.mlir").read_text())
+    picks = tune(module, ranks, sizes, dim=dim, model=get_topology("dgx2", nodes), check_all=False)
+    assert picks.best == every.best and picks.evaluated == every.evaluated
+    assert [(s.name, s.times) for s in picks.schedules] == [(s.name, s.times) for s in every.schedules]
+    assert 1 <= picks.checked <= len(sizes) < every.checked
+    picked = set(picks.best.values())
+    assert all(s.check == ("ok" if s.name in picked else "unchecked") for s in picks.schedules if not s.original)
+
+
+def test_a_pick_that_fails_its_deferred_check_is_searched_again_with_every_check(monkeypatch):
+    """A schedule that does not compute what the program does is never picked, its
+    check deferred or not: the search runs again with every check and picks what the
+    search with every check picks."""
+    from distir.tuning import explore as explore_module
+
+    every, _ = both("megatron_mlp.mlir")
+    ranks, nodes, sizes, dim = CASES["megatron_mlp.mlir"]
+    broken = every.by_name(every.best[sizes[0]]).pipeline
+    real = explore_module.Checker.__call__
+    monkeypatch.setattr(explore_module.Checker, "__call__", lambda self, c: "differs: planted" if c.pipeline == broken else real(self, c))
+    module = parse_module((EXAMPLES / "megatron_mlp.mlir").read_text())
+    topo = get_topology("dgx2", nodes)
+    eager = tune(module, ranks, sizes, dim=dim, model=topo)
+    deferred = tune(module, ranks, sizes, dim=dim, model=topo, check_all=False)
+    assert deferred.best == eager.best and every.best[sizes[0]] not in deferred.best.values()
+    assert deferred.checked == eager.checked and any("planted" in b for b in deferred.bugs)
+
+
+def test_the_order_of_an_overlap_family_is_decided_on_one_copy(monkeypatch):
+    """Whether an overlap's order changes its lowering is decided on one copy of each
+    family's program with its mesh sizes fixed (counted), as on a copy of each member."""
+    from distir.lowering.fix_mesh_sizes import FixMeshSizesPass
+
+    module = parse_module((EXAMPLES / "megatron_mlp.mlir").read_text())
+    cands = explore(module).candidates
+    fixed: list[object] = []
+    real = FixMeshSizesPass.apply
+    monkeypatch.setattr(FixMeshSizesPass, "apply", lambda self, ctx, m: (fixed.append(m), real(self, ctx, m))[1])
+    p = search.plan(cands, 8)
+    ordered = [i for i, c in enumerate(cands) if c.overlap is not None and c.overlap.granularity == "chunk" and c.overlap.order != "natural"]
+    assert len(ordered) > len(p.families) >= len(fixed) > 0
+    own = search._order_matters
+    monkeypatch.setattr(search, "_order_matters", lambda cand, ranks, *memo: own(cand, ranks))  # a copy per member
+    assert search.plan(cands, 8).shares == p.shares and len(fixed) > len(p.families)
