@@ -30,7 +30,7 @@ from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects import dist, layout
 from distir.dialects.dist import MeshOp, TensorType
-from distir.dialects.format import REQUIRED
+from distir.dialects.format import REQUIRED, new_op
 from distir.dialects.placements import Placement
 
 OpT = TypeVar("OpT", bound=Operation)
@@ -177,7 +177,15 @@ def clone(op: OpT) -> OpT:
 
 
 def _clone_op(op: OpT, mapper: _Mapper, blocks: dict[Block, Block]) -> OpT:
-    new = op.clone_without_regions(mapper, blocks)  # operands mapped as it is made
+    if op._successors:  # noqa: SLF001 (a branch: xDSL's own copy)
+        new = op.clone_without_regions(mapper, blocks)  # operands mapped as it is made
+    else:  # what ``clone_without_regions`` makes, built directly (``format.new_op``)
+        get = mapper.get
+        new = new_op(type(op), [get(v, v) for v in op._operands], [r._type for r in op.results], op.properties,  # noqa: SLF001
+                     op.attributes, op.location, [Region() for _ in op.regions])
+        for r, c in zip(op.results, new.results):
+            mapper[r] = c
+            c.name_hint = r.name_hint
     for region, into in zip(op.regions, new.regions):
         copies = [Block() for _ in region.blocks]
         for block, copy in zip(region.blocks, copies):
