@@ -717,7 +717,7 @@ class DistOp(FormattedOp):
         return None
 
     def verify_(self) -> None:
-        held = rules_held() if type(self).verify_rule is DistOp.verify_rule else None
+        held = rules_held() if type(self).verify_rule in _KEYED_RULES else None
         key = self._rule_key() if held is not None else None
         try:
             if key is not None and key in held:  # an op alike verified before (``verifier.rules_held``)
@@ -738,9 +738,10 @@ class DistOp(FormattedOp):
             held.add(key)  # type: ignore[union-attr]
 
     def _rule_key(self) -> tuple | None:
-        """What ``verify_`` reads (with ``verify_rule`` inferring the results): the class,
-        the operand and result types, the properties and the mesh op each tensor type
-        names; None when a mesh is missing (the checks say so)."""
+        """What ``verify_`` reads (with a rule of ``_KEYED_RULES``): the class, the
+        operand and result types, the properties, the mesh op each tensor type names and
+        a map's body (argument types, ops, yielded types); None when a mesh is missing
+        (the checks say so)."""
         types = (*self.operand_types, *self.result_types)
         meshes = []
         for t in types:
@@ -749,7 +750,16 @@ class DistOp(FormattedOp):
                 if not isinstance(mesh, MeshOp):
                     return None
                 meshes.append(mesh)
-        return (type(self), len(self.operands), types, tuple(self.properties.items()), tuple(meshes))
+        body = None
+        if self.regions:  # a map's body: its argument types, its ops and what it yields
+            blocks = list(self.regions[0].blocks)
+            if len(self.regions) != 1 or len(blocks) != 1:
+                return None
+            b = blocks[0]
+            last = b.last_op
+            body = (tuple(a.type for a in b.args), tuple((o.name, type(o)) for o in b.ops),
+                    None if last is None else tuple(v.type for v in last.operands))
+        return (type(self), len(self.operands), types, tuple(self.properties.items()), tuple(meshes), body)
 
     def verify_rule(self) -> None:
         if not self.INFER:
@@ -1067,6 +1077,11 @@ class MapOp(DistOp):
         for i, (v, t) in enumerate(zip(term.values, self.result_types)):
             if v.type != t.element_type:  # type: ignore[attr-defined]
                 raise RuleError(f"body yields {v.type} for result {i} of element type {t.element_type}")  # type: ignore[attr-defined]
+
+
+_KEYED_RULES = (DistOp.verify_rule, MapOp.verify_rule)
+"""The rules that read only what ``DistOp._rule_key`` holds (``verify_`` checks them
+once per alike op while a module is verified)."""
 
 
 @irdl_op_definition

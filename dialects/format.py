@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from xdsl.dialects.builtin import (
-    UNKNOWN_LOC as _UNKNOWN_LOC,
     ArrayAttr,
     DenseArrayBase,
     FloatAttr,
@@ -33,12 +32,13 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Operation, Region, SSAValue
-from xdsl.ir.core import OpResult, SSAValues, Use
+from xdsl.ir import Attribute, Region, SSAValue
 from xdsl.irdl import IRDLOperation, OptionalDef, VarOperandDef, VarRegionDef, VarResultDef, opt_prop_def, prop_def
 from xdsl.parser import BaseParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+
+from distir.dialects.fast import new_op
 
 REDUCTIONS = ("sum", "prod", "max", "min", "avg")
 
@@ -347,32 +347,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return tuple(a) == tuple(b)
     return a == b
-
-
-def new_op(cls: type[Operation], operands: Sequence[SSAValue], result_types: Sequence[Attribute], properties: dict[str, Attribute],
-           attributes: dict[str, Attribute], location: Attribute | None, regions: Sequence[Region]) -> Any:
-    """``cls.create(operands=..., ...)`` without successors: the same op (each operand's
-    use added in order, the dicts copied, the regions attached, ``__post_init__`` run,
-    which fills an IRDL op's defaults), made in half the time. (Copies of a model's
-    program and its lowering make tens of thousands of ops.)"""
-    op = cls.__new__(cls)
-    ops = SSAValues(operands)
-    uses = tuple([Use(op, i) for i in range(len(ops))])
-    for v, u in zip(ops, uses):
-        v.add_use(u)
-    op._operands = ops  # noqa: SLF001 (what the ``operands`` setter sets)
-    op._operand_uses = uses  # noqa: SLF001
-    op.results = SSAValues([OpResult(t, op, i) for i, t in enumerate(result_types)])
-    op.properties = dict(properties)
-    op.attributes = dict(attributes)
-    op.location = _UNKNOWN_LOC if location is None else location
-    op._successors = ()  # noqa: SLF001
-    op._successor_uses = ()  # noqa: SLF001
-    op.regions = ()
-    for region in regions:
-        op.add_region(region)
-    op.__post_init__()
-    return op
 
 
 _DIRECT: dict[type, bool] = {}

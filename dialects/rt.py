@@ -74,12 +74,12 @@ from xdsl.printer import Printer
 from xdsl.traits import NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
+from distir.dialects.fast import new_op
 from distir.dialects.format import (
     REDUCTIONS,
     REQUIRED,
     FormattedOp,
     Kw,
-    new_op,
     parse_int,
     parse_type_signature,
     print_type_list,

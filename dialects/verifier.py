@@ -66,6 +66,8 @@ from xdsl.traits import IsolatedFromAbove, IsTerminator, NoTerminator, OpTrait
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
 
+from distir.dialects.fast import walk
+
 Spans = Mapping[Operation, Span]
 
 
@@ -309,7 +311,7 @@ def verify_module(module: Operation, spans: Spans | None = None, line_offset: in
         irdl_ok = set()
     _RULES.append(set())
     try:
-        for op in module.walk(region_first=True):
+        for op in walk(module, region_first=True):
             try:
                 _verify_op(op, fps.get(id(op)), irdl_ok)
             except VerifyException as e:

@@ -673,12 +673,14 @@ class Partitioner:
         self.block.insert_op_before(new, op)
         if op in self.spans:
             self.spans[new] = self.spans[op]
+        fs = None
         for r, n in zip(op.results, new.results):
             if r.name_hint:
                 n.name_hint = r.name_hint
             self.real[r] = n
             if isinstance(n.type, TensorType):
-                fs = factors(op) or []
+                if fs is None:
+                    fs = factors(op) or []  # once per op (a map has as many results as it likes)
                 kinds = {}
                 for a, p in enumerate(n.type.get_placements()):
                     if isinstance(p, Local):

@@ -88,6 +88,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, rt
 from distir.dialects.dist import RuleError, TensorType
+from distir.dialects.fast import walk
 from distir.lowering.common import local_shape, meshes, static_sizes
 
 PASS = "lower-overlap"
@@ -258,7 +259,7 @@ class LowerOverlapPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         mesh_ops = meshes(op)
-        for ov in [o for o in op.walk() if isinstance(o, coll.OverlapOp)]:
+        for ov in [o for o in walk(op) if isinstance(o, coll.OverlapOp)]:
             self.lower(ov, mesh_ops)
 
     def lower(self, ov: coll.OverlapOp, mesh_ops) -> None:

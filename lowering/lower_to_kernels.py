@@ -53,6 +53,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, rng, rt
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import walk
 from distir.lowering.common import buffer_type, fail, local_shape, meshes, static_sizes
 from distir.lowering.lower_buckets import attributes_key, body_key
 from distir.passes.support import gc_paused, returns_split
@@ -389,7 +390,7 @@ def _blocks(module: ModuleOp) -> list[Block]:
     """Blocks holding distributed computations: function bodies and the regions of fused
     collectives and ``coll.overlap``."""
     out = []
-    for op in module.walk():
+    for op in walk(module):
         if isinstance(op, (func.FuncOp, coll.FusedCollectiveOp, coll.OverlapOp)):
             out.extend(b for r in op.regions for b in r.blocks)
     return out
