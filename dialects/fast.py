@@ -67,3 +67,20 @@ def _walk(op: Operation, out: list[Operation], region_first: bool) -> None:
             block = block._next_block  # noqa: SLF001
     if region_first:
         out.append(op)
+
+
+class Kinds:
+    """``isinstance(op, classes)``, answered once per op class: op classes are abstract
+    base classes to Python, whose ``isinstance`` takes microseconds (a whole-program
+    walk asks it of every op)."""
+
+    def __init__(self, *classes: type) -> None:
+        self.classes = classes
+        self._memo: dict[type, bool] = {}
+
+    def __call__(self, op: object) -> bool:
+        t = type(op)
+        got = self._memo.get(t)
+        if got is None:
+            got = self._memo[t] = isinstance(op, self.classes)
+        return got

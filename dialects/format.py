@@ -242,6 +242,12 @@ class FormattedOp(IRDLOperation):
     ):
         """Build the op from flat operand and result lists and Python option values:
         ``AllReduceOp.make([x], [t], op="sum", axes=[0])``."""
+        return cls.make_with(operands, result_types, regions, attributes, cls.properties_of(options))
+
+    @classmethod
+    def properties_of(cls, options: dict[str, Any]) -> dict[str, Attribute]:
+        """The properties ``make`` gives the op for these option values (a default or
+        None left out)."""
         props: dict[str, Attribute] = {}
         for name, value in options.items():
             if value is None:
@@ -253,6 +259,18 @@ class FormattedOp(IRDLOperation):
                 if (kw.default is not REQUIRED and _same(value, kw.default)) or (kw.kind == "flag" and not value):
                     continue
                 props[kw.prop] = kw.to_attr(value)
+        return props
+
+    @classmethod
+    def make_with(
+        cls,
+        operands: Sequence[SSAValue],
+        result_types: Sequence[Attribute],
+        regions: Sequence[Region],
+        attributes: dict[str, Attribute] | None,
+        props: dict[str, Attribute],
+    ):
+        """``make`` with the properties already made (``properties_of``)."""
         op_def = cls.get_irdl_definition()
         grouped = _group(op_def.operands, list(operands), "operand", cls.name)
         grouped_types = _group(op_def.results, list(result_types), "result", cls.name)

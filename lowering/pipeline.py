@@ -98,7 +98,7 @@ def passes_for(module: ModuleOp, ranks: int) -> list:
     from distir.passes.combine_collectives import CombineCollectivesPass
 
     out = []
-    if any(isinstance(op, PRIMITIVES) for op in walk(module)):
+    if any(issubclass(t, PRIMITIVES) for t in {type(op) for op in walk(module)}):
         from distir.passes.registry import ALL_PASSES
 
         out.append(ALL_PASSES["form-collectives"]()())

@@ -67,3 +67,13 @@ def test_rt_call_made_directly_is_the_one_built():
     built = rt.CallOp.build(properties={"kernel": rt.kernel_ref("k1")}, operands=[[y.results[0]]], result_types=[[y.results[0].type]])
     assert vars(direct).keys() == vars(built).keys() and str(direct) == str(built)
     assert rt.CallOp.get("k1", [y], [y.results[0].type]).operands[0] is y.results[0]  # an op as its result: xDSL's builder
+
+
+def test_kinds_answers_isinstance_once_per_class():
+    from distir.dialects import dist
+    from distir.dialects.fast import Kinds
+
+    module = parse_module(NESTED)
+    kinds = Kinds(dist.MapOp, coll.CollectiveOp)
+    assert [kinds(o) for o in module.walk()] == [isinstance(o, (dist.MapOp, coll.CollectiveOp)) for o in module.walk()]
+    assert set(kinds._memo) == {type(o) for o in module.walk()}  # noqa: SLF001
