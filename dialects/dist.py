@@ -82,7 +82,7 @@ from distir.dialects.placements import (
     Unplaced,
     parse_placement,
 )
-from distir.dialects.verifier import IsolatedBody
+from distir.dialects.verifier import IsolatedBody, rules_held
 
 # ======================================================================================
 # Types
@@ -553,7 +553,7 @@ def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:
     kernel per op quadratic)."""
     name = ref if isinstance(ref, str) else ref.root_reference.data if not ref.nested_references.data else None
     anchor: Operation | None = op
-    while anchor is not None and not anchor.has_trait(SymbolTable):
+    while anchor is not None and not _holds_symbols(type(anchor)):
         anchor = anchor.parent_op()
     if name is None or anchor is None:
         try:
@@ -571,6 +571,18 @@ def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:
             table.setdefault(n, o)
     _SYMBOLS[anchor] = table
     return table.get(name)
+
+
+_SYMBOL_TABLES: dict[type, bool] = {}
+
+
+def _holds_symbols(cls: type[Operation]) -> bool:
+    """``cls.has_trait(SymbolTable)`` (a class's traits are fixed), asked once per class:
+    every lookup climbs from an op to its module."""
+    got = _SYMBOL_TABLES.get(cls)
+    if got is None:
+        got = _SYMBOL_TABLES[cls] = cls.has_trait(SymbolTable)
+    return got
 
 
 def _sym_name(op: Operation) -> str | None:
@@ -705,6 +717,13 @@ class DistOp(FormattedOp):
         return None
 
     def verify_(self) -> None:
+        held = rules_held() if type(self).verify_rule in _KEYED_RULES else None
+        key = self._rule_key() if held is not None else None
+        try:
+            if key is not None and key in held:  # an op alike verified before (``verifier.rules_held``)
+                return
+        except TypeError:  # an attribute that does not hash: checked every time
+            key = None
         for i, v in enumerate(self.operands):
             check_tensor(self, v.type, "operand" if len(self.operands) == 1 else f"operand {i}")
         for i, v in enumerate(self.results):
@@ -715,6 +734,32 @@ class DistOp(FormattedOp):
             self.verify_rule()
         except RuleError as e:
             fail(self, str(e))
+        if key is not None:
+            held.add(key)  # type: ignore[union-attr]
+
+    def _rule_key(self) -> tuple | None:
+        """What ``verify_`` reads (with a rule of ``_KEYED_RULES``): the class, the
+        operand and result types, the properties, the mesh op each tensor type names and
+        a map's body (argument types, ops, yielded types); None when a mesh is missing
+        (the checks say so)."""
+        types = (*self.operand_types, *self.result_types)
+        meshes = []
+        for t in types:
+            if isinstance(t, TensorType):
+                mesh = _lookup(self, t.mesh)
+                if not isinstance(mesh, MeshOp):
+                    return None
+                meshes.append(mesh)
+        body = None
+        if self.regions:  # a map's body: its argument types, its ops and what it yields
+            blocks = list(self.regions[0].blocks)
+            if len(self.regions) != 1 or len(blocks) != 1:
+                return None
+            b = blocks[0]
+            last = b.last_op
+            body = (tuple(a.type for a in b.args), tuple((o.name, type(o)) for o in b.ops),
+                    None if last is None else tuple(v.type for v in last.operands))
+        return (type(self), len(self.operands), types, tuple(self.properties.items()), tuple(meshes), body)
 
     def verify_rule(self) -> None:
         if not self.INFER:
@@ -1032,6 +1077,11 @@ class MapOp(DistOp):
         for i, (v, t) in enumerate(zip(term.values, self.result_types)):
             if v.type != t.element_type:  # type: ignore[attr-defined]
                 raise RuleError(f"body yields {v.type} for result {i} of element type {t.element_type}")  # type: ignore[attr-defined]
+
+
+_KEYED_RULES = (DistOp.verify_rule, MapOp.verify_rule)
+"""The rules that read only what ``DistOp._rule_key`` holds (``verify_`` checks them
+once per alike op while a module is verified)."""
 
 
 @irdl_op_definition

@@ -32,11 +32,13 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Region, SSAValue
 from xdsl.irdl import IRDLOperation, OptionalDef, VarOperandDef, VarRegionDef, VarResultDef, opt_prop_def, prop_def
 from xdsl.parser import BaseParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+
+from distir.dialects.fast import new_op
 
 REDUCTIONS = ("sum", "prod", "max", "min", "avg")
 
@@ -240,6 +242,12 @@ class FormattedOp(IRDLOperation):
     ):
         """Build the op from flat operand and result lists and Python option values:
         ``AllReduceOp.make([x], [t], op="sum", axes=[0])``."""
+        return cls.make_with(operands, result_types, regions, attributes, cls.properties_of(options))
+
+    @classmethod
+    def properties_of(cls, options: dict[str, Any]) -> dict[str, Attribute]:
+        """The properties ``make`` gives the op for these option values (a default or
+        None left out)."""
         props: dict[str, Attribute] = {}
         for name, value in options.items():
             if value is None:
@@ -251,16 +259,25 @@ class FormattedOp(IRDLOperation):
                 if (kw.default is not REQUIRED and _same(value, kw.default)) or (kw.kind == "flag" and not value):
                     continue
                 props[kw.prop] = kw.to_attr(value)
+        return props
+
+    @classmethod
+    def make_with(
+        cls,
+        operands: Sequence[SSAValue],
+        result_types: Sequence[Attribute],
+        regions: Sequence[Region],
+        attributes: dict[str, Attribute] | None,
+        props: dict[str, Attribute],
+    ):
+        """``make`` with the properties already made (``properties_of``)."""
         op_def = cls.get_irdl_definition()
         grouped = _group(op_def.operands, list(operands), "operand", cls.name)
         grouped_types = _group(op_def.results, list(result_types), "result", cls.name)
         if _direct(cls) and len(regions) == len(op_def.regions) and all(isinstance(v, SSAValue) for v in operands) \
                 and all(isinstance(r, Region) for r in regions) and not any(v is None for v in (attributes or {}).values()):
             # what ``build`` makes of these lists, without its generic checks (``_direct``)
-            op = cls.__new__(cls)
-            Operation.__init__(op, operands=list(operands), result_types=list(result_types), properties=props,
-                               attributes=attributes or {}, regions=list(regions))
-            return op
+            return new_op(cls, operands, result_types, props, attributes or {}, None, regions)
         return cls.build(
             operands=grouped,
             result_types=grouped_types,

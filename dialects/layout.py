@@ -95,7 +95,9 @@ def canonical(placements: Sequence[Placement]) -> tuple[tuple[str | int, ...], .
 
 
 def same_layout(a: Sequence[Placement], b: Sequence[Placement]) -> bool:
-    return len(a) == len(b) and canonical(a) == canonical(b)
+    if len(a) != len(b):
+        return False
+    return tuple(a) == tuple(b) or canonical(a) == canonical(b)  # the same placements: the same layout
 
 
 def format_placements(placements: Sequence[Placement]) -> str:

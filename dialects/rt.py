@@ -36,6 +36,7 @@ Ops that run on a stream take it as their last operand. Every op prints in the s
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import ClassVar
@@ -73,6 +74,7 @@ from xdsl.printer import Printer
 from xdsl.traits import NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
+from distir.dialects.fast import new_op
 from distir.dialects.format import (
     REDUCTIONS,
     REQUIRED,
@@ -278,6 +280,12 @@ class MeshRefOp(IRDLOperation):
         axes = self.axis_list
         if not axes or len(set(axes)) != len(axes) or not all(0 <= a < mesh.rank for a in axes):
             fail(self, f"axes must be distinct axes of @{self.mesh_name} (rank {mesh.rank}), got {list(axes)}")
+
+
+@functools.lru_cache(maxsize=4096)
+def kernel_ref(name: str) -> SymbolRefAttr:
+    """``@name`` (attributes are immutable: the calls of one kernel share one)."""
+    return SymbolRefAttr(name)
 
 
 @irdl_op_definition
@@ -861,7 +869,10 @@ class LaunchOp(IRDLOperation):
 
     @classmethod
     def get(cls, kernel: str, args) -> LaunchOp:
-        return cls.build(properties={"kernel": SymbolRefAttr(kernel)}, operands=[list(args)])
+        args = list(args)
+        if all(isinstance(a, SSAValue) for a in args):  # what ``build`` makes of them (``format.new_op``)
+            return new_op(cls, args, (), {"kernel": kernel_ref(kernel)}, {}, None, ())
+        return cls.build(properties={"kernel": kernel_ref(kernel)}, operands=[args])
 
     @property
     def kernel_name(self) -> str:
@@ -915,7 +926,10 @@ class CallOp(IRDLOperation):
 
     @classmethod
     def get(cls, kernel: str, args, result_types) -> CallOp:
-        return cls.build(properties={"kernel": SymbolRefAttr(kernel)}, operands=[list(args)], result_types=[list(result_types)])
+        args, result_types = list(args), list(result_types)
+        if all(isinstance(a, SSAValue) for a in args):  # what ``build`` makes of them (``format.new_op``)
+            return new_op(cls, args, result_types, {"kernel": kernel_ref(kernel)}, {}, None, ())
+        return cls.build(properties={"kernel": kernel_ref(kernel)}, operands=[args], result_types=[result_types])
 
     @property
     def kernel_name(self) -> str:

@@ -66,6 +66,8 @@ from xdsl.traits import IsolatedFromAbove, IsTerminator, NoTerminator, OpTrait
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
 
+from distir.dialects.fast import walk
+
 Spans = Mapping[Operation, Span]
 
 
@@ -281,6 +283,19 @@ def _verify_known(op: Operation, op_def: OpDef, own: Callable[[Operation], None]
         op.emit_error(f"Operation does not verify: {err}", err)
 
 
+_RULES: list[set[tuple]] = []
+"""Inside ``verify_module``: the keys of the ops whose own checks held (``rules_held``)."""
+
+
+def rules_held() -> set[tuple] | None:
+    """While ``verify_module`` verifies a module, the keys an op's own verifier records
+    once its checks hold for one op: a verifier that reads only what its key holds (the
+    op's class, types, properties and the symbols they name, which stay put while the
+    module is verified) skips the checks for the next op with the same key (a model's
+    program repeats its layers' ops). None outside."""
+    return _RULES[-1] if _RULES else None
+
+
 def verify_module(module: Operation, spans: Spans | None = None, line_offset: int = 0, note: str = "") -> None:
     """Verify ``module`` (scopes first, then every op, nested ops first); raise a
     ``VerifyException`` whose text is the located diagnostic (``note`` is added to the
@@ -294,12 +309,16 @@ def verify_module(module: Operation, spans: Spans | None = None, line_offset: in
     irdl_ok = _SHAPES.pop(module, None)
     if irdl_ok is None:
         irdl_ok = set()
-    for op in module.walk(region_first=True):
-        try:
-            _verify_op(op, fps.get(id(op)), irdl_ok)
-        except VerifyException as e:
-            msg = str(e).removeprefix("Operation does not verify: ")
-            raise VerifyException(located(op, msg + suffix, spans, line_offset)) from None
+    _RULES.append(set())
+    try:
+        for op in walk(module, region_first=True):
+            try:
+                _verify_op(op, fps.get(id(op)), irdl_ok)
+            except VerifyException as e:
+                msg = str(e).removeprefix("Operation does not verify: ")
+                raise VerifyException(located(op, msg + suffix, spans, line_offset)) from None
+    finally:
+        _RULES.pop()
     _VERIFIED[module] = Checked(fps, _top(module), irdl_ok)
 
 

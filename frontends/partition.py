@@ -386,6 +386,7 @@ class Partitioner:
         self.remarks: list[Remark] = []
         self.current: Operation | None = None
         self.resharded: dict[tuple, SSAValue] = {}
+        self.made: dict[tuple, dict[str, Attribute]] = {}  # ``properties_of``
 
     # ------------------------------------------------------------------ diagnostics
     def fail(self, op: Operation | None, msg: str) -> PartitionError:
@@ -673,12 +674,14 @@ class Partitioner:
         self.block.insert_op_before(new, op)
         if op in self.spans:
             self.spans[new] = self.spans[op]
+        fs = None
         for r, n in zip(op.results, new.results):
             if r.name_hint:
                 n.name_hint = r.name_hint
             self.real[r] = n
             if isinstance(n.type, TensorType):
-                fs = factors(op) or []
+                if fs is None:
+                    fs = factors(op) or []  # once per op (a map has as many results as it likes)
                 kinds = {}
                 for a, p in enumerate(n.type.get_placements()):
                     if isinstance(p, Local):
@@ -767,8 +770,21 @@ class Partitioner:
         # move to the placed op instead of being copied
         regions = [op.detach_region(r) for r in list(op.regions)]
         if isinstance(op, dist.DistOp):
-            return cls.make(operands, types, regions, dict(op.attributes), **op.options())
+            return cls.make_with(operands, types, regions, dict(op.attributes), self.properties_of(op))
         raise self.fail(op, f"cannot place '{op.name}'")
+
+    def properties_of(self, op: dist.DistOp) -> dict[str, Attribute]:
+        """The properties ``make`` gives a copy of ``op`` made from its options: read once
+        per class and properties (a model's layers repeat their ops), each op its own
+        dict."""
+        try:
+            key = (type(op), tuple(op.properties.items()))
+            got = self.made.get(key)
+        except TypeError:  # an attribute that does not hash
+            return type(op).properties_of(op.options())
+        if got is None:
+            got = self.made[key] = type(op).properties_of(op.options())
+        return dict(got)
 
     # ------------------------------------------------------------------ resharding
     def emit(self, op: Operation, x: SSAValue, what: str, why: str) -> SSAValue:

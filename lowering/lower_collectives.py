@@ -63,6 +63,7 @@ from xdsl.passes import ModulePass
 from distir.dialects import coll, dist, layout, nccl, rt
 from distir.dialects.collectives.base import Call, count, element, is_contiguous_block, shape
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import walk
 from distir.dialects.placements import REPLICATED, At, Placement
 from distir.lowering.common import (
     buffer_type,
@@ -481,7 +482,7 @@ class FuncLowering:
             self.stream = saved
 
     def _lower_op(self, op: Operation) -> None:
-        self.order_streams([v for inner in op.walk() for v in inner.operands])
+        self.order_streams([v for inner in (walk(op) if op.regions else (op,)) for v in inner.operands])
         handler = self.handlers.get(type(op))
         if handler is not None:
             handler(op)

@@ -88,6 +88,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, rt
 from distir.dialects.dist import RuleError, TensorType
+from distir.dialects.fast import Kinds, walk
 from distir.lowering.common import local_shape, meshes, static_sizes
 
 PASS = "lower-overlap"
@@ -95,6 +96,7 @@ STREAM = "rt.stream"
 CHUNK = "rt.chunk"
 
 ELEMENTWISE = (dist.MapOp, dist.CastOp, dist.DropoutOp)
+_OVERLAP = Kinds(coll.OverlapOp)
 SAME_DIM = (dist.TakeSliceOp, dist.RemeshOp, coll.AllReduceOp, coll.ReduceOp, coll.BroadcastOp, coll.SendOp)
 
 
@@ -258,7 +260,7 @@ class LowerOverlapPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         mesh_ops = meshes(op)
-        for ov in [o for o in op.walk() if isinstance(o, coll.OverlapOp)]:
+        for ov in [o for o in walk(op) if _OVERLAP(o)]:
             self.lower(ov, mesh_ops)
 
     def lower(self, ov: coll.OverlapOp, mesh_ops) -> None:

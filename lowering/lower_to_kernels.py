@@ -53,6 +53,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist, layout, rng, rt
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import Kinds, walk
 from distir.lowering.common import buffer_type, fail, local_shape, meshes, static_sizes
 from distir.lowering.lower_buckets import attributes_key, body_key
 from distir.passes.support import gc_paused, returns_split
@@ -60,6 +61,7 @@ from distir.passes.support import gc_paused, returns_split
 PASS = "lower-to-kernels"
 ELEMENTWISE = (dist.MapOp, dist.CastOp, dist.DropoutOp)
 INDEXED = (dist.TransposeOp, dist.IotaOp, dist.ExtractSliceOp, dist.ConcatOp)
+_ELEMENTWISE, _INDEXED = Kinds(*ELEMENTWISE), Kinds(*INDEXED)
 """Ops whose element comes from other indices of their operands (or from its own index):
 a kernel of their own, whose loads compute the operand index."""
 INDEX = IndexType()
@@ -332,6 +334,8 @@ def _top_user(user: Operation, sibling: Operation) -> Operation:
 
 
 VIEWS = (dist.TakeSliceOp, dist.RemeshOp)
+_VIEWS = Kinds(*VIEWS)
+_HOLDS_BLOCKS = Kinds(func.FuncOp, coll.FusedCollectiveOp, coll.OverlapOp)
 
 
 def run_key(builder: KernelBuilder) -> tuple | None:
@@ -363,22 +367,22 @@ def _runs(block: Block) -> list[tuple[list[Operation], list[Operation]]]:
     views: list[Operation] = []
     produced: set[SSAValue] = set()
     for op in block.ops:
-        if isinstance(op, INDEXED):
+        if _INDEXED(op):
             if current:
                 runs.append((current, views))
             runs.append(([op], []))
             current, views, produced = [], [], set()
             continue
-        if isinstance(op, ELEMENTWISE) and current and space_key(op) == space_key(current[0]):
+        if _ELEMENTWISE(op) and current and space_key(op) == space_key(current[0]):
             current.append(op)
             produced.update(op.results)
             continue
-        if current and isinstance(op, VIEWS) and op.operands[0] not in produced:
+        if current and _VIEWS(op) and op.operands[0] not in produced:
             views.append(op)
             continue
         if current:
             runs.append((current, views))
-        current, views = ([op], []) if isinstance(op, ELEMENTWISE) else ([], [])
+        current, views = ([op], []) if _ELEMENTWISE(op) else ([], [])
         produced = set(op.results) if current else set()
     if current:
         runs.append((current, views))
@@ -389,8 +393,8 @@ def _blocks(module: ModuleOp) -> list[Block]:
     """Blocks holding distributed computations: function bodies and the regions of fused
     collectives and ``coll.overlap``."""
     out = []
-    for op in module.walk():
-        if isinstance(op, (func.FuncOp, coll.FusedCollectiveOp, coll.OverlapOp)):
+    for op in walk(module):
+        if _HOLDS_BLOCKS(op):
             out.extend(b for r in op.regions for b in r.blocks)
     return out
 

@@ -43,6 +43,7 @@ from xdsl.ir import Operation, SSAValue
 
 from distir.dialects import coll, dist, layout
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import walk
 
 
 def padded_block(size: int, outer: Sequence[int], counts: Sequence[int]) -> int:
@@ -101,7 +102,7 @@ def padding_plan(f: func.FuncOp, sizes_of: Sizes) -> dict[SSAValue, dict[int, in
             plan.setdefault(v, {}).setdefault(dim, extent)
 
     views: list[Operation] = []
-    for op in f.walk():
+    for op in walk(f):
         if isinstance(op, (dist.RemeshOp, dist.ToLocalOp, dist.FromLocalOp)):
             views.append(op)
         elif isinstance(op, coll.CollectiveOp):
@@ -193,7 +194,7 @@ def padding_moved(module, ranks: int) -> list[tuple[str, str, int]]:
         if pad:
             out.append((cls.TOKEN, f"%{x.name_hint}" if x.name_hint else "a value", pad * element_bytes(xt.element_type)))
 
-    for op in module.walk():
+    for op in walk(module):
         if isinstance(op, coll.CollectiveOp):
             add(type(op), op.input, op.result, op.options())
         elif isinstance(op, coll.FusedCollectiveOp):

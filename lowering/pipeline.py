@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import dist
+from distir.dialects.fast import walk
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.lowering.target import planned_target
 from distir.passes.support import clone, gc_paused
@@ -97,7 +98,7 @@ def passes_for(module: ModuleOp, ranks: int) -> list:
     from distir.passes.combine_collectives import CombineCollectivesPass
 
     out = []
-    if any(isinstance(op, PRIMITIVES) for op in module.walk()):
+    if any(issubclass(t, PRIMITIVES) for t in {type(op) for op in walk(module)}):
         from distir.passes.registry import ALL_PASSES
 
         out.append(ALL_PASSES["form-collectives"]()())

@@ -67,6 +67,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import dist, nccl, rt
 from distir.dialects.diagnostics import InputRejected
+from distir.dialects.fast import walk
 from distir.dialects.rt import TARGET, TargetAttr
 from distir.lowering.common import fail
 from distir.lowering.lower_collectives import ARENAS
@@ -200,7 +201,7 @@ def plan_function(f: func.FuncOp, target: TargetAttr) -> None:
             if target.shared_memory and falls_back:
                 op.properties["else"] = rt.TRANSPORT_ELSE.to_attr("messages")
     stream_from = target.stream_from
-    for op in f.walk():
+    for op in walk(f):
         if isinstance(op, nccl.AllGatherOp) and rt.in_place_block(op.buffers[0], op.buffers[1], op.count, op.comm):
             op.properties["in_place"] = UnitAttr()
         if stream_from is None:
@@ -243,7 +244,7 @@ class PlanExecutionPass(ModulePass):
                 fail(PASS, f"the module is planned for target '{done.target_name}' already; lower it again to plan it for '{target.target_name}'")
             return
         funcs = [f for f in op.ops if isinstance(f, func.FuncOp)]
-        if any(isinstance(o, dist.MeshOp) or o.dialect_name() in ("dist", "coll") for f in funcs for o in f.walk()):
+        if any(isinstance(o, dist.MeshOp) or o.dialect_name() in ("dist", "coll") for f in funcs for o in walk(f)):
             fail(PASS, "the module is not lowered: run lower-collectives first (the default lowering pipeline does)")
         for f in funcs:
             if self.scattered:

@@ -16,6 +16,7 @@ they replace: ``%sum`` split into ``%sum_rs`` and ``%sum_ag``, the sliced versio
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import weakref
@@ -30,6 +31,7 @@ from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects import dist, layout
 from distir.dialects.dist import MeshOp, TensorType
+from distir.dialects.fast import new_op, walk
 from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Placement
 
@@ -176,8 +178,22 @@ def clone(op: OpT) -> OpT:
     return new
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _valid_name(name: str) -> str:
+    return SSAValue.extract_valid_name(name)
+
+
 def _clone_op(op: OpT, mapper: _Mapper, blocks: dict[Block, Block]) -> OpT:
-    new = op.clone_without_regions(mapper, blocks)  # operands mapped as it is made
+    if op._successors:  # noqa: SLF001 (a branch: xDSL's own copy)
+        new = op.clone_without_regions(mapper, blocks)  # operands mapped as it is made
+    else:  # what ``clone_without_regions`` makes, built directly (``format.new_op``)
+        get = mapper.get
+        new = new_op(type(op), [get(v, v) for v in op._operands], [r._type for r in op.results], op.properties,  # noqa: SLF001
+                     op.attributes, op.location, [Region() for _ in op.regions])
+        for r, c in zip(op.results, new.results):
+            mapper[r] = c
+            if r._name is not None:  # noqa: SLF001
+                c._name = _valid_name(r._name)  # noqa: SLF001 (what the ``name_hint`` setter stores)
     for region, into in zip(op.regions, new.regions):
         copies = [Block() for _ in region.blocks]
         for block, copy in zip(region.blocks, copies):
@@ -206,7 +222,7 @@ def returns_split(module: ModuleOp):
     a collective), as the return is. (Every return, not only long ones, so that the pass
     behaves the same on small programs as at model scale.)"""
     split: list[tuple[func.ReturnOp, list[Operation]]] = []
-    for ret in [o for o in module.walk() if isinstance(o, func.ReturnOp) and o.operands]:
+    for ret in [o for o in walk(module) if isinstance(o, func.ReturnOp) and o.operands]:
         block = ret.parent_block()
         assert block is not None
         holders = [UnrealizedConversionCastOp.get([v], [v.type]) for v in ret.operands]
@@ -300,7 +316,7 @@ def hint(value: SSAValue) -> str | None:
 
 
 def functions(module: ModuleOp) -> list[func.FuncOp]:
-    return [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    return [op for op in walk(module) if isinstance(op, func.FuncOp)]
 
 
 def tensor_type(value: SSAValue) -> TensorType | None:

@@ -24,6 +24,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from distir.dialects import dist
 from distir.dialects.dist import TensorType, tensor_type
+from distir.dialects.fast import walk
 from distir.dialects.placements import UNPLACED
 from distir.frontends.partition import Lay, partition_decided
 from distir.passes.support import clone
@@ -177,7 +178,7 @@ class _Before:
 def _drop_casts(f: func.FuncOp) -> None:
     """``from_global`` writes a partial-sum target as a cast the partitioner resolves;
     none is left after it (checked)."""
-    for op in f.walk():
+    for op in walk(f):
         if isinstance(op, UnrealizedConversionCastOp):
             raise RuntimeError("a partial-sum result was left unresolved (a bug in distir-plan)")
 
@@ -202,7 +203,7 @@ def name_values(f: func.FuncOp) -> None:
     they make from these: ``%ag3_rs``)."""
     taken = {a.name_hint for a in f.body.block.args if a.name_hint}
     count = 0
-    for op in f.walk():
+    for op in walk(f):
         if op is f:
             continue
         for r in op.results:

@@ -26,6 +26,7 @@ from xdsl.ir import Operation, SSAValue
 
 from distir.dialects import layout
 from distir.dialects.dist import TensorType, element_bytes, resolve_grids
+from distir.dialects.fast import walk
 
 CATEGORIES = ("parameters", "gradients", "optimizer state", "inputs", "activations")
 
@@ -120,17 +121,13 @@ def memory_per_rank(module: ModuleOp, ranks: int, func_name: str | None = None) 
     end = len(ops)
     last: dict[SSAValue, int] = {}
 
-    def top(op: Operation) -> Operation:
-        while op.parent_op() is not None and op.parent_op() is not f:
-            op = op.parent_op()  # type: ignore[assignment]
-        return op
-
-    for op in f.walk():
-        if op is f:
-            continue
-        p = position.get(top(op), end)
-        for x in op.operands:
-            last[x] = max(last.get(x, -1), p)
+    for region in f.regions:  # each op nested in f at the position of its top-level op
+        for b in region.blocks:
+            for op in b.ops:
+                p = position.get(op, end)
+                for inner in walk(op) if op.regions else (op,):
+                    for x in inner.operands:
+                        last[x] = max(last.get(x, -1), p)
     base: dict[str, int] = {c: 0 for c in CATEGORIES}
     for a in block.args:
         base[role.get(a, "inputs")] += _bytes(a, grids)

@@ -43,6 +43,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects import coll
 from distir.dialects.diagnostics import InputRejected
+from distir.dialects.fast import walk
 from distir.passes.support import gc_paused
 from distir.planner import ilp
 from distir.planner.costs import Costs, ShapeCosts
@@ -430,7 +431,7 @@ def sc_of(structures: dict, mesh: Mesh) -> ShapeCosts:
 
 
 def collectives_of(module: ModuleOp) -> int:
-    return sum(1 for op in module.walk() if isinstance(op, coll.CollectiveOp))
+    return sum(1 for op in walk(module) if isinstance(op, coll.CollectiveOp))
 
 
 def explored_collectives(module: ModuleOp) -> int:
@@ -440,13 +441,13 @@ def explored_collectives(module: ModuleOp) -> int:
     from distir.tuning import units
 
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
-    return max((sum(1 for op in u.ops for o in (op.walk() if op.regions else (op,)) if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
+    return max((sum(1 for op in u.ops for o in (walk(op) if op.regions else (op,)) if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
 
 
 def _ops_of(module: ModuleOp) -> list:
     """Each op's name, properties and result types: what tells whether a pass changed
     ``module`` (without printing it twice, seconds on a model's program)."""
-    return [(op.name, op.properties, tuple(r.type for r in op.results)) for op in module.walk()]
+    return [(op.name, op.properties, tuple(r.type for r in op.results)) for op in walk(module)]
 
 
 def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool,
@@ -473,7 +474,7 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
         ensure_verified(pl.module)
         pl.verified = True
     steps = []
-    if topology_name is not None and pl.mesh.placement.hierarchy[0] > 1 and any(isinstance(op, coll.AllReduceOp) for op in pl.module.walk()):
+    if topology_name is not None and pl.mesh.placement.hierarchy[0] > 1 and any(isinstance(op, coll.AllReduceOp) for op in walk(pl.module)):
         nodes = pl.mesh.placement.hierarchy[0]
         p = SynthesizeReductionsPass(topology=topology_name, nodes=nodes)
         before = _ops_of(pl.module)

@@ -41,6 +41,7 @@ from xdsl.passes import ModulePass
 
 from distir.dialects import coll, dist
 from distir.dialects.diagnostics import InputRejected
+from distir.dialects.fast import walk
 from distir.dialects.placements import Sliced
 from distir.passes.support import apply_all_or_nothing, fail, inside_fused_or_overlap
 from distir.synthesis.driver import level_names_for
@@ -107,7 +108,7 @@ class SynthesizeReductionsPass(ModulePass):
         def run(module: ModuleOp) -> None:
             machines: dict[int, tuple[Topology, tuple[int, ...]]] = {}  # by rank count: read a topology file once
             best: dict[tuple, tuple] = {}  # (placement, reduction axes, bytes) -> (hierarchy, program): decided once
-            for ar in [o for o in module.walk() if isinstance(o, coll.AllReduceOp)]:
+            for ar in [o for o in walk(module) if isinstance(o, coll.AllReduceOp)]:
                 if inside_fused_or_overlap(ar):
                     continue
                 self._rewrite(ar, machines, best)

@@ -78,6 +78,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from distir.dialects import layout, nccl, rt
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import element_bytes, resolve_grids
+from distir.dialects.fast import walk
 from distir.dialects.rt import TargetAttr
 from distir.lowering.target import STREAM_FROM, get_target, planned_target
 from distir.tuning.collectives import collective_cost
@@ -379,7 +380,7 @@ class _Walker:
 
     # -- rank classes ------------------------------------------------------------------
     def _classes(self) -> None:
-        holds = [op for op in self.f.walk() if isinstance(op, rt.HoldsOp)]
+        holds = [op for op in walk(self.f) if isinstance(op, rt.HoldsOp)]
         table = np.ones((self.ranks, max(1, len(holds))), dtype=bool)
         for j, op in enumerate(holds):
             coords = self.coords[op.mesh_name]

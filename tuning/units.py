@@ -41,6 +41,7 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import walk
 from distir.passes.support import printed_names
 from distir.tuning.explore import structure_key
 
@@ -132,7 +133,7 @@ def units(f: func.FuncOp) -> list[Unit]:
     index = {op: k for k, op in enumerate(ops)}
     n = len(ops)
     for k, op in enumerate(ops):
-        for inner in op.walk() if op.regions else (op,):  # (most ops have no body: no walk)
+        for inner in walk(op) if op.regions else (op,):  # (most ops have no body: no walk)
             for v in inner.operands:
                 if isinstance(v, BlockArgument) and v.owner is block:
                     if isinstance(v.type, TensorType) and v.type.rank > 0:
@@ -145,7 +146,7 @@ def units(f: func.FuncOp) -> list[Unit]:
     for root, unit in groups.items():
         used: set[int] = set()
         for op in unit.ops:
-            for inner in op.walk() if op.regions else (op,):
+            for inner in walk(op) if op.regions else (op,):
                 used.update(v.index for v in inner.operands if isinstance(v, BlockArgument) and v.owner is block)
         unit.args = sorted(used)
     ret = block.last_op

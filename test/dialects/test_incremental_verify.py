@@ -200,3 +200,61 @@ def test_a_new_op_still_walks_the_scopes(verified, monkeypatch):
     m.parent_block().insert_op_before(m.clone(), m)
     ensure_verified(verified)
     assert walked == [verified]
+
+
+def _reductions(n: int, last: str = "replicated") -> str:
+    ops = "\n".join(
+        f"  %y{i} = coll.all_reduce sum %x : !dist.tensor<8xf32, @world, [local]> -> !dist.tensor<8xf32, @world, [{last if i == n - 1 else 'replicated'}]>"
+        for i in range(n))
+    return f"""\
+dist.mesh @world shape = [4]
+func.func @f(%x: !dist.tensor<8xf32, @world, [local]>) {{
+{ops}
+  func.return
+}}
+"""
+
+
+def test_alike_ops_check_their_rule_once_per_verification(monkeypatch):
+    """A model's program repeats its layers' ops: verifying it infers a dist op's
+    results once per alike op (class, types, properties, meshes), not once per op."""
+    from distir.dialects.verifier import verify_module
+
+    module = parse_module(_reductions(200), verify=False)
+    rules: list[str] = []
+    real = dist.DistOp.verify_rule
+    monkeypatch.setattr(dist.DistOp, "verify_rule", lambda self: (rules.append(self.name), real(self))[1])
+    monkeypatch.setattr(dist, "_KEYED_RULES", (dist.DistOp.verify_rule, dist.MapOp.verify_rule))
+    verify_module(module)
+    assert rules == ["coll.all_reduce"]
+    verify_module(module)  # each verification checks once again: nothing kept between them
+    assert rules == ["coll.all_reduce"] * 2
+
+
+def test_alike_maps_check_their_rule_once_and_a_different_body_again(monkeypatch):
+    from distir.dialects.verifier import verify_module
+
+    def maps(bodies: list[str]) -> str:
+        t = "!dist.tensor<8xf32, @world, [replicated]>"
+        ops = "\n".join(f"""  %m{i} = dist.map(%x) : ({t}) -> {t} {{
+  ^bb0(%a: f32):
+    %c = arith.{b} %a, %a : f32
+    dist.yield %c : f32
+  }}""" for i, b in enumerate(bodies))
+        return f"dist.mesh @world shape = [4]\nfunc.func @f(%x: {t}) {{\n{ops}\n  func.return\n}}\n"
+
+    module = parse_module(maps(["mulf"] * 50 + ["addf"]), verify=False)
+    rules: list[str] = []
+    real = dist.MapOp.verify_rule
+    monkeypatch.setattr(dist.MapOp, "verify_rule", lambda self: (rules.append(self.name), real(self))[1])
+    monkeypatch.setattr(dist, "_KEYED_RULES", (dist.DistOp.verify_rule, dist.MapOp.verify_rule))
+    verify_module(module)
+    assert rules == ["dist.map"] * 2  # one per body
+
+
+def test_an_op_unlike_the_ones_verified_before_is_checked():
+    from distir.dialects.verifier import verify_module
+
+    module = parse_module(_reductions(20, last="sliced<0>"), verify=False)
+    with pytest.raises(VerifyException, match="coll.all_reduce"):
+        verify_module(module)

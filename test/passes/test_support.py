@@ -61,3 +61,29 @@ def test_clone_maps_a_use_that_comes_before_its_definition():
     assert a.operands[0] is b.results[0]
     assert _uses(copy) == _uses(module.clone())
     assert len(list(later.results[0].uses)) == 1  # the original's uses are untouched
+
+
+def test_clone_keeps_what_xdsls_copy_keeps_of_names_properties_and_locations():
+    """The copy's ops are made directly (``fast.new_op``), not through xDSL's builder:
+    the same fields, a name hint re-read as xDSL's setter reads it (``x_1_2`` stored as
+    ``x_1`` copies as ``x``), properties and attributes copied, not shared."""
+    from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr
+
+    module = parse_module(MAP_PROGRAM)
+    f = next(o for o in module.walk() if o.name == "func.func")
+    mm = next(o for o in module.walk() if o.name == "dist.matmul")
+    mm.results[0].name_hint = "x_1_2"
+    mm.attributes["note"] = StringAttr("kept")
+    mm.location = FileLineColLoc(StringAttr("a.mlir"), IntAttr(3), IntAttr(4))
+    mine, theirs = clone(module), module.clone()
+    assert str(mine) == str(theirs)
+    for a, b, o in zip(mine.walk(), theirs.walk(), module.walk()):
+        assert type(a) is type(b) and vars(a).keys() == vars(b).keys()
+        assert a.properties == b.properties and a.properties is not o.properties
+        assert a.attributes == b.attributes and a.attributes is not o.attributes
+        assert a.location == b.location
+        assert [r.name_hint for r in a.results] == [r.name_hint for r in b.results]
+        assert [vars(r).keys() for r in a.results] == [vars(r).keys() for r in b.results]
+    assert mm.results[0].name_hint == "x_1"
+    assert next(o for o in mine.walk() if o.name == "dist.matmul").results[0].name_hint == "x"
+    assert next(o for o in mine.walk() if o.name == "func.func").sym_name == f.sym_name
