@@ -771,10 +771,11 @@ f = 2 blocks of at least 2 where the ranks divide it (a block of one element wou
 look the same laid out in order or strided)."""
 
 
-def check_mapping(module: ModuleOp, ranks: int) -> dict[int, int]:
-    """Each dim d of ``module`` -> its size in the interpreter check on ``ranks`` ranks:
-    gcd(d, f·ranks) for the largest f of ``CHECK_FACTORS`` (2 when none) under which the function's
-    arguments hold at most ``CHECK_ELEMENTS`` elements on all ranks together. Every
+def check_mapping(module: ModuleOp, ranks: int, factors: Sequence[int] = CHECK_FACTORS, also: Collection[ModuleOp] = ()) -> dict[int, int]:
+    """Each dim d of ``module`` (and of the modules ``also``) -> its size in the
+    interpreter check on ``ranks`` ranks: gcd(d, f·ranks) for the largest f of
+    ``factors`` (the last when none) under which ``module``'s function arguments hold at
+    most ``CHECK_ELEMENTS`` elements on all ranks together. Every
     group of ranks that slices a dim divides ``ranks``, so whatever f, the reduced dim is
     divisible by a group exactly when d is: the ranks' blocks fall as at full size (who
     holds a block, whether it is padded); f only bounds how long the blocks are. A
@@ -784,7 +785,7 @@ def check_mapping(module: ModuleOp, ranks: int) -> dict[int, int]:
 
     from distir.tuning.sizes import program_dims
 
-    dims = program_dims(module)
+    dims = set(program_dims(module)).union(*(program_dims(m) for m in also))
     shapes = [
         a.type.get_shape()
         for op in module.ops
@@ -792,7 +793,7 @@ def check_mapping(module: ModuleOp, ranks: int) -> dict[int, int]:
         for a in op.body.block.args
         if isinstance(a.type, TensorType)
     ]
-    for f in CHECK_FACTORS:
+    for f in factors:
         mapping = {d: math.gcd(d, f * ranks) for d in dims}
         if ranks * sum(_prod(mapping[x] for x in shape) for shape in shapes) <= CHECK_ELEMENTS:
             break

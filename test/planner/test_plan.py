@@ -10,6 +10,7 @@ small programs are best left replicated, and a replicated plan would test nothin
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -266,6 +267,22 @@ def test_the_plan_of_a_gpt_step_computes_the_one_device_step(ranks):
     original, result = planned("gpt", ranks)
     for r in run_check(original, result.best.module, ranks, ("interpret",)):
         assert r.ok, r.message
+
+
+def test_the_check_shrinks_a_model_sized_plan_as_far_as_the_tuners_checks():
+    """``--check`` at Llama-7B's sizes on 64 ranks: gcd(d, 8·64) would leave a 512x512
+    gradient on every rank; the dims become gcd(d, 2·64) = 128 (the arguments within the
+    tuner's bound, ``explore.check_mapping``), and a small program keeps gcd(d, 8·ranks)."""
+    from distir.examples.optimizer_step import optimizer_step
+    from distir.planner.check import reduced
+    from distir.tuning.sizes import program_dims
+
+    shapes = [("q", (4096, 4096)), ("up", (11008, 4096)), ("embed", (32000, 4096))]
+    step = parse_module(optimizer_step("adam", shapes, mixed=True).replace("shape = [?]", "shape = [64]"))
+    original, plan_small = reduced(step, step, 64)
+    assert set(program_dims(original)) == set(program_dims(plan_small)) == {128}
+    mlp = program("mlp_sgd.mlir")
+    assert set(program_dims(reduced(mlp, mlp, 4)[0])) == {math.gcd(d, 32) for d in program_dims(mlp)}
 
 
 def test_no_plan_fits_too_little_memory_and_the_smallest_is_reported():
