@@ -12,7 +12,13 @@ tests, which put the launched jobs and batches of a few tests last).
 README's ``python -m pytest -q test``), and no workers (plain pytest in this process)
 when the run names test files or single tests: a quick run of one file starts no worker
 processes, and ``-n N`` on the command line still chooses N. Without pytest-xdist the
-long options are accepted and ignored (``pytest_addoption``)."""
+long options are accepted and ignored (``pytest_addoption``).
+
+Every MPI job the tests launch has more ranks than the cores left to it (two workers on
+two cores): its ranks sleep while they wait in MPI calls rather than spin
+(``runtime/mpi.py``'s ``YIELD``, set here for the jobs the tests start with ``mpiexec``
+themselves; distir's own launches set it when the ranks outnumber the cores). Spinning
+ranks took a third more CPU in the MPI tests."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from pathlib import Path
 
 import pytest
 from support.suite_order import LONGEST, longest_first
+
+os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")  # runtime/mpi.py's YIELD
 
 pytest_plugins = ["pytester"]  # test_suite_order.py runs the ordering on a made-up suite
 

@@ -206,7 +206,7 @@ def check_mpi_ranks(ranks: int, what: str = "distir-tune") -> None:
 
 
 def _time_mpi(programs, ranks, limits, warmup, progress, samples=None) -> dict[str, float | None]:
-    from distir.runtime.mpi import mpiexec_path, run_mpiexec
+    from distir.runtime.mpi import mpiexec_env, mpiexec_path, run_mpiexec
 
     with tempfile.TemporaryDirectory(prefix="distir-tune-") as d:
         job = Path(d)
@@ -220,7 +220,7 @@ def _time_mpi(programs, ranks, limits, warmup, progress, samples=None) -> dict[s
             progress(f"mpiexec -n {ranks} ({len(names)} programs)")
         cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "distir.tuning.timing", str(job)]
         try:
-            proc = run_mpiexec(cmd, timeout=3600)
+            proc = run_mpiexec(cmd, timeout=3600, env=mpiexec_env(ranks))
         except subprocess.TimeoutExpired:
             raise InputRejected(f"the mpi timing job (mpiexec -n {ranks}) did not finish within an hour: it was stopped") from None
         result = job / "times.json"

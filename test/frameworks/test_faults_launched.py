@@ -51,7 +51,7 @@ def test_the_usual_checkpoint_and_a_skipped_step(job, launcher):
     memory they share); a rank that skips ``optimizer.step()`` once is found at its next
     step, on every rank."""
     proc, _, out = job(launcher, BATCHED[launcher])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, "stdout:\n" + proc.stdout[-2000:] + "\nstderr:\n" + proc.stderr[-3000:]
     for r in range(2):
         assert f"state_dict: rank {r} ok" in proc.stdout
         assert (
@@ -67,7 +67,7 @@ def test_ranks_start_from_rank_0s_parameters_as_under_ddp(job):
     (which broadcasts rank 0's parameters at construction, as DDP does) train every rank
     to the same parameters, within 1e-5 of each other."""
     proc, _, out = job("torchrun", BATCHED["torchrun"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, "stdout:\n" + proc.stdout[-2000:] + "\nstderr:\n" + proc.stderr[-3000:]
     assert "init: rank 0 ok" in proc.stdout and "init: rank 1 ok" in proc.stdout
 
 

@@ -121,7 +121,7 @@ def launched_job():
 @pytest.mark.parametrize("launcher, case", LAUNCHED, ids=[f"{a}-{b}" for a, b in LAUNCHED])
 def test_misuse_in_a_launched_job(launched_job, launcher, case):
     proc = launched_job(launcher)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, "stdout:\n" + proc.stdout[-2000:] + "\nstderr:\n" + proc.stderr[-3000:]
     for r in range(2):
         assert f"{case}: rank {r} rejected: " in proc.stdout, proc.stdout
 

@@ -274,7 +274,7 @@ func.func @f(%t: !dist.tensor<4x2xf32, @world, [replicated]>, %i: !dist.tensor<2
 
 
 # --------------------------------------------------------------------------------------
-# The examples, at their own sizes
+# The examples, at their own sizes (the largest also at test sizes: AT_TEST_SIZES)
 # --------------------------------------------------------------------------------------
 
 EXAMPLE_RANKS = {
@@ -301,6 +301,14 @@ def test_every_example_is_listed():
     assert files == set(EXAMPLE_RANKS)
 
 
+AT_TEST_SIZES = {"megatron_attention", "pipeline_layer"}
+"""Examples of hundreds of MiB per rank (a 2x2048x12288 f16 activation, 8x1024x3072
+attention inputs): each runs at its own size on its first rank count and at the
+runtime tests' sizes (``support/lowered.py``'s ``small_example``: the same ops,
+placements and divisibility) on all of them, rather than at its own size on each (15 s
+of paging at 8 ranks for one)."""
+
+
 def _functions(name):
     from distir.dialects.context import parse_module
     from distir.runtime.npz import functions
@@ -310,24 +318,31 @@ def _functions(name):
 
 @pytest.mark.parametrize("name", sorted(EXAMPLE_RANKS))
 def test_example_runs_on_every_allowed_rank_count(capsys, tmp_path, name):
-    src = EXAMPLES / f"{name}.mlir"
-    reference = None
+    from support.lowered import small_example
+
+    own = EXAMPLES / f"{name}.mlir"
+    runs = [(own, ranks) for ranks in EXAMPLE_RANKS[name]]
+    if name in AT_TEST_SIZES:
+        small = tmp_path / f"{name}-small.mlir"
+        small.write_text(small_example(name))
+        runs = [(own, EXAMPLE_RANKS[name][0])] + [(small, ranks) for ranks in EXAMPLE_RANKS[name]]
     for func in _functions(name):
-        for ranks in EXAMPLE_RANKS[name]:
-            out_path = tmp_path / f"{func}-{ranks}.npz"
+        reference: dict[Path, list] = {}
+        for src, ranks in runs:
+            out_path = tmp_path / f"{src.stem}-{func}-{ranks}.npz"
             code, out, err = run(capsys, src, "--ranks", ranks, "--func", func, "--outputs", out_path)
-            assert code == 0, f"{name} @{func} on {ranks} ranks: {err}"
+            assert code == 0, f"{src.name} @{func} on {ranks} ranks: {err}"
             assert f"@{func} on {ranks} rank(s), backend interpret" in out
             with np.load(out_path) as data:
                 outputs = [data[k] for k in data.files]
             for o in outputs:
-                assert np.isfinite(o.astype(np.float32)).all(), f"{name} @{func} on {ranks} ranks: non-finite output"
+                assert np.isfinite(o.astype(np.float32)).all(), f"{src.name} @{func} on {ranks} ranks: non-finite output"
             if name in RANK_INDEPENDENT:
-                if reference is None:
-                    reference = outputs
+                if src not in reference:
+                    reference[src] = outputs
                 else:
-                    c = compare_outputs(outputs, reference, f"{ranks} ranks", "1 rank")
+                    c = compare_outputs(outputs, reference[src], f"{ranks} ranks", f"{EXAMPLE_RANKS[name][0]} rank(s)")
                     assert c, c.message
     for ranks in {1, 2, 4, 8} - set(EXAMPLE_RANKS[name]):
-        code, _, err = run(capsys, src, "--ranks", ranks, "--func", _functions(name)[0])
+        code, _, err = run(capsys, own, "--ranks", ranks, "--func", _functions(name)[0])
         assert code == 1 and "does not fit mesh" in err

@@ -144,3 +144,18 @@ def test_wrong_process_count_is_rejected(tmp_path):
 def test_errors_from_spawned_ranks_are_diagnostics():
     with pytest.raises(InputRejected, match="does not fit mesh"):
         MpiBackend().run(parse_module(small_example("primitives")), "all_reduce", {}, 2, 0)
+
+
+def test_ranks_outnumbering_the_cores_sleep_while_they_wait(monkeypatch):
+    """distir's own mpiexec jobs (distir-run, distir-tune's timing) with more ranks than
+    cores ask MPICH to sleep between polls (``YIELD``); with as many ranks as cores, or a
+    value the user set, the environment is left as it is."""
+    from distir.runtime import mpi
+
+    monkeypatch.setattr(mpi, "_cores", lambda: 2)
+    monkeypatch.delenv(mpi.YIELD, raising=False)
+    assert mpi.mpiexec_env(2) is None
+    assert mpi.mpiexec_env(4)[mpi.YIELD] == "1"
+    assert mpi.mpiexec_env(4, {"A": "b"}) == {"A": "b", mpi.YIELD: "1"}
+    monkeypatch.setenv(mpi.YIELD, "0")
+    assert mpi.mpiexec_env(8) is None

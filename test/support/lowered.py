@@ -69,9 +69,42 @@ def small_example(name: str) -> str:
     return text
 
 
+@lru_cache(maxsize=None)
+def schedules(name: str) -> tuple[tuple[str, str], ...]:
+    """``(schedule, text)`` of each schedule that applies to the example, deduplicated."""
+    return tuple((sched, text) for sched, text, _ in _scheduled(name))
+
+
+@lru_cache(maxsize=None)
+def _scheduled(name: str) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """``schedules`` with the functions each program runs (``npz.functions``), read from
+    the module each pipeline produced (collection parses each program once)."""
+    from distir.runtime import npz
+
+    base = small_example(name)
+    module = _module(base, "")
+    out = [("original", base, tuple(f.sym_name.data for f in npz.functions(module)))]
+    seen = {str(module)}
+    for sched, pipeline in SCHEDULES.items():
+        module = _module(base, pipeline)
+        if module is None:
+            continue
+        text = str(module)
+        if text in seen:
+            continue
+        seen.add(text)
+        out.append((sched, text, tuple(f.sym_name.data for f in npz.functions(module))))
+    return tuple(out)
+
+
 def opt(text: str, pipeline: str) -> str | None:
     """The program after the pass pipeline (``distir-opt -p`` syntax; empty: printed as
     it is), or None when the pipeline rejects it."""
+    module = _module(text, pipeline)
+    return None if module is None else str(module)
+
+
+def _module(text: str, pipeline: str):
     from xdsl.passes import PassPipeline
     from xdsl.utils.exceptions import PassFailedException
 
@@ -85,24 +118,10 @@ def opt(text: str, pipeline: str) -> str | None:
             module.verify()
         except PassFailedException:
             return None
-    return str(module)
+    return module
 
 
 @lru_cache(maxsize=None)
-def schedules(name: str) -> tuple[tuple[str, str], ...]:
-    """``(schedule, text)`` of each schedule that applies to the example, deduplicated."""
-    base = small_example(name)
-    out = [("original", base)]
-    seen = {opt(base, "")}
-    for sched, pipeline in SCHEDULES.items():
-        text = opt(base, pipeline)
-        if text is None or text in seen:
-            continue
-        seen.add(text)
-        out.append((sched, text))
-    return tuple(out)
-
-
 def rank_counts(name: str) -> tuple[int, ...]:
     from distir.dialects.context import parse_module
     from distir.runtime import npz
@@ -113,13 +132,15 @@ def rank_counts(name: str) -> tuple[int, ...]:
 
 def all_cases() -> list[tuple[str, str, str, int]]:
     """(example, schedule, function, ranks) of every run the runtime tests make."""
-    from distir.dialects.context import parse_module
-    from distir.runtime import npz
+    return list(_all_cases())
 
-    cases = []
-    for name in EXAMPLE_NAMES:
-        for sched, text in schedules(name):
-            for f in npz.functions(parse_module(text)):
-                for ranks in rank_counts(name):
-                    cases.append((name, sched, f.sym_name.data, ranks))
-    return cases
+
+@lru_cache(maxsize=None)
+def _all_cases() -> tuple[tuple[str, str, str, int], ...]:
+    return tuple(
+        (name, sched, f, ranks)
+        for name in EXAMPLE_NAMES
+        for sched, _, functions in _scheduled(name)
+        for f in functions
+        for ranks in rank_counts(name)
+    )

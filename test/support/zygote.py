@@ -1,0 +1,144 @@
+"""A warm process that runs distir's command-line tools for the lit suite.
+
+Each ``distir-opt`` of a lit RUN line starts Python and imports NumPy, xDSL and
+distir's dialects (about 0.4 s of CPU) before it reads a program of a few lines
+(milliseconds); the lit suite makes some 190 such processes. ``test_lit.py`` therefore
+starts this server once, with those modules imported, and puts a shim of each tool
+first on lit's ``PATH`` (``write_shims``). A shim is a small script that Python runs
+without ``site`` (``python -S -E``, ~15 ms); it hands its command line, working
+folder, environment and its standard input, output and error (the file descriptors
+themselves) to the server, which forks a child that runs the tool's ``main`` exactly
+as its console script does, in that folder and environment, reading and writing those
+descriptors; the child sends back its exit status, which the shim exits with.
+
+The child is a fresh copy of a process that has only imported modules: what a tool
+does (its options, outputs, diagnostics, exit status, files) is what the installed
+tool does. The shims are used only while ``test_lit.py`` runs lit (``DISTIR_ZYGOTE``
+names the server's socket); ``lit test`` run by hand, CI's other tests and users run
+the installed tools. A shim that cannot reach the server runs the installed tool.
+
+    python test/support/zygote.py SOCKET      # serve until terminated
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+TOOLS = {"distir-opt": "distir.tools.opt", "distir-import": "distir.tools.importer", "distir-run": "distir.tools.run"}
+"""The tools the lit suite's RUN lines call, and the modules of their ``main``."""
+
+WARM = ("distir.tools.opt_main", "distir.tools.importer", "distir.tools.run")
+"""What the server imports before it serves (what each tool imports when it starts)."""
+
+MAX_REQUEST = 1 << 20
+
+SHIM = """#!{python} -SE
+# distir's test shim for {tool} (test/support/zygote.py): runs it in the lit suite's warm server.
+import json, os, socket, sys
+
+REAL = {real!r}
+try:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(os.environ["DISTIR_ZYGOTE"])
+except (KeyError, OSError):
+    os.execv(REAL, [REAL, *sys.argv[1:]])
+request = {{"tool": {tool!r}, "argv": [{tool!r}, *sys.argv[1:]], "cwd": os.getcwd(), "env": dict(os.environ)}}
+socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
+reply = s.recv(64)
+if not reply:
+    sys.stderr.write("{tool}: the test server's child ended without an exit status\\n")
+    sys.exit(1)
+sys.exit(int(reply))
+"""
+
+
+def write_shims(folder: Path, bindir: Path) -> Path:
+    """Write a shim of each tool of ``TOOLS`` into ``folder`` (the real tools are in
+    ``bindir``); return ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for tool in TOOLS:
+        path = folder / tool
+        path.write_text(SHIM.format(python=sys.executable, tool=tool, real=str(bindir / tool)))
+        path.chmod(0o755)
+    return folder
+
+
+def serve(path: str) -> None:
+    import importlib
+
+    for name in WARM:
+        importlib.import_module(name)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children are reaped by the kernel
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(path)
+    server.listen(64)
+    print("ready", flush=True)
+    while True:
+        conn, _ = server.accept()
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST, 3)
+        except OSError:
+            conn.close()
+            continue
+        if len(fds) == 3 and message and os.fork() == 0:
+            server.close()
+            _run(conn, json.loads(message), fds)  # does not return
+        conn.close()  # the child holds its own copies: a pipe's end closes when the tool's does
+        for fd in fds:
+            os.close(fd)
+
+
+def _run(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked child: become the tool's process and run its ``main``."""
+    import importlib
+    import traceback
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the tool waits for its own subprocesses
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = list(request["argv"])
+    code = 1
+    try:
+        result = importlib.import_module(TOOLS[request["tool"]]).main()
+        code = _status(result)
+    except SystemExit as e:
+        code = _status(e.code)
+    except BaseException:  # what Python does with an uncaught exception
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            pass
+    try:
+        conn.send(str(code).encode())
+    finally:
+        os._exit(code)
+
+
+def _status(value) -> int:
+    """The exit status of ``sys.exit(value)``."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    print(value, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no BLAS threads in a process that forks
+    serve(sys.argv[1])
