@@ -8,12 +8,12 @@ placements on the plan's rank count) and the plan on its ranks, with each backen
 for (``interpret``, ``local``), the program on the same backend as the plan (they then
 differ only in where and in what order they compute). At model sizes nothing runs on one machine: ``reduced`` shrinks both
 programs first (every dim d becomes gcd(d, k) for a k that every mesh axis divides, as
-the tuner's checks do), so the plan's placements stay valid.
+the tuner's checks do, and small enough that the ranks' arguments stay within the
+tuner's bound), so the plan's placements stay valid.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,12 +31,13 @@ class CheckResult:
 
 
 def reduced(original: ModuleOp, plan: ModuleOp, ranks: int, factor: int = 8) -> tuple[ModuleOp, ModuleOp]:
-    """Both programs with every dim d replaced by gcd(d, ranks * factor)."""
-    from distir.tuning.sizes import program_dims, substitute
+    """Both programs with every dim d replaced by gcd(d, ranks * f), f = ``factor``, or
+    4 or 2 where the plan's arguments would hold more than the tuner's checks do on all
+    ranks (``explore.check_mapping``: a Llama-7B step on 64 ranks at 128, not 512)."""
+    from distir.tuning.explore import CHECK_FACTORS, check_mapping
+    from distir.tuning.sizes import substitute
 
-    k = ranks * factor
-    dims = set(program_dims(original)) | set(program_dims(plan))
-    mapping = {d: math.gcd(d, k) for d in dims}
+    mapping = check_mapping(plan, ranks, [f for f in CHECK_FACTORS if f <= factor], also=(original,))
     return substitute(original, mapping), substitute(plan, mapping)
 
 

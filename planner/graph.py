@@ -436,8 +436,11 @@ def _peak_points(g: Graph, count: int) -> list[tuple[int, list[int]]]:
     first, last = liveness(g)
     n_ops = max((n.position for n in g.nodes if not n.is_arg), default=-1) + 1
     delta = [0] * (n_ops + 2)
+    # a result written in place (``dist.inplace``) is its argument's buffer, counted
+    # with the arguments (as ``memory.memory_per_rank`` counts it)
+    written = {r.value for r in g.results if r.inplace is not None}
     for v in g.values:
-        if g.nodes[v.producer].is_arg:
+        if g.nodes[v.producer].is_arg or v.id in written:
             continue
         delta[first[v.id]] += v.nbytes
         delta[min(last[v.id], n_ops) + 1] -= v.nbytes
@@ -454,7 +457,7 @@ def _peak_points(g: Graph, count: int) -> list[tuple[int, list[int]]]:
             chosen.append(p)
     out = []
     for p in sorted(chosen):
-        out.append((p, [v.id for v in g.values if not g.nodes[v.producer].is_arg and first[v.id] <= p <= last[v.id]]))
+        out.append((p, [v.id for v in g.values if not g.nodes[v.producer].is_arg and v.id not in written and first[v.id] <= p <= last[v.id]]))
     return out
 
 

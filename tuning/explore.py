@@ -36,7 +36,9 @@ program as written is always a candidate (``(as written)`` when its name is take
 
 ``check`` (a ``Checker`` per schedule) runs each schedule and the original on the same
 random inputs with the reference interpreter on reduced shapes (every dim d becomes
-gcd(d, 16·ranks), on at most 4 ranks times the static part of the mesh): every
+gcd(d, 16·ranks), or gcd(d, f·ranks) for a smaller f of 8, 4, 2 where the arguments
+would hold more than ``CHECK_ELEMENTS`` on all ranks: ``check_mapping``; on at most 4
+ranks times the static part of the mesh): every
 transformation preserves meaning, so a disagreement is a bug in distir, reported as
 such, and that schedule is never picked; one that cannot run on the reduced shapes is
 not picked either.
@@ -762,10 +764,55 @@ def _prod(xs) -> int:
     return out
 
 
+CHECK_FACTORS = (16, 8, 4, 2)
+"""The factors f of the check's reduced shapes, gcd(d, f·ranks), largest first: f = 16
+(``max(CHUNKS)``) keeps blocks of up to 16 elements where the ranks slice a dim, and
+f = 2 blocks of at least 2 where the ranks divide it (a block of one element would
+look the same laid out in order or strided)."""
+
+
+def check_mapping(module: ModuleOp, ranks: int, factors: Sequence[int] = CHECK_FACTORS, also: Collection[ModuleOp] = ()) -> dict[int, int]:
+    """Each dim d of ``module`` (and of the modules ``also``) -> its size in the
+    interpreter check on ``ranks`` ranks: gcd(d, f·ranks) for the largest f of
+    ``factors`` (the last when none) under which ``module``'s function arguments hold at
+    most ``CHECK_ELEMENTS`` elements on all ranks together. Every
+    group of ranks that slices a dim divides ``ranks``, so whatever f, the reduced dim is
+    divisible by a group exactly when d is: the ranks' blocks fall as at full size (who
+    holds a block, whether it is padded); f only bounds how long the blocks are. A
+    Llama-7B step on 256 ranks (dims 4096, 11008, 32000) checks at 512 and 256, not
+    at 4096, the hidden size itself."""
+    import math
+
+    from distir.tuning.sizes import program_dims
+
+    dims = set(program_dims(module)).union(*(program_dims(m) for m in also))
+    shapes = [
+        a.type.get_shape()
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and not op.is_declaration
+        for a in op.body.block.args
+        if isinstance(a.type, TensorType)
+    ]
+    for f in factors:
+        mapping = {d: math.gcd(d, f * ranks) for d in dims}
+        if ranks * sum(_prod(mapping[x] for x in shape) for shape in shapes) <= CHECK_ELEMENTS:
+            break
+    return mapping
+
+
+CHECK_ELEMENTS = 1 << 24
+"""The most elements the function's arguments of an interpreter check hold on all its
+ranks together (each rank counted whole): above it, the reduced shapes shrink further
+(``Checker.of``)."""
+
+
 @dataclass
 class Checker:
     """The interpreter check of one program's schedules: the reduced shapes (every dim
-    d becomes gcd(d, 16·ranks)) and the program as written at them."""
+    d becomes gcd(d, f·ranks) for the largest f of 16, 8, 4, 2 under which the
+    arguments hold at most ``CHECK_ELEMENTS`` on all ranks; f = 2 when none does:
+    ``check_mapping``) and
+    the program as written at them."""
 
     ranks: int
     mapping: dict[int, int]
@@ -775,13 +822,11 @@ class Checker:
 
     @classmethod
     def of(cls, exploration: Exploration, ranks: int) -> Checker:
-        import math
-
-        from distir.tuning.sizes import program_dims, substitute
+        from distir.tuning.sizes import substitute
 
         original = exploration.candidates[0].module
         n = check_ranks(original, ranks)
-        mapping = {d: math.gcd(d, n * max(CHUNKS)) for d in program_dims(original)}
+        mapping = check_mapping(original, n)
         return cls(n, mapping, substitute(original, mapping))
 
     def __call__(self, cand: Candidate) -> str:

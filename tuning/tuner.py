@@ -208,7 +208,8 @@ def tune(
     planner does) runs the interpreter checks of the schedules it picks, not of every
     schedule evaluated: when a pick fails its check, the evaluation runs again with
     every check (the picks are the same either way; the schedules not picked keep
-    ``check`` "unchecked")."""
+    ``check`` "unchecked"); a program of independent units so checks each class's picks
+    and the ``fuse-maps`` schedule its composed pipelines may keep."""
     if (model is None) == (backend is None):
         raise InputRejected("give either a backend to time on or a topology to predict for")
     check_rank_count(ranks)
@@ -221,7 +222,7 @@ def tune(
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
     parts = units.classes(module, f)
     if sum(len(c.units) for c in parts) >= units.MANY_UNITS:
-        return _tune_units(module, f, parts, ranks, sizes, d, model, backend, as_slice, report, rounds, jobs, exhaustive, limits)
+        return _tune_units(module, f, parts, ranks, sizes, d, model, backend, as_slice, report, rounds, jobs, exhaustive, limits, check_all)
 
     t0 = time.perf_counter()
     fits = None if exhaustive else (lambda m: any(fitting(m, ranks, d, sizes)))
@@ -545,6 +546,7 @@ def _tune_units(
     jobs: int | None,
     exhaustive: bool,
     limits: Limits,
+    check_all: bool = True,
 ) -> TuneResult:
     """A program of independent units, tuned class by class (``units.py``): the classes
     (the heaviest first), then the whole program under each size's class schedules
@@ -553,7 +555,8 @@ def _tune_units(
     (``fuse-maps``), a composed pipeline is not applied (or not further: ``limits``
     is checked between its passes) and a whole program not predicted gets the sum of
     its parts' predictions. What every outcome needs (the program as written, its
-    values' printed names) is prepared first, inside the budget."""
+    values' printed names) is prepared first, inside the budget. ``check_all=False``
+    (``tune``'s) checks each class's picks and its ``fuse-maps`` schedule only."""
     from distir.dialects.context import make_context
 
     seconds: dict[str, float] = {}
@@ -572,8 +575,11 @@ def _tune_units(
         names = {a.name_hint for a in _function_of(prog).body.block.args}
         mine = None if as_slice is None else [n for n in as_slice if n in names]
         results[k] = tune(
-            prog, ranks, sizes if own else None, dim=d if own else None, model=model, backend=backend, as_slice=mine, rounds=rounds, jobs=jobs, exhaustive=exhaustive, limits=limits
+            prog, ranks, sizes if own else None, dim=d if own else None, model=model, backend=backend, as_slice=mine, rounds=rounds, jobs=jobs, exhaustive=exhaustive, limits=limits,
+            check_all=check_all,
         )
+        if not check_all:
+            _check_first(results[k], prog, ranks)
     report("classes", len(parts), len(parts))
     labels = [_label(prog, len(cls.units)) for prog, cls in zip(programs, parts)]
     seconds["classes"] = time.perf_counter() - t0
@@ -692,6 +698,20 @@ def _first_choice(r: TuneResult | None, prog: ModuleOp, ctx) -> _Choice:
     m = prog.clone()
     run_passes(m, [FuseMapsPass()], ctx)
     return _Choice(structural_name(m), "fuse-maps", m, {})
+
+
+def _check_first(r: TuneResult, prog: ModuleOp, ranks: int) -> None:
+    """With only the picks checked (``check_all=False``), a class's ``fuse-maps``
+    schedule is checked too: the composed pipelines keep it for the classes not worth a
+    schedule of their own (``_first_choice``), as a pick."""
+    s = next((s for s in r.schedules if s.pipeline == "fuse-maps"), None)
+    if s is None or s.check != "unchecked":
+        return
+    original = only_function(prog, None)
+    s.check = Checker.of(Exploration([Candidate(original, (), "(as written)", original=True, check="ok")]), ranks)(Candidate(s.module, (), s.name))
+    r.checked += 1
+    if s.check.startswith("differs"):
+        r.bugs.append(f"distir bug: schedule {s.name} ({s.pipeline}) does not compute what the program does: {s.check}")
 
 
 def _best_choice(r: TuneResult | None, size: int) -> _Choice | None:

@@ -242,3 +242,31 @@ def test_exploring_a_training_step_prints_each_program_once_and_applies_only_wha
     assert prints == transformed  # once per program transformed, never per application
     wasted = {k: n for k, n in outcomes.items() if k[1] != "changed"}
     assert not wasted, f"pass applications that change nothing: {wasted}"
+
+
+def test_the_check_of_a_model_sized_step_shrinks_its_dims_and_slices_them_as_at_full_size():
+    """At Llama-7B's sizes on a static mesh of 256 ranks (the planner's programs),
+    gcd(d, 16·256) is the hidden size itself, 4096: the check would hold a 4096x4096
+    gradient on every rank. It shrinks further (``check_mapping``: blocks of at least 2
+    elements), every group of ranks (a divisor of 256) divides a reduced dim exactly when
+    it divides the dim, and a candidate checks ok at those sizes. A program small enough
+    keeps gcd(d, 16·ranks)."""
+    from distir.examples.optimizer_step import optimizer_step
+    from distir.tuning.explore import CHECK_ELEMENTS, Checker, check_mapping
+    from distir.tuning.sizes import program_dims
+
+    shapes = [("q", (4096, 4096)), ("up", (11008, 4096)), ("embed", (32000, 4096))]
+    module = parse_module(optimizer_step("adam", shapes, mixed=True).replace("shape = [?]", "shape = [256]"))
+    mapping = check_mapping(module, 256)
+    assert mapping == {4096: 512, 11008: 256, 32000: 256}
+    assert all((d % g == 0) == (r % g == 0) for d, r in mapping.items() for g in (1 << k for k in range(9)))
+    small = parse_module((EXAMPLES / "sgd.mlir").read_text().replace("1048576", "4096"))
+    assert check_mapping(small, 4) == {4096: 64}  # gcd(4096, 16·4): under CHECK_ELEMENTS
+    assert 4 * 3 * 4096 <= CHECK_ELEMENTS
+
+    one = parse_module(optimizer_step("adam", shapes[:1], mixed=True).replace("shape = [?]", "shape = [256]"))
+    ex = explore(one)
+    checker = Checker.of(ex, 256)
+    assert checker.ranks == 256 and set(program_dims(checker.original)) <= {512, 1}
+    split = next(c for c in ex.candidates if c.name.startswith("RS-AG") or c.name.startswith("fuse(RS-Adam-AG)"))
+    assert checker(split) == "ok"

@@ -164,3 +164,24 @@ def test_the_order_of_an_overlap_family_is_decided_on_one_copy(monkeypatch):
     own = search._order_matters
     monkeypatch.setattr(search, "_order_matters", lambda cand, ranks, *memo: own(cand, ranks))  # a copy per member
     assert search.plan(cands, 8).shares == p.shares and len(fixed) > len(p.families)
+
+
+def test_deferred_checks_of_a_program_of_independent_parts_run_only_each_class_picks():
+    """A program of independent parts (an Adam step over Llama-like parameters: a class
+    per shape, each tuned on its first part) with ``check_all=False`` checks only each
+    class's pick and its ``fuse-maps`` schedule (which the composed pipelines keep for
+    the classes not worth their own), and picks and predicts what it does with every
+    check."""
+    from distir.examples.optimizer_step import optimizer_step
+
+    text = optimizer_step("adam", [("gate", (176, 64)), ("up", (176, 64)), ("norm", (64,))], mixed=True)
+    topo = get_topology("dgx2", 1)
+    every = tune(parse_module(text), 16, model=topo)
+    picks = tune(parse_module(text), 16, model=topo, check_all=False)
+    assert picks.best == every.best
+    assert [(s.name, s.times) for s in picks.schedules] == [(s.name, s.times) for s in every.schedules]
+    assert [(label, r.best) for label, _, r in picks.parts] == [(label, r.best) for label, _, r in every.parts]
+    for _, _, r in picks.parts:
+        checked = {s.name for s in r.schedules if s.check == "ok"}
+        assert checked == set(r.best.values()) | {s.name for s in r.schedules if s.pipeline == "fuse-maps"} and r.checked == len(checked)
+    assert len(picks.parts) > 1 and picks.checked <= 2 * len(picks.parts) < every.checked
