@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 import weakref
 from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, NoReturn
@@ -166,6 +167,16 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     # --- syntax ---------------------------------------------------------------------
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        # A program names the same few types thousands of times (every operand and result):
+        # the text of one, from '<' to its '>', parses to the same parameters wherever it
+        # is, so each distinct text is parsed once per process (``_PARSED``).
+        at = parser.pos
+        body = _TYPE_BODY.match(parser.lexer.input.content, at)
+        if body is not None:
+            known = _PARSED.get(body.group())
+            if known is not None:
+                parser._resume_from(body.end())  # noqa: SLF001 - past the '>', as parse_punctuation would
+                return known
         parser.parse_punctuation("<")
         start = parser.pos
         dims, elt = parser.parse_ranked_shape()
@@ -186,7 +197,12 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         why = cls.layout_error(len(dims), placements)
         if why:
             parser.raise_error(f"!dist.tensor {why}", end)
-        return (ArrayAttr([IntAttr(d) for d in dims]), elt, SymbolRefAttr(mesh), ArrayAttr(_shortest(placements)))
+        params = (ArrayAttr([IntAttr(d) for d in dims]), elt, SymbolRefAttr(mesh), ArrayAttr(_shortest(placements)))
+        if body is not None and body.end() == end + 1:  # the text parsed is the text matched
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[body.group()] = params
+        return params
 
     def print_parameters(self, printer: Printer) -> None:
         printer.print_string("<")
@@ -211,6 +227,14 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         why = self.layout_error(self.rank, self.get_placements())
         if why:
             raise VerifyException(f"!dist.tensor {why}")
+
+
+_TYPE_BODY = re.compile(r"<[^<>]*(?:<[^<>]*>[^<>]*)*>")
+"""A ``!dist.tensor``'s text from its '<' to its '>' (placements nest one level:
+``sliced<0>``)."""
+_PARSED: dict[str, tuple[Attribute, ...]] = {}
+"""The parameters of each ``!dist.tensor`` text parsed without error (``parse_parameters``)."""
+_PARSED_MAX = 1 << 16
 
 
 @functools.lru_cache(maxsize=4096)
