@@ -25,6 +25,7 @@ Every tool is ``main(argv) = run_tool(name, body)``, and its parser comes from
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import traceback
@@ -288,10 +289,29 @@ def quiet_developer_warnings(tool: str = "distir") -> None:
         warnings.showwarning = show
 
 
+YOUNG_OBJECTS = 50_000
+"""Allocations between two collections of a tool's young objects (CPython's default: 700)."""
+
+
+def collect_less() -> None:
+    """Collect garbage less often than CPython does by default. A tool holds one program's
+    IR, a graph of millions of small objects that lives until the tool ends, and the
+    default thresholds (700, 10, 10) walk all of it in full collections that free
+    nothing: parsing and verifying the 1.3 B-parameter GPT step made 6 of them, freed 0
+    objects and took 15% of the CPU (5.4 -> 4.6 s; the same peak memory). The passes
+    pause collection while they run (``passes.support.gc_paused``); this covers the
+    parser, the verifier and the runtimes. Called by ``run_tool``; never lowers a
+    threshold set higher."""
+    young, middle, old = gc.get_threshold()
+    if young and young < YOUNG_OBJECTS:
+        gc.set_threshold(YOUNG_OBJECTS, max(middle, 20), max(old, 100))
+
+
 def run_tool(tool: str, body: Callable[[], int]) -> int:
     """Run a tool's body with standard output guarded (module doc), mapping exceptions
     to messages on stderr and exit codes."""
     quiet_developer_warnings(tool)
+    collect_less()
     saved = sys.stdout
     real = saved is None or saved is sys.__stdout__
     sys.stdout = _Output(saved, STDOUT, tool)  # type: ignore[assignment]
