@@ -46,7 +46,11 @@ from distir.planner.strategies import Strategy, arg_strategies, op_strategies
 
 LEADERS = ("dist.matmul", "dist.embedding_bag", "dist.iota")
 """Ops that always get variables of their own: where the integer program decides
-(everything else follows its main operand, module doc)."""
+(everything else follows its main operand, module doc, unless that operand comes from
+a class of one strategy, a fixed argument: the op then decides too, or the cast of a
+``local`` gradient would always be replicated (an AllReduce) and the update of a
+replicated parameter too (its state gathered): ZeRO-1's reduce-scattered gradient
+and update on the state's slices could not be written)."""
 
 
 @dataclass
@@ -195,6 +199,8 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
         if lead == c:
             continue
         r = root[lead]
+        if len(strategies[r]) == 1:
+            continue  # a fixed argument decides nothing: following it would fix the op (LEADERS)
         wanted = {}
         for t, s in enumerate(strategies[c]):
             wanted.setdefault(s.operands[k], t)
