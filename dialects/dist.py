@@ -573,16 +573,11 @@ def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:
     return table.get(name)
 
 
-_SYMBOL_TABLES: dict[type, bool] = {}
-
-
+@functools.cache
 def _holds_symbols(cls: type[Operation]) -> bool:
     """``cls.has_trait(SymbolTable)`` (a class's traits are fixed), asked once per class:
     every lookup climbs from an op to its module."""
-    got = _SYMBOL_TABLES.get(cls)
-    if got is None:
-        got = _SYMBOL_TABLES[cls] = cls.has_trait(SymbolTable)
-    return got
+    return cls.has_trait(SymbolTable)
 
 
 def _sym_name(op: Operation) -> str | None:
