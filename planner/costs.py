@@ -12,7 +12,22 @@ programs), never from a copy of it:
   (NCCL's fastest algorithm and protocol, concurrent groups sharing links). A
   ``coll.all_to_all`` is charged as the ring AllGather of its input, which moves what
   its point-to-point exchange moves per link ((n-1)/n of each rank's input). A
-  ``dist.take_slice`` moves nothing (a view).
+  ``dist.take_slice`` moves nothing (a view). A collective that cuts its buffer into
+  blocks along a dim with larger dims before it (blocks that are not contiguous) also
+  pays the copy ``lower-collectives`` makes of its buffer into or out of one block per
+  rank (a ``Charge`` of kind ``copy``: a kernel reading and writing its bytes,
+  ``work_seconds``);
+* AllReduces the lowering runs as one call over one bucket (``Charge.share``:
+  ``ilp.build`` decides which, as ``combine-collectives`` and ``lower-buckets`` do)
+  share that call's latency and bandwidth: each member pays the bytes of the tangent of
+  ``collective_seconds`` at the bucket's size (``tangent``) and its share of one call's
+  latency per ``bucket_bytes``, the group (the integer program) the latency once. The
+  model's curve is concave, a minimum of affine pieces: the tangent lies above it, so
+  the bucket costs at most that. Where P²'s synthesis rewrites each AllReduce first
+  (``ShapeCosts.reductions``), they are priced one by one. Other collectives the
+  lowering combines run as one launch of one call each (``rt.fused``): their latency
+  is not shared, and the planner, like the walker's bandwidth terms, prices them one
+  by one.
 
 The planner ranks its leading candidates again on the whole program, lowered
 (``evaluate.py``); these per-op costs are what the integer program adds up.
@@ -26,12 +41,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from distir.dialects import layout as dlayout
+from distir.dialects.collectives.base import is_contiguous_block
 from distir.dialects.dist import TensorType, element_bytes
 from distir.frontends.partition import ReshardError, ReshardStep, reshard_steps
+from distir.lowering.lower_buckets import packable
+from distir.passes.combine_collectives import DEFAULT_BUCKET_BYTES as BUCKET_BYTES
 from distir.planner.graph import Graph, Node
 from distir.planner.meshes import Mesh
 from distir.planner.strategies import Layout, Strategy
-from distir.tuning.cost_model import DEFAULT_OPTIONS, ModelOptions, collective_seconds, dist_op_work, work_seconds
+from distir.tuning.cost_model import DEFAULT_OPTIONS, ModelOptions, collective_seconds, dist_op_work, runtime_of, work_seconds
 from distir.tuning.topology import Topology
 
 INFEASIBLE = 1e9
@@ -44,11 +62,29 @@ COLLECTIVE_KIND = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter
 class Charge:
     """One collective of a resharding: its kind, the mesh axes and the bytes per rank
     in the convention of ``collectives.py`` (an AllGather's output, a ReduceScatter's
-    input)."""
+    input); ``bucket``: what else ``combine-collectives`` requires of collectives it
+    combines (element type, reduction, dim) and, for an AllReduce, whether
+    ``lower-buckets`` can run it in a bucket (``lower_buckets.packable``: no dim sliced
+    by another axis); ``share`` and ``size``: how the integer program prices it
+    (module doc): ``""`` alone (a call of its own), ``"bucket"`` an AllReduce in a
+    bucket of about ``size`` bytes with others."""
 
     kind: str
     axes: tuple[int, ...]
     nbytes: float
+    bucket: tuple = ()
+    share: str = ""
+    size: float = 0.0
+
+    @property
+    def group(self) -> tuple:
+        """What collectives the lowering may combine with this one have alike."""
+        return (self.kind, self.axes, self.bucket)
+
+    @property
+    def in_bucket(self) -> bool:
+        """Whether ``lower-buckets`` runs it with the others of its group as one call."""
+        return self.kind == "all_reduce" and bool(self.bucket) and bool(self.bucket[-1])
 
 
 @dataclass
@@ -61,12 +97,23 @@ class ShapeCosts:
     sizes: tuple[int, ...]
     topology: Topology
     options: ModelOptions = DEFAULT_OPTIONS
+    reductions: bool = False
+    """Whether P²'s reduction programs replace the AllReduces over several levels of a
+    machine of several nodes (``plan.schedule`` with a topology name): those run as a
+    program of several collectives each (``synthesize-reductions`` runs before the
+    lowering combines collectives), never in one bucket (``Costs.bucketed``)."""
     _reshard: dict = field(default_factory=dict)
     _work: dict = field(default_factory=dict)
 
     @property
     def naxes(self) -> int:
         return len(self.sizes)
+
+    @property
+    def launch_s(self) -> float:
+        """Device seconds of a kernel or a collective call besides its work
+        (``Runtime.device_s``): what ops the lowering runs as one launch share."""
+        return runtime_of(self.topology, self.options).device_s
 
     def charges(self, shape: tuple[int, ...], element_type, src: Layout, dst: Layout) -> tuple[Charge, ...] | None:
         """The collectives that turn a value laid out as ``src`` into ``dst`` (None: no
@@ -138,16 +185,27 @@ def _steps(shape, element_type, src: Layout, dst: Layout, naxes: int, sizes) -> 
     planned = _plan(len(shape), src, dst, naxes)
     if planned is None:
         return None
-    before, out = planned[0].get_placements(), []
+    t = planned[0]
+    before, out = t.get_placements(), []
     item = element_bytes(element_type)
     for st in planned[1]:
         after = st.result.get_placements()
         kind = st.kind
         if kind in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"):
-            n_in = float(_count(dlayout.local_shape(shape, before, sizes))) * item
-            n_out = float(_count(dlayout.local_shape(shape, after, sizes))) * item
-            out.append(Charge(kind, tuple(st.axes), n_out if kind == "all_gather" else n_in))
-        before = after
+            local_in, local_out = dlayout.local_shape(shape, before, sizes), dlayout.local_shape(shape, after, sizes)
+            n_in = float(_count(local_in)) * item
+            n_out = float(_count(local_out)) * item
+            # a 0-d AllReduce is never combined (``combine_collectives.candidate``)
+            bucket = (element_type, st.options.get("op"), st.options.get("dim"), kind == "all_reduce" and len(shape) > 0 and packable([t]))
+            out.append(Charge(kind, tuple(st.axes), n_out if kind == "all_gather" else n_in, bucket))
+            # the blocks a collective cuts its buffers into along a dim that is not the
+            # outermost (non-contiguous blocks) are copied into place first or after
+            # (``lower-collectives``' pack and unpack, one ``rt.copy_blocks`` each)
+            send, recv = st.cls.cut_dims(t, st.options, st.axes)
+            copied = sum(n for dims, local, n in ((send, local_in, n_in), (recv, local_out, n_out)) for d in dims if not is_contiguous_block(local, d))
+            if copied:
+                out.append(Charge("copy", (), copied))
+        before, t = after, st.result
     return tuple(out)
 
 
@@ -176,10 +234,62 @@ class Costs:
     def collective(self, kind: str, axes: tuple[int, ...], nbytes: float) -> float:
         return float(self.curve(kind, axes)(nbytes))
 
+    def tangent(self, kind: str, axes: tuple[int, ...], size: float) -> tuple[float, float]:
+        """(seconds, seconds per byte) of the affine piece of the collective's curve at
+        ``size`` bytes (the protocol and algorithm the model picks there): a line above
+        the curve everywhere, exact at ``size`` (``Charge.share`` ``"bucket"``)."""
+        key = ("tangent", kind, axes, size)
+        got = self._curves.get(key)
+        if got is None:
+            curve = self.curve(kind, axes)
+            at, half = (float(v) for v in curve(np.array([size, size / 2])))
+            per_byte = max(0.0, (at - half) / (size / 2)) if size > 0 else 0.0
+            got = self._curves[key] = (max(0.0, at - per_byte * size), per_byte)
+        return got
+
+    def bucketed(self, kind: str, axes: tuple[int, ...]) -> bool:
+        """Whether AllReduces over ``axes`` the lowering combines run as one call over one
+        bucket: not where P²'s synthesis may first rewrite each into a program of its
+        own (``ShapeCosts.reductions``: the axes span several levels of the hierarchy)."""
+        if kind != "all_reduce":
+            return False
+        if not self.shape.reductions or self.mesh.placement.hierarchy[0] <= 1:
+            return True
+        key = ("bucketed", axes)
+        got = self._curves.get(key)
+        if got is None:
+            from distir.synthesis.hierarchy import synthesis_hierarchy
+
+            got = self._curves[key] = len(synthesis_hierarchy(self.mesh.placement, axes).levels) <= 2
+        return got
+
+    def charged(self, kind: str, axes: tuple[int, ...], share: str, size: float, nbytes: np.ndarray) -> np.ndarray:
+        """Seconds the integer program charges each of collectives of ``kind`` over
+        ``axes`` of ``nbytes`` shared as ``share`` (``Charge``; the module doc): alone,
+        its curve; an AllReduce in a bucket of about ``size`` bytes, the tangent's bytes
+        and its share of a call's latency per ``BUCKET_BYTES`` (the group pays the
+        latency once: ``shared``)."""
+        if kind == "copy":  # a copy kernel: read and write (``work_seconds``, as the walker's ``_copy_bytes``)
+            return np.array([work_seconds(self.topology, 2.0 * b, 0.0, "f32", self.shape.options) for b in np.asarray(nbytes, dtype=np.float64)])
+        if share == "bucket" and self.bucketed(kind, axes):
+            alpha, beta = self.tangent(kind, axes, size)
+            return nbytes * (beta + alpha / BUCKET_BYTES)
+        return self.curve(kind, axes)(nbytes)
+
+    def shared(self, charge: Charge) -> float:
+        """What a bucket of AllReduces like ``charge`` pays once: its call's latency
+        (``charged``; nothing where they are not run in a bucket here)."""
+        if charge.share == "bucket" and self.bucketed(charge.kind, charge.axes):
+            return self.tangent(charge.kind, charge.axes, charge.size)[0]
+        return 0.0
+
+    def charge_seconds(self, c: Charge) -> float:
+        return float(self.charged(c.kind, c.axes, c.share, c.size, np.array([c.nbytes]))[0])
+
     def seconds(self, charges: tuple[Charge, ...] | None) -> float:
         if charges is None:
             return INFEASIBLE
-        return sum(self.collective(c.kind, c.axes, c.nbytes) for c in charges)
+        return sum(self.charge_seconds(c) for c in charges)
 
     def reshard(self, shape: tuple[int, ...], element_type, src: Layout, dst: Layout) -> float:
         return self.seconds(self.shape.charges(shape, element_type, src, dst))

@@ -27,6 +27,21 @@ is a row or column of ``R``, added to the other end's ``w``. Results cost their
 resharding: into the argument they are written into (an edge to it), into a fixed
 placement, or, free, into their own layout with partial sums completed.
 
+**What the lowering runs as one** (``Group``; a variable ``z[g]`` in [0, 1] each).
+The lowering combines independent AllReduces of one kind into one call over one bucket
+(``combine-collectives``, ``lower-buckets``: a data-parallel step's gradients) and runs
+consecutive element-wise ops of one iteration space as one kernel
+(``lower-to-kernels``). Their members' costs leave out what they share (a bucket's
+latency, its bytes priced at the tangent of the cost model's curve at the bucket's
+size: ``costs.py``; a kernel's launch), and each group pays it once:
+``+ sum_g s_g z[g]`` with ``z[g] >= sum`` of the variables of any one member that
+carries it (an edge's pairs whose resharding has an AllReduce of the group, a
+class's strategies of the group's layout). Which collectives can share a bucket is
+decided as the lowering decides it, on the program's order (``_combined``), which
+kernels as it fuses them (``_kernels``); alike groups (the layers') are one variable
+with their count, so the program still grows with the distinct ops. A group of one
+member, or one always on, is that member's cost (``Group.folded``).
+
 Solved by HiGHS (``scipy.optimize.milp``). With the memory constraints infeasible, the
 same program minimising the largest peak instead gives the smallest memory per rank
 the mesh allows (what ``distir-plan`` reports when no plan fits).
@@ -39,14 +54,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distir.planner.costs import Costs, ShapeCosts
+from distir.lowering.lower_to_kernels import ELEMENTWISE as KERNEL_ELEMENTWISE
+from distir.planner.costs import BUCKET_BYTES, Charge, Costs, ShapeCosts
 from distir.planner.graph import Graph
 from distir.planner.strategies import Strategy, arg_strategies, op_strategies
 
 
 LEADERS = ("dist.matmul", "dist.embedding_bag", "dist.iota")
 """Ops that always get variables of their own: where the integer program decides
-(everything else follows its main operand, module doc)."""
+(everything else follows its main operand, module doc, unless that operand comes from
+a class of one strategy, a fixed argument: the op then decides too, or the cast of a
+``local`` gradient would always be replicated (an AllReduce) and the update of a
+replicated parameter too (its state gathered): ZeRO-1's reduce-scattered gradient
+and update on the state's slices could not be written)."""
 
 
 @dataclass
@@ -80,6 +100,14 @@ class Problem:
     memory: list[tuple[int, dict[int, np.ndarray]]]
     """Per peak: (op position, per root class the bytes per rank of each root strategy)."""
     variables: int = 0
+    groups: list[Group] = field(default_factory=list)
+    """Collectives and kernels the lowering runs as one, paid once (``Group``)."""
+    modes: dict[tuple, frozenset] = field(default_factory=dict)
+    """``Structure.modes``."""
+    launched: set[int] = field(default_factory=set)
+    """``Structure.launched``."""
+    sizes: dict[tuple, float] = field(default_factory=dict)
+    """``Structure.sizes``."""
 
     @property
     def roots(self) -> list[int]:
@@ -88,7 +116,8 @@ class Problem:
     def size(self) -> dict[str, int]:
         xs = sum(len(self.strategies[r]) for r in self.work)
         ys = sum(e.cost.size for e in self.edges)
-        return {"classes": len(self.strategies), "roots": len(self.work), "binaries": xs, "edge variables": ys, "edges": len(self.edges)}
+        zs = sum(1 for grp in self.groups if not grp.folded)
+        return {"classes": len(self.strategies), "roots": len(self.work), "binaries": xs, "edge variables": ys, "edges": len(self.edges), "groups": zs}
 
     def chosen(self, choice: dict[int, int]) -> list[int]:
         """Each class's strategy index given each root's."""
@@ -156,6 +185,78 @@ class Structure:
     cell of each group)."""
     memory: list[tuple[int, dict[int, np.ndarray]]]
     table: ChargeTable
+    groups: list[_Group] = field(default_factory=list)
+    """Collectives and kernels the lowering runs as one (``_combined``, ``_kernels``)."""
+    modes: dict[tuple, frozenset] = field(default_factory=dict)
+    """The node-level edges (``(user node, operand slot)``, ``("result", index)``) whose
+    collectives of these groups (``Charge.group``) are shared."""
+    launched: set[int] = field(default_factory=set)
+    """The element-wise ops whose launch a kernel group pays."""
+    sizes: dict[tuple, float] = field(default_factory=dict)
+    """Each group kind's bucket size (``_combined``)."""
+
+
+@dataclass
+class _Link:
+    """The node-level edges between two classes (an operand slot of an op reading a
+    producer's result; a result into its argument or into its placement): their root
+    classes, the group of each root strategy on each side and the cell of each group
+    pair (between a root and itself, ``cells[i]`` per root strategy: ``left`` and
+    ``right`` None); and each member: (what, producer's position, user's position)."""
+
+    ru: int
+    rv: int
+    left: np.ndarray | None
+    right: np.ndarray | None
+    cells: np.ndarray
+    hides: np.ndarray | None
+    members: list[tuple[tuple, int, int]] = field(default_factory=list)
+    modes: list[frozenset] = field(default_factory=list)
+    """Per member, the groups of its collectives (``Charge.group``) it shares a call with."""
+
+
+@dataclass
+class _Group:
+    """Collectives (of ``kind`` over ``axes``) or kernels (``kind`` ``"kernel"``) the
+    lowering runs as one: ``count`` alike such groups of ``size`` members each, each
+    paying once what its members share (a call's or a kernel's device time, a bucket's
+    latency: ``charge``, None for a kernel), on when any of its ``activators`` is
+    (``_activator``)."""
+
+    kind: str
+    axes: tuple[int, ...]
+    count: int
+    size: int
+    charge: Charge | None
+    activators: list[tuple]
+
+
+@dataclass
+class Group:
+    """A ``_Group`` priced on a placement: ``seconds`` for all ``count`` of them, on when
+    any of ``members`` is: ``("x", root, mask)``, a root's strategy in the mask;
+    ``("y", edge, mask)``, the edge's group pair in the mask."""
+
+    kind: str
+    axes: tuple[int, ...]
+    count: int
+    size: int
+    seconds: float
+    members: list[tuple]
+    folded: bool = False
+    """Paid whatever the choice or exactly when its one member is on: its seconds are
+    in that member's cost (``problem``), it has no variable of its own."""
+
+    def active(self, p: Problem, choice: dict[int, int]) -> bool:
+        for m in self.members:
+            if m[0] == "x":
+                if m[2][choice[m[1]]]:
+                    return True
+            else:
+                e = p.edges[m[1]]
+                if m[2][e.left[choice[e.u]], e.right[choice[e.v]]]:
+                    return True
+        return False
 
 
 def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True) -> Structure:
@@ -195,6 +296,8 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
         if lead == c:
             continue
         r = root[lead]
+        if len(strategies[r]) == 1:
+            continue  # a fixed argument decides nothing: following it would fix the op (LEADERS)
         wanted = {}
         for t, s in enumerate(strategies[c]):
             wanted.setdefault(s.operands[k], t)
@@ -214,51 +317,55 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
         work[root[c]] += counts[c] * unit_work[c][fmap[c]]
 
     # -- edges ---------------------------------------------------------------------------
-    pairs: dict[tuple, list[int]] = {}
+    table = ChargeTable()
+    cached: dict[tuple, int] = {}
+
+    def cell(v, a, b) -> int:
+        """The cell of resharding a value like ``v`` laid out ``a`` into ``b``: once per
+        value type and layout pair (the layers' edges are alike)."""
+        key = (v.shape, v.element_type, a, b)
+        got = cached.get(key)
+        if got is None:
+            got = cached[key] = table.cell(costs.charges(v.shape, v.element_type, a, b))
+        return got
+
+    end = max((n.position for n in g.nodes if not n.is_arg), default=-1) + 1
+    links: list[_Link] = []
+    index: dict[tuple, int] = {}
+
+    grids: dict[tuple, np.ndarray] = {}
+
+    def link(ru: int, rv: int, src: list, dst: list, v, hides) -> _Link:
+        if ru == rv:
+            return _Link(ru, rv, None, None, np.array([cell(v, a, b) for a, b in zip(src, dst)], dtype=np.int64), None)
+        lgroups: dict = {}
+        left = np.array([lgroups.setdefault(a, len(lgroups)) for a in src], dtype=np.int64)
+        rgroups: dict = {}
+        right = np.array([rgroups.setdefault(b, len(rgroups)) for b in dst], dtype=np.int64)
+        key = (v.shape, v.element_type, tuple(lgroups), tuple(rgroups))  # the layers' links are alike
+        cells = grids.get(key)
+        if cells is None:
+            cells = grids[key] = np.array([[cell(v, a, b) for b in rgroups] for a in lgroups], dtype=np.int64)
+        return _Link(ru, rv, left, right, cells, hides)
+
     for node in g.nodes:
         for k, x in enumerate(node.operands):
             if x is None:
                 continue
             val = g.values[x]
             key = (cls[val.producer], val.index, cls[node.id], k)
-            got = pairs.get(key)
-            if got is None:
-                pairs[key] = [1, x]
-            else:
-                got[0] += 1
-    edges: list[_Pending] = []
-    folded: list[tuple[int, int, np.ndarray, np.ndarray]] = []
-    table = ChargeTable()
-
-    def charges_of(x: int):
-        v = g.values[x]
-        return lambda a, b: table.cell(costs.charges(v.shape, v.element_type, a, b))
-
-    grids: dict[tuple, np.ndarray] = {}
-
-    def grid_of(x: int):
-        """The cells of every (producer layout, user layout) pair of an edge carrying
-        ``x``: once per value type and layout lists (the layers' edges are alike)."""
-        v = g.values[x]
-
-        def cells(la: tuple, rb: tuple) -> np.ndarray:
-            key = (v.shape, v.element_type, la, rb)
-            got = grids.get(key)
-            if got is None:
-                got = np.array([[table.cell(costs.charges(v.shape, v.element_type, a, b)) for b in rb] for a in la], dtype=np.int64)
-                grids[key] = got
-            return got
-
-        return cells
-
-    for (cu, j, cv, k), (count, x) in pairs.items():
-        ru, rv = root[cu], root[cv]
-        src = [strategies[cu][fmap[cu][i]].results[j] for i in range(len(strategies[ru]))]
-        dst = [strategies[cv][fmap[cv][t]].operands[k] for t in range(len(strategies[rv]))]
-        producer = g.nodes[g.classes[ru][0]].op
-        hides = unit_work[ru] if producer is not None and producer.name in OVERLAPPED else None
-        _edge(edges, folded, ru, rv, count, src, dst, charges_of(x), hides, grid_of(x))
-    for r in g.results:
+            li = index.get(key)
+            if li is None:
+                cu, j, cv, _ = key
+                ru, rv = root[cu], root[cv]
+                src = [strategies[cu][fmap[cu][i]].results[j] for i in range(len(strategies[ru]))]
+                dst = [strategies[cv][fmap[cv][t]].operands[k] for t in range(len(strategies[rv]))]
+                producer = g.nodes[g.classes[ru][0]].op
+                hides = unit_work[ru] if producer is not None and producer.name in OVERLAPPED else None
+                li = index[key] = len(links)
+                links.append(link(ru, rv, src, dst, val, hides))
+            links[li].members.append(((node.id, k), g.nodes[val.producer].position, node.position))
+    for n, r in enumerate(g.results):
         v = g.values[r.value]
         cu, j = cls[v.producer], v.index
         ru = root[cu]
@@ -267,7 +374,7 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
             ca = cls[g.arg_node[r.inplace]]
             ra = root[ca]
             dst = [strategies[ca][fmap[ca][t]].results[0] for t in range(len(strategies[ra]))]
-            _edge(edges, folded, ru, ra, 1, src, dst, charges_of(r.value), None, grid_of(r.value))
+            links.append(link(ru, ra, src, dst, v, None))
         else:
             if r.fixed is not None:
                 from distir.planner.strategies import fixed_layout
@@ -276,9 +383,24 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
                 dst = [target] * len(src)
             else:
                 dst = [a.whole() for a in src]
-            groups: dict = {}
-            idx = np.array([groups.setdefault((a, b), len(groups)) for a, b in zip(src, dst)], dtype=np.int64)
-            folded.append((ru, 1, idx, np.array([charges_of(r.value)(a, b) for a, b in groups], dtype=np.int64)))
+            links.append(link(ru, ru, src, dst, v, None))
+        links[-1].members.append((("result", n), g.nodes[v.producer].position, end))
+    edges: list[_Pending] = []
+    folded: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+    groups, bucket_sizes = _combined(links, table)
+    modes: dict[tuple, frozenset] = {}
+    for ln in links:
+        by_mode: dict[frozenset, int] = {}
+        for (what, _, _), mode in zip(ln.members, ln.modes):
+            by_mode[mode] = by_mode.get(mode, 0) + 1
+            if mode:
+                modes[what] = mode
+        for mode, count in by_mode.items():
+            cells = ln.cells if not mode else table.moded(ln.cells, mode, bucket_sizes)
+            _edge(edges, folded, ln.ru, ln.rv, count, ln.left, ln.right, cells, ln.hides)
+    launches, launched = _kernels(g, strategies, root, fmap, groups)
+    for c, n in launches.items():
+        work[root[c]] -= n * costs.launch_s  # one launch for the run: the group's (``_kernels``)
 
     # -- memory ----------------------------------------------------------------------------
     arg_bytes: dict[int, np.ndarray] = {c: np.zeros(len(strategies[c])) for c in work}
@@ -299,32 +421,29 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
     if not memory:
         memory.append((-1, arg_bytes))
     table.freeze()
-    return Structure(strategies, root, fmap, counts, work, edges, folded, memory, table)
+    return Structure(strategies, root, fmap, counts, work, edges, folded, memory, table, groups, modes, launched, bucket_sizes)
 
 
-def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src: list, dst: list, cell_of, hides: np.ndarray | None = None,
-          grid_of=None) -> None:
-    """An edge between root classes, in layout space (or folded into a root's work);
-    ``hides``: the producer's work per strategy, for an edge out of an op whose
-    collectives a schedule may overlap (then one group per producer strategy);
-    ``grid_of(la, rb)``: the cells of every pair of the layouts (``cell_of`` each)."""
+def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, left: np.ndarray | None, right: np.ndarray | None,
+          cells: np.ndarray, hides: np.ndarray | None = None) -> None:
+    """An edge between root classes, in layout space (or folded into a root's work):
+    ``cells[a, b]`` the resharding of producer group ``a`` (``left[i]``: the group of
+    root strategy i) into user group ``b``; between a root and itself, ``cells[i]`` per
+    root strategy. ``hides``: the producer's work per strategy, for an edge out of an
+    op whose collectives a schedule may overlap (then one group per producer
+    strategy)."""
     if ru == rv:
-        groups: dict = {}
-        idx = np.array([groups.setdefault((a, b), len(groups)) for a, b in zip(src, dst)], dtype=np.int64)
-        folded.append((ru, count, idx, np.array([cell_of(a, b) for a, b in groups], dtype=np.int64)))
+        uniq, idx = np.unique(cells, return_inverse=True)
+        folded.append((ru, count, idx.reshape(-1).astype(np.int64), uniq.astype(np.int64)))
         return
-    lgroups: dict = {}
-    left = np.array([lgroups.setdefault(a, len(lgroups)) for a in src], dtype=np.int64)
-    rgroups: dict = {}
-    right = np.array([rgroups.setdefault(b, len(rgroups)) for b in dst], dtype=np.int64)
-    la, rb = list(lgroups), list(rgroups)
-    cells = grid_of(tuple(la), tuple(rb)) if grid_of is not None else np.array([[cell_of(a, b) for b in rb] for a in la], dtype=np.int64)
-    if hides is not None and len(rb) > 1:
+    assert left is not None and right is not None
+    na, nb = cells.shape
+    if hides is not None and nb > 1:
         edges.append(_Pending(ru, rv, count, left, right, cells, hides))
         return
-    if len(la) == 1:
+    if na == 1:
         folded.append((rv, count, right, cells[0]))
-    elif len(rb) == 1:
+    elif nb == 1:
         folded.append((ru, count, left, cells[:, 0]))
     elif (cells == ChargeTable.FREE).all():
         return
@@ -332,48 +451,194 @@ def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, src
         edges.append(_Pending(ru, rv, count, left, right, cells))
 
 
+def _combined(links: list[_Link], table: ChargeTable) -> tuple[list[_Group], dict[tuple, float]]:
+    """Which AllReduces the lowering runs as one call over one bucket
+    (``combine-collectives``, then ``lower-buckets``): those of one group
+    (``Charge.group``: mesh axes, element type, reduction; whole on every rank,
+    ``Charge.in_bucket``) that no dependency orders. A member of a link runs after its
+    producer and before its user (positions in the program); taken in the order of
+    their users, a collective joins the open group when its producer comes before that
+    group's first user, else opens the next (``plan_buckets``' rule: the combined
+    collective goes before the first op that reads a member, and a member must be
+    computable there). Every link that may carry an AllReduce of a group (in some
+    cell) takes part, so any of one group found here are combinable, whichever
+    strategies carry them. (Other collectives the lowering combines share a launch,
+    not their latency: ``costs.py``.)
+
+    Sets each link's ``modes``; returns the groups of two or more members (alike ones,
+    those whose members come from the same links, once with their count) and each
+    group kind's bucket size (its largest group's bytes, at most ``bucket-bytes``: where
+    its AllReduces' price is the tangent of their curve)."""
+    per_cell: dict[int, dict[tuple, float]] = {}
+    potential: list[dict[tuple, float]] = []  # per link: group -> its largest bytes
+    for ln in links:
+        got: dict[tuple, float] = {}
+        for c in np.unique(ln.cells).tolist():
+            d = per_cell.get(c)
+            if d is None:
+                d = per_cell[c] = {}
+                for ch in table.charges_of(c):
+                    if ch.in_bucket:
+                        d[ch.group] = max(d.get(ch.group, 0.0), ch.nbytes)
+            for k, b in d.items():
+                got[k] = max(got.get(k, 0.0), b)
+        potential.append(got)
+        ln.modes = [frozenset()] * len(ln.members)
+    spans: dict[tuple, list[tuple[int, int, int, int]]] = {}
+    for i, (ln, got) in enumerate(zip(links, potential)):
+        for k in got:
+            spans.setdefault(k, []).extend((r, p, i, m) for m, (_, p, r) in enumerate(ln.members))
+    sharing: dict[tuple[int, int], set] = {}
+    alike: dict[tuple, list] = {}  # (group, links) -> [count, largest bytes, members]
+    sizes: dict[tuple, float] = {}
+    for k, members in spans.items():
+        members.sort()
+        slots: list[list[tuple[int, int]]] = []
+        first_user = None
+        for r, p, i, m in members:
+            if first_user is None or not p < first_user:
+                slots.append([])
+                first_user = r
+            slots[-1].append((i, m))
+        for slot in slots:
+            if len(slot) < 2:
+                continue
+            for i, m in slot:
+                sharing.setdefault((i, m), set()).add(k)
+            nbytes = sum(potential[i][k] for i, _ in slot)
+            sizes[k] = min(BUCKET_BYTES, max(sizes.get(k, 0.0), nbytes))
+            got = alike.setdefault((k, frozenset(i for i, _ in slot)), [0, len(slot)])
+            got[0] += 1
+    for (i, m), ks in sharing.items():
+        links[i].modes[m] = frozenset(ks)
+    groups: list[_Group] = []
+    for (k, which), (count, size) in alike.items():
+        kind, axes, bucket = k
+        charge = Charge(kind, axes, 0.0, bucket, "bucket", sizes[k])
+        cells = np.array([c for c, d in per_cell.items() if k in d], dtype=np.int64)
+        acts = [_activator(links[i], np.isin(links[i].cells, cells)) for i in sorted(which)]
+        groups.append(_Group(kind, axes, count, size, charge, [a for a in acts if a is not None]))
+    return groups, sizes
+
+
+def _activator(ln: _Link, mask: np.ndarray) -> tuple | None:
+    """When a link carries what ``mask`` marks (of its cells): ``("x", root, mask of the
+    root's strategies)`` or ``("y", u, left, v, right, mask of group pairs)``."""
+    if ln.ru == ln.rv:
+        out: tuple = ("x", ln.ru, mask)
+    elif mask.shape[0] == 1:
+        out = ("x", ln.rv, mask[0][ln.right])
+    elif mask.shape[1] == 1:
+        out = ("x", ln.ru, mask[:, 0][ln.left])
+    else:
+        out = ("y", ln.ru, ln.left, ln.rv, ln.right, mask)
+    return out if out[-1].any() else None
+
+
+def _kernels(g: Graph, strategies: list[list[Strategy]], root: list[int], fmap: list[np.ndarray], groups: list[_Group]) -> tuple[dict[int, int], set[int]]:
+    """The element-wise ops ``lower-to-kernels`` runs as one kernel: consecutive ones
+    (``dist.map``, ``cast``, ``dropout``, adjacent in program order) over one iteration
+    space (the result's shape and layout). Each run of two or more of one shape gets a
+    group per layout its ops' strategies give (on when an op of the run takes it:
+    a kernel's launch), alike runs (of the same classes) once with their count. Returns
+    the ops of such runs per class (their launches are the groups') and their nodes."""
+    names = {op.name for op in KERNEL_ELEMENTWISE}
+    runs: list[list[int]] = []
+    last = None
+    for n in sorted((n for n in g.nodes if not n.is_arg), key=lambda n: n.position):
+        if n.op is not None and n.op.name in names and n.results:
+            here = (n.position, g.values[n.results[0]].shape)
+            if last is not None and last == (n.position - 1, here[1]):
+                runs[-1].append(n.id)
+            else:
+                runs.append([n.id])
+            last = here
+        else:
+            last = None
+    alike: dict[frozenset, list[int]] = {}
+    per_class: dict[int, int] = {}
+    nodes: set[int] = set()
+    for run in runs:
+        if len(run) < 2:
+            continue
+        got = alike.setdefault(frozenset(g.class_of[i] for i in run), [0, len(run)])
+        got[0] += 1
+        for i in run:
+            per_class[g.class_of[i]] = per_class.get(g.class_of[i], 0) + 1
+            nodes.add(i)
+    for classes, (count, size) in alike.items():
+        by_layout: dict = {}
+        for c in sorted(classes):
+            lays = [strategies[c][t].results[0] for t in fmap[c]]
+            for lay in dict.fromkeys(lays):
+                by_layout.setdefault(lay, []).append(("x", root[c], np.array([x == lay for x in lays])))
+        for acts in by_layout.values():
+            groups.append(_Group("kernel", (), count, size, None, acts))
+    return per_class, nodes
+
+
 class ChargeTable:
     """The reshardings of a structure, each a *cell*: the sum of its collectives' times
     (``FREE``: none; ``NEVER``: impossible). Priced on a placement all at once: one
-    vectorised cost-model call per collective kind and axes, then a sparse sum."""
+    vectorised cost-model call per collective kind, axes and share, then a sparse sum."""
 
     FREE, NEVER = 0, 1
 
     def __init__(self) -> None:
         self.index: dict = {(): self.FREE, None: self.NEVER}
+        self.by_cell: list = [(), None]
         self.rows: list[int] = []
         self.charges: list = []
         self.matrix = None
+        self._moded: dict = {}
 
     def cell(self, charges) -> int:
         got = self.index.get(charges)
         if got is None:
             got = len(self.index)
             self.index[charges] = got
+            self.by_cell.append(charges)
             for c in charges:
                 self.rows.append(got)
                 self.charges.append(c)
         return got
+
+    def charges_of(self, cell: int) -> tuple:
+        return self.by_cell[cell] or ()
+
+    def moded(self, cells: np.ndarray, mode: frozenset, sizes: dict[tuple, float]) -> np.ndarray:
+        """``cells`` with the collectives of the groups in ``mode`` shared (``Charge.share``)."""
+        uniq, inverse = np.unique(cells, return_inverse=True)
+        out = []
+        for c in uniq.tolist():
+            key = (c, mode)
+            got = self._moded.get(key)
+            if got is None:
+                charges = self.by_cell[c]
+                if charges:
+                    charges = tuple(shared_charge(ch, sizes) if ch.group in mode else ch for ch in charges)
+                got = self._moded[key] = self.cell(charges)
+            out.append(got)
+        return np.array(out, dtype=np.int64)[inverse.reshape(-1)].reshape(cells.shape)
 
     def freeze(self) -> None:
         from scipy.sparse import coo_matrix
 
         kinds: dict = {}
         self.groups = []
-        col = []
+        which = []
         for c in self.charges:
-            k = (c.kind, c.axes)
-            if k not in kinds:
-                kinds[k] = len(kinds)
+            k = (c.kind, c.axes, c.share, c.size)
+            got = kinds.get(k)
+            if got is None:
+                got = kinds[k] = len(kinds)
                 self.groups.append((k, []))
-            self.groups[kinds[k]][1].append(c.nbytes)
-            col.append(len(col))
-        # columns ordered by (kind, axes) group so each group prices as one array
-        order = []
-        for k, _ in self.groups:
-            order += [i for i, c in enumerate(self.charges) if (c.kind, c.axes) == k]
+            self.groups[got][1].append(c.nbytes)
+            which.append(got)
+        # columns ordered by pricing group so that each group prices as one array
+        order = np.argsort(np.array(which, dtype=np.int64), kind="stable")
         position = np.empty(len(order), dtype=np.int64)
-        position[np.array(order, dtype=np.int64)] = np.arange(len(order)) if order else position
+        position[order] = np.arange(len(order))
         self.matrix = coo_matrix((np.ones(len(self.rows)), (np.array(self.rows, dtype=np.int64), position)), shape=(len(self.index), len(self.charges))).tocsr()
         self.nbytes = [np.array(b) for _, b in self.groups]
 
@@ -381,11 +646,18 @@ class ChargeTable:
         """Seconds of every cell on ``costs.mesh``."""
         from distir.planner.costs import INFEASIBLE
 
-        per = [costs.curve(kind, axes)(b) for (kind, axes), b in zip((k for k, _ in self.groups), self.nbytes)]
+        per = [costs.charged(kind, axes, share, size, b) for (kind, axes, share, size), b in zip((k for k, _ in self.groups), self.nbytes)]
         vec = np.concatenate(per) if per else np.zeros(0)
         out = self.matrix @ vec if len(vec) else np.zeros(len(self.index))
         out[self.NEVER] = INFEASIBLE
         return out
+
+
+def shared_charge(c: Charge, sizes: dict[tuple, float]) -> Charge:
+    """``c`` as one of a bucket of AllReduces (``Charge.share``)."""
+    from dataclasses import replace
+
+    return replace(c, share="bucket", size=sizes[c.group])
 
 
 OVERLAPPED = ("dist.matmul", "dist.embedding_bag")
@@ -406,7 +678,9 @@ def problem(st: Structure, costs: Costs, overlap: bool = False) -> Problem:
     by_pair: dict[tuple[int, int], list[_Pending]] = {}
     for e in st.edges:
         by_pair.setdefault((e.u, e.v), []).append(e)
+    needed = {(a[1], a[3]) for grp in st.groups for a in grp.activators if a[0] == "y"}
     edges = []
+    at: dict[tuple[int, int], int] = {}
     for (u, v), es in by_pair.items():
         if len(es) == 1:
             e = es[0]
@@ -422,9 +696,41 @@ def problem(st: Structure, costs: Costs, overlap: bool = False) -> Problem:
             cost = np.zeros((len(lrows), len(rrows)))
             for k, (e, (c, _)) in enumerate(zip(es, priced)):
                 cost += e.count * c[np.ix_(lrows[:, k], rrows[:, k])]
-        if cost.any():
+        if cost.any() or (u, v) in needed:
+            at[(u, v)] = len(edges)
             edges.append(Edge(u, v, 1, cost, left, right))
-    return Problem(st.strategies, st.root, st.follow, st.counts, work, edges, st.memory)
+    groups = []
+    for grp in st.groups:
+        members = []
+        for a in grp.activators:
+            if a[0] == "x":
+                members.append(a)
+                continue
+            _, u, left, v, right, mask = a
+            k = at[(u, v)]
+            e = edges[k]
+            # a representative strategy of each of the edge's groups (they refine the link's)
+            li = np.zeros(e.cost.shape[0], dtype=np.int64)
+            li[e.left] = np.arange(len(e.left))
+            ri = np.zeros(e.cost.shape[1], dtype=np.int64)
+            ri[e.right] = np.arange(len(e.right))
+            members.append(("y", k, mask[np.ix_(left[li], right[ri])]))
+        seconds = grp.count * (costs.shape.launch_s if grp.charge is None else costs.shared(grp.charge))
+        if seconds <= 0.0:
+            continue  # nothing shared on this placement
+        always = next((m for m in members if m[0] == "x" and m[2].all()), None)
+        if always is not None or len(members) == 1:
+            # paid whatever the choice, or exactly when its one member is on: a cost of
+            # that member (no variable of its own)
+            m = always or members[0]
+            if m[0] == "x":
+                work[m[1]] = work[m[1]] + seconds * m[2]
+            else:
+                edges[m[1]].cost = edges[m[1]].cost + seconds * m[2]
+            groups.append(Group(grp.kind, grp.axes, grp.count, grp.size, seconds, [m], folded=True))
+            continue
+        groups.append(Group(grp.kind, grp.axes, grp.count, grp.size, seconds, members))
+    return Problem(st.strategies, st.root, st.follow, st.counts, work, edges, st.memory, groups=groups, modes=st.modes, launched=st.launched, sizes=st.sizes)
 
 
 def _priced(e: _Pending, secs: np.ndarray, overlap: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -482,6 +788,10 @@ def solve(p: Problem, memory_limit: float | None, time_limit: float = 30.0, forb
         c[offs[r] : offs[r] + len(w)] = w
     for e, o in zip(p.edges, eoffs):
         c[o : o + e.cost.size] = e.count * e.cost.reshape(-1)
+    zoff = n
+    shared = [grp for grp in p.groups if not grp.folded]
+    n += len(shared)
+    c = np.concatenate([c, [grp.seconds for grp in shared]])
     rows, cols, vals, r = _one_hot_rows(p, offs)
     nrows_eq = r
     for e, o in zip(p.edges, eoffs):
@@ -507,6 +817,17 @@ def solve(p: Problem, memory_limit: float | None, time_limit: float = 30.0, forb
     ub = [np.zeros(r)]
     lb[0][:nrows_eq] = 1.0
     ub[0][:nrows_eq] = 1.0
+    # a group is paid when any of its members is on: sum(member's variables) <= z
+    for z, grp in enumerate(shared):
+        for m in grp.members:
+            on = np.flatnonzero(m[2].reshape(-1))
+            first = offs[m[1]] if m[0] == "x" else eoffs[m[1]]
+            rows.append(np.full(len(on) + 1, r))
+            cols.append(np.concatenate([first + on, [zoff + z]]))
+            vals.append(np.concatenate([np.ones(len(on)), [-1.0]]))
+            lb.append(np.array([-np.inf]))
+            ub.append(np.array([0.0]))
+            r += 1
     if memory_limit is not None:
         for _, per in p.memory:
             for k, m in per.items():
@@ -556,6 +877,7 @@ def largest_arguments(g: Graph, p: Problem, count: int) -> list[int]:
 def objective(p: Problem, choice: dict[int, int]) -> float:
     total = sum(float(w[choice[k]]) for k, w in p.work.items())
     total += sum(e.count * float(e.cost[e.left[choice[e.u]], e.right[choice[e.v]]]) for e in p.edges)
+    total += sum(grp.seconds for grp in p.groups if not grp.folded and grp.active(p, choice))
     return total
 
 
@@ -611,6 +933,12 @@ class LowerBound:
     drops). Tens of sweeps of the edges reach the relaxation's optimum, which on these
     programs is the integer program's (module doc), in a fraction of HiGHS's time.
 
+    A group (``Group``: collectives or kernels run as one, paid once when any of its
+    members is on) is charged to its n members, a n-th to each: a choice that turns k of
+    them on pays the group once, k/n of it here, so the potentials still sum to at
+    most any choice's seconds (and to them when all are on, as the layers' gradients
+    of one bucket are).
+
     An infeasible cost counts as ``cap``, more than any feasible choice's seconds: costs
     lowered leave a lower bound, and numbers of the objective's size keep the rounding
     of the sweeps (``MARGIN``) far below any difference that decides."""
@@ -626,8 +954,17 @@ class LowerBound:
             return float(ok.max()) if ok.size else 0.0
 
         full = [e.count * e.cost[e.left][:, e.right] for e in p.edges]
-        cap = sum(finite_max(w) for w in p.work.values()) + sum(finite_max(c) for c in full) + 1.0
-        self.phi = {r: np.minimum(w, cap) for r, w in p.work.items()}
+        work = {r: w.copy() for r, w in p.work.items()}
+        for grp in (grp for grp in p.groups if not grp.folded):  # folded: in the costs
+            share = grp.seconds / max(1, len(grp.members))
+            for m in grp.members:
+                if m[0] == "x":
+                    work[m[1]] = work[m[1]] + share * m[2]
+                else:
+                    e = p.edges[m[1]]
+                    full[m[1]] = full[m[1]] + share * m[2][e.left][:, e.right]
+        cap = sum(finite_max(w) for w in work.values()) + sum(finite_max(c) for c in full) + 1.0
+        self.phi = {r: np.minimum(w, cap) for r, w in work.items()}
         self.ends = [(e.u, e.v) for e in p.edges]
         self.pe = [np.minimum(c, cap) for c in full]
         self.sweeps = 0

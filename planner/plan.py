@@ -258,7 +258,7 @@ def plan(
             break
         t1 = time.process_time()
         if mesh.sizes not in structures:
-            sc = ShapeCosts(g, mesh.sizes, topology)
+            sc = ShapeCosts(g, mesh.sizes, topology, reductions=topology_name is not None)
             structures[mesh.sizes] = (sc, ilp.build(g, sc, uneven))
         sc, st = structures[mesh.sizes]
         p = ilp.problem(st, Costs(sc, mesh))
@@ -329,11 +329,11 @@ def plan(
         if not alternatives or not tunable[0]:
             return out
         for s in searched:
-            if levels_mesh(s.mesh) and not s.solved:
+            if standard_mesh(s.mesh) and not s.solved:
                 solve(s)  # bounded out of the leading meshes, but a start
         pool = sorted((s for s in searched if s.solution is not None), key=lambda s: s.estimate)
         starts = pool[: max(1, top)]
-        starts += [s for s in pool if levels_mesh(s.mesh) and s not in starts]
+        starts += [s for s in pool if standard_mesh(s.mesh) and s not in starts]
         for s in starts:
             sc, st = structures[s.mesh.sizes]
             p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
@@ -353,7 +353,7 @@ def plan(
         written: set = set()
         for s in [*starts, *laid_out]:
             key = (s.mesh.key, arguments_of(g, s))
-            if (len(s.mesh.sizes) == 1 or levels_mesh(s.mesh)) and key not in written:
+            if standard_mesh(s.mesh) and key not in written:
                 written.add(key)
                 out.append(Searched(s.mesh, s.solution, s.size, s.problem, 0.0, overlapped=True, annotated=True))
         return out
@@ -404,6 +404,12 @@ def plan(
     if cut_short is not None:
         notes.insert(0, f"the search was cut short ({cut_short}) after {len(searched)} of {len(candidates)} meshes: the best plans found so far")
     return PlanResult(g, ranks, topology, memory, plans, searched, seconds, notes, cut_short, evaluated)
+
+
+def standard_mesh(mesh: Mesh) -> bool:
+    """The meshes of the standard plans: one axis over every rank (data parallelism,
+    ZeRO) and the hierarchy's levels (``levels_mesh``: Megatron's)."""
+    return len(mesh.sizes) == 1 or levels_mesh(mesh)
 
 
 def levels_mesh(mesh: Mesh) -> bool:
@@ -581,8 +587,11 @@ program's own (``cost_model.Scaling``)."""
 
 
 def explain_terms(g: Graph, s: Searched, sc: ShapeCosts, topology: Topology) -> list[Term]:
-    """The terms of the integer program's objective at its optimum, by op kind and by
-    resharding collective (module ``ilp``): what ``--explain`` lists."""
+    """The terms of the integer program's objective at its optimum, by op kind, by
+    resharding collective and by what the lowering runs as one (module ``ilp``): what
+    ``--explain`` lists; they add up to the objective."""
+    from distir.planner.strategies import fixed_layout
+
     assert s.problem is not None and s.solution is not None
     p = s.problem
     chosen = p.chosen(s.solution.choice)
@@ -590,13 +599,19 @@ def explain_terms(g: Graph, s: Searched, sc: ShapeCosts, topology: Topology) -> 
     naxes = len(s.mesh.sizes)
     terms: dict[str, list] = {}
 
-    def add(what: str, key: str, secs: float) -> None:
+    def add(what: str, key: str, secs: float, n: int = 1) -> None:
         t = terms.setdefault(what, [0, 0.0, key])
-        t[0] += 1
+        t[0] += n
         t[1] += secs
 
-    def axes_of(c) -> str:
-        return "x".join(s.mesh.names[a] for a in c.axes)
+    def axes_of(axes) -> str:
+        return "x".join(s.mesh.names[a] for a in axes)
+
+    def charge(c, mode: frozenset, what: str, key: str) -> None:
+        if c.group in mode:
+            c = ilp.shared_charge(c, p.sizes)
+        kind = f"{c.kind} over {axes_of(c.axes)}" if c.axes else f"{c.kind} of blocks"
+        add(f"{kind} {what}", f"{c.kind} {key}", costs.charge_seconds(c))
 
     layouts: dict[int, Layout] = {}
     for node in g.nodes:
@@ -604,21 +619,32 @@ def explain_terms(g: Graph, s: Searched, sc: ShapeCosts, topology: Topology) -> 
         for k, r in enumerate(node.results):
             layouts[r] = st.results[k]
         if not node.is_arg and node.op is not None:
-            add(f"{node.op.name} {_how(node, st, s.mesh)}", f"{node.op.name} (compute)", sc.op(node, st))
+            launch = sc.launch_s if node.id in p.launched else 0.0  # paid by its kernel's group
+            add(f"{node.op.name} {_how(node, st, s.mesh)}", f"{node.op.name} (compute)", sc.op(node, st) - launch)
         for k, x in enumerate(node.operands):
             if x is None:
                 continue
+            mode = p.modes.get((node.id, k), frozenset())
             for c in sc.charges(g.values[x].shape, g.values[x].element_type, layouts[x], st.operands[k]) or ():
-                add(f"{c.kind} over {axes_of(c)} {_role(node)}", f"{c.kind} {_role(node)}", costs.collective(c.kind, c.axes, c.nbytes))
-    for r in g.results:
+                charge(c, mode, _role(node), _role(node))
+    for n, r in enumerate(g.results):
         v = g.values[r.value]
         src = layouts[r.value]
         if r.inplace is not None and r.inplace in g.arg_node:
             dst = layouts[g.values[g.nodes[g.arg_node[r.inplace]].results[0]].id]
+        elif r.fixed is not None:
+            dst = fixed_layout(g, r.fixed, len(v.shape), naxes, f"result %{v.name}")
         else:
             dst = src.whole()
+        mode = p.modes.get(("result", n), frozenset())
         for c in sc.charges(v.shape, v.element_type, src, dst) or ():
-            add(f"{c.kind} over {axes_of(c)} into the results", f"{c.kind} into the results", costs.collective(c.kind, c.axes, c.nbytes))
+            charge(c, mode, "into the results", "into the results")
+    for grp in p.groups:
+        if grp.active(p, s.solution.choice):
+            if grp.kind == "kernel":
+                add(f"one launch for each run of {grp.size} element-wise ops", "one launch per run of element-wise ops", grp.seconds, grp.count)
+            else:
+                add(f"one {grp.kind} call over {axes_of(grp.axes)} for {grp.size} combined", f"one {grp.kind} call for those combined", grp.seconds, grp.count)
     del topology
     out = [Term(w, n, t, key) for w, (n, t, key) in terms.items()]
     out.sort(key=lambda t: -t.seconds)

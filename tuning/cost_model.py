@@ -360,7 +360,7 @@ class _Walker:
         self.ranks = ranks
         self.scaling = scaling
         self.options = options
-        self.runtime = options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
+        self.runtime = runtime_of(topology, options)
         self.grids = resolve_grids(module, ranks)
         self._taking: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._kernel_facts: dict[str, tuple] = {}
@@ -882,12 +882,18 @@ def element_flops(ops: Sequence[Operation], varying: Sequence[SSAValue]) -> floa
     return per
 
 
+def runtime_of(topology: Topology, options: ModelOptions = DEFAULT_OPTIONS) -> Runtime:
+    """How ``topology``'s host issues a lowered program's ops: the options' runtime, a
+    calibration's, or ``GPU_RUNTIME``."""
+    return options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
+
+
 def work_seconds(topology: Topology, moved_bytes: float, flops: float, dtype: str, options: ModelOptions = DEFAULT_OPTIONS, matmul: bool = False) -> float:
     """Device seconds of one kernel that moves ``moved_bytes`` and computes ``flops`` of
     ``dtype``: ``max(bytes / memory bandwidth, flops / peak)`` plus the runtime's device
     time per kernel, as the walker charges a launch (``matmul``: at a calibration's
     matmul rate)."""
-    runtime = options.runtime or (topology.runtime if isinstance(topology, CalibratedTopology) else GPU_RUNTIME)
+    runtime = runtime_of(topology, options)
     dev = topology.device
     peak = dev.peak_tflops[dtype] * 1e12
     if matmul and isinstance(topology, CalibratedTopology):
