@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import weakref
 from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -68,6 +67,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
 from distir.dialects.diagnostics import MAX_RANKS
+from distir.dialects.fast import OpMemo
 from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
@@ -543,7 +543,7 @@ def fail(op: Operation, msg: str) -> NoReturn:
     raise VerifyException(f"'{op.name}' op {msg}")
 
 
-_SYMBOLS: weakref.WeakKeyDictionary[Operation, dict[str, Operation]] = weakref.WeakKeyDictionary()
+_SYMBOLS: OpMemo[dict[str, Operation]] = OpMemo("symbols")
 
 
 def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:

@@ -6,12 +6,16 @@ block, op, ...), one frame per level for every op yielded. A model's program has
 of thousands of ops, copied and walked several times per plan: ``new_op`` makes the
 op ``cls.create`` makes, ``walk`` lists the ops ``op.walk()`` yields, in the same
 order.
+
+``OpMemo`` keeps what distir learned about one op (a module's symbol table, what it
+verified as, where its ops came from) on the op itself, so that it goes when the op
+goes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from xdsl.dialects.builtin import UNKNOWN_LOC
 from xdsl.ir import Attribute, Operation, Region, SSAValue
@@ -84,3 +88,37 @@ class Kinds:
         if got is None:
             got = self._memo[t] = isinstance(op, self.classes)
         return got
+
+
+T = TypeVar("T")
+
+
+class OpMemo(Generic[T]):
+    """A record per op, held by the op (``get``, ``[op]``, ``pop``, ``in``). A
+    ``WeakKeyDictionary`` cannot hold such records: they name the op's nested ops (a
+    symbol table, a fingerprint per op), which name the op through their parents, so
+    the record kept its key alive and no module verified, parsed or looked up in was
+    ever freed (the planner's and the tuner's thousands of copies of a program). On
+    the op, the record and the op are one cycle, freed together. A copy of the op
+    (``clone``) starts without it."""
+
+    def __init__(self, name: str) -> None:
+        self.attr = f"_distir_{name}"
+
+    def get(self, op: Operation, default: T | None = None) -> T | None:
+        return op.__dict__.get(self.attr, default)
+
+    def __getitem__(self, op: Operation) -> T:
+        try:
+            return op.__dict__[self.attr]
+        except KeyError:
+            raise KeyError(op) from None
+
+    def __setitem__(self, op: Operation, value: T) -> None:
+        op.__dict__[self.attr] = value
+
+    def pop(self, op: Operation, default: T | None = None) -> T | None:
+        return op.__dict__.pop(self.attr, default)
+
+    def __contains__(self, op: Operation) -> bool:
+        return self.attr in op.__dict__
