@@ -131,6 +131,19 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
             mesh = SymbolRefAttr(mesh)
         super().__init__(ArrayAttr([IntAttr(d) for d in shape]), element_type, mesh, ArrayAttr(_shortest(placements)))
 
+    def __hash__(self) -> int:
+        # computed once (the dataclass's own hash walks every parameter each time): types
+        # key the lowering's and the verifier's caches, asked for tens of thousands of
+        # times per model-sized program
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.element_type, self.mesh, self.placements))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # (a string's hash differs by process)
+
     # --- accessors ------------------------------------------------------------------
     def get_shape(self) -> tuple[int, ...]:
         return tuple(d.data for d in self.shape.data)
