@@ -14,6 +14,7 @@ goes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
@@ -43,8 +44,23 @@ def new_op(cls: type[Operation], operands: Sequence[SSAValue], result_types: Seq
     op.regions = ()
     for region in regions:
         op.add_region(region)
-    op.__post_init__()
+    if _fills_defaults(cls):
+        op.__post_init__()
     return op
+
+
+@functools.cache
+def _fills_defaults(cls: type[Operation]) -> bool:
+    """Whether ``__post_init__`` may change an op of class ``cls``: an IRDL op's fills its
+    properties' and attributes' defaults (none for most classes: nothing to do, and
+    xDSL's base checks only the class's name); any other class's always runs."""
+    from xdsl.irdl import IRDLOperation
+    from xdsl.irdl.operations import OptionalDef
+
+    if cls.__post_init__ is not IRDLOperation.__post_init__ or not cls.name or not isinstance(cls.name, str):
+        return True
+    op_def = cls.get_irdl_definition()  # type: ignore[attr-defined]
+    return any(not isinstance(d, OptionalDef) and d.default_value is not None for d in (*op_def.properties.values(), *op_def.attributes.values()))
 
 
 def walk(op: Operation, region_first: bool = False) -> list[Operation]:

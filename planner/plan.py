@@ -44,7 +44,7 @@ from xdsl.dialects.builtin import ModuleOp
 from distir.dialects import coll
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.fast import Kinds, walk
-from distir.passes.support import gc_paused
+from distir.passes.support import gc_paused, gc_resumed
 from distir.planner import ilp
 from distir.planner.costs import Costs, ShapeCosts
 from distir.planner.graph import Graph, PlanError, read_graph
@@ -516,8 +516,11 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
 
             text = str(pl.module) if tuned is not None else ""
             if tuned is None or text not in tuned:
-                # only the pick is checked (the tuner checks the next when it fails)
-                result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1, check_all=False)
+                # only the pick is checked (the tuner checks the next when it fails); its
+                # copies of the program are collected as it drops them (``plan`` pauses
+                # the collection)
+                with gc_resumed():
+                    result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1, check_all=False)
                 name = result.best.get(result.sizes[0])
                 pick = None if name is None else (name, result.by_name(name).pipeline)
                 if tuned is not None:
