@@ -26,7 +26,6 @@ import functools
 import itertools
 import math
 import re
-import weakref
 from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -69,6 +68,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import layout
 from distir.dialects.diagnostics import MAX_RANKS
+from distir.dialects.fast import OpMemo
 from distir.dialects.format import I64_MAX, REDUCTIONS, FormattedOp, Kw, parse_int
 from distir.dialects.placements import (
     LOCAL,
@@ -131,6 +131,19 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         if isinstance(mesh, str):
             mesh = SymbolRefAttr(mesh)
         super().__init__(ArrayAttr([IntAttr(d) for d in shape]), element_type, mesh, ArrayAttr(_shortest(placements)))
+
+    def __hash__(self) -> int:
+        # computed once (the dataclass's own hash walks every parameter each time): types
+        # key the lowering's and the verifier's caches, asked for tens of thousands of
+        # times per model-sized program
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.element_type, self.mesh, self.placements))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # (a string's hash differs by process)
 
     # --- accessors ------------------------------------------------------------------
     def get_shape(self) -> tuple[int, ...]:
@@ -567,7 +580,7 @@ def fail(op: Operation, msg: str) -> NoReturn:
     raise VerifyException(f"'{op.name}' op {msg}")
 
 
-_SYMBOLS: weakref.WeakKeyDictionary[Operation, dict[str, Operation]] = weakref.WeakKeyDictionary()
+_SYMBOLS: OpMemo[dict[str, Operation]] = OpMemo("symbols")
 
 
 def _lookup(op: Operation, ref: SymbolRefAttr | str) -> Operation | None:

@@ -6,12 +6,17 @@ block, op, ...), one frame per level for every op yielded. A model's program has
 of thousands of ops, copied and walked several times per plan: ``new_op`` makes the
 op ``cls.create`` makes, ``walk`` lists the ops ``op.walk()`` yields, in the same
 order.
+
+``OpMemo`` keeps what distir learned about one op (a module's symbol table, what it
+verified as, where its ops came from) on the op itself, so that it goes when the op
+goes.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from xdsl.dialects.builtin import UNKNOWN_LOC
 from xdsl.ir import Attribute, Operation, Region, SSAValue
@@ -39,8 +44,23 @@ def new_op(cls: type[Operation], operands: Sequence[SSAValue], result_types: Seq
     op.regions = ()
     for region in regions:
         op.add_region(region)
-    op.__post_init__()
+    if _fills_defaults(cls):
+        op.__post_init__()
     return op
+
+
+@functools.cache
+def _fills_defaults(cls: type[Operation]) -> bool:
+    """Whether ``__post_init__`` may change an op of class ``cls``: an IRDL op's fills its
+    properties' and attributes' defaults (none for most classes: nothing to do, and
+    xDSL's base checks only the class's name); any other class's always runs."""
+    from xdsl.irdl import IRDLOperation
+    from xdsl.irdl.operations import OptionalDef
+
+    if cls.__post_init__ is not IRDLOperation.__post_init__ or not cls.name or not isinstance(cls.name, str):
+        return True
+    op_def = cls.get_irdl_definition()  # type: ignore[attr-defined]
+    return any(not isinstance(d, OptionalDef) and d.default_value is not None for d in (*op_def.properties.values(), *op_def.attributes.values()))
 
 
 def walk(op: Operation, region_first: bool = False) -> list[Operation]:
@@ -84,3 +104,37 @@ class Kinds:
         if got is None:
             got = self._memo[t] = isinstance(op, self.classes)
         return got
+
+
+T = TypeVar("T")
+
+
+class OpMemo(Generic[T]):
+    """A record per op, held by the op (``get``, ``[op]``, ``pop``, ``in``). A
+    ``WeakKeyDictionary`` cannot hold such records: they name the op's nested ops (a
+    symbol table, a fingerprint per op), which name the op through their parents, so
+    the record kept its key alive and no module verified, parsed or looked up in was
+    ever freed (the planner's and the tuner's thousands of copies of a program). On
+    the op, the record and the op are one cycle, freed together. A copy of the op
+    (``clone``) starts without it."""
+
+    def __init__(self, name: str) -> None:
+        self.attr = f"_distir_{name}"
+
+    def get(self, op: Operation, default: T | None = None) -> T | None:
+        return op.__dict__.get(self.attr, default)
+
+    def __getitem__(self, op: Operation) -> T:
+        try:
+            return op.__dict__[self.attr]
+        except KeyError:
+            raise KeyError(op) from None
+
+    def __setitem__(self, op: Operation, value: T) -> None:
+        op.__dict__[self.attr] = value
+
+    def pop(self, op: Operation, default: T | None = None) -> T | None:
+        return op.__dict__.pop(self.attr, default)
+
+    def __contains__(self, op: Operation) -> bool:
+        return self.attr in op.__dict__

@@ -38,7 +38,6 @@ from __future__ import annotations
 import re
 import struct
 import sys
-import weakref
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp
@@ -49,6 +48,7 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
+from distir.dialects.fast import OpMemo
 from distir.dialects.format import I64_MAX
 
 MAX_NESTING = 100
@@ -191,7 +191,7 @@ range values, attributes that do not verify, unsupported widths (``dense<1> :
 tensor<2xi128>``). ``parse_source`` turns these, and anything else, into a
 ``ParseError`` at the current token (its ``cause`` is the original type)."""
 
-_SPANS: weakref.WeakKeyDictionary[Operation, dict[Operation, Span]] = weakref.WeakKeyDictionary()
+_SPANS: OpMemo[dict[Operation, Span]] = OpMemo("spans")
 
 
 def source_spans(module: Operation) -> dict[Operation, Span]:

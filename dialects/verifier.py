@@ -66,7 +66,7 @@ from xdsl.traits import IsolatedFromAbove, IsTerminator, NoTerminator, OpTrait
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
 
-from distir.dialects.fast import walk
+from distir.dialects.fast import OpMemo, walk
 
 Spans = Mapping[Operation, Span]
 
@@ -410,7 +410,7 @@ class Checked:
     irdl_ok: set[tuple] = dataclasses.field(default_factory=set)  # ``_irdl_key``s seen to hold
 
 
-_VERIFIED: weakref.WeakKeyDictionary[Operation, Checked] = weakref.WeakKeyDictionary()
+_VERIFIED: OpMemo[Checked] = OpMemo("verified")
 
 
 _SHAPES: weakref.WeakKeyDictionary[Operation, set[tuple]] = weakref.WeakKeyDictionary()

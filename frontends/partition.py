@@ -387,6 +387,7 @@ class Partitioner:
         self.current: Operation | None = None
         self.resharded: dict[tuple, SSAValue] = {}
         self.made: dict[tuple, dict[str, Attribute]] = {}  # ``properties_of``
+        self._factors: dict[Operation, list[Factor] | None] = {}  # ``factors_of``
 
     # ------------------------------------------------------------------ diagnostics
     def fail(self, op: Operation | None, msg: str) -> PartitionError:
@@ -681,7 +682,7 @@ class Partitioner:
             self.real[r] = n
             if isinstance(n.type, TensorType):
                 if fs is None:
-                    fs = factors(op) or []  # once per op (a map has as many results as it likes)
+                    fs = self.factors_of(op) or []  # once per op (a map has as many results as it likes)
                 kinds = {}
                 for a, p in enumerate(n.type.get_placements()):
                     if isinstance(p, Local):
@@ -721,7 +722,7 @@ class Partitioner:
             assert isinstance(rt_, TensorType)
             want = rt_.with_(placements=self.target(op.outputs[0]))
             return [dist.operand_placements(want, x.type.get_shape()) if isinstance(x.type, TensorType) else None for x in op.operands]
-        fs = factors(op)
+        fs = self.factors_of(op)
         if moves_only(op) and op.results[0] in self.lay:
             for a in self.lay[op.results[0]].pending:
                 for tgt in out:
@@ -740,6 +741,13 @@ class Partitioner:
                         for n, a in enumerate(axes):
                             out[k][a] = sliced(d, n) if len(axes) > 1 else sliced(d)  # type: ignore[index]
         return out
+
+    def factors_of(self, op: Operation) -> list[Factor] | None:
+        """``factors(op)`` of a global op, once (placing it asks twice; the op's operands
+        and results stay while it is placed)."""
+        if op not in self._factors:
+            self._factors[op] = factors(op)
+        return self._factors[op]
 
     def _materialized_axes(self, op: Operation, f: Factor, i: int, taken: dict[int, int]) -> tuple[int, ...]:
         """The axes of a factor as decided: the result's dim for a factor that reaches a

@@ -94,6 +94,8 @@ class FuncLowering:
         self.module = module
         self.f = f
         self.meshes = meshes(module)
+        self._sizes: dict[str, tuple[int, ...]] = {}
+        self._memrefs: dict[Attribute, Attribute] = {}
         self.buf: dict[SSAValue, SSAValue] = {}
         self.contig: dict[SSAValue, bool] = {}
         self.dest: dict[SSAValue, SSAValue] = {}
@@ -140,13 +142,19 @@ class FuncLowering:
         fail(PASS, msg, op)
 
     def sizes(self, t: TensorType, op: Operation | None = None) -> tuple[int, ...]:
-        mesh = self.meshes.get(t.mesh_name)
-        if mesh is None:
-            self.fail(f"unknown mesh @{t.mesh_name}", op)
-        return static_sizes(PASS, mesh)
+        got = self._sizes.get(t.mesh_name)  # the meshes stay as they are while the pass runs
+        if got is None:
+            mesh = self.meshes.get(t.mesh_name)
+            if mesh is None:
+                self.fail(f"unknown mesh @{t.mesh_name}", op)
+            got = self._sizes[t.mesh_name] = static_sizes(PASS, mesh)
+        return got
 
     def memref(self, t: Attribute) -> Attribute:
-        return buffer_type(t, self.sizes(t) if isinstance(t, TensorType) else None)
+        got = self._memrefs.get(t)  # once per type: a model's layers repeat them
+        if got is None:
+            got = self._memrefs[t] = buffer_type(t, self.sizes(t) if isinstance(t, TensorType) else None)
+        return got
 
     def emit(self, op: Operation) -> Operation:
         self.blocks[-1].add_op(op)

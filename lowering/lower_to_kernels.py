@@ -428,9 +428,8 @@ class LowerToKernelsPass(ModulePass):
                 # a run alike to one lowered before (a model's layers) calls its
                 # kernel, not built again
                 alike = run_key(builder)
-                if alike is not None and alike in seen:
-                    name = seen[alike]
-                else:
+                name = seen.get(alike) if alike is not None else None  # (one hash of the key)
+                if name is None:
                     while f"k{counter}" in names:
                         counter += 1
                     name = f"k{counter}"

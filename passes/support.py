@@ -145,6 +145,21 @@ def gc_paused():
             gc.enable()
 
 
+@contextlib.contextmanager
+def gc_resumed():
+    """Automatic garbage collection inside, also within ``gc_paused``: work that makes
+    and drops many programs (the tuner's exploration of a plan's schedules: hundreds of
+    copies of the program) must not hold its garbage until the pause ends (the planner
+    grew to 11 GiB tuning the JAX GPT step's plans)."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        if not was:
+            gc.disable()
+
+
 class _Mapper(dict):
     """``Operation.clone``'s value map that remembers the values it was asked for and
     did not hold (defined outside what is cloned, or later in it)."""
@@ -204,8 +219,20 @@ def _clone_op(op: OpT, mapper: _Mapper, blocks: dict[Block, Block]) -> OpT:
                 copy.insert_arg(arg.type, idx, arg.location)
                 mapper[arg] = copy.args[idx]
                 copy.args[idx].name_hint = arg.name_hint
-            for inner in block.ops:
-                copy.add_op(_clone_op(inner, mapper, blocks))
+            last = None  # ``copy.add_op`` of each copy, without its checks (a new op, a new block)
+            inner = block._first_op  # noqa: SLF001
+            while inner is not None:
+                made = _clone_op(inner, mapper, blocks)
+                made.parent = copy
+                if last is None:
+                    copy._first_op = made  # noqa: SLF001
+                else:  # the fields in the order xDSL sets them (``insert_op_after``)
+                    made._prev_op = last  # noqa: SLF001
+                    made._next_op = None  # noqa: SLF001
+                    last._next_op = made  # noqa: SLF001
+                last = made
+                inner = inner._next_op  # noqa: SLF001
+            copy._last_op = last  # noqa: SLF001
     return new
 
 

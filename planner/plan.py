@@ -43,8 +43,8 @@ from xdsl.dialects.builtin import ModuleOp
 
 from distir.dialects import coll
 from distir.dialects.diagnostics import InputRejected
-from distir.dialects.fast import walk
-from distir.passes.support import gc_paused
+from distir.dialects.fast import Kinds, walk
+from distir.passes.support import gc_paused, gc_resumed
 from distir.planner import ilp
 from distir.planner.costs import Costs, ShapeCosts
 from distir.planner.graph import Graph, PlanError, read_graph
@@ -144,7 +144,6 @@ class Plan:
     """The passes applied to the partitioned program (``distir-opt -p``)."""
     schedule: str = ""
     """The tuner's name for the schedule (empty: not tuned)."""
-    terms: list[Term] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verified: bool = False
     """Whether ``module`` verified: ``plan`` verifies the best plan's program (the one
@@ -152,6 +151,15 @@ class Plan:
     prepared: tuple | None = field(default=None, repr=False, compare=False)
     """(module, its lowering prepared for the cost model) when ``schedule`` predicted
     ``module``: ``predict`` takes it rather than lowering the program again."""
+    explained: Callable[[], list[Term]] | list[Term] = field(default_factory=list, repr=False, compare=False)
+    """``terms``, or what computes them when first asked (only ``--explain`` reads them)."""
+
+    @property
+    def terms(self) -> list[Term]:
+        """The terms of its integer program's objective (``explain_terms``)."""
+        if callable(self.explained):
+            self.explained = self.explained()
+        return self.explained
 
     def verify(self) -> None:
         """Verify ``module`` (a ``VerifyException`` if it does not: a bug in distir)."""
@@ -379,7 +387,7 @@ def plan(
         if s.overlapped and not tunable[0]:
             continue  # no schedule will overlap its collectives: its price was not its own
         pl = Plan(s.mesh, m, strategies, s.estimate)
-        pl.terms = explain_terms(g, s, sc_of(structures, s.mesh), topology)
+        pl.explained = partial(explain_terms, g, s, sc_of(structures, s.mesh), topology)
         schedule(pl, ranks, topology, topology_name, tune and (deadline is None or clock() < deadline),
                  rebuild=build, verify=False, tuned=tuned)  # predicted only: the best is verified below
         predict(pl, ranks, topology)
@@ -447,7 +455,10 @@ def explored_collectives(module: ModuleOp) -> int:
     from distir.tuning import units
 
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
-    return max((sum(1 for op in u.ops for o in (walk(op) if op.regions else (op,)) if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
+    return max((sum(1 for op in u.ops for o in (walk(op) if op.regions else (op,)) if _COLLECTIVE(o)) for u in units.units(f)), default=0)
+
+
+_COLLECTIVE = Kinds(coll.CollectiveOp)
 
 
 def _ops_of(module: ModuleOp) -> list:
@@ -511,8 +522,11 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
 
             text = str(pl.module) if tuned is not None else ""
             if tuned is None or text not in tuned:
-                # only the pick is checked (the tuner checks the next when it fails)
-                result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1, check_all=False)
+                # only the pick is checked (the tuner checks the next when it fails); its
+                # copies of the program are collected as it drops them (``plan`` pauses
+                # the collection)
+                with gc_resumed():
+                    result = run_tuner(pl.module, ranks, model=topology, limits=Limits.of(max_schedules=TUNE_MAX_SCHEDULES), jobs=1, check_all=False)
                 name = result.best.get(result.sizes[0])
                 pick = None if name is None else (name, result.by_name(name).pipeline)
                 if tuned is not None:

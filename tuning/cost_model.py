@@ -67,7 +67,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -139,6 +139,25 @@ FLOPS: dict[str, float] = {
 }
 FREE = ("arith.constant", "arith.index_cast", "memref.load", "memref.store")
 _WORK = (rt.LaunchOp, rt.CopyOp, rt.CopyBlocksOp, rt.PadBlocksOp, rt.UnpadBlocksOp, rt.MatmulOp, rt.ReduceTensorOp, rt.EmbeddingBagOp, rt.ScatterAddOp, rt.SortOp)
+_END = (func.ReturnOp, scf.YieldOp)
+_OWN_STEP = (scf.IfOp, rt.FusedOp, rt.TiledCollectiveOp, rt.EventRecordOp, rt.StreamWaitOp, rt.StreamSyncOp, nccl.NcclOp, *_WORK)
+"""Ops that are steps of their own (or hold them): no host dispatch is added for them."""
+_INT_ARITH = {arith.AddiOp: np.add, arith.SubiOp: np.subtract, arith.MuliOp: np.multiply, arith.RemUIOp: np.remainder,
+              arith.RemSIOp: np.remainder, arith.DivUIOp: np.floor_divide}
+_INT_ARITH_OPS = tuple(_INT_ARITH)
+_P2P = (nccl.SendOp, nccl.RecvOp)
+_WALKED = (_END, _OWN_STEP, scf.IfOp, rt.StreamOp, rt.CommOp, rt.SpanOp, rt.PrefixOp, rt.GroupRankOp, arith.ConstantOp, _INT_ARITH_OPS,
+           rt.EventRecordOp, rt.StreamWaitOp, rt.StreamSyncOp, rt.FusedOp, rt.TiledCollectiveOp, nccl.GroupStartOp, _P2P,
+           nccl.GroupEndOp, nccl.NcclOp, _WORK)
+
+
+@cache
+def _kinds(cls: type) -> frozenset:
+    """The classes (and tuples of classes) of ``_WALKED`` that ``cls`` is a subclass of:
+    ``_Walker.op``'s ``isinstance`` questions, asked once per op class (op classes are
+    abstract base classes, whose ``isinstance`` takes half a microsecond; the walk asked
+    some twenty per op of a lowered model)."""
+    return frozenset(k for k in _WALKED if issubclass(cls, k))
 
 
 @dataclass(frozen=True)
@@ -434,11 +453,12 @@ class _Walker:
                 self.op(op, classes, fused)
 
     def op(self, op: Operation, classes: tuple[int, ...], fused: dict | None) -> None:
-        if isinstance(op, (func.ReturnOp, scf.YieldOp)):
+        kinds = _kinds(type(op))
+        if _END in kinds:
             return
-        if not isinstance(op, (scf.IfOp, rt.FusedOp, rt.TiledCollectiveOp, rt.EventRecordOp, rt.StreamWaitOp, rt.StreamSyncOp, nccl.NcclOp, *_WORK)):
+        if _OWN_STEP not in kinds:
             self.pending += self.runtime.dispatch_s
-        if isinstance(op, scf.IfOp):
+        if scf.IfOp in kinds:
             cond = self.env.get(op.cond)
             if cond is None:
                 self.notes.append("a branch on a value other than rt.holds is taken as executed by every rank")
@@ -447,20 +467,20 @@ class _Walker:
             if op.false_region.blocks:
                 self.block(op.false_region.block, tuple(c for c in classes if not cond[c]), fused)
             return
-        if isinstance(op, rt.StreamOp):
+        if rt.StreamOp in kinds:
             self.env[op.result] = op.number
-        elif isinstance(op, rt.CommOp):
+        elif rt.CommOp in kinds:
             self.env[op.result] = (op.mesh_name, op.axis_list)
-        elif isinstance(op, rt.SpanOp):
+        elif rt.SpanOp in kinds:
             grid = self.grids[op.mesh_name]
             counts = [grid.sizes[a] for a in op.axis_list]
             spans = [layout.dim_block(op.size_value, counts, [grid.coords(r)[a] for a in op.axis_list]) for r in range(self.ranks)]
             self.env[op.offset] = np.array([o for o, _ in spans], dtype=np.int64)
             self.env[op.length] = np.array([n for _, n in spans], dtype=np.int64)
-        elif isinstance(op, rt.PrefixOp) and len(op.args) == 2:
+        elif rt.PrefixOp in kinds and len(op.args) == 2:  # type: ignore[attr-defined]
             # a rank's part of a padded buffer: at most the buffer (the largest block)
             self.bounds[op.result] = self.bounds.get(op.args[0]) or tuple(self._mem(op.args[0]).get_shape())
-        elif isinstance(op, rt.GroupRankOp):
+        elif rt.GroupRankOp in kinds:
             grid = self.grids[op.mesh_name]
             vals = np.zeros(self.ranks, dtype=np.int64)
             for group in grid.groups(op.axis_list):
@@ -468,44 +488,35 @@ class _Walker:
                 for i, r in enumerate(group):
                     vals[r] = (i + op.shift_value) % n
             self.env[op.result] = vals
-        elif isinstance(op, arith.ConstantOp) and isinstance(op.result.type, IndexType):
+        elif arith.ConstantOp in kinds and isinstance(op.result.type, IndexType):  # type: ignore[attr-defined]
             self.env[op.result] = np.full(self.ranks, op.value.value.data, dtype=np.int64)  # type: ignore[attr-defined]
-        elif isinstance(op, (arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.RemUIOp, arith.RemSIOp, arith.DivUIOp)) and all(
-            o in self.env for o in op.operands
-        ):
+        elif _INT_ARITH_OPS in kinds and all(o in self.env for o in op.operands):
             a, b = (self.env[o] for o in op.operands)
-            fn = {
-                arith.AddiOp: np.add,
-                arith.SubiOp: np.subtract,
-                arith.MuliOp: np.multiply,
-                arith.RemUIOp: np.remainder,
-                arith.RemSIOp: np.remainder,
-                arith.DivUIOp: np.floor_divide,
-            }[type(op)]
+            fn = _INT_ARITH[type(op)]
             self.env[op.result] = fn(a, b)
-        elif isinstance(op, rt.EventRecordOp):
+        elif rt.EventRecordOp in kinds:
             self.env[op.result] = self.events
             self.emit(Step("record", classes, self.env[op.args[0]], event=self.events, host=self.runtime.dispatch_s))
             self.events += 1
-        elif isinstance(op, rt.StreamWaitOp):
+        elif rt.StreamWaitOp in kinds:
             self.emit(Step("wait", classes, self.env[op.args[0]], event=self.env[op.args[1]], host=self.runtime.dispatch_s))
-        elif isinstance(op, rt.StreamSyncOp):
+        elif rt.StreamSyncOp in kinds:
             self.emit(Step("sync", classes, self.env[op.args[0]], host=self.runtime.dispatch_s))
-        elif isinstance(op, rt.FusedOp):
+        elif rt.FusedOp in kinds:
             self.fused(op, classes)
-        elif isinstance(op, rt.TiledCollectiveOp):
+        elif rt.TiledCollectiveOp in kinds:
             self.tiled(op, classes)
-        elif isinstance(op, nccl.GroupStartOp):
+        elif nccl.GroupStartOp in kinds:
             self.group = []
             self.pending += self.runtime.dispatch_s
-        elif isinstance(op, (nccl.SendOp, nccl.RecvOp)):
+        elif _P2P in kinds:
             self.group.append((op, classes))  # type: ignore[attr-defined]
             self.pending += self.runtime.dispatch_s
-        elif isinstance(op, nccl.GroupEndOp):
+        elif nccl.GroupEndOp in kinds:
             self.p2p(self.group, classes)  # type: ignore[attr-defined]
-        elif isinstance(op, nccl.NcclOp):
+        elif nccl.NcclOp in kinds:
             self.collective(op, classes, fused)
-        elif isinstance(op, _WORK):
+        elif _WORK in kinds:
             self.work(op, classes, fused)
 
     # -- computation -------------------------------------------------------------------

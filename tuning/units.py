@@ -41,7 +41,7 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects.dist import TensorType
-from distir.dialects.fast import walk
+from distir.dialects.fast import Kinds, walk
 from distir.passes.support import printed_names
 from distir.tuning.explore import structure_key
 
@@ -113,10 +113,14 @@ class Unit:
         return out
 
 
+_RETURN = Kinds(func.ReturnOp)
+_TENSOR = Kinds(TensorType)
+
+
 def units(f: func.FuncOp) -> list[Unit]:
     """The independent parts of ``f`` (module doc), in block order of their first op."""
     block = f.body.block
-    ops = [o for o in block.ops if not isinstance(o, func.ReturnOp)]
+    ops = [o for o in block.ops if not _RETURN(o)]
     parent = list(range(len(ops) + len(block.args)))
 
     def find(x: int) -> int:
@@ -135,11 +139,12 @@ def units(f: func.FuncOp) -> list[Unit]:
     for k, op in enumerate(ops):
         for inner in walk(op) if op.regions else (op,):  # (most ops have no body: no walk)
             for v in inner.operands:
-                if isinstance(v, BlockArgument) and v.owner is block:
-                    if isinstance(v.type, TensorType) and v.type.rank > 0:
-                        union(k, n + v.index)
-                elif v.owner in index:
-                    union(k, index[v.owner])  # type: ignore[index]
+                owner = v.owner
+                if owner is block:  # an argument of the function
+                    if _TENSOR(v.type) and v.type.rank > 0:  # type: ignore[attr-defined]
+                        union(k, n + v.index)  # type: ignore[attr-defined]
+                elif owner in index:
+                    union(k, index[owner])  # type: ignore[index]
     groups: dict[int, Unit] = {}
     for k, op in enumerate(ops):
         groups.setdefault(find(k), Unit([], [], [])).ops.append(op)
@@ -147,7 +152,7 @@ def units(f: func.FuncOp) -> list[Unit]:
         used: set[int] = set()
         for op in unit.ops:
             for inner in walk(op) if op.regions else (op,):
-                used.update(v.index for v in inner.operands if isinstance(v, BlockArgument) and v.owner is block)
+                used.update(v.index for v in inner.operands if v.owner is block)  # type: ignore[attr-defined]
         unit.args = sorted(used)
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)

@@ -1,7 +1,11 @@
 """``dialects/fast.py``: ``new_op`` makes the op ``create`` makes, ``walk`` lists the
-ops ``op.walk()`` yields, in the same order."""
+ops ``op.walk()`` yields, in the same order; what ``OpMemo`` keeps about a module goes
+with it."""
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i32
@@ -77,3 +81,24 @@ def test_kinds_answers_isinstance_once_per_class():
     kinds = Kinds(dist.MapOp, coll.CollectiveOp)
     assert [kinds(o) for o in module.walk()] == [isinstance(o, (dist.MapOp, coll.CollectiveOp)) for o in module.walk()]
     assert set(kinds._memo) == {type(o) for o in module.walk()}  # noqa: SLF001
+
+
+def test_a_module_parsed_verified_and_looked_up_in_is_freed_with_its_records():
+    # the records of a module (where its ops came from, what it verified as, its symbol
+    # table) name its ops; kept beside it in a WeakKeyDictionary they kept it alive, and
+    # every copy the planner and the tuner made of a program stayed in memory
+    from distir.dialects.dist import lookup_mesh
+    from distir.dialects.frontend import source_spans
+    from distir.dialects.verifier import ensure_verified, verified_clone
+
+    module = parse_module(NESTED)
+    ensure_verified(module)
+    copy = verified_clone(module)  # a copy with the original's spans and verification record
+    ensure_verified(copy)
+    f = next(o for o in copy.ops if o.name == "func.func")
+    assert lookup_mesh(f.body.block.first_op, f.body.block.args[0].type).mesh_name == "world"
+    assert source_spans(copy) and source_spans(module)
+    refs = [weakref.ref(module), weakref.ref(copy), weakref.ref(f)]
+    del module, copy, f
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
