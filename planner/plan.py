@@ -327,6 +327,9 @@ def plan(
         favour sliced state). All of them: the best plan a schedule makes may be any
         (a DLRM whose tables a fused ReduceScatter favours sliced came after the
         overlapped pricing of two meshes, and was cut when only ``top`` were kept).
+        The one-axis mesh's optimum (data parallelism's and ZeRO's mesh), solved even
+        when bounded out, is a candidate too (not its variants: tuning a model's
+        takes minutes each).
         Then the best and the otherwise laid out plans of the one-axis mesh and of the
         mesh of the levels written as a user writes a plan by hand (``Searched.annotated``): the standard plans (data
         parallelism, its sliced optimizer state, Megatron's tensor parallelism inside a
@@ -341,7 +344,15 @@ def plan(
                 solve(s)  # bounded out of the leading meshes, but a start
         pool = sorted((s for s in searched if s.solution is not None), key=lambda s: s.estimate)
         starts = pool[: max(1, top)]
-        starts += [s for s in pool if standard_mesh(s.mesh) and s not in starts]
+        starts += [s for s in pool if levels_mesh(s.mesh) and s not in starts]
+        # the one-axis mesh's optimum, where data parallelism and ZeRO live: itself (and
+        # written by hand, below), not its variants (a model's take minutes to tune)
+        one_axis = [s for s in pool if len(s.mesh.sizes) == 1 and s not in starts]
+        for s in one_axis:
+            assert s.problem is not None and s.solution is not None
+            if (s.mesh.key, s.problem.chosen(s.solution.choice)) not in seen:
+                seen.append((s.mesh.key, s.problem.chosen(s.solution.choice)))
+                out.append(Searched(s.mesh, s.solution, s.size, s.problem, 0.0, overlapped=True))
         for s in starts:
             sc, st = structures[s.mesh.sizes]
             p = ilp.problem(st, Costs(sc, s.mesh), overlap=True)
@@ -359,7 +370,7 @@ def plan(
                     laid_out.append(Searched(first.mesh, sol, first.size, first.problem, 0.0, overlapped=True))
         out += laid_out
         written: set = set()
-        for s in [*starts, *laid_out]:
+        for s in [*starts, *one_axis, *laid_out]:
             key = (s.mesh.key, arguments_of(g, s))
             if standard_mesh(s.mesh) and key not in written:
                 written.add(key)
