@@ -81,3 +81,35 @@ def test_a_cache_folder_that_cannot_be_made(tmp_path):
         "distir-run: warning: the kernel cache /proc/self/no-cache/distir/kernels cannot be written (No such file or directory): "
         "kernels are compiled in every run"
     )
+
+
+COMPILE_AT_ONCE = """\
+import sys, time
+from pathlib import Path
+import numpy as np
+from distir.lowering.numba_codegen import KernelSource, compile_cpu
+
+here, me, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+src = "def kernel(a):\\n    s = 0.0\\n    for i in range(a.shape[0]):\\n        s += a[i] * 3.5\\n    return s\\n"
+fn = compile_cpu(KernelSource("kernel", src, "cpu", ["a"], [None]))
+(here / f"ready.{me}").touch()
+while len(list(here.glob("ready.*"))) < n:  # every process calls the kernel at once
+    time.sleep(0.01)
+assert fn(np.ones(8)) == 28.0
+print(sum(fn.stats.cache_misses.values()), sum(fn.stats.cache_hits.values()))
+"""
+
+
+def test_processes_needing_one_kernel_at_once_compile_it_once(tmp_path):
+    """The ranks of one job start together and need the same kernels: the first to ask
+    compiles each, the others wait and load it from the cache (not one compilation per
+    rank)."""
+    n = 3
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", COMPILE_AT_ONCE, str(tmp_path), str(i), str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(n)]
+    counts = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        counts.append(tuple(int(w) for w in out.split()))
+    assert sorted(counts) == [(0, 1)] * (n - 1) + [(1, 0)], counts  # (compiled, loaded) per process
