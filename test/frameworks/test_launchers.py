@@ -5,7 +5,8 @@ over MPI under mpiexec); losses at every step and the final parameters agree wit
 The models people train (``support/torch_features.py``: frozen and tied weights, bf16
 with fp32 master weights, f16 with loss scaling and an inf, clipping, accumulation)
 agree with torch.optim on averaged gradients under ``mpiexec -n 2``, ``-n 4`` and
-``torchrun --nproc-per-node 2``, one job each for all the cases. A
+``torchrun --nproc-per-node 2``, one job each for all the cases and the comparison with
+DDP above (a launch per launcher and rank count, each starting torch once). A
 ``torch.distributed.checkpoint`` written at 4 ranks (the mpiexec job) loads at 2 (the
 torchrun job) and training goes on with the losses of the run without the restart. ``examples/pytorch/train_gpt.py`` runs under
 both launchers, prints the optimizer state per rank (1/N of torch's) and no warning."""
@@ -49,14 +50,14 @@ def launch(launcher: str, ranks: int, args: list[str], timeout: float = 900) -> 
 
 
 JOBS = [("torchrun", 2, "adamw,sgd,lamb"), ("torchrun", 4, "adamw"), ("mpiexec", 2, "adamw,sgd,lamb"), ("mpiexec", 4, "adamw")]
+"""The optimizers compared with DDP under each launcher (in the launch of the feature
+job where there is one: ``feature_job``)."""
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("launcher, ranks, algorithms", JOBS, ids=[f"{a}-{b}" for a, b, _ in JOBS])
-def test_distir_equals_ddp_under_the_launcher(launcher, ranks, algorithms, tmp_path):
-    out = tmp_path / "report.json"
-    launch(launcher, ranks, [str(WORKER), str(out), algorithms, str(STEPS)])
-    report = json.loads(out.read_text())
+def test_distir_equals_ddp_under_the_launcher(launcher, ranks, algorithms, feature_job):
+    report = json.loads(feature_job(launcher, ranks)[3].read_text())
     for a in algorithms.split(","):
         tt.compare(report, a)
         torch_bytes, distir_bytes = report[f"{a}-ddp"]["state_bytes"], report[f"{a}-distir"]["state_bytes"]
@@ -85,14 +86,17 @@ def test_train_gpt_prints_loss_time_and_sliced_state(launcher, tmp_path):
 
 FEATURE_JOBS = [("mpiexec", 2), ("mpiexec", 4), ("torchrun", 2)]
 CHECKPOINT_STEP = {("mpiexec", 4): "save", ("torchrun", 2): "resume"}
-"""The feature jobs also write a DCP checkpoint at 4 ranks and resume it at 2 (three
-launches in all, not five)."""
+"""The feature jobs also write a DCP checkpoint at 4 ranks and resume it at 2, and
+compare the optimizers with DDP (``JOBS``): four launches in all (each starts torch and
+the process group on every rank), not nine."""
 
 
 @pytest.fixture(scope="module")
 def feature_job(tmp_path_factory):
-    """(launcher, ranks) -> (reports of every rank, references, checkpoint folder) of the
-    job that ran every case (and its step of the checkpoint), launched once."""
+    """(launcher, ranks) -> (reports of every rank, references, checkpoint folder, the
+    optimizers' comparison) of the job that ran every case (and its step of the
+    checkpoint, and ``JOBS``' comparison), launched once; ``torchrun`` at 4 ranks runs
+    the comparison only."""
     base = tmp_path_factory.mktemp("features")
     ckpt = base / "ckpt"
     done: dict = {}
@@ -101,12 +105,17 @@ def feature_job(tmp_path_factory):
         if (launcher, ranks) not in done:
             if CHECKPOINT_STEP.get((launcher, ranks)) == "resume":
                 job("mpiexec", 4)  # the checkpoint it resumes
-            out = base / f"{launcher}-{ranks}.json"
+            out, training = base / f"{launcher}-{ranks}.json", base / f"{launcher}-{ranks}.training.json"
+            train = [str(training), next(a for lc, n, a in JOBS if (lc, n) == (launcher, ranks)), str(STEPS)]
+            if (launcher, ranks) not in FEATURE_JOBS:
+                launch(launcher, ranks, [str(WORKER), *train])
+                done[(launcher, ranks)] = ([], {}, ckpt, training)
+                return done[(launcher, ranks)]
             cases = [c for c in tf.CASES if c != "autocast"]  # autocast: nothing launcher-specific (thread tests)
             extra = [CHECKPOINT_STEP[(launcher, ranks)], str(ckpt)] if (launcher, ranks) in CHECKPOINT_STEP else []
-            launch(launcher, ranks, [str(FEATURES), str(out), ",".join(cases), *extra])
+            launch(launcher, ranks, [str(FEATURES), str(out), ",".join(cases), *extra, "train", *train])
             reports = [rep for r in range(ranks) for rep in json.loads(Path(f"{out}.{r}").read_text())]
-            done[(launcher, ranks)] = (reports, json.loads(Path(f"{out}.ref").read_text()), ckpt)
+            done[(launcher, ranks)] = (reports, json.loads(Path(f"{out}.ref").read_text()), ckpt, training)
         return done[(launcher, ranks)]
 
     return job
@@ -115,7 +124,7 @@ def feature_job(tmp_path_factory):
 @pytest.mark.mpi
 @pytest.mark.parametrize("launcher, ranks", FEATURE_JOBS, ids=[f"{a}-{n}" for a, n in FEATURE_JOBS])
 def test_models_people_train_under_the_launcher(feature_job, launcher, ranks):
-    reports, refs, _ = feature_job(launcher, ranks)
+    reports, refs, _, _ = feature_job(launcher, ranks)
     assert {r["rank"] for r in reports} == set(range(ranks))
     for report in reports:
         tf.check(report, refs[report["case"]])
@@ -128,7 +137,7 @@ def test_dcp_checkpoint_written_at_4_ranks_resumes_at_2(feature_job):
     it re-sliced and its losses are those of the run without the restart."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    _, _, ckpt = feature_job("torchrun", 2)
+    _, _, ckpt, _ = feature_job("torchrun", 2)
     losses = json.loads((ckpt / "save.json").read_text())["losses"] + json.loads((ckpt / "resume.json").read_text())["losses"]
     want = tc.reference(4, 2)
     rel = np.abs(np.array(losses) - want) / np.abs(want)

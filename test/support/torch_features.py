@@ -292,8 +292,15 @@ def check(report: dict, ref: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``OUT CASES [save|resume DIR]``: the cases, then (in the same job) the DCP
-    checkpoint's ``save`` or ``resume`` of ``torch_checkpoint.py`` in DIR."""
+    """``OUT CASES [save|resume DIR] [train OUT ALGORITHMS STEPS]``: the cases, then
+    (in the same job) the DCP checkpoint's ``save`` or ``resume`` of
+    ``torch_checkpoint.py`` in DIR, then ``torch_training.py``'s comparison of the
+    optimizers with DDP (one launch for both: each launch starts torch and the process
+    group on every rank)."""
+    train = None
+    if "train" in argv:
+        k = argv.index("train")
+        argv, train = argv[:k], argv[k + 1 :]
     out, cases = argv[0], argv[1].split(",")
     torch.set_num_threads(1)
     launcher, rank, ranks = T.launched()
@@ -310,6 +317,8 @@ def main(argv: list[str]) -> int:
         from support import torch_checkpoint
 
         torch_checkpoint.run(argv[2], argv[3], rank, comm)
+    if train is not None:
+        tt.training(train[0], train[1].split(","), int(train[2]), launcher, rank, ranks, corpus)
     import torch.distributed as dist
 
     dist.barrier()  # as train_gpt.py: no rank tears gloo down while a peer still exchanges

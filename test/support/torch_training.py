@@ -222,12 +222,9 @@ def launched_run(algorithm: str, which: str, steps: int, launcher: str, rank: in
     return {"losses": losses, "params": params, "state_bytes": state}
 
 
-def main(argv: list[str]) -> int:
-    out, algorithms, steps = argv[0], argv[1].split(","), int(argv[2])
-    torch.set_num_threads(1)
-    launcher, rank, ranks = T.launched()
-    T.init_process_group(launcher, rank, ranks)
-    corpus = data()
+def training(out: str, algorithms: list[str], steps: int, launcher: str, rank: int, ranks: int, corpus) -> None:
+    """Each algorithm trained with DDP + torch.optim and with distir's optimizer, in a
+    launched job whose process group is up; rank 0 writes the report to ``out``."""
     report = {}
     for a in algorithms:
         for which in ("ddp", "distir"):
@@ -235,6 +232,14 @@ def main(argv: list[str]) -> int:
     if rank == 0:
         with open(out, "w") as f:
             json.dump(report, f)
+
+
+def main(argv: list[str]) -> int:
+    out, algorithms, steps = argv[0], argv[1].split(","), int(argv[2])
+    torch.set_num_threads(1)
+    launcher, rank, ranks = T.launched()
+    T.init_process_group(launcher, rank, ranks)
+    training(out, algorithms, steps, launcher, rank, ranks, data())
     import torch.distributed as dist
 
     dist.barrier()  # as train_gpt.py: no rank tears gloo down while a peer still exchanges
