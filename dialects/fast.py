@@ -5,7 +5,7 @@ definitions again, and walks nested ops through a chain of generators (op, regio
 block, op, ...), one frame per level for every op yielded. A model's program has tens
 of thousands of ops, copied and walked several times per plan: ``new_op`` makes the
 op ``cls.create`` makes, ``walk`` lists the ops ``op.walk()`` yields, in the same
-order.
+order, and ``clone`` the copy ``op.clone()`` makes, in one walk.
 
 ``OpMemo`` keeps what distir learned about one op (a module's symbol table, what it
 verified as, where its ops came from) on the op itself, so that it goes when the op
@@ -19,8 +19,11 @@ from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from xdsl.dialects.builtin import UNKNOWN_LOC
-from xdsl.ir import Attribute, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.ir.core import OpResult, SSAValues, Use
+
+T = TypeVar("T")
+OpT = TypeVar("OpT", bound=Operation)
 
 
 def new_op(cls: type[Operation], operands: Sequence[SSAValue], result_types: Sequence[Attribute], properties: dict[str, Attribute],
@@ -61,6 +64,90 @@ def _fills_defaults(cls: type[Operation]) -> bool:
         return True
     op_def = cls.get_irdl_definition()  # type: ignore[attr-defined]
     return any(not isinstance(d, OptionalDef) and d.default_value is not None for d in (*op_def.properties.values(), *op_def.attributes.values()))
+
+
+class _Mapper(dict):
+    """``Operation.clone``'s value map that remembers the values it was asked for and
+    did not hold (defined outside what is cloned, or later in it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.missed: list[SSAValue] = []
+
+    def get(self, key, default=None):  # type: ignore[override]
+        got = super().get(key, self)
+        if got is self:
+            self.missed.append(key)
+            return default
+        return got
+
+
+def clone(op: OpT, value_mapper: dict[SSAValue, SSAValue] | None = None) -> OpT:
+    """``op.clone()``: the same copy (types, properties, attributes, locations, name
+    hints, and every value's uses in the same order), made in one walk. xDSL's clone
+    makes every op without operands and sets them all in a second walk over both trees
+    (for a graph region's uses of values defined after them); here each op takes its
+    operands when it is made, and only when some op used a value of the copy before it
+    was made are the operands set again, in walk order, as xDSL sets them. (The
+    planner copies a model's partitioned program of thousands of ops per plan, the
+    tuner hundreds of copies of it per plan.) ``value_mapper``, as xDSL's: the values
+    it holds stand for theirs in the copy, and it receives each value of ``op`` mapped
+    to its copy."""
+    mapper = _Mapper()
+    if value_mapper:
+        mapper.update(value_mapper)
+    blocks: dict[Block, Block] = {}
+    new = _clone_op(op, mapper, blocks)
+    if any(v in mapper for v in mapper.missed):
+        for old, copy in zip(op.walk(), new.walk()):
+            copy.operands = tuple(mapper.get(v, v) for v in old.operands)
+    if value_mapper is not None:
+        value_mapper.update(mapper)
+    return new
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _valid_name(name: str) -> str:
+    return SSAValue.extract_valid_name(name)
+
+
+def _clone_op(op: OpT, mapper: _Mapper, blocks: dict[Block, Block]) -> OpT:
+    if op._successors:  # noqa: SLF001 (a branch: xDSL's own copy)
+        new = op.clone_without_regions(mapper, blocks)  # operands mapped as it is made
+    else:  # what ``clone_without_regions`` makes, built directly (``format.new_op``)
+        get = mapper.get
+        new = new_op(type(op), [get(v, v) for v in op._operands], [r._type for r in op.results], op.properties,  # noqa: SLF001
+                     op.attributes, op.location, [Region() for _ in op.regions])
+        for r, c in zip(op.results, new.results):
+            mapper[r] = c
+            if r._name is not None:  # noqa: SLF001
+                c._name = _valid_name(r._name)  # noqa: SLF001 (what the ``name_hint`` setter stores)
+    for region, into in zip(op.regions, new.regions):
+        copies = [Block() for _ in region.blocks]
+        for block, copy in zip(region.blocks, copies):
+            blocks[block] = copy
+        into.insert_block(copies, 0)
+        for block, copy in zip(region.blocks, copies):
+            for idx, arg in enumerate(block.args):
+                copy.insert_arg(arg.type, idx, arg.location)
+                mapper[arg] = copy.args[idx]
+                copy.args[idx].name_hint = arg.name_hint
+            last = None  # ``copy.add_op`` of each copy, without its checks (a new op, a new block)
+            inner = block._first_op  # noqa: SLF001
+            while inner is not None:
+                made = _clone_op(inner, mapper, blocks)
+                made.parent = copy
+                if last is None:
+                    copy._first_op = made  # noqa: SLF001
+                else:  # the fields in the order xDSL sets them (``insert_op_after``)
+                    made._prev_op = last  # noqa: SLF001
+                    made._next_op = None  # noqa: SLF001
+                    last._next_op = made  # noqa: SLF001
+                last = made
+                inner = inner._next_op  # noqa: SLF001
+            copy._last_op = last  # noqa: SLF001
+    return new
+
 
 
 def walk(op: Operation, region_first: bool = False) -> list[Operation]:
@@ -106,7 +193,6 @@ class Kinds:
         return got
 
 
-T = TypeVar("T")
 
 
 class OpMemo(Generic[T]):

@@ -66,7 +66,7 @@ from xdsl.traits import IsolatedFromAbove, IsTerminator, NoTerminator, OpTrait
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
 
-from distir.dialects.fast import OpMemo, walk
+from distir.dialects.fast import OpMemo, clone, walk
 
 Spans = Mapping[Operation, Span]
 
@@ -446,8 +446,8 @@ def verified_clone(
 ) -> Operation:
     """A copy of ``module``, which is verified first (``ensure_verified``): the copy is
     known to verify, and keeps the source positions of the original's ops (unless
-    ``spans`` is false: a copy whose diagnostics need none). ``value_mapper`` (xDSL's
-    ``clone``) receives each value of ``module`` mapped to its copy. ``unchanged``: the
+    ``spans`` is false: a copy whose diagnostics need none). ``value_mapper`` (``fast.clone``'s, as
+    xDSL's) receives each value of ``module`` mapped to its copy. ``unchanged``: the
     caller knows that ``ensure_verified`` passed on ``module`` and that it has not
     changed since (the tuner's explored programs, only read once verified): it is not
     looked at again (what ``ensure_verified`` costs even then is a walk of every op)."""
@@ -455,7 +455,7 @@ def verified_clone(
 
     if not unchanged or module not in _VERIFIED:
         ensure_verified(module)
-    out = module.clone(value_mapper=value_mapper)
+    out = clone(module, value_mapper)  # xDSL's copy, in one walk
     if spans:
         copy_spans(module, out)
     _record(out, _VERIFIED[module].irdl_ok)

@@ -31,7 +31,7 @@ from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects import dist, layout
 from distir.dialects.dist import MeshOp, TensorType
-from distir.dialects.fast import new_op, walk
+from distir.dialects.fast import clone, new_op, walk  # noqa: F401 (clone: the passes' copy of a program)
 from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Placement
 
@@ -143,97 +143,6 @@ def gc_paused():
     finally:
         if was:
             gc.enable()
-
-
-@contextlib.contextmanager
-def gc_resumed():
-    """Automatic garbage collection inside, also within ``gc_paused``: work that makes
-    and drops many programs (the tuner's exploration of a plan's schedules: hundreds of
-    copies of the program) must not hold its garbage until the pause ends (the planner
-    grew to 11 GiB tuning the JAX GPT step's plans)."""
-    was = gc.isenabled()
-    gc.enable()
-    try:
-        yield
-    finally:
-        if not was:
-            gc.disable()
-
-
-class _Mapper(dict):
-    """``Operation.clone``'s value map that remembers the values it was asked for and
-    did not hold (defined outside what is cloned, or later in it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.missed: list[SSAValue] = []
-
-    def get(self, key, default=None):  # type: ignore[override]
-        got = super().get(key, self)
-        if got is self:
-            self.missed.append(key)
-            return default
-        return got
-
-
-def clone(op: OpT) -> OpT:
-    """``op.clone()``: the same copy (types, properties, attributes, locations, name
-    hints, and every value's uses in the same order), made in one walk. xDSL's clone
-    makes every op without operands and sets them all in a second walk over both trees
-    (for a graph region's uses of values defined after them); here each op takes its
-    operands when it is made, and only when some op used a value of the copy before it
-    was made are the operands set again, in walk order, as xDSL sets them. (The
-    planner copies a model's partitioned program of thousands of ops per plan.)"""
-    mapper = _Mapper()
-    blocks: dict[Block, Block] = {}
-    new = _clone_op(op, mapper, blocks)
-    if any(v in mapper for v in mapper.missed):
-        for old, copy in zip(op.walk(), new.walk()):
-            copy.operands = tuple(mapper.get(v, v) for v in old.operands)
-    return new
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _valid_name(name: str) -> str:
-    return SSAValue.extract_valid_name(name)
-
-
-def _clone_op(op: OpT, mapper: _Mapper, blocks: dict[Block, Block]) -> OpT:
-    if op._successors:  # noqa: SLF001 (a branch: xDSL's own copy)
-        new = op.clone_without_regions(mapper, blocks)  # operands mapped as it is made
-    else:  # what ``clone_without_regions`` makes, built directly (``format.new_op``)
-        get = mapper.get
-        new = new_op(type(op), [get(v, v) for v in op._operands], [r._type for r in op.results], op.properties,  # noqa: SLF001
-                     op.attributes, op.location, [Region() for _ in op.regions])
-        for r, c in zip(op.results, new.results):
-            mapper[r] = c
-            if r._name is not None:  # noqa: SLF001
-                c._name = _valid_name(r._name)  # noqa: SLF001 (what the ``name_hint`` setter stores)
-    for region, into in zip(op.regions, new.regions):
-        copies = [Block() for _ in region.blocks]
-        for block, copy in zip(region.blocks, copies):
-            blocks[block] = copy
-        into.insert_block(copies, 0)
-        for block, copy in zip(region.blocks, copies):
-            for idx, arg in enumerate(block.args):
-                copy.insert_arg(arg.type, idx, arg.location)
-                mapper[arg] = copy.args[idx]
-                copy.args[idx].name_hint = arg.name_hint
-            last = None  # ``copy.add_op`` of each copy, without its checks (a new op, a new block)
-            inner = block._first_op  # noqa: SLF001
-            while inner is not None:
-                made = _clone_op(inner, mapper, blocks)
-                made.parent = copy
-                if last is None:
-                    copy._first_op = made  # noqa: SLF001
-                else:  # the fields in the order xDSL sets them (``insert_op_after``)
-                    made._prev_op = last  # noqa: SLF001
-                    made._next_op = None  # noqa: SLF001
-                    last._next_op = made  # noqa: SLF001
-                last = made
-                inner = inner._next_op  # noqa: SLF001
-            copy._last_op = last  # noqa: SLF001
-    return new
 
 
 @contextlib.contextmanager

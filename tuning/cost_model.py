@@ -78,7 +78,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from distir.dialects import layout, nccl, rt
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import element_bytes, resolve_grids
-from distir.dialects.fast import walk
+from distir.dialects.fast import clone, walk
 from distir.dialects.rt import TargetAttr
 from distir.lowering.target import STREAM_FROM, get_target, planned_target
 from distir.tuning.collectives import collective_cost
@@ -1073,7 +1073,7 @@ def prepare(
     if planned_target(lowered) is None:
         from distir.lowering.plan_execution import plan
 
-        lowered = lowered.clone()
+        lowered = clone(lowered)
         plan(lowered, get_target(topology_target(topology)))
         f = next(o for o in lowered.ops if isinstance(o, func.FuncOp) and o.sym_name.data == func_name)
     w = _Walker(lowered, f, topology, ranks, scaling, options)

@@ -59,6 +59,7 @@ from xdsl.utils.exceptions import DiagnosticException, PassFailedException, Veri
 from distir.dialects import coll, dist
 from distir.dialects.diagnostics import InputRejected, check_body
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import walk
 from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Sliced
 from distir.dialects.verifier import verified_clone
@@ -401,6 +402,8 @@ class Exploration:
     """Passes that failed other than by refusing (distir bugs)."""
     unfit: int = 0
     """Programs reached that fit no size (``explore``'s ``fits``): not schedules."""
+    ops: int = 0
+    """The ops of the candidates' programs, all together (``explore``'s ``max_ops``)."""
 
 
 def structure_key(module: Operation, ignore: Mapping[str, Collection[str]] | None = None) -> tuple:
@@ -448,6 +451,7 @@ def explore(
     progress: Callable[[int], None] | None = None,
     fits: Callable[[ModuleOp], bool] | None = None,
     stop: Callable[[], bool] | None = None,
+    max_ops: int | None = None,
 ) -> Exploration:
     """Every schedule of ``module`` (one function) reachable by ``transformations``, breadth
     first (module doc); ``as_slice`` names the state ``slice-state`` may keep sliced
@@ -456,7 +460,9 @@ def explore(
     cannot run at any size, so it is no schedule and is not transformed further (the
     transformations keep every dim they slice sliced); the program as written is
     always kept. ``stop()`` (a time budget) ends the exploration early, as
-    ``max_schedules`` does (``truncated``)."""
+    ``max_schedules`` does, and ``max_ops``: the ops of the schedules found (each a
+    copy of the program; the program as written counts too) stay within it
+    (``truncated``; ``Exploration.ops`` is what they hold)."""
     from distir.dialects.context import make_context
 
     if as_slice:
@@ -466,9 +472,11 @@ def explore(
     ctx = make_context()
     original = Candidate(verified_clone(module), (), original=True, verified=True)
     found = [original]
+    held = len(walk(original.module))
     seen = {structure_key(original.module): original}
     errors: list[str] = []
     unfit = 0
+    truncated = False
     first = FIRST.passes(original.module, {})[0]
     start = _apply(first, original, ctx, errors)
     frontier = [original] if fits is None or fits(original.module) else []
@@ -476,14 +484,19 @@ def explore(
         key = structure_key(start.module)
         if key not in seen:
             seen[key] = start
-            if fits is None or fits(start.module):
+            n = len(walk(start.module))
+            if max_ops is not None and held + n > max_ops:
+                truncated = True
+            elif fits is None or fits(start.module):
                 found.append(start)
+                held += n
                 frontier = [start]
             else:
                 unfit += 1
                 frontier = []
-    truncated = False
     for _ in range(max_depth):
+        if truncated:
+            break
         nxt: list[Candidate] = []
         for cand in frontier:
             if stop is not None and stop():
@@ -504,7 +517,8 @@ def explore(
                     if key not in seen and not _verifies(new, p, errors):
                         continue
                     if key not in seen:
-                        if len(found) >= max_schedules:
+                        n = len(walk(new.module))
+                        if len(found) >= max_schedules or (max_ops is not None and held + n > max_ops):
                             truncated = True
                             break
                         seen[key] = new
@@ -512,17 +526,22 @@ def explore(
                             unfit += 1
                         else:
                             found.append(new)
+                            held += n
                             if not t.final:
                                 nxt.append(new)
                             if progress is not None:
                                 progress(len(found))
                     if t.first_only:
                         break
+                if truncated:
+                    break
+            if truncated:  # nothing more is kept: no more copies made
+                break
         frontier = nxt
         if not frontier or truncated:
             break
     name_all(found, _function(module))
-    return Exploration(found, truncated, errors, unfit)
+    return Exploration(found, truncated, errors, unfit, held)
 
 
 def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candidate | None]) -> Candidate | None:

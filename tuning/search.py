@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from distir.dialects.fast import clone
 from distir.tuning.explore import Candidate
 
 Times = np.ndarray
@@ -188,7 +189,7 @@ def _order_matters(cand: Candidate, ranks: int, fixed: dict[tuple, ModuleOp | No
         for mine, theirs in zip(overlaps(module), overlaps(cand.module)):
             mine.properties = dict(theirs.properties)
     elif fixed is None or family not in fixed or module is not None:
-        module = cand.module.clone()
+        module = clone(cand.module)
         try:
             FixMeshSizesPass(ranks=ranks).apply(Context(), module)
         except Exception:  # noqa: BLE001 - a program that cannot be fixed is evaluated on its own

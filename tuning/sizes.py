@@ -35,6 +35,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import clone
 from distir.dialects.verifier import share_shapes
 
 MAX_SIZES = 64
@@ -175,7 +176,7 @@ def substitute(module: ModuleOp, mapping: Mapping[int, int]) -> ModuleOp:
     ``mapping[d]`` (all at once, so ``{512: 1024, 1024: 3072}`` swaps nothing twice).
     Verifying the copy checks xDSL's generic constraints only on op shapes that the
     original and its copies have not shown to hold (``verifier.share_shapes``)."""
-    out = module.clone()
+    out = clone(module)
     share_shapes(out, module)
     mapping = {d: s for d, s in mapping.items() if d != s}
     if not mapping:

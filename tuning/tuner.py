@@ -36,6 +36,7 @@ from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects.diagnostics import InputRejected, InternalError, check_rank_count
 from distir.dialects.dist import TensorType
+from distir.dialects.fast import clone
 from distir.passes.pipeline import run_passes
 from distir.passes.support import printed_names
 from distir.tuning import search, units
@@ -133,7 +134,7 @@ class TuneResult:
         if module is None:  # a pipeline the search was cut short before building
             from distir.passes.pipeline import apply_pipeline
 
-            module = apply_pipeline(next(x for x in self.schedules if x.original).module.clone(), s.pipeline)
+            module = apply_pipeline(clone(next(x for x in self.schedules if x.original).module), s.pipeline)
         return at_size(module, self.dim, size)
 
 
@@ -146,7 +147,11 @@ class Limits:
     """When the search stops early, keeping the best schedule found so far:
     ``max_schedules`` evaluated (lowered and predicted, or timed), ``clock()`` (the
     monotonic clock) past ``deadline``, or ``interrupted()`` (the first Ctrl-C of
-    ``distir-tune``)."""
+    ``distir-tune``). ``max_explored_ops`` bounds the exploration alone: the ops of the
+    programs it keeps, over every part of a program tuned part by part (``explored_ops``
+    counts them; each part's program as written is always kept, so a part explored once
+    the bound is spent keeps only that); the schedules found are then evaluated as
+    usual."""
 
     max_schedules: int | None = None
     deadline: float | None = None
@@ -155,6 +160,8 @@ class Limits:
     reason: str | None = None
     """Why the search stopped early (None: it did not)."""
     clock: Callable[[], float] = time.monotonic
+    max_explored_ops: int | None = None
+    explored_ops: int = 0
 
     @classmethod
     def of(
@@ -163,9 +170,14 @@ class Limits:
         time_budget: float | None = None,
         interrupted: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_explored_ops: int | None = None,
     ) -> Limits:
         deadline = None if time_budget is None else clock() + time_budget
-        return cls(max_schedules, deadline, interrupted or (lambda: False), clock=clock)
+        return cls(max_schedules, deadline, interrupted or (lambda: False), clock=clock, max_explored_ops=max_explored_ops)
+
+    def ops_left(self) -> int | None:
+        """The ops the next exploration may keep (None: no bound)."""
+        return None if self.max_explored_ops is None else max(0, self.max_explored_ops - self.explored_ops)
 
     def stop(self) -> bool:
         if self.reason is None:
@@ -226,7 +238,8 @@ def tune(
 
     t0 = time.perf_counter()
     fits = None if exhaustive else (lambda m: any(fitting(m, ranks, d, sizes)))
-    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0), fits=fits, stop=limits.stop)
+    ex = explore(module, as_slice=as_slice, progress=lambda n: report("explore", n, 0), fits=fits, stop=limits.stop, max_ops=limits.ops_left())
+    limits.explored_ops += ex.ops
     seconds["explore"] = time.perf_counter() - t0
     before = (limits.evaluated, limits.reason)
     if not check_all and model is not None:
@@ -296,7 +309,7 @@ def _evaluate(
     bugs += [f"distir bug: a pass crashed during the exploration: {e}" for e in ex.errors]
     notes = []
     if ex.truncated and limits.reason is None:
-        notes.append(f"the exploration stopped after {len(ex.candidates)} schedules")
+        notes.append(f"the exploration stopped after {len(ex.candidates)} schedules ({ex.ops} ops)")
     why = "a mesh that does not fit the rank count, or an at<r> outside its axis"
     if fits is not None and not fits(module):
         notes.append(f"the program fits none of these sizes on {ranks} ranks ({why}): no schedule was derived from it")
@@ -562,7 +575,7 @@ def _tune_units(
     seconds: dict[str, float] = {}
     ctx = make_context()
     t0 = time.perf_counter()
-    written = module.clone()
+    written = clone(module)
     whole = printed_names(module)
     results: list[TuneResult | None] = [None] * len(parts)
     programs = [cls.first.program(module, f) for cls in parts]
@@ -630,7 +643,7 @@ def _tune_units(
             from distir.passes.combine_collectives import CombineCollectivesPass
 
             more = (FixMeshSizesPass(ranks=ranks), CombineCollectivesPass(bucket_bytes=bucket))
-            combined = cands[i].module.clone()
+            combined = clone(cands[i].module)
             run_passes(combined, more, ctx)
             cands.append(Candidate(combined, (*cands[i].passes, *more), f"{cands[i].name} + buckets of {_bytes(bucket)}", check="ok"))
             estimates.append({s: None for s in sizes})
@@ -695,7 +708,7 @@ def _first_choice(r: TuneResult | None, prog: ModuleOp, ctx) -> _Choice:
     from distir.passes.fuse_maps import FuseMapsPass
     from distir.tuning.explore import structural_name
 
-    m = prog.clone()
+    m = clone(prog)
     run_passes(m, [FuseMapsPass()], ctx)
     return _Choice(structural_name(m), "fuse-maps", m, {})
 
@@ -765,7 +778,7 @@ def _compose(
     unbuilt = Candidate(None, passes, name, check="ok")  # type: ignore[arg-type]
     if stop():
         return unbuilt
-    out = module.clone()
+    out = clone(module)
     try:
         for p in passes:
             if stop():

@@ -41,7 +41,7 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from distir.dialects.dist import TensorType
-from distir.dialects.fast import Kinds, walk
+from distir.dialects.fast import Kinds, clone, walk
 from distir.passes.support import printed_names
 from distir.tuning.explore import structure_key
 
@@ -81,8 +81,7 @@ class Unit:
             mapping[old] = new
         values: list[SSAValue] = list(args)
         for op in self.ops:
-            clone = op.clone(value_mapper=mapping)
-            block.add_op(clone)
+            block.add_op(clone(op, mapping))
             values += [v for o in op.walk() for v in o.results]
         ret = f.body.block.last_op
         assert isinstance(ret, func.ReturnOp)

@@ -270,3 +270,33 @@ def test_the_check_of_a_model_sized_step_shrinks_its_dims_and_slices_them_as_at_
     assert checker.ranks == 256 and set(program_dims(checker.original)) <= {512, 1}
     split = next(c for c in ex.candidates if c.name.startswith("RS-AG") or c.name.startswith("fuse(RS-Adam-AG)"))
     assert checker(split) == "ok"
+
+
+def test_the_exploration_stops_at_its_bound_on_the_ops_it_keeps(monkeypatch):
+    """``max_ops`` (the planner's ``TUNE_MAX_EXPLORED_OPS``): the schedules kept are the
+    first the exploration finds whose programs hold at most that many ops together, and
+    no program is copied after the first that would not fit (the planner pauses the
+    garbage collector: every copy stays until the plan is tuned)."""
+    from distir.dialects.fast import walk
+
+    copies: list = []
+    real = explore_module.verified_clone
+
+    def counted(*args, **kwargs):
+        copies.append(real(*args, **kwargs))
+        return copies[-1]
+
+    monkeypatch.setattr(explore_module, "verified_clone", counted)
+    module = only_function(read_module(str(TRAIN_STEP)), None)
+    whole = explore(module, max_schedules=STEP_SCHEDULES)
+    sizes = [len(walk(c.module)) for c in whole.candidates]
+    assert whole.ops == sum(sizes)
+    k = len(sizes) // 2
+    first = [id(m) for m in copies].index(id(whole.candidates[k].module))  # the copy that would not fit
+    copied = len(copies)
+    bound = sum(sizes[:k]) + sizes[k] - 1
+    copies.clear()
+    cut = explore(module, max_schedules=STEP_SCHEDULES, max_ops=bound)
+    assert cut.truncated and cut.ops == sum(sizes[:k]) <= bound
+    assert [c.pipeline for c in cut.candidates] == [c.pipeline for c in whole.candidates[:k]]
+    assert len(copies) == first + 1 < copied

@@ -192,3 +192,34 @@ def test_the_time_budget_is_read_from_the_clock_it_is_given():
     assert not limits.stop()
     clock.now = 5.0
     assert limits.stop() and limits.reason == "the time budget ran out"
+
+
+def test_the_bound_on_explored_ops_is_one_budget_for_every_part(monkeypatch):
+    """``Limits.max_explored_ops`` (the planner's ``TUNE_MAX_EXPLORED_OPS``) bounds the
+    ops of the programs the explorations of all parts keep together (each part's program
+    as written is always kept: a part explored once the bound is spent keeps only
+    that); the schedules found are still evaluated, and the answer is one pipeline."""
+    from distir.tuning import tuner as tuner_module
+    from distir.tuning.tuner import Limits
+
+    explored: list = []
+    real = tuner_module.explore
+
+    def recorded(*args, **kwargs):
+        explored.append((kwargs.get("max_ops"), real(*args, **kwargs)))
+        return explored[-1][1]
+
+    monkeypatch.setattr(tuner_module, "explore", recorded)
+    free = Limits.of()
+    tune(parse_module(llama_text()), 16, model=get_topology("dgx2", 1), limits=free)
+    assert all(bound is None and not ex.truncated for bound, ex in explored)
+    assert free.explored_ops == sum(ex.ops for _, ex in explored)
+    bound = free.explored_ops // 2
+    explored.clear()
+    limits = Limits.of(max_explored_ops=bound)
+    r = tune(parse_module(llama_text()), 16, model=get_topology("dgx2", 1), limits=limits)
+    assert limits.explored_ops == sum(ex.ops for _, ex in explored)
+    assert all(ex.ops <= left or len(ex.candidates) == 1 for left, ex in explored)
+    assert sum(ex.ops for _, ex in explored if len(ex.candidates) > 1) <= bound
+    assert any(ex.truncated for _, ex in explored) and limits.reason is None
+    assert r.best[r.sizes[0]] is not None
