@@ -1075,7 +1075,7 @@ def _quiet_numba_notes() -> None:
 
     from numba.core.errors import NumbaPerformanceWarning
 
-    warnings.filterwarnings("ignore", message=r"(?s)\s*The keyword argument 'parallel=True' was specified", category=NumbaPerformanceWarning)
+    warnings.filterwarnings("ignore", message=r"(?s).*The keyword argument 'parallel=True' was specified", category=NumbaPerformanceWarning)
 
 
 def compile_cpu(ks: KernelSource, parallel: bool = False, fastmath: frozenset[str] = DEFAULT_FASTMATH):

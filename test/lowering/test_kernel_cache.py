@@ -113,3 +113,21 @@ def test_processes_needing_one_kernel_at_once_compile_it_once(tmp_path):
         assert p.returncode == 0, err
         counts.append(tuple(int(w) for w in out.split()))
     assert sorted(counts) == [(0, 1)] * (n - 1) + [(1, 0)], counts  # (compiled, loaded) per process
+
+
+def test_a_parallel_kernel_with_nothing_to_parallelise_warns_nothing(tmp_path, monkeypatch):
+    """Numba's note that ``parallel=True`` found nothing to parallelise (a small kernel)
+    is for distir's developers: a user sees no warning (Numba prints it with terminal
+    colour codes before the words)."""
+    import warnings
+
+    import numpy as np
+
+    from distir.lowering.numba_codegen import KernelSource, compile_cpu
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # compiled here, not loaded
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fn = compile_cpu(KernelSource("kernel", f"def kernel(a):\n    a[0] = {tmp_path.stat().st_ino}.0\n", "cpu", ["a"], [None]), parallel=True)
+        fn(np.zeros(3))
+    assert not [str(w.message) for w in seen], [str(w.message) for w in seen]
