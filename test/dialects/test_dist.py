@@ -3,6 +3,7 @@ result, and each distinct text is parsed once per process; what a text means doe
 depend on where it is, and a bad type is reported where it is, seen types or not."""
 
 import pytest
+from support.calls import count_calls
 from xdsl.utils.exceptions import ParseError
 
 from distir.dialects import dist
@@ -26,15 +27,7 @@ def chain(n: int, t: str = T) -> str:
 def placements_parsed(monkeypatch):
     """How many placement words the parser read in full (the cache cleared first)."""
     monkeypatch.setattr(dist, "_PARSED", {})
-    count = [0]
-    real = dist.parse_placement
-
-    def counted(parser):
-        count[0] += 1
-        return real(parser)
-
-    monkeypatch.setattr(dist, "parse_placement", counted)
-    return count
+    return count_calls(monkeypatch, dist, "parse_placement")
 
 
 def test_each_distinct_type_text_is_parsed_once(placements_parsed):

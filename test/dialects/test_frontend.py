@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 import pytest
+from support.calls import count_calls
 from xdsl.utils.exceptions import ParseError
 
 from distir.dialects import frontend
@@ -21,15 +22,7 @@ def arg_type(dims: str) -> str:
 
 @pytest.fixture
 def lex_count(monkeypatch):
-    count = [0]
-    lex = SafeLexer.lex
-
-    def counting(self):
-        count[0] += 1
-        return lex(self)
-
-    monkeypatch.setattr(SafeLexer, "lex", counting)
-    return count
+    return count_calls(monkeypatch, SafeLexer, "lex")
 
 
 def test_a_shape_of_many_dims_is_lexed_in_a_few_tokens(lex_count):
