@@ -28,10 +28,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import VerifyException
 
 from distir.dialects import dist
-from distir.dialects.fast import walk
+from distir.dialects.fast import clone, walk
 from distir.lowering.lower_collectives import DIST_TYPE
 from distir.lowering.target import planned_target
-from distir.passes.support import clone, gc_paused
+from distir.passes.support import gc_paused
 
 PRIMITIVES = (dist.ReduceOp, dist.SliceOp, dist.JoinOp, dist.ReplOp, dist.DropOp, dist.StoreOp, dist.LoadOp)
 

@@ -16,12 +16,11 @@ they replace: ``%sum`` split into ``%sum_rs`` and ``%sum_ag``, the sliced versio
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import io
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import NoReturn, TypeVar
+from typing import NoReturn
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, UnrealizedConversionCastOp
@@ -31,11 +30,10 @@ from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from distir.dialects import dist, layout
 from distir.dialects.dist import MeshOp, TensorType
-from distir.dialects.fast import clone, new_op, walk  # noqa: F401 (clone: the passes' copy of a program)
+from distir.dialects.fast import walk
 from distir.dialects.format import REQUIRED
 from distir.dialects.placements import Placement
 
-OpT = TypeVar("OpT", bound=Operation)
 
 # --------------------------------------------------------------------------------------
 # Diagnostics

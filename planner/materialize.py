@@ -24,10 +24,9 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from distir.dialects import dist
 from distir.dialects.dist import TensorType, tensor_type
-from distir.dialects.fast import walk
+from distir.dialects.fast import clone, walk
 from distir.dialects.placements import UNPLACED
 from distir.frontends.partition import Lay, partition_decided
-from distir.passes.support import clone
 from distir.planner.graph import Graph
 from distir.planner.meshes import Mesh
 from distir.planner.strategies import Layout, Strategy, fixed_layout
@@ -78,7 +77,6 @@ def _partitioned(g: Graph, mesh: Mesh, arg_layout, chosen: Sequence[Strategy] | 
     block = nf.body.block
     old_ops = list(g.function.body.block.ops)
     new_ops = list(block.ops)
-    twin = dict(zip(old_ops, new_ops))
     unplaced = (UNPLACED,) * naxes
     nodes_of = {n.op: n for n in g.nodes if n.op is not None}
     ret = block.last_op

@@ -8,7 +8,7 @@ from xdsl.dialects.test import TestOp as Op  # (not named Test*: pytest would co
 from xdsl.ir import Operation, SSAValue
 
 from distir.dialects.context import parse_module
-from distir.passes.support import clone
+from distir.dialects.fast import clone
 
 MAP_PROGRAM = """
 dist.mesh @m shape = [2]
