@@ -1,7 +1,7 @@
 """distir-plan's search (planner/): the meshes it tries, the strategies of an op, the
 integer program's size on a model (counted, never timed), the memory limit, and that
 every plan it writes computes what the one-device program does (interpret and local at
-4 and 8 ranks; mpi in test_plan_mpi.py).
+4 and 8 ranks, and under ``mpiexec``: each plan is made once for the file, ``planned``).
 
 Plans are made on ``slow.toml``, a machine whose devices compute slowly next to fast
 links: at a test's few elements the planner then shards (on a real GPU cluster such
@@ -264,6 +264,65 @@ def test_the_plan_computes_the_one_device_program_on_interpret_and_local(name, r
                if hasattr(r.type, "get_placements") for p in r.type.get_placements())
     for r in run_check(original, result.best.module, ranks, ("interpret", "local")):
         assert r.ok, f"{r.backend}: {r.message}"
+
+
+MPI_RANKS = [4, 8]
+MPI_PROGRAMS = ["mlp.mlir", "mlp_sgd.mlir"]
+
+
+@pytest.fixture(scope="module")
+def mpi_runs(tmp_path_factory) -> dict[tuple[str, int], tuple[list[np.ndarray], list[np.ndarray] | str]]:
+    """(program, ranks) -> (the one-device program's results, the plan's under
+    ``distir-run --backend mpi`` on the same inputs, or why there are none). The runs of
+    each rank count are one ``mpiexec`` job (``test/frontends/mpi_batch.py``: the
+    processes start once for all of them)."""
+    import json
+    import subprocess
+    import sys
+
+    from distir.runtime import npz
+    from distir.runtime.backend import get_backend
+
+    work = tmp_path_factory.mktemp("plan_mpi")
+    batch = HERE.parent / "frontends" / "mpi_batch.py"
+    out: dict = {}
+    for ranks in MPI_RANKS:
+        jobs = []
+        for name in MPI_PROGRAMS:
+            module, result = planned(name, ranks)
+            f = npz.select_function(module, None, "func")
+            inputs = npz.prepare_inputs(module, f, 1, None, 5, grids=npz.resolve_grids(module, 1), bounds=npz.index_bounds(f))
+            want = get_backend("interpret").run(module, f.sym_name.data, inputs, 1, 5)
+            stem = f"{name.removesuffix('.mlir')}_{ranks}"
+            (work / f"{stem}.mlir").write_text(str(result.best.module))
+            np.savez(work / f"{stem}.in.npz", **inputs)
+            jobs.append({"id": stem, "argv": [str(work / f"{stem}.mlir"), "--ranks", str(ranks), "--backend", "mpi", "--inputs", str(work / f"{stem}.in.npz"),
+                                              "--outputs", str(work / f"{stem}.out.npz")]})
+            out[(name, ranks)] = (want, stem)
+        (work / f"jobs{ranks}.json").write_text(json.dumps(jobs))
+        cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(ranks), sys.executable, str(batch), str(work / f"jobs{ranks}.json"), str(work / f"report{ranks}.json")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=work)
+        report = json.loads((work / f"report{ranks}.json").read_text()) if (work / f"report{ranks}.json").exists() else {}
+        for name in MPI_PROGRAMS:
+            want, stem = out[(name, ranks)]
+            if report.get(stem) == 0:
+                with np.load(work / f"{stem}.out.npz") as f:
+                    out[(name, ranks)] = (want, [f[f"result{i}"] for i in range(len(f.files))])
+            else:
+                out[(name, ranks)] = (want, f"{stem}: exit {report.get(stem)} (mpiexec {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return out
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", MPI_RANKS)
+@pytest.mark.parametrize("name", MPI_PROGRAMS)
+def test_the_plan_under_mpi_gives_the_one_device_result(mpi_runs, name, ranks):
+    want, got = mpi_runs[(name, ranks)]
+    if isinstance(got, str):
+        pytest.fail(got)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(b).max())))
 
 
 @pytest.mark.parametrize("ranks", [4, 8])
