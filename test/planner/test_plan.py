@@ -148,6 +148,36 @@ def test_the_cost_model_prices_each_class_once_however_many_layers():
     assert work9 == work5 and steps9 == steps5, counts
 
 
+def test_each_mesh_shapes_program_is_built_per_class_from_the_graph_read_once():
+    """The integer program of every mesh shape reads the graph's edges, arguments, live
+    values and element-wise runs from one reading of the graph (``ilp.skeleton``), and
+    counts the memory of its arguments and live values once per class: as many byte
+    counts at 9 layers as at 5, one reading for all the shapes; the programs are those
+    of reading the graph for each shape. Counted, not timed."""
+    from unittest import mock
+
+    counts = []
+    for layers in (5, 9):
+        g = read_graph(parse_module(gpt_text(layers)))
+        with mock.patch.object(ShapeCosts, "local_bytes", autospec=True, side_effect=ShapeCosts.local_bytes) as counted, \
+                mock.patch.object(ilp, "_kernel_runs", wraps=ilp._kernel_runs) as read:
+            built = [ilp.build(g, ShapeCosts(g, sizes, SLOW)) for sizes in ((4,), (2, 2))]
+        counts.append((len(g.nodes), counted.call_count, read.call_count))
+        # read afresh for each shape: the same programs
+        for sizes, st in zip(((4,), (2, 2)), built):
+            g.skeleton = None
+            again = ilp.build(g, ShapeCosts(g, sizes, SLOW))
+            assert again.memory[0][0] == st.memory[0][0] and len(again.memory) == len(st.memory)
+            assert all(np.array_equal(a[c], b[c]) for (_, a), (_, b) in zip(again.memory, st.memory) for c in a)
+            assert [(e.u, e.v, e.count) for e in again.edges] == [(e.u, e.v, e.count) for e in st.edges]
+            assert all(np.array_equal(w, st.work[r]) for r, w in again.work.items())
+            assert [(x.kind, x.count, x.size) for x in again.groups] == [(x.kind, x.count, x.size) for x in st.groups]
+    (n5, bytes5, read5), (n9, bytes9, read9) = counts
+    assert n9 > 1.7 * n5
+    assert read5 == read9 == 1, counts
+    assert bytes9 == bytes5, counts
+
+
 def test_planning_builds_placements_and_prices_collectives_once_however_many_layers():
     """Searching, partitioning, lowering and predicting a plan build each placement
     attribute and price each collective on its device groups once, not per layer or per
