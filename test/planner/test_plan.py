@@ -178,6 +178,31 @@ def test_each_mesh_shapes_program_is_built_per_class_from_the_graph_read_once():
     assert bytes9 == bytes5, counts
 
 
+def test_the_steps_of_a_resharding_are_read_once_whatever_the_mesh_sizes():
+    """What a resharding's collectives are (kinds, axes, buckets, the dims they cut into
+    blocks) depends on the layouts only: read once per layout pair, the mesh shapes of
+    as many axes price them from it (their bytes differ). Building a second shape's
+    integer program reads no step again, and its charges are those of reading them for
+    it alone. Counted, not timed."""
+    from unittest import mock
+
+    from distir.planner import costs
+
+    g = read_graph(parse_module(gpt_text(3)))
+    costs._STEPS.clear()
+    with mock.patch.object(costs, "packable", wraps=costs.packable) as packed, \
+            mock.patch.object(costs, "reshard_steps", wraps=costs.reshard_steps) as planned:
+        first = ilp.build(g, ShapeCosts(g, (2, 2), SLOW))
+        read = (packed.call_count, planned.call_count)
+        second = ilp.build(g, ShapeCosts(g, (4, 2), SLOW))
+    assert read[0] and read[1]
+    assert (packed.call_count, planned.call_count) == read
+    assert first.table.charges and second.table.charges
+    costs._STEPS.clear()
+    alone = ilp.build(g, ShapeCosts(g, (4, 2), SLOW))
+    assert alone.table.by_cell == second.table.by_cell
+
+
 def test_planning_builds_placements_and_prices_collectives_once_however_many_layers():
     """Searching, partitioning, lowering and predicting a plan build each placement
     attribute and price each collective on its device groups once, not per layer or per
