@@ -1034,14 +1034,15 @@ class LowerBound:
     def raise_(self, sweeps: int, above: float | None = None, stall: float = 1e-5) -> float:
         """Up to ``sweeps`` more sweeps; fewer once it is ``above`` that many seconds or a
         sweep raises it by less than ``stall`` (relative)."""
+        phi, pe = self.phi, self.pe
         for _ in range(sweeps):
             for k, (u, v) in enumerate(self.ends):
-                f = self.pe[k] + self.phi[u][:, None] + self.phi[v][None, :]
-                mu = f.min(axis=1)
-                mv = f.min(axis=0)
-                self.phi[u] = mu / 2
-                self.phi[v] = mv / 2
-                self.pe[k] = f - mu[:, None] / 2 - mv[None, :] / 2
+                f = pe[k] + phi[u][:, None] + phi[v][None, :]
+                hu = f.min(axis=1) / 2
+                hv = f.min(axis=0) / 2
+                phi[u] = hu
+                phi[v] = hv
+                pe[k] = f - hu[:, None] - hv[None, :]
             self.sweeps += 1
             before, self.value = self.value, self._value()
             if (above is not None and self.above(above)) or self.value - before <= stall * abs(self.value):

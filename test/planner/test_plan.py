@@ -203,6 +203,30 @@ def test_the_steps_of_a_resharding_are_read_once_whatever_the_mesh_sizes():
     assert alone.table.by_cell == second.table.by_cell
 
 
+def test_the_collectives_the_tuner_meets_at_once_are_counted_without_making_the_units():
+    """Whether the tuner explores a plan (``explored_collectives``: the most collectives
+    of one independent part) is the count over ``units.units``' parts, found without
+    making them (their arguments and results): no ``Unit`` is made. Counted."""
+    from unittest import mock
+
+    from xdsl.dialects import func
+
+    from distir.dialects import coll
+    from distir.dialects.fast import walk
+    from distir.planner.plan import explored_collectives
+    from distir.tuning import units
+
+    _, result = planned("gpt", 4)
+    for module in (result.best.module, program("mlp.mlir")):
+        f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+        want = max((sum(1 for op in u.ops for o in walk(op) if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
+        with mock.patch.object(units, "Unit", wraps=units.Unit) as made:
+            got = explored_collectives(module)
+        assert made.call_count == 0
+        assert got == want
+    assert explored_collectives(result.best.module) > 0
+
+
 def test_planning_builds_placements_and_prices_collectives_once_however_many_layers():
     """Searching, partitioning, lowering and predicting a plan build each placement
     attribute and price each collective on its device groups once, not per layer or per
