@@ -165,7 +165,11 @@ _STEPS: dict = {}
 
 def _plan(rank: int, src: Layout, dst: Layout, naxes: int):
     """``partition.reshard_steps`` of ``src`` into ``dst`` for a tensor of ``rank`` dims
-    (the steps depend on the layouts only), as (input type, steps), or None."""
+    (the steps depend on the layouts only), as what ``_steps`` prices of each
+    collective step, whatever the tensor's shape and the mesh's sizes: its kind and
+    axes, the placements before and after it, its reduction and dim, whether it can run
+    in a bucket (``lower_buckets.packable``) and the dims it cuts into blocks, of its
+    input and of its output (``cut_dims``); None when no sequence does it."""
     key = (rank, src, dst, naxes)
     got = _STEPS.get(key, False)
     if got is False:
@@ -173,8 +177,21 @@ def _plan(rank: int, src: Layout, dst: Layout, naxes: int):
 
         t = TensorType((1,) * rank, f32, "m", src.placements(naxes))
         try:
-            got = (t, reshard_steps(t, dst.placements(naxes), dict(src.partial)))
+            steps = reshard_steps(t, dst.placements(naxes), dict(src.partial))
         except ReshardError:
+            steps = None
+        if steps is not None:
+            got = []
+            before = t.get_placements()
+            for st in steps:
+                after = st.result.get_placements()
+                if st.kind in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"):
+                    send, recv = st.cls.cut_dims(t, st.options, st.axes)
+                    got.append((st.kind, tuple(st.axes), tuple(before), tuple(after), st.options.get("op"), st.options.get("dim"),
+                                st.kind == "all_reduce" and rank > 0 and packable([t]), tuple(send), tuple(recv)))
+                before, t = after, st.result
+            got = tuple(got)
+        else:
             got = None
         _STEPS[key] = got
     return got
@@ -185,27 +202,20 @@ def _steps(shape, element_type, src: Layout, dst: Layout, naxes: int, sizes) -> 
     planned = _plan(len(shape), src, dst, naxes)
     if planned is None:
         return None
-    t = planned[0]
-    before, out = t.get_placements(), []
+    out = []
     item = element_bytes(element_type)
-    for st in planned[1]:
-        after = st.result.get_placements()
-        kind = st.kind
-        if kind in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"):
-            local_in, local_out = dlayout.local_shape(shape, before, sizes), dlayout.local_shape(shape, after, sizes)
-            n_in = float(_count(local_in)) * item
-            n_out = float(_count(local_out)) * item
-            # a 0-d AllReduce is never combined (``combine_collectives.candidate``)
-            bucket = (element_type, st.options.get("op"), st.options.get("dim"), kind == "all_reduce" and len(shape) > 0 and packable([t]))
-            out.append(Charge(kind, tuple(st.axes), n_out if kind == "all_gather" else n_in, bucket))
-            # the blocks a collective cuts its buffers into along a dim that is not the
-            # outermost (non-contiguous blocks) are copied into place first or after
-            # (``lower-collectives``' pack and unpack, one ``rt.copy_blocks`` each)
-            send, recv = st.cls.cut_dims(t, st.options, st.axes)
-            copied = sum(n for dims, local, n in ((send, local_in, n_in), (recv, local_out, n_out)) for d in dims if not is_contiguous_block(local, d))
-            if copied:
-                out.append(Charge("copy", (), copied))
-        before, t = after, st.result
+    for kind, axes, before, after, op, dim, pack, send, recv in planned:
+        local_in, local_out = dlayout.local_shape(shape, before, sizes), dlayout.local_shape(shape, after, sizes)
+        n_in = float(_count(local_in)) * item
+        n_out = float(_count(local_out)) * item
+        # a 0-d AllReduce is never combined (``combine_collectives.candidate``)
+        out.append(Charge(kind, axes, n_out if kind == "all_gather" else n_in, (element_type, op, dim, pack)))
+        # the blocks a collective cuts its buffers into along a dim that is not the
+        # outermost (non-contiguous blocks) are copied into place first or after
+        # (``lower-collectives``' pack and unpack, one ``rt.copy_blocks`` each)
+        copied = sum(n for dims, local, n in ((send, local_in, n_in), (recv, local_out, n_out)) for d in dims if not is_contiguous_block(local, d))
+        if copied:
+            out.append(Charge("copy", (), copied))
     return tuple(out)
 
 

@@ -137,6 +137,10 @@ class Graph:
     sit)."""
     peaks: dict[int, list[tuple[int, list[int]]]] = field(default_factory=dict, repr=False, compare=False)
     """``peak_points`` by count, found once (every mesh shape's integer program asks)."""
+    skeleton: object = field(default=None, repr=False, compare=False)
+    """``ilp.Skeleton``: what the integer program takes from the graph alone (its edges
+    between classes, its arguments and live values per class, its element-wise runs),
+    found once (every mesh shape's integer program asks)."""
 
     @property
     def ops(self) -> list[Node]:

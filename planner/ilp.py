@@ -197,6 +197,72 @@ class Structure:
 
 
 @dataclass
+class Skeleton:
+    """What ``build`` takes from the graph alone, the same for every mesh shape: found
+    once per graph (``skeleton``), so that each shape's structure is built per class of
+    alike nodes rather than per node."""
+
+    links: list[tuple[tuple[int, int, int, int], int, list[tuple[tuple, int, int]]]]
+    """The node-level edges between classes, by (producer's class, result index, user's
+    class, operand slot) in program order: one of their values and their members
+    (``_Link.members``)."""
+    end: int
+    """The position past the last op (where the results are written)."""
+    arguments: list[tuple[int, int, int]]
+    """Per class of arguments and value type: (class, how many, one's value)."""
+    live: list[tuple[int, list[tuple[int, int, int, int]]]]
+    """Per memory peak (``graph.peak_points``): its position and the values live there
+    per class and result index: (class, result index, how many, one of them)."""
+    runs: dict[frozenset, list[int]]
+    """The element-wise runs ``lower-to-kernels`` fuses, alike ones once: their classes
+    -> [count, size] (``_kernels``)."""
+    in_runs: dict[int, int]
+    """Per class, its ops in such runs."""
+    run_nodes: set[int]
+    """The nodes of such runs."""
+
+
+def skeleton(g: Graph) -> Skeleton:
+    """``g``'s ``Skeleton``, found once (``Graph.skeleton``)."""
+    if isinstance(g.skeleton, Skeleton):
+        return g.skeleton
+    from distir.planner.graph import peak_points
+
+    cls = g.class_of
+    index: dict[tuple, int] = {}
+    links: list[tuple[tuple[int, int, int, int], int, list[tuple[tuple, int, int]]]] = []
+    for node in g.nodes:
+        for k, x in enumerate(node.operands):
+            if x is None:
+                continue
+            val = g.values[x]
+            key = (cls[val.producer], val.index, cls[node.id], k)
+            li = index.get(key)
+            if li is None:
+                li = index[key] = len(links)
+                links.append((key, x, []))
+            links[li][2].append(((node.id, k), g.nodes[val.producer].position, node.position))
+    end = max((n.position for n in g.nodes if not n.is_arg), default=-1) + 1
+    arguments: dict[tuple, list[int]] = {}
+    for node in g.nodes:
+        if node.is_arg:
+            v = g.values[node.results[0]]
+            got = arguments.setdefault((cls[node.id], v.shape, v.element_type), [0, v.id])
+            got[0] += 1
+    live = []
+    for p, xs in peak_points(g):
+        by_class: dict[tuple[int, int], list[int]] = {}
+        for x in xs:
+            v = g.values[x]
+            got = by_class.setdefault((cls[v.producer], v.index), [0, x])
+            got[0] += 1
+        live.append((p, [(c, j, n, x) for (c, j), (n, x) in by_class.items()]))
+    runs, in_runs, run_nodes = _kernel_runs(g)
+    g.skeleton = Skeleton(links, end, [(c, n, x) for (c, _, _), (n, x) in arguments.items()], live, runs, in_runs, run_nodes)
+    return g.skeleton
+
+
+@dataclass
 class _Link:
     """The node-level edges between two classes (an operand slot of an op reading a
     producer's result; a result into its argument or into its placement): their root
@@ -261,8 +327,6 @@ class Group:
 
 def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True) -> Structure:
     """The shape-level part of the integer program of ``g`` (module doc)."""
-    from distir.planner.graph import peak_points
-
     sizes = costs.sizes
     cls = g.class_of
     ncls = len(g.classes)
@@ -329,10 +393,8 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
             got = cached[key] = table.cell(costs.charges(v.shape, v.element_type, a, b))
         return got
 
-    end = max((n.position for n in g.nodes if not n.is_arg), default=-1) + 1
+    sk = skeleton(g)
     links: list[_Link] = []
-    index: dict[tuple, int] = {}
-
     grids: dict[tuple, np.ndarray] = {}
 
     def link(ru: int, rv: int, src: list, dst: list, v, hides) -> _Link:
@@ -348,23 +410,14 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
             cells = grids[key] = np.array([[cell(v, a, b) for b in rgroups] for a in lgroups], dtype=np.int64)
         return _Link(ru, rv, left, right, cells, hides)
 
-    for node in g.nodes:
-        for k, x in enumerate(node.operands):
-            if x is None:
-                continue
-            val = g.values[x]
-            key = (cls[val.producer], val.index, cls[node.id], k)
-            li = index.get(key)
-            if li is None:
-                cu, j, cv, _ = key
-                ru, rv = root[cu], root[cv]
-                src = [strategies[cu][fmap[cu][i]].results[j] for i in range(len(strategies[ru]))]
-                dst = [strategies[cv][fmap[cv][t]].operands[k] for t in range(len(strategies[rv]))]
-                producer = g.nodes[g.classes[ru][0]].op
-                hides = unit_work[ru] if producer is not None and producer.name in OVERLAPPED else None
-                li = index[key] = len(links)
-                links.append(link(ru, rv, src, dst, val, hides))
-            links[li].members.append(((node.id, k), g.nodes[val.producer].position, node.position))
+    for (cu, j, cv, k), x, members in sk.links:
+        ru, rv = root[cu], root[cv]
+        src = [strategies[cu][fmap[cu][i]].results[j] for i in range(len(strategies[ru]))]
+        dst = [strategies[cv][fmap[cv][t]].operands[k] for t in range(len(strategies[rv]))]
+        producer = g.nodes[g.classes[ru][0]].op
+        hides = unit_work[ru] if producer is not None and producer.name in OVERLAPPED else None
+        links.append(link(ru, rv, src, dst, g.values[x], hides))
+        links[-1].members = list(members)
     for n, r in enumerate(g.results):
         v = g.values[r.value]
         cu, j = cls[v.producer], v.index
@@ -384,7 +437,7 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
             else:
                 dst = [a.whole() for a in src]
             links.append(link(ru, ru, src, dst, v, None))
-        links[-1].members.append((("result", n), g.nodes[v.producer].position, end))
+        links[-1].members.append((("result", n), g.nodes[v.producer].position, sk.end))
     edges: list[_Pending] = []
     folded: list[tuple[int, int, np.ndarray, np.ndarray]] = []
     groups, bucket_sizes = _combined(links, table)
@@ -398,25 +451,19 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
         for mode, count in by_mode.items():
             cells = ln.cells if not mode else table.moded(ln.cells, mode, bucket_sizes)
             _edge(edges, folded, ln.ru, ln.rv, count, ln.left, ln.right, cells, ln.hides)
-    launches, launched = _kernels(g, strategies, root, fmap, groups)
+    launches, launched = _kernels(sk, strategies, root, fmap, groups)
     for c, n in launches.items():
         work[root[c]] -= n * costs.launch_s  # one launch for the run: the group's (``_kernels``)
 
     # -- memory ----------------------------------------------------------------------------
     arg_bytes: dict[int, np.ndarray] = {c: np.zeros(len(strategies[c])) for c in work}
-    for node in g.nodes:
-        if node.is_arg:
-            c = cls[node.id]
-            arg_bytes[root[c]] += np.array([costs.local_bytes(node.results[0], strategies[c][t].results[0]) for t in fmap[c]])
+    for c, count, x in sk.arguments:  # bytes: integers, exact in floats at any count
+        arg_bytes[root[c]] += count * np.array([costs.local_bytes(x, strategies[c][t].results[0]) for t in fmap[c]])
     memory = []
-    for p, live in peak_points(g):
+    for p, live in sk.live:
         per = {c: a.copy() for c, a in arg_bytes.items()}
-        by_class: dict[tuple[int, int], list[int]] = {}
-        for x in live:
-            v = g.values[x]
-            by_class.setdefault((cls[v.producer], v.index), []).append(x)
-        for (c, j), xs in by_class.items():
-            per[root[c]] += len(xs) * np.array([costs.local_bytes(xs[0], strategies[c][t].results[j]) for t in fmap[c]])
+        for c, j, count, x in live:
+            per[root[c]] += count * np.array([costs.local_bytes(x, strategies[c][t].results[j]) for t in fmap[c]])
         memory.append((p, per))
     if not memory:
         memory.append((-1, arg_bytes))
@@ -535,13 +582,12 @@ def _activator(ln: _Link, mask: np.ndarray) -> tuple | None:
     return out if out[-1].any() else None
 
 
-def _kernels(g: Graph, strategies: list[list[Strategy]], root: list[int], fmap: list[np.ndarray], groups: list[_Group]) -> tuple[dict[int, int], set[int]]:
+def _kernel_runs(g: Graph) -> tuple[dict[frozenset, list[int]], dict[int, int], set[int]]:
     """The element-wise ops ``lower-to-kernels`` runs as one kernel: consecutive ones
     (``dist.map``, ``cast``, ``dropout``, adjacent in program order) over one iteration
-    space (the result's shape and layout). Each run of two or more of one shape gets a
-    group per layout its ops' strategies give (on when an op of the run takes it:
-    a kernel's launch), alike runs (of the same classes) once with their count. Returns
-    the ops of such runs per class (their launches are the groups') and their nodes."""
+    space (the result's shape). Returns the runs of two or more, alike runs (of the
+    same classes) once ({classes: [count, size]}), the ops of such runs per class and
+    their nodes (``_kernels`` gives them their groups)."""
     names = {op.name for op in KERNEL_ELEMENTWISE}
     runs: list[list[int]] = []
     last = None
@@ -566,7 +612,15 @@ def _kernels(g: Graph, strategies: list[list[Strategy]], root: list[int], fmap: 
         for i in run:
             per_class[g.class_of[i]] = per_class.get(g.class_of[i], 0) + 1
             nodes.add(i)
-    for classes, (count, size) in alike.items():
+    return alike, per_class, nodes
+
+
+def _kernels(sk: Skeleton, strategies: list[list[Strategy]], root: list[int], fmap: list[np.ndarray], groups: list[_Group]) -> tuple[dict[int, int], set[int]]:
+    """The kernels of the element-wise runs (``_kernel_runs``): each run gets a group
+    per layout its ops' strategies give (on when an op of the run takes it: a kernel's
+    launch), alike runs once with their count. Returns the ops of such runs per class
+    (their launches are the groups') and their nodes."""
+    for classes, (count, size) in sk.runs.items():
         by_layout: dict = {}
         for c in sorted(classes):
             lays = [strategies[c][t].results[0] for t in fmap[c]]
@@ -574,7 +628,7 @@ def _kernels(g: Graph, strategies: list[list[Strategy]], root: list[int], fmap: 
                 by_layout.setdefault(lay, []).append(("x", root[c], np.array([x == lay for x in lays])))
         for acts in by_layout.values():
             groups.append(_Group("kernel", (), count, size, None, acts))
-    return per_class, nodes
+    return dict(sk.in_runs), set(sk.run_nodes)
 
 
 class ChargeTable:
@@ -980,14 +1034,15 @@ class LowerBound:
     def raise_(self, sweeps: int, above: float | None = None, stall: float = 1e-5) -> float:
         """Up to ``sweeps`` more sweeps; fewer once it is ``above`` that many seconds or a
         sweep raises it by less than ``stall`` (relative)."""
+        phi, pe = self.phi, self.pe
         for _ in range(sweeps):
             for k, (u, v) in enumerate(self.ends):
-                f = self.pe[k] + self.phi[u][:, None] + self.phi[v][None, :]
-                mu = f.min(axis=1)
-                mv = f.min(axis=0)
-                self.phi[u] = mu / 2
-                self.phi[v] = mv / 2
-                self.pe[k] = f - mu[:, None] / 2 - mv[None, :] / 2
+                f = pe[k] + phi[u][:, None] + phi[v][None, :]
+                hu = f.min(axis=1) / 2
+                hv = f.min(axis=0) / 2
+                phi[u] = hu
+                phi[v] = hv
+                pe[k] = f - hu[:, None] - hv[None, :]
             self.sweeps += 1
             before, self.value = self.value, self._value()
             if (above is not None and self.above(above)) or self.value - before <= stall * abs(self.value):

@@ -480,7 +480,7 @@ def explored_collectives(module: ModuleOp) -> int:
     from distir.tuning import units
 
     f = next(o for o in module.ops if isinstance(o, func.FuncOp))
-    return max((sum(1 for op in u.ops for o in (walk(op) if op.regions else (op,)) if _COLLECTIVE(o)) for u in units.units(f)), default=0)
+    return units.most_in_one_unit(f, lambda op: sum(1 for o in (walk(op) if op.regions else (op,)) if _COLLECTIVE(o)))
 
 
 _COLLECTIVE = Kinds(coll.CollectiveOp)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func
@@ -116,8 +116,10 @@ _RETURN = Kinds(func.ReturnOp)
 _TENSOR = Kinds(TensorType)
 
 
-def units(f: func.FuncOp) -> list[Unit]:
-    """The independent parts of ``f`` (module doc), in block order of their first op."""
+def _joined(f: func.FuncOp):
+    """(the body's block, its ops but the return, each op's index, the union-find's
+    ``find`` over op indices and then argument indices ``len(ops) + i``): the ops
+    joined through the values they share (module doc)."""
     block = f.body.block
     ops = [o for o in block.ops if not _RETURN(o)]
     parent = list(range(len(ops) + len(block.args)))
@@ -144,6 +146,27 @@ def units(f: func.FuncOp) -> list[Unit]:
                         union(k, n + v.index)  # type: ignore[attr-defined]
                 elif owner in index:
                     union(k, index[owner])  # type: ignore[index]
+    return block, ops, index, find
+
+
+def most_in_one_unit(f: func.FuncOp, count: Callable[[Operation], int]) -> int:
+    """The largest sum of ``count`` over the ops of one unit of ``f`` (0 when it has
+    none): what summing it over each of ``units(f)`` gives, without making the units
+    (their arguments and results)."""
+    _, ops, _, find = _joined(f)
+    totals: dict[int, int] = {}
+    for k, op in enumerate(ops):
+        c = count(op)
+        if c:
+            root = find(k)
+            totals[root] = totals.get(root, 0) + c
+    return max(totals.values(), default=0)
+
+
+def units(f: func.FuncOp) -> list[Unit]:
+    """The independent parts of ``f`` (module doc), in block order of their first op."""
+    block, ops, index, find = _joined(f)
+    n = len(ops)
     groups: dict[int, Unit] = {}
     for k, op in enumerate(ops):
         groups.setdefault(find(k), Unit([], [], [])).ops.append(op)

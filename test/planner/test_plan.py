@@ -148,6 +148,85 @@ def test_the_cost_model_prices_each_class_once_however_many_layers():
     assert work9 == work5 and steps9 == steps5, counts
 
 
+def test_each_mesh_shapes_program_is_built_per_class_from_the_graph_read_once():
+    """The integer program of every mesh shape reads the graph's edges, arguments, live
+    values and element-wise runs from one reading of the graph (``ilp.skeleton``), and
+    counts the memory of its arguments and live values once per class: as many byte
+    counts at 9 layers as at 5, one reading for all the shapes; the programs are those
+    of reading the graph for each shape. Counted, not timed."""
+    from unittest import mock
+
+    counts = []
+    for layers in (5, 9):
+        g = read_graph(parse_module(gpt_text(layers)))
+        with mock.patch.object(ShapeCosts, "local_bytes", autospec=True, side_effect=ShapeCosts.local_bytes) as counted, \
+                mock.patch.object(ilp, "_kernel_runs", wraps=ilp._kernel_runs) as read:
+            built = [ilp.build(g, ShapeCosts(g, sizes, SLOW)) for sizes in ((4,), (2, 2))]
+        counts.append((len(g.nodes), counted.call_count, read.call_count))
+        # read afresh for each shape: the same programs
+        for sizes, st in zip(((4,), (2, 2)), built):
+            g.skeleton = None
+            again = ilp.build(g, ShapeCosts(g, sizes, SLOW))
+            assert again.memory[0][0] == st.memory[0][0] and len(again.memory) == len(st.memory)
+            assert all(np.array_equal(a[c], b[c]) for (_, a), (_, b) in zip(again.memory, st.memory) for c in a)
+            assert [(e.u, e.v, e.count) for e in again.edges] == [(e.u, e.v, e.count) for e in st.edges]
+            assert all(np.array_equal(w, st.work[r]) for r, w in again.work.items())
+            assert [(x.kind, x.count, x.size) for x in again.groups] == [(x.kind, x.count, x.size) for x in st.groups]
+    (n5, bytes5, read5), (n9, bytes9, read9) = counts
+    assert n9 > 1.7 * n5
+    assert read5 == read9 == 1, counts
+    assert bytes9 == bytes5, counts
+
+
+def test_the_steps_of_a_resharding_are_read_once_whatever_the_mesh_sizes():
+    """What a resharding's collectives are (kinds, axes, buckets, the dims they cut into
+    blocks) depends on the layouts only: read once per layout pair, the mesh shapes of
+    as many axes price them from it (their bytes differ). Building a second shape's
+    integer program reads no step again, and its charges are those of reading them for
+    it alone. Counted, not timed."""
+    from unittest import mock
+
+    from distir.planner import costs
+
+    g = read_graph(parse_module(gpt_text(3)))
+    costs._STEPS.clear()
+    with mock.patch.object(costs, "packable", wraps=costs.packable) as packed, \
+            mock.patch.object(costs, "reshard_steps", wraps=costs.reshard_steps) as planned:
+        first = ilp.build(g, ShapeCosts(g, (2, 2), SLOW))
+        read = (packed.call_count, planned.call_count)
+        second = ilp.build(g, ShapeCosts(g, (4, 2), SLOW))
+    assert read[0] and read[1]
+    assert (packed.call_count, planned.call_count) == read
+    assert first.table.charges and second.table.charges
+    costs._STEPS.clear()
+    alone = ilp.build(g, ShapeCosts(g, (4, 2), SLOW))
+    assert alone.table.by_cell == second.table.by_cell
+
+
+def test_the_collectives_the_tuner_meets_at_once_are_counted_without_making_the_units():
+    """Whether the tuner explores a plan (``explored_collectives``: the most collectives
+    of one independent part) is the count over ``units.units``' parts, found without
+    making them (their arguments and results): no ``Unit`` is made. Counted."""
+    from unittest import mock
+
+    from xdsl.dialects import func
+
+    from distir.dialects import coll
+    from distir.dialects.fast import walk
+    from distir.planner.plan import explored_collectives
+    from distir.tuning import units
+
+    _, result = planned("gpt", 4)
+    for module in (result.best.module, program("mlp.mlir")):
+        f = next(o for o in module.ops if isinstance(o, func.FuncOp))
+        want = max((sum(1 for op in u.ops for o in walk(op) if isinstance(o, coll.CollectiveOp)) for u in units.units(f)), default=0)
+        with mock.patch.object(units, "Unit", wraps=units.Unit) as made:
+            got = explored_collectives(module)
+        assert made.call_count == 0
+        assert got == want
+    assert explored_collectives(result.best.module) > 0
+
+
 def test_planning_builds_placements_and_prices_collectives_once_however_many_layers():
     """Searching, partitioning, lowering and predicting a plan build each placement
     attribute and price each collective on its device groups once, not per layer or per
