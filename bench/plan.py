@@ -26,7 +26,7 @@ a 24-layer GPT training step at GPT-3 XL's sizes (hidden 2048, 16 heads, 1.3 B
 parameters; forward, backward, AdamW; ``examples/gpt_training_step.py``), ``gptjax``,
 the JAX GPT step (``examples/jax/gpt_step.py`` when present) at GPT-2 medium's sizes
 (hidden 1024, 16 heads: Megatron's split of a 16-GPU node, vocab 50257, seq 1024, batch
-256; ``GPTJAX_LAYERS`` of its 24 layers) imported as a one-device program (its
+256, its 24 layers: ``GPTJAX_LAYERS``; 355 M parameters) imported as a one-device program (its
 arguments ``arg0``, ``arg1``, ... named by position with ``gpt_step.argument_names()``:
 ``blocks_wq``, ``m_blocks_wq``, ``ids``, ...; the block parameters stacked over a
 leading layers dim, so their Megatron and ZeRO dims are one further than ``gpt24``'s),
@@ -126,7 +126,7 @@ func.func @dlrm(%tables: {tab}, %indices: {idx}, %w1: {w1}, %w2: {w2}) -> {inter
 """
 
 
-GPTJAX_LAYERS = 4
+GPTJAX_LAYERS = 24
 
 
 @functools.cache
