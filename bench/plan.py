@@ -12,7 +12,8 @@ in reasonable time) and predicted by the same model (``plan.predict``):
 
 * **DP**: data parallelism over every rank (the batch of the inputs sliced, everything
   else replicated; the gradients all-reduced);
-* **ZeRO-1**: DP with the optimizer state sliced (dim 0) over every rank;
+* **ZeRO-1**: DP with the optimizer state sliced (its first dim, or the one after the
+  layers dim of a stacked parameter) over every rank;
 * **TP x DP**: Megatron tensor parallelism over the GPUs of a node (the first GEMM of
   the MLP and the query/key/value projections split by columns, the second GEMM and
   the output projection by rows, the head by the vocabulary when it divides; the state
@@ -23,8 +24,13 @@ in reasonable time) and predicted by the same model (``plan.predict``):
 A plan that does not fit the memory per device says so (``>mem``). Programs: ``gpt24``,
 a 24-layer GPT training step at GPT-3 XL's sizes (hidden 2048, 16 heads, 1.3 B
 parameters; forward, backward, AdamW; ``examples/gpt_training_step.py``), ``gptjax``,
-the JAX GPT step (``examples/jax/gpt_step.py`` when present) imported as a one-device
-program, ``llama``, the Llama-7B Adam step on logical values (``optimizer_step.py
+the JAX GPT step (``examples/jax/gpt_step.py`` when present) at GPT-2 medium's sizes
+(hidden 1024, 16 heads: Megatron's split of a 16-GPU node, vocab 50257, seq 1024, batch
+256, its 24 layers: ``GPTJAX_LAYERS``; 355 M parameters) imported as a one-device program (its
+arguments ``arg0``, ``arg1``, ... named by position with ``gpt_step.argument_names()``:
+``blocks_wq``, ``m_blocks_wq``, ``ids``, ...; the block parameters stacked over a
+leading layers dim, so their Megatron and ZeRO dims are one further than ``gpt24``'s),
+``llama``, the Llama-7B Adam step on logical values (``optimizer_step.py
 --logical``: partial gradients, replicated parameters; the state is the plans'),
 ``mlp``, the Megatron MLP at CoCoNet's sizes (B 8, S 1024, H 3072; one device), and
 ``dlrm``, DLRM's embedding tables and MLP (one device). Machines: ``dgx2`` 1 node (16
@@ -36,6 +42,7 @@ hand plan (``ok``); the bench marks each case.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -61,6 +68,12 @@ class Program:
     """Megatron's tensor-parallel dim of each parameter (by name pattern)."""
     state: tuple[str, ...] = ()
     """Prefixes of the optimizer state's arguments (``m_`` of ``m_<param>``)."""
+    names: Callable[[], list[str]] | None = None
+    """The arguments' names by position, for a program whose arguments are ``arg0``,
+    ``arg1``, ... (an imported one): the patterns above match these names."""
+    stacked: tuple[str, ...] = ()
+    """Prefixes of parameters stacked over layers (a leading layers dim, as ``lax.scan``
+    takes them): their tensor-parallel and ZeRO dims are one further."""
 
 
 def gpt24(quick: bool) -> str:
@@ -113,25 +126,39 @@ func.func @dlrm(%tables: {tab}, %indices: {idx}, %w1: {w1}, %w2: {w2}) -> {inter
 """
 
 
-def gptjax(quick: bool) -> str:
+GPTJAX_LAYERS = 24
+
+
+@functools.cache
+def _gpt_step():
+    """examples/jax/gpt_step.py as a module (JAX on the CPU: it only lowers)."""
+    import importlib.util
+    import os
+
     script = ROOT / "examples" / "jax" / "gpt_step.py"
     if not script.exists():
         raise FileNotFoundError(f"{script} (the JAX GPT step) is not in this checkout")
-    import subprocess
-    import tempfile
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    spec = importlib.util.spec_from_file_location("gpt_step", script)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
-    with tempfile.TemporaryDirectory() as d:  # without --mesh: the one-device program
-        subprocess.run([sys.executable, str(script), d], capture_output=True, text=True, check=True)
-        text = (Path(d) / "gpt_step.mlir").read_text()
+
+def gptjax(quick: bool) -> str:
+    """The one-device step (no mesh), lowered on abstract arguments (nothing allocated):
+    GPT-2 medium's sizes, or the toy's at batch 256 with 2 layers (``quick``)."""
     from distir.frontends.program import import_program
 
+    gpt = _gpt_step()
+    text = gpt.lowered_text(None, 2, "toy", 256) if quick else gpt.lowered_text(None, GPTJAX_LAYERS, "gpt2-medium")
     return str(import_program(text, "gpt_step.mlir").module)  # StableHLO + Shardy -> distir
 
 
 GPT_TP = {"*_wq": 1, "*_bq": 0, "*_wk": 1, "*_bk": 0, "*_wv": 1, "*_bv": 0, "*_wo": 0, "*_w1": 1, "*_b1": 0, "*_w2": 0, "head": 1}
 PROGRAMS = {
     "gpt24": Program("gpt24", gpt24, {"tokens": 0, "labels": 0}, GPT_TP, ("m_", "v_")),
-    "gptjax": Program("gptjax", gptjax, {"arg0": 0}),
+    "gptjax": Program("gptjax", gptjax, {"ids": 0, "labels": 0}, GPT_TP, ("m_", "v_"), lambda: _gpt_step().argument_names(), ("blocks_",)),
     "llama": Program("llama", llama, {}, {}, ("m_", "v_")),
     "mlp": Program("mlp", mlp, {"x": 0}, {"w1": 1, "b1": 0, "w2": 0}),
     "dlrm": Program("dlrm", dlrm, {"indices": 1}, {"tables": 0}),
@@ -160,6 +187,15 @@ def hand_plans(g, prog: Program, ranks: int, topo) -> dict[str, tuple]:
     h, _ = hierarchy(topo, ranks)
     nodes, per = math.prod(h[:-1]), h[-1]
     args = {g.values[n.results[0]].name: n for n in g.nodes if n.is_arg}
+    if prog.names is not None:
+        names = prog.names()
+        args = {names[int(name.removeprefix("arg"))]: node for name, node in args.items()}
+
+    def base(name: str) -> str:  # the parameter of a state argument (m_<param>)
+        return next((name[len(s):] for s in prog.state if name.startswith(s)), name)
+
+    def first(name: str) -> int:  # the first dim that is not a stack of layers
+        return 1 if base(name).startswith(prog.stacked) else 0
 
     def divides(name: str, dim: int, k: int) -> bool:
         return g.values[args[name].results[0]].shape[dim] % k == 0
@@ -176,8 +212,8 @@ def hand_plans(g, prog: Program, ranks: int, topo) -> dict[str, tuple]:
     out["DP"] = (one, dp) if dp or not prog.data else None
     zero = dict(dp)
     for name, node in args.items():
-        if node.fixed is None and any(name.startswith(s) for s in prog.state) and divides(name, 0, ranks):
-            zero[node.id] = _layout(len(g.values[node.results[0]].shape), {0: (0,)})
+        if node.fixed is None and any(name.startswith(s) for s in prog.state) and divides(name, first(name), ranks):
+            zero[node.id] = _layout(len(g.values[node.results[0]].shape), {first(name): (0,)})
     out["ZeRO-1"] = (one, zero) if prog.state else None
     if prog.tp:
         if nodes > 1:
@@ -187,10 +223,9 @@ def hand_plans(g, prog: Program, ranks: int, topo) -> dict[str, tuple]:
             mesh, batch_axes, tp_axes, k_dp, k_tp = one, (), (0,), 1, per
         lay = data(batch_axes, k_dp) if batch_axes else {}
         for name, node in args.items():
-            base = next((name[len(s):] for s in prog.state if name.startswith(s)), name)
             for pat, d in prog.tp.items():
-                if _match(pat, base) and node.fixed is None and divides(name, d, k_tp):
-                    lay[node.id] = _layout(len(g.values[node.results[0]].shape), {d: tp_axes})
+                if _match(pat, base(name)) and node.fixed is None and divides(name, first(name) + d, k_tp):
+                    lay[node.id] = _layout(len(g.values[node.results[0]].shape), {first(name) + d: tp_axes})
         out["TP x DP" if nodes > 1 else "TP"] = (mesh, lay) if mesh is not None else None
     return out  # type: ignore[return-value]
 
