@@ -10,9 +10,11 @@ programs), never from a copy of it:
   collectives that turn one layout into another), each collective timed by
   ``cost_model.collective_seconds`` on the device groups of the mesh axes it runs over
   (NCCL's fastest algorithm and protocol, concurrent groups sharing links). A
-  ``coll.all_to_all`` is charged as the ring AllGather of its input, which moves what
-  its point-to-point exchange moves per link ((n-1)/n of each rank's input). A
-  ``dist.take_slice`` moves nothing (a view). A collective that cuts its buffer into
+  ``coll.all_to_all`` is timed as the model times its lowering
+  (``cost_model.all_to_all_seconds``): one group of sends, every member sending each
+  other member of its group its block at once, so that on a machine of several nodes
+  most pairs cross the network together (the time of the walker's ``send_seconds``
+  for those pairs, not a ring's). A ``dist.take_slice`` moves nothing (a view). A collective that cuts its buffer into
   blocks along a dim with larger dims before it (blocks that are not contiguous) also
   pays the copy ``lower-collectives`` makes of its buffer into or out of one block per
   rank (a ``Charge`` of kind ``copy``: a kernel reading and writing its bytes,
@@ -49,7 +51,7 @@ from distir.passes.combine_collectives import DEFAULT_BUCKET_BYTES as BUCKET_BYT
 from distir.planner.graph import Graph, Node
 from distir.planner.meshes import Mesh
 from distir.planner.strategies import Layout, Strategy
-from distir.tuning.cost_model import DEFAULT_OPTIONS, ModelOptions, collective_seconds, dist_op_work, runtime_of, work_seconds
+from distir.tuning.cost_model import DEFAULT_OPTIONS, ModelOptions, all_to_all_seconds, collective_seconds, dist_op_work, runtime_of, work_seconds
 from distir.tuning.topology import Topology
 
 INFEASIBLE = 1e9
@@ -316,9 +318,8 @@ def _curve(topology: Topology, kind: str, groups: tuple[tuple[int, ...], ...], o
     if got is not None:
         return got
     if kind == "all_to_all":
-        # every rank sends each peer of its group its block: (n-1)/n of its input out
-        # and in, which is what a ring AllGather of the input moves per link
-        got = collective_seconds(topology, "all_gather", groups, options)
+        # its lowering: one group of sends, each member's block to every other member at once
+        got = all_to_all_seconds(topology, groups, options)
     else:
         got = collective_seconds(topology, COLLECTIVE_KIND[kind], groups, options)
     _CURVES[key] = got

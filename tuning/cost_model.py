@@ -21,7 +21,8 @@ lowering emits:
   latency at half the bandwidth for small buffers, LL128, Simple) and, for an
   AllReduce, the fastest algorithm, as NCCL's tuner does: small AllReduces run as
   trees with LL, large ones at full bandwidth. Point-to-point sends cost the link
-  between the two devices, shared by every concurrent pair;
+  between the two devices, shared by every concurrent pair (``send_seconds``: a
+  ``coll.all_to_all``'s group of sends, priced by the planner too);
 * **streams and events** give the critical path: every op starts when its stream is
   free, after the events it waits for, and after the host issued it (``launch_s`` per
   call); collectives start when every participating rank is ready. An overlapped chain
@@ -806,20 +807,8 @@ class _Walker:
         """``stream_from``: of a host copy (``copy_traffic``), False: no host copy."""
         if not pairs:
             return lambda r: np.zeros_like(r)
-        extra = self.runtime.device_s
-        if isinstance(self.topo, CalibratedTopology):
-            a, b = self.topo.alpha_beta("send")
-            if stream_from is False:
-                return lambda r: a + extra + b * nbytes(r)
-            return lambda r: a + extra + b * nbytes(r) * copy_traffic(nbytes(r), stream_from)
-        lat, per_byte = collective_cost(self.topo, "send", pairs, "ring")
-        options = [(lat * p.latency, per_byte / p.bandwidth) for p in self.options.protocols]
-
-        def cost(r: np.ndarray) -> np.ndarray:
-            b = nbytes(r)
-            return extra + np.min(np.stack([lt + b * pb for lt, pb in options]), axis=0)
-
-        return cost
+        seconds = send_seconds(self.topo, pairs, self.options, self.runtime.device_s, stream_from)
+        return lambda r: seconds(nbytes(r))
 
     def fused(self, op: rt.FusedOp, classes: tuple[int, ...]) -> None:
         """A fused group: one kernel in shared memory when the program says ``zero_copy``
@@ -877,6 +866,54 @@ def _collective_seconds(
         return extra + np.min(np.stack(times), axis=0)
 
     return cost
+
+
+def send_seconds(
+    topology: Topology,
+    pairs: Sequence[tuple[int, int]],
+    options: ModelOptions = DEFAULT_OPTIONS,
+    extra: float = 0.0,
+    stream_from: int | None | bool = False,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Seconds of a group of point-to-point sends that run at once (``nccl.group_start``
+    .. ``group_end``), one message of ``nbytes`` from each ``(source, destination)`` of
+    ``pairs``, as a function of ``nbytes``, plus ``extra`` fixed seconds: the links the
+    pairs share (``collectives.py``'s ``send``), at NCCL's fastest protocol, or a
+    calibration's alpha and beta (per byte of ``copy_traffic`` where the target copies
+    the messages on the host: ``stream_from``, False where it does not). What the
+    walker charges for every group of sends, and the planner for an all-to-all
+    (``all_to_all_seconds``)."""
+    if not pairs:
+        return lambda b: np.zeros_like(np.asarray(b, dtype=np.float64))
+    if isinstance(topology, CalibratedTopology):
+        a, beta = topology.alpha_beta("send")
+        if stream_from is False:
+            return lambda b: a + extra + beta * np.asarray(b, dtype=np.float64)
+        return lambda b: a + extra + beta * np.asarray(b, dtype=np.float64) * copy_traffic(b, stream_from)
+    lat, per_byte = collective_cost(topology, "send", pairs, "ring")
+    choices = [(lat * p.latency, per_byte / p.bandwidth) for p in options.protocols]
+
+    def cost(nbytes: np.ndarray) -> np.ndarray:
+        b = np.asarray(nbytes, dtype=np.float64)
+        return extra + np.min(np.stack([lt + b * pb for lt, pb in choices]), axis=0)
+
+    return cost
+
+
+def all_to_all_seconds(
+    topology: Topology, groups: Sequence[Sequence[int]], options: ModelOptions = DEFAULT_OPTIONS, extra: float = 0.0
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Seconds of a ``coll.all_to_all`` that the device ``groups`` run at the same time,
+    as a function of each rank's input bytes, as the walker prices its lowering
+    (``dialects/collectives/all_to_all.py``): one group of sends in which every member
+    sends each other member of its group its block (``nbytes / n``) at once
+    (``send_seconds`` of all those pairs; the copy of a rank's own block is a kernel)."""
+    pairs = [(a, b) for g in groups for a in g for b in g if a != b]
+    if not pairs:
+        return lambda b: np.zeros_like(np.asarray(b, dtype=np.float64))
+    n = max(len(g) for g in groups)
+    seconds = send_seconds(topology, pairs, options, extra)
+    return lambda nbytes: seconds(np.asarray(nbytes, dtype=np.float64) / n)
 
 
 def element_flops(ops: Sequence[Operation], varying: Sequence[SSAValue]) -> float:
