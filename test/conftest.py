@@ -41,6 +41,22 @@ collect_less()  # the tests build programs in this process as the tools do (4-5%
 pytest_plugins = ["pytester"]  # test_suite_order.py runs the ordering on a made-up suite
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temporary_files_in_the_sessions_folder(tmp_path_factory):
+    """The processes the tests start write their temporary files (``TMPDIR``) in this
+    session's folder, which pytest removes with its other runs' folders: ``torchrun``
+    leaves a ``torchelastic_*`` folder in the temporary folder at every launch (about
+    ten per suite run in ``/tmp`` before)."""
+    folder = tmp_path_factory.mktemp("tmpdir")
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    yield
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
     longest_first(items, LONGEST, Path(__file__).parent)
 
