@@ -85,21 +85,23 @@ def argument_names() -> list[str]:
     return [*params, *("m_" + p for p in params), *("v_" + p for p in params), "ids", "labels"]
 
 
+INIT_SCALE = {"emb": 0.5, "pos": 0.1, "lnf_g": 0.1, "lnf_b": 0.1, "ln1_g": 0.1, "ln1_b": 0.1, "ln2_g": 0.1, "ln2_b": 0.1, "b1": 0.1, "w2": 0.1, "b2": 0.1}
+"""The standard deviation of each parameter's initial values (0.2 for the others); a
+LayerNorm gain (``*_g``) starts at 1 plus such values."""
+
+
 def init_params(rng, layers: int, c: dict = CONFIG) -> dict:
+    """Random parameters of the shapes ``param_shapes`` gives, the blocks' drawn first."""
     import numpy as np
 
-    d, f, v = c["d"], c["ffn"], c["vocab"]
+    shapes = param_shapes(layers, c)
 
-    def r(*shape, scale=0.2):
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
+    def r(name: str, shape: tuple[int, ...]):
+        a = (rng.standard_normal(shape) * INIT_SCALE.get(name, 0.2)).astype(np.float32)
+        return 1 + a if name.endswith("_g") else a
 
-    blocks = {
-        "ln1_g": 1 + r(layers, d, scale=0.1), "ln1_b": r(layers, d, scale=0.1),
-        "wq": r(layers, d, d), "wk": r(layers, d, d), "wv": r(layers, d, d), "wo": r(layers, d, d),
-        "ln2_g": 1 + r(layers, d, scale=0.1), "ln2_b": r(layers, d, scale=0.1),
-        "w1": r(layers, d, f), "b1": r(layers, f, scale=0.1), "w2": r(layers, f, d, scale=0.1), "b2": r(layers, d, scale=0.1),
-    }  # fmt: skip
-    return {"emb": r(v, d, scale=0.5), "pos": r(c["seq"], d, scale=0.1), "blocks": blocks, "lnf_g": 1 + r(d, scale=0.1), "lnf_b": r(d, scale=0.1), "head": r(d, v)}
+    blocks = {k: r(k, s) for k, s in shapes["blocks"].items()}
+    return {k: blocks if k == "blocks" else r(k, s) for k, s in shapes.items()}
 
 
 def megatron_specs(params: dict) -> dict:
