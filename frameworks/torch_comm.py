@@ -22,6 +22,10 @@ step runs on the collectives alone.
 
 from __future__ import annotations
 
+import atexit
+import time
+import weakref
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -31,6 +35,34 @@ import torch.distributed as dist
 from distir.runtime.comm import P2P, CommError
 from distir.runtime.shm import ShmDevice, ShmHeap, ShmPeers
 from distir.runtime.values import BFLOAT16
+
+_HANDED: deque[weakref.ref] = deque(maxlen=64)
+"""The tensors of the last collectives handed to torch (weak references). A gloo worker
+thread lets go of a call's tensors after the call has returned (a ``barrier`` keeps the
+calls before it until it ends), and letting go of a tensor that has a Python object
+takes the GIL. At interpreter exit, Python ends a thread that asks for the GIL
+(``pthread_exit``), here inside a ``noexcept`` destructor: the process aborts
+("terminate called without an active exception") after its work is done, and its
+launcher reports the job failed. ``_settle`` at exit waits for these tensors to go."""
+
+SETTLE_SECONDS = 2.0
+"""How long ``_settle`` waits at most for torch's threads to let go of the tensors."""
+
+
+def _handed(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    _HANDED.extend(weakref.ref(t) for t in tensors)
+    return tensors
+
+
+@atexit.register
+def _settle() -> None:
+    """Before the interpreter finalizes: wait until torch holds none of the tensors of
+    the last collectives (each goes when its worker thread has dropped it, which needs
+    the GIL this wait gives up), at most ``SETTLE_SECONDS``."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while any(r() is not None for r in _HANDED) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
@@ -103,7 +135,7 @@ class TorchComm(ShmPeers):
         wide = out.float() if _half(out) else out  # half types: reduced in f32, rounded once (as MPI's and NCCL's)
         if send is not recv or wide is not out:
             wide.copy_(_t(send, count))
-        dist.all_reduce(wide, op=_OPS[op], group=self.pg)
+        dist.all_reduce(*_handed(wide), op=_OPS[op], group=self.pg)
         if op == "avg":
             _divide(wide, self.size)
         if wide is not out:
@@ -115,20 +147,20 @@ class TorchComm(ShmPeers):
     def _reduce_scatter(self, send, recv, count, op) -> None:
         out, src = _t(recv, count), _t(send, count * self.size)
         wide = out.float() if _half(out) else out  # half types: reduced in f32, rounded once
-        dist.reduce_scatter_single(wide, src.float() if wide is not out else src, op=_OPS[op], group=self.pg)
+        dist.reduce_scatter_single(*_handed(wide, src.float() if wide is not out else src), op=_OPS[op], group=self.pg)
         if op == "avg":
             _divide(wide, self.size)
         if wide is not out:
             out.copy_(wide)
 
     def all_gather(self, send, recv, count, stream, in_place=False) -> None:
-        stream.submit(lambda: dist.all_gather_single(_t(recv, count * self.size), _t(send, count).clone(), group=self.pg))
+        stream.submit(lambda: dist.all_gather_single(*_handed(_t(recv, count * self.size), _t(send, count).clone()), group=self.pg))
 
     def reduce(self, send, recv, count, op, root, stream) -> None:
         def run():
             buf = _t(send, count)
             buf = buf.float() if _half(buf) else buf.clone()  # half types: reduced in f32, rounded once
-            dist.reduce(buf, dist.get_global_rank(self.pg, root) if self.pg is not None else root, op=_OPS[op], group=self.pg)
+            dist.reduce(*_handed(buf), dist.get_global_rank(self.pg, root) if self.pg is not None else root, op=_OPS[op], group=self.pg)
             if self.rank == root:
                 if op == "avg":
                     _divide(buf, self.size)
@@ -141,7 +173,7 @@ class TorchComm(ShmPeers):
             out = _t(recv, count)
             if self.rank == root and send is not recv:
                 out.copy_(_t(send, count))
-            dist.broadcast(out, dist.get_global_rank(self.pg, root) if self.pg is not None else root, group=self.pg)
+            dist.broadcast(*_handed(out), dist.get_global_rank(self.pg, root) if self.pg is not None else root, group=self.pg)
 
         stream.submit(run)
 
@@ -151,7 +183,7 @@ class TorchComm(ShmPeers):
             for c in calls:
                 peer = dist.get_global_rank(self.pg, c.peer) if self.pg is not None else c.peer
                 fn = dist.isend if c.kind == "send" else dist.irecv
-                ops.append(dist.P2POp(fn, _t(c.buffer, c.count), peer, group=self.pg))
+                ops.append(dist.P2POp(fn, *_handed(_t(c.buffer, c.count)), peer, group=self.pg))
             for w in dist.batch_isend_irecv(ops) if ops else []:
                 w.wait()
 
