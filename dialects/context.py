@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, math, memref, scf
-from xdsl.dialects.builtin import ModuleOp
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when a context is made: xdsl-opt and distir-opt only need DISTIR_DIALECTS
+    from xdsl.context import Context
+    from xdsl.dialects.builtin import ModuleOp
 
 
 def _dist():
@@ -39,8 +41,12 @@ DISTIR_DIALECTS = {"dist": _dist, "coll": _coll, "nccl": _nccl, "rt": _rt}
 def make_context() -> Context:
     """A context with builtin, func, arith, math (with ``scalar.py``'s ops), memref, scf
     (lowered programs) and the distir dialects (dist, coll, nccl, rt)."""
-    ctx = Context()
+    from xdsl.context import Context
+    from xdsl.dialects import arith, builtin, func, math, memref, scf
+
     from distir.dialects.scalar import SCALAR_OPS
+
+    ctx = Context()
 
     for d in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf):
         ctx.load_dialect(d)

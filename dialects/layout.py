@@ -18,10 +18,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from distir.dialects.placements import UNPLACED, At, Placement, Sliced, Unplaced, sliced
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where a grid is built: parsing and printing need no numpy
 
 Sizes = Sequence[int | None]
 """Mesh axis sizes; None is a size fixed only when the program runs (`?`)."""
@@ -388,6 +390,8 @@ def rank_coords(grid: MeshGrid) -> list[tuple[int, ...]]:
     hit = _COORDS.get(id(grid))
     if hit is not None and hit[0] is grid:
         return hit[1]
+    import numpy as np
+
     order = np.argsort(grid.grid.ravel(), kind="stable")
     cols = np.unravel_index(order, grid.sizes)
     coords = [tuple(int(c[r]) for c in cols) for r in range(grid.ranks)]
@@ -398,6 +402,8 @@ def rank_coords(grid: MeshGrid) -> list[tuple[int, ...]]:
 
 
 def base_grid(name: str, sizes: Sequence[int]) -> MeshGrid:
+    import numpy as np
+
     n = math.prod(sizes)
     return MeshGrid(name, tuple(sizes), np.arange(n).reshape(tuple(sizes)))
 

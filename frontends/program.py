@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -24,7 +25,9 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
 
 from distir.dialects.diagnostics import PassProducedInvalidIR
-from distir.frontends.partition import Remark, format_remark, partition_module
+
+if TYPE_CHECKING:  # the partitioner is imported with the first imported program: distir IR needs none of it
+    from distir.frontends.partition import Remark
 
 SOURCES = ("sdy", "shard", "auto")
 
@@ -53,6 +56,8 @@ class Imported:
     source: str
 
     def remark_lines(self) -> list[str]:
+        from distir.frontends.partition import format_remark
+
         return [format_remark(r, self.spans) for r in self.remarks]
 
 
@@ -62,6 +67,7 @@ def import_program(text: str, name: str, source: str = "auto") -> Imported:
     ``PassProducedInvalidIR`` when the partition breaks a program that verified (a bug
     in distir)."""
     from distir.dialects.verifier import verify_module
+    from distir.frontends.partition import partition_module
 
     kind = detect(text) if source == "auto" else source
     if kind == "sdy":

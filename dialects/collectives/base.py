@@ -41,9 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-import numpy as np
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
@@ -75,6 +74,9 @@ from distir.dialects.dist import (
 )
 from distir.dialects.format import Kw
 from distir.dialects.placements import REPLICATED, At, Placement, Replicated, Sliced
+
+if TYPE_CHECKING:
+    import numpy as np  # imported by the functions that run collectives: parsing needs no numpy
 
 AXES = Kw("axes", "ints", (0,))
 DIM = Kw("dim", "int")
@@ -194,6 +196,8 @@ def shape(v: SSAValue) -> tuple[int, ...]:
 
 def count(v: SSAValue) -> int:
     """Elements of a buffer (NCCL's ``count``)."""
+    import numpy as np
+
     return int(np.prod(shape(v), dtype=np.int64))
 
 
@@ -333,6 +337,8 @@ class CollectiveOp(DistOp):
                 shape = list(layout.local_shape(side.get_shape(), side.get_placements(), sizes))
                 extent = layout.padded_extent(side.get_shape()[d], outer, counts)
                 if extent > shape[d]:
+                    import numpy as np
+
                     rest = int(np.prod([x for k, x in enumerate(shape) if k != d], dtype=np.int64))
                     total += (extent - layout.max_block(side.get_shape()[d], outer)) * rest
         return total
@@ -387,7 +393,11 @@ def check_group_rank(rank: int, n: int, what: str) -> None:
 
 
 def concat(buffers: Sequence[np.ndarray], dim: int) -> np.ndarray:
-    return buffers[0] if len(buffers) == 1 else np.concatenate(buffers, axis=dim)
+    if len(buffers) == 1:
+        return buffers[0]
+    import numpy as np
+
+    return np.concatenate(buffers, axis=dim)
 
 
 def split(buffer: np.ndarray, counts: Sequence[int], dim: int) -> list[np.ndarray]:
@@ -395,6 +405,8 @@ def split(buffer: np.ndarray, counts: Sequence[int], dim: int) -> list[np.ndarra
     ranks, in group order (row-major over the axes): ``layout.dim_block`` nested once
     per axis, the first outermost, so that the last blocks may be shorter or empty (the
     inverse of ``concat``)."""
+    import numpy as np
+
     out = []
     for k in range(int(np.prod(counts, dtype=np.int64))):
         lo, size = layout.dim_block(buffer.shape[dim], counts, layout.at_digits(k, counts))

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import AnyFloat, DenseArrayBase, FloatAttr, IndexType, IntegerAttr, MemRefType, i64
 from xdsl.ir import Attribute, Block, Region
 from xdsl.irdl import irdl_op_definition
@@ -107,6 +105,8 @@ class PermuteOp(CollectiveOp):
 
     @classmethod
     def exchange(cls, buffers, options, group):
+        import numpy as np
+
         n = len(buffers)
         out = [np.zeros_like(buffers[0])] * n
         for s, t in targets(options, n):
@@ -220,6 +220,8 @@ def _zero_name(t: MemRefType) -> str:
 
 def _zero_kernel(t: MemRefType) -> rt.KernelOp:
     """``rt.kernel @zero_<shape>_<type>``: stores 0 at every element of its buffer."""
+    from xdsl.dialects import arith, memref
+
     space = list(t.get_shape())
     block = Block(arg_types=[t, *([IndexType()] * len(space))])
     elt = t.element_type

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.imports import HEAVY, imported_by, packages
 
 ROOT = Path(__file__).parents[2]
 OPT = str(Path(sys.executable).parent / "distir-opt")
@@ -177,3 +178,21 @@ TOOLS = sorted(p.name for p in Path(sys.executable).parent.glob("distir-*"))
 def test_every_tool_takes_dash_v(tool):
     r = subprocess.run([str(Path(sys.executable).parent / tool), "-v"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith(f"{tool} 0.")
+
+
+@pytest.mark.parametrize("module", ["distir.tools.opt", "xdsl.tools.xdsl_opt"])
+def test_a_program_without_maps_loads_no_numpy_and_only_the_dialects_it_uses(module):
+    r, modules = imported_by(module, PRIMS)
+    assert "coll.all_reduce sum" in r.stdout
+    assert not packages(modules) & HEAVY, sorted(packages(modules) & HEAVY)
+    # xDSL's arith, math, memref and scf load when a program uses them, not before
+    assert not {"xdsl.dialects.arith", "xdsl.dialects.math", "xdsl.dialects.memref", "xdsl.dialects.scf"} & set(modules)
+    # distir IR needs neither the partitioner of imported programs nor the back end
+    assert not [m for m in modules if m.startswith(("distir.frontends.partition", "distir.lowering", "distir.runtime", "distir.tuning"))]
+
+
+def test_a_pipeline_on_a_program_with_maps_loads_arith_and_math_but_no_numpy():
+    r, modules = imported_by("distir.tools.opt", str(ROOT / "examples" / "adam.mlir"), "-p", "split-allreduce,reorder-allgather,fuse-maps,fuse-allreduce")
+    assert "coll.fused_all_reduce" in r.stdout and "math.sqrt" in r.stdout
+    assert {"xdsl.dialects.arith", "xdsl.dialects.math"} <= set(modules)
+    assert not packages(modules) & HEAVY, sorted(packages(modules) & HEAVY)
