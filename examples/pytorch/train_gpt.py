@@ -107,13 +107,14 @@ def corpus() -> np.ndarray:
     """The bytes of distir's Markdown and Python files (sorted by path; not those under a
     hidden folder, such as a virtual environment or the kernel cache, which grows as
     kernels compile)."""
-    parts = []
-    for pattern in ("*.md", "*.py"):
-        for f in sorted(ROOT.rglob(pattern)):
-            inside = f.relative_to(ROOT).parts  # (ROOT itself may be an installed site-packages/distir)
-            if any(part.startswith(".") for part in inside) or "site-packages" in inside:
-                continue
-            parts.append(f.read_bytes())
+    found: dict[str, list[Path]] = {".md": [], ".py": []}
+    for folder, subfolders, names in os.walk(ROOT):  # (ROOT itself may be an installed site-packages/distir)
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "site-packages"]  # not walked at all
+        for name in names:
+            kind = os.path.splitext(name)[1]
+            if kind in found and not name.startswith("."):
+                found[kind].append(Path(folder, name))
+    parts = [f.read_bytes() for kind in (".md", ".py") for f in sorted(found[kind])]
     return np.frombuffer(b"\n".join(parts), dtype=np.uint8)
 
 
