@@ -204,7 +204,7 @@ def run_case(case: str, rank: int, ranks: int, comm: Any, corpus) -> dict:
         "case": case,
         "rank": rank,
         "losses": losses,
-        "params": {n: p.detach().float().numpy().tolist() for n, p in net.named_parameters()},
+        "params": {n: tt.packed(p.float()) for n, p in net.named_parameters()},
         "norms": norms,
         "scales": scales,
         "steps": {n: float(opt.state[p]["step"]) for n, p in net.named_parameters() if p.requires_grad},
@@ -227,7 +227,7 @@ def reference(case: str, ranks: int, corpus) -> dict:
     else:
         clip = 1.0 if case == "clip" else None
         ref, losses, norms = reference_f32(corpus, ranks, clip=clip, autocast=case == "autocast", micro=4 if case == "accumulate" else 1)
-    params = {n: p.detach().float().numpy().tolist() for n, p in ref.named_parameters()}
+    params = {n: tt.packed(p.float()) for n, p in ref.named_parameters()}
     return {"losses": losses, "params": params, "norms": norms, "scales": scales}
 
 
@@ -253,7 +253,7 @@ def check(report: dict, ref: dict) -> None:
         u = 2.0**-11 if case == "f16_inf" else 2.0**-8
         assert np.allclose(la, lb, rtol=8 * u, atol=0), f"{case}: losses {la} against {lb}"
         for name, q in ref["params"].items():
-            p, q = np.array(report["params"][name]), np.array(q)
+            p, q = tt.unpacked(report["params"][name]), tt.unpacked(q)
             diff, norm = float(np.linalg.norm(p - q)), float(np.linalg.norm(q))
             assert diff <= u * norm, f"{case}: {name} differs by {diff:.3g} in norm, more than {u:.3g} of its norm {norm:.3g}"
         if case == "f16_inf":
@@ -277,7 +277,7 @@ def check(report: dict, ref: dict) -> None:
     rel = np.abs(la - lb) / np.abs(lb)
     assert rel.max() <= tol, f"{case}: loss differs by {rel.max():.3g} relative at step {int(rel.argmax())}"
     for name, q in ref["params"].items():
-        tt.params_agree(f"{case}: {name}", np.array(report["params"][name]), np.array(q), tol)
+        tt.params_agree(f"{case}: {name}", tt.unpacked(report["params"][name]), tt.unpacked(q), tol)
     if case == "clip":
         a, b = np.array(report["norms"]), np.array(ref["norms"])
         assert np.allclose(a, b, rtol=1e-5), (a, b)
