@@ -5,11 +5,15 @@ programs), never from a copy of it:
 
 * an op on a strategy runs on each rank's blocks: ``cost_model.dist_op_work`` counts
   its bytes and flops as its lowering does, ``cost_model.work_seconds`` times them on
-  the topology's device;
+  the topology's device (a ``dist.reshape``, a view, nothing); an op of a run of
+  element-wise ops that ``lower-to-kernels`` makes one kernel is charged without the
+  bytes that kernel does not move (``ilp._kernel_runs``: its operands loaded before in
+  the run or kept in registers, its results used only inside the run);
 * a resharding is the partitioner's transition table (``partition.reshard_steps``: the
   collectives that turn one layout into another), each collective timed by
   ``cost_model.collective_seconds`` on the device groups of the mesh axes it runs over
-  (NCCL's fastest algorithm and protocol, concurrent groups sharing links). A
+  (NCCL's fastest algorithm and protocol, concurrent groups sharing links), plus the
+  device seconds of a call (``Runtime.device_s``, as the walker charges every call). A
   ``coll.all_to_all`` is timed as the model times its lowering
   (``cost_model.all_to_all_seconds``): one group of sends, every member sending each
   other member of its group its block at once, so that on a machine of several nodes
@@ -117,6 +121,15 @@ class ShapeCosts:
         (``Runtime.device_s``): what ops the lowering runs as one launch share."""
         return runtime_of(self.topology, self.options).device_s
 
+    @property
+    def kernel_s(self) -> float:
+        """The least a kernel takes in a step: its device seconds besides its work, or
+        the host's time to issue it (``Runtime.launch_s``) when that is more: the walker
+        starts each op once the host has issued it, so small kernels go at the host's
+        pace (``op``)."""
+        runtime = runtime_of(self.topology, self.options)
+        return max(runtime.device_s, runtime.launch_s)
+
     def charges(self, shape: tuple[int, ...], element_type, src: Layout, dst: Layout) -> tuple[Charge, ...] | None:
         """The collectives that turn a value laid out as ``src`` into ``dst`` (None: no
         sequence does)."""
@@ -134,27 +147,63 @@ class ShapeCosts:
         got = self.charges(shape, element_type, src, dst)
         return INFEASIBLE if got is None else sum(c.nbytes for c in got)
 
-    def op(self, node: Node, s: Strategy) -> float:
-        """Seconds of an op node's work on each rank under strategy ``s``."""
+    def op(self, node: Node, s: Strategy, loaded: frozenset = frozenset(), kept: frozenset = frozenset(), run: str = "") -> float:
+        """Seconds of an op node's work on each rank under strategy ``s``: one kernel's
+        (``work_seconds``), at least the host's time to issue it (``kernel_s``). In a
+        run of element-wise ops that ``lower-to-kernels`` makes one kernel (``run``: what
+        bounds that kernel, ``"memory"`` or ``"compute"``: ``run_bound``), what the op
+        adds to the kernel: the seconds of its bytes or of its flops, without its operand
+        slots ``loaded`` (in registers, or loaded before by the run) and its results
+        ``kept`` (not stored: used only inside the run); the kernel's launch is the
+        run's (``launch_s``)."""
         if node.is_arg:
             return 0.0
-        key = (self.graph.kind[node.id] if self.graph.kind else node.id, s.assign)  # alike ops cost alike
+        key = (self.graph.kind[node.id] if self.graph.kind else node.id, s.assign, loaded, kept, run)  # alike ops cost alike
         got = self._work.get(key)
         if got is not None:
             return got
         g = self.graph
-        operands = []
-        for x, lay in zip(node.operands, s.operands):
-            if x is None or lay is None:
-                operands.append(None)
-            else:
-                v = g.values[x]
-                operands.append((lay.local_shape(v.shape, self.sizes), v.element_type))
-        results = [(lay.local_shape(g.values[r].shape, self.sizes), g.values[r].element_type) for r, lay in zip(node.results, s.results)]
-        assert node.op is not None
-        moved, flops, dtype = dist_op_work(node.op, operands, results)
-        got = work_seconds(self.topology, moved, flops, dtype, self.options, matmul=node.op.name == "dist.matmul")
+        shapes = [None if x is None or lay is None else lay.local_shape(g.values[x].shape, self.sizes) for x, lay in zip(node.operands, s.operands)]
+        moved, flops, dtype = self._work_of(node, shapes, [lay.local_shape(g.values[r].shape, self.sizes) for r, lay in zip(node.results, s.results)], loaded, kept)
+        if moved == 0.0 and flops == 0.0:
+            got = 0.0  # a view (``dist_op_work``): no kernel
+        elif run:
+            got = work_seconds(self.topology, moved if run == "memory" else 0.0, flops if run == "compute" else 0.0, dtype, self.options) - self.launch_s
+        else:
+            got = max(self.kernel_s, work_seconds(self.topology, moved, flops, dtype, self.options, matmul=node.op.name == "dist.matmul"))  # type: ignore[union-attr]
         self._work[key] = got
+        return got
+
+    def _work_of(self, node: Node, operands: list, results: list, loaded: frozenset, kept: frozenset) -> tuple[float, float, str]:
+        """``dist_op_work`` of ``node`` on blocks of those shapes, less the bytes of its
+        operand slots ``loaded`` and results ``kept`` (``op``)."""
+        g = self.graph
+        ins = [None if sh is None else (sh, g.values[x].element_type) for sh, x in zip(operands, node.operands)]  # type: ignore[arg-type]
+        outs = [(sh, g.values[r].element_type) for sh, r in zip(results, node.results)]
+        assert node.op is not None
+        moved, flops, dtype = dist_op_work(node.op, ins, outs)
+        free = sum(_count(ins[k][0]) * element_bytes(ins[k][1]) for k in loaded if ins[k] is not None)  # type: ignore[index]
+        free += sum(_count(outs[j][0]) * element_bytes(outs[j][1]) for j in kept)
+        return max(0.0, moved - free), flops, dtype
+
+    def run_bound(self, run: Sequence[tuple[Node, frozenset, frozenset]]) -> str:
+        """What bounds the kernel of a run of element-wise ops (each op with what the
+        kernel does not move for it, ``op``): ``"memory"`` when its bytes take longer
+        than its flops (``work_seconds``' max), else ``"compute"``; the same on any
+        layout the run's ops share (their blocks scale alike), so found on the whole
+        values."""
+        g = self.graph
+        key = ("run", *((g.kind[node.id] if g.kind else node.id, loaded, kept) for node, loaded, kept in run))  # alike runs: the layers'
+        got = self._work.get(key)
+        if got is not None:
+            return got
+        mem = comp = 0.0
+        for node, loaded, kept in run:
+            shapes = [None if x is None else g.values[x].shape for x in node.operands]
+            moved, flops, dtype = self._work_of(node, shapes, [g.values[r].shape for r in node.results], loaded, kept)
+            mem += work_seconds(self.topology, moved, 0.0, dtype, self.options)
+            comp += work_seconds(self.topology, 0.0, flops, dtype, self.options)
+        got = self._work[key] = "memory" if mem >= comp else "compute"
         return got
 
     def local_bytes(self, value: int, lay: Layout) -> int:
@@ -281,8 +330,8 @@ class Costs:
         its curve; an AllReduce in a bucket of about ``size`` bytes, the tangent's bytes
         and its share of a call's latency per ``BUCKET_BYTES`` (the group pays the
         latency once: ``shared``)."""
-        if kind == "copy":  # a copy kernel: read and write (``work_seconds``, as the walker's ``_copy_bytes``)
-            return np.array([work_seconds(self.topology, 2.0 * b, 0.0, "f32", self.shape.options) for b in np.asarray(nbytes, dtype=np.float64)])
+        if kind == "copy":  # a copy kernel: read and write (``work_seconds``, as the walker's ``_copy_bytes``), issued by the host
+            return np.array([max(self.shape.kernel_s, work_seconds(self.topology, 2.0 * b, 0.0, "f32", self.shape.options)) for b in np.asarray(nbytes, dtype=np.float64)])
         if share == "bucket" and self.bucketed(kind, axes):
             alpha, beta = self.tangent(kind, axes, size)
             return nbytes * (beta + alpha / BUCKET_BYTES)
@@ -317,11 +366,14 @@ def _curve(topology: Topology, kind: str, groups: tuple[tuple[int, ...], ...], o
     got = _CURVES.get(key)
     if got is not None:
         return got
+    # each call's device seconds besides its transfer, as the walker charges them
+    # (``Runtime.device_s``, a kernel's too: ``work_seconds``)
+    extra = runtime_of(topology, options).device_s
     if kind == "all_to_all":
         # its lowering: one group of sends, each member's block to every other member at once
-        got = all_to_all_seconds(topology, groups, options)
+        got = all_to_all_seconds(topology, groups, options, extra)
     else:
-        got = collective_seconds(topology, COLLECTIVE_KIND[kind], groups, options)
+        got = collective_seconds(topology, COLLECTIVE_KIND[kind], groups, options, extra)
     _CURVES[key] = got
     return got
 

@@ -57,7 +57,7 @@ import numpy as np
 from distir.lowering.lower_to_kernels import ELEMENTWISE as KERNEL_ELEMENTWISE
 from distir.planner.costs import BUCKET_BYTES, Charge, Costs, ShapeCosts
 from distir.planner.graph import Graph
-from distir.planner.strategies import Strategy, arg_strategies, op_strategies
+from distir.planner.strategies import Layout, Strategy, arg_strategies, op_strategies
 
 
 LEADERS = ("dist.matmul", "dist.embedding_bag", "dist.iota")
@@ -104,7 +104,7 @@ class Problem:
     """Collectives and kernels the lowering runs as one, paid once (``Group``)."""
     modes: dict[tuple, frozenset] = field(default_factory=dict)
     """``Structure.modes``."""
-    launched: set[int] = field(default_factory=set)
+    launched: dict[int, tuple[frozenset, frozenset, str]] = field(default_factory=dict)
     """``Structure.launched``."""
     sizes: dict[tuple, float] = field(default_factory=dict)
     """``Structure.sizes``."""
@@ -190,8 +190,10 @@ class Structure:
     modes: dict[tuple, frozenset] = field(default_factory=dict)
     """The node-level edges (``(user node, operand slot)``, ``("result", index)``) whose
     collectives of these groups (``Charge.group``) are shared."""
-    launched: set[int] = field(default_factory=set)
-    """The element-wise ops whose launch a kernel group pays."""
+    launched: dict[int, tuple[frozenset, frozenset, str]] = field(default_factory=dict)
+    """The element-wise ops whose launch a kernel group pays, each with what
+    ``ShapeCosts.op`` takes of it there (what its kernel does not move, what bounds the
+    kernel)."""
     sizes: dict[tuple, float] = field(default_factory=dict)
     """Each group kind's bucket size (``_combined``)."""
 
@@ -216,10 +218,10 @@ class Skeleton:
     runs: dict[frozenset, list[int]]
     """The element-wise runs ``lower-to-kernels`` fuses, alike ones once: their classes
     -> [count, size] (``_kernels``)."""
-    in_runs: dict[int, int]
-    """Per class, its ops in such runs."""
-    run_nodes: set[int]
-    """The nodes of such runs."""
+    fused: dict[int, tuple[frozenset, frozenset, tuple[int, ...]]]
+    """The nodes of such runs, each with what its run's kernel does not move for it
+    (``_kernel_runs``): its operand slots it loads from registers or that the run
+    loaded before, and its results it does not store; and its run's nodes."""
 
 
 def skeleton(g: Graph) -> Skeleton:
@@ -257,8 +259,8 @@ def skeleton(g: Graph) -> Skeleton:
             got = by_class.setdefault((cls[v.producer], v.index), [0, x])
             got[0] += 1
         live.append((p, [(c, j, n, x) for (c, j), (n, x) in by_class.items()]))
-    runs, in_runs, run_nodes = _kernel_runs(g)
-    g.skeleton = Skeleton(links, end, [(c, n, x) for (c, _, _), (n, x) in arguments.items()], live, runs, in_runs, run_nodes)
+    runs, fused = _kernel_runs(g)
+    g.skeleton = Skeleton(links, end, [(c, n, x) for (c, _, _), (n, x) in arguments.items()], live, runs, fused)
     return g.skeleton
 
 
@@ -385,12 +387,19 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
     cached: dict[tuple, int] = {}
 
     def cell(v, a, b) -> int:
-        """The cell of resharding a value like ``v`` laid out ``a`` into ``b``: once per
-        value type and layout pair (the layers' edges are alike)."""
+        """The cell of resharding a value like ``v`` laid out ``a`` into ``b`` (a layout,
+        or a tuple of the distinct layouts its users take: each resharding once, as the
+        partitioner reuses one per value and target): once per value type and layout
+        pair (the layers' edges are alike)."""
         key = (v.shape, v.element_type, a, b)
         got = cached.get(key)
         if got is None:
-            got = cached[key] = table.cell(costs.charges(v.shape, v.element_type, a, b))
+            if not isinstance(b, Layout):
+                parts = [costs.charges(v.shape, v.element_type, a, t) for t in b]
+                charges = None if any(c is None for c in parts) else tuple(c for cs in parts for c in cs)  # type: ignore[union-attr]
+            else:
+                charges = costs.charges(v.shape, v.element_type, a, b)
+            got = cached[key] = table.cell(charges)
         return got
 
     sk = skeleton(g)
@@ -410,10 +419,13 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
             cells = grids[key] = np.array([[cell(v, a, b) for b in rgroups] for a in lgroups], dtype=np.int64)
         return _Link(ru, rv, left, right, cells, hides)
 
-    for (cu, j, cv, k), x, members in sk.links:
-        ru, rv = root[cu], root[cv]
+    for (cu, j, rv, slots), x, members in _users(g, sk, root):
+        ru = root[cu]
         src = [strategies[cu][fmap[cu][i]].results[j] for i in range(len(strategies[ru]))]
-        dst = [strategies[cv][fmap[cv][t]].operands[k] for t in range(len(strategies[rv]))]
+        # the distinct layouts the value's users of this root take under each of its
+        # strategies: the partitioner reshards a value once per target (``reshard``)
+        dst = [tuple(dict.fromkeys(strategies[cv][fmap[cv][t]].operands[k] for cv, k in slots)) for t in range(len(strategies[rv]))]
+        dst = [d[0] if len(d) == 1 else d for d in dst]
         producer = g.nodes[g.classes[ru][0]].op
         hides = unit_work[ru] if producer is not None and producer.name in OVERLAPPED else None
         links.append(link(ru, rv, src, dst, g.values[x], hides))
@@ -437,23 +449,35 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
             else:
                 dst = [a.whole() for a in src]
             links.append(link(ru, ru, src, dst, v, None))
-        links[-1].members.append((("result", n), g.nodes[v.producer].position, sk.end))
+        links[-1].members.append(((("result", n),), g.nodes[v.producer].position, sk.end))
     edges: list[_Pending] = []
     folded: list[tuple[int, int, np.ndarray, np.ndarray]] = []
     groups, bucket_sizes = _combined(links, table)
     modes: dict[tuple, frozenset] = {}
     for ln in links:
         by_mode: dict[frozenset, int] = {}
-        for (what, _, _), mode in zip(ln.members, ln.modes):
+        for (whats, _, _), mode in zip(ln.members, ln.modes):
             by_mode[mode] = by_mode.get(mode, 0) + 1
             if mode:
-                modes[what] = mode
+                for what in whats:
+                    modes[what] = mode
         for mode, count in by_mode.items():
             cells = ln.cells if not mode else table.moded(ln.cells, mode, bucket_sizes)
             _edge(edges, folded, ln.ru, ln.rv, count, ln.left, ln.right, cells, ln.hides)
-    launches, launched = _kernels(sk, strategies, root, fmap, groups)
-    for c, n in launches.items():
-        work[root[c]] -= n * costs.launch_s  # one launch for the run: the group's (``_kernels``)
+    # an op of a run of element-wise ops: what it adds to its run's kernel (``ShapeCosts.op``:
+    # without the bytes the kernel does not move, ``Skeleton.fused``), whose launch the
+    # run's group pays once (``_kernels``)
+    launched: dict[int, tuple[frozenset, frozenset, str]] = {}
+    bounds: dict[tuple, str] = {}
+    for i, (skip, kept, run) in sk.fused.items():
+        bound = bounds.get(run)
+        if bound is None:
+            bound = bounds[run] = costs.run_bound([(g.nodes[j], *sk.fused[j][:2]) for j in run])
+        launched[i] = (skip, kept, bound)
+        c = cls[i]
+        saved = unit_work[c] - np.array([costs.op(g.nodes[i], s, skip, kept, bound) for s in strategies[c]])
+        work[root[c]] -= saved[fmap[c]]
+    _kernels(sk, strategies, root, fmap, groups)
 
     # -- memory ----------------------------------------------------------------------------
     arg_bytes: dict[int, np.ndarray] = {c: np.zeros(len(strategies[c])) for c in work}
@@ -469,6 +493,33 @@ def build(g: Graph, costs: ShapeCosts, uneven: bool = False, follow: bool = True
         memory.append((-1, arg_bytes))
     table.freeze()
     return Structure(strategies, root, fmap, counts, work, edges, folded, memory, table, groups, modes, launched, bucket_sizes)
+
+
+def _users(g: Graph, sk: Skeleton, root: list[int]) -> list[tuple[tuple, int, list[tuple[tuple, int, int]]]]:
+    """The node-level edges of ``sk.links`` by value and root class of their users: the
+    partitioner reshards a value once per target layout, whichever ops read it there
+    (``partition``'s ``reshard``), so the users of one value whose strategies follow one
+    root are one link, charged the resharding into each distinct layout they take.
+    Returns, in program order, ((producer's class, result index, users' root, the users'
+    (class, operand slot)s), one such value, members): a member per value, (its users'
+    (node, slot)s, producer's position, its first user's position: where the
+    partitioner reshards it)."""
+    by_value: dict[int, dict[int, list]] = {}
+    producer_class: dict[int, tuple[int, int]] = {}
+    for (cu, j, cv, k), _, members in sk.links:
+        for what, p, r in members:
+            x = g.nodes[what[0]].operands[what[1]]
+            producer_class[x] = (cu, j)  # type: ignore[index]
+            by_value.setdefault(x, {}).setdefault(root[cv], []).append((cv, k, what, p, r))  # type: ignore[arg-type]
+    merged: dict[tuple, tuple[int, list]] = {}
+    for x, per_root in by_value.items():
+        cu, j = producer_class[x]
+        for rv, users in per_root.items():
+            slots = tuple(sorted({(cv, k) for cv, k, _, _, _ in users}))
+            key = (cu, j, rv, slots)
+            got = merged.setdefault(key, (x, []))
+            got[1].append((tuple(w for _, _, w, _, _ in users), users[0][3], min(r for *_, r in users)))
+    return [(key, x, members) for key, (x, members) in merged.items()]
 
 
 def _edge(edges: list[_Pending], folded: list, ru: int, rv: int, count: int, left: np.ndarray | None, right: np.ndarray | None,
@@ -582,12 +633,16 @@ def _activator(ln: _Link, mask: np.ndarray) -> tuple | None:
     return out if out[-1].any() else None
 
 
-def _kernel_runs(g: Graph) -> tuple[dict[frozenset, list[int]], dict[int, int], set[int]]:
+def _kernel_runs(g: Graph) -> tuple[dict[frozenset, list[int]], dict[int, tuple[frozenset, frozenset, tuple[int, ...]]]]:
     """The element-wise ops ``lower-to-kernels`` runs as one kernel: consecutive ones
     (``dist.map``, ``cast``, ``dropout``, adjacent in program order) over one iteration
     space (the result's shape). Returns the runs of two or more, alike runs (of the
-    same classes) once ({classes: [count, size]}), the ops of such runs per class and
-    their nodes (``_kernels`` gives them their groups)."""
+    same classes) once ({classes: [count, size]}; ``_kernels`` gives them their
+    groups), and the nodes of such runs, each with what its run's kernel does not move
+    for it (``Skeleton.fused``): it loads each tensor from outside the
+    run once and keeps the run's own values in registers, storing only those used
+    after the run (``lower-to-kernels``' ``KernelBuilder``; the walker charges a
+    kernel the bytes of its loads and stores)."""
     names = {op.name for op in KERNEL_ELEMENTWISE}
     runs: list[list[int]] = []
     last = None
@@ -602,24 +657,35 @@ def _kernel_runs(g: Graph) -> tuple[dict[frozenset, list[int]], dict[int, int], 
         else:
             last = None
     alike: dict[frozenset, list[int]] = {}
-    per_class: dict[int, int] = {}
-    nodes: set[int] = set()
+    fused: dict[int, tuple[frozenset, frozenset, tuple[int, ...]]] = {}
+    returned = {r.value for r in g.results}
     for run in runs:
         if len(run) < 2:
             continue
+        members = set(run)
+        whole = tuple(run)
+        loaded: set[int] = set()
+        for i in run:
+            node = g.nodes[i]
+            skip = []
+            for k, x in enumerate(node.operands):
+                if x is None:
+                    continue
+                if x in loaded:
+                    skip.append(k)
+                loaded.add(x)
+            kept = frozenset(j for j, r in enumerate(node.results) if r not in returned and all(u in members for u, _ in g.values[r].uses))
+            loaded.update(node.results)
+            fused[i] = (frozenset(skip), kept, whole)
         got = alike.setdefault(frozenset(g.class_of[i] for i in run), [0, len(run)])
         got[0] += 1
-        for i in run:
-            per_class[g.class_of[i]] = per_class.get(g.class_of[i], 0) + 1
-            nodes.add(i)
-    return alike, per_class, nodes
+    return alike, fused
 
 
-def _kernels(sk: Skeleton, strategies: list[list[Strategy]], root: list[int], fmap: list[np.ndarray], groups: list[_Group]) -> tuple[dict[int, int], set[int]]:
+def _kernels(sk: Skeleton, strategies: list[list[Strategy]], root: list[int], fmap: list[np.ndarray], groups: list[_Group]) -> None:
     """The kernels of the element-wise runs (``_kernel_runs``): each run gets a group
     per layout its ops' strategies give (on when an op of the run takes it: a kernel's
-    launch), alike runs once with their count. Returns the ops of such runs per class
-    (their launches are the groups') and their nodes."""
+    launch), alike runs once with their count."""
     for classes, (count, size) in sk.runs.items():
         by_layout: dict = {}
         for c in sorted(classes):
@@ -628,7 +694,6 @@ def _kernels(sk: Skeleton, strategies: list[list[Strategy]], root: list[int], fm
                 by_layout.setdefault(lay, []).append(("x", root[c], np.array([x == lay for x in lays])))
         for acts in by_layout.values():
             groups.append(_Group("kernel", (), count, size, None, acts))
-    return dict(sk.in_runs), set(sk.run_nodes)
 
 
 class ChargeTable:

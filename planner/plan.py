@@ -655,16 +655,18 @@ def explain_terms(g: Graph, s: Searched, sc: ShapeCosts, topology: Topology) -> 
         add(f"{kind} {what}", f"{c.kind} {key}", costs.charge_seconds(c))
 
     layouts: dict[int, Layout] = {}
+    resharded: set[tuple[int, Layout]] = set()  # the partitioner reshards a value once per target
     for node in g.nodes:
         st = p.strategies[g.class_of[node.id]][chosen[g.class_of[node.id]]]
         for k, r in enumerate(node.results):
             layouts[r] = st.results[k]
         if not node.is_arg and node.op is not None:
-            launch = sc.launch_s if node.id in p.launched else 0.0  # paid by its kernel's group
-            add(f"{node.op.name} {_how(node, st, s.mesh)}", f"{node.op.name} (compute)", sc.op(node, st) - launch)
+            # in a run of element-wise ops, what it adds to the run's kernel (whose launch the run's group pays)
+            add(f"{node.op.name} {_how(node, st, s.mesh)}", f"{node.op.name} (compute)", sc.op(node, st, *p.launched.get(node.id, ())))
         for k, x in enumerate(node.operands):
-            if x is None:
+            if x is None or (x, st.operands[k]) in resharded:
                 continue
+            resharded.add((x, st.operands[k]))
             mode = p.modes.get((node.id, k), frozenset())
             for c in sc.charges(g.values[x].shape, g.values[x].element_type, layouts[x], st.operands[k]) or ():
                 charge(c, mode, _role(node), _role(node))

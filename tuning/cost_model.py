@@ -960,7 +960,8 @@ def dist_op_work(op: Operation, operands: Sequence[tuple[tuple[int, ...], Attrib
     ``dist.embedding_bag`` its indices, a row per index and the pooled rows
     (``embedding_work``); ``dist.scatter_add`` its indices, an update row per index and
     its result; ``dist.sort`` its operands twice and n·log2(n) compares per row (as
-    ``rt.sort``); any other op a copy of its operands into its results. What
+    ``rt.sort``); a ``dist.reshape`` nothing (``lower-collectives`` makes it a view of
+    its operand's block); any other op a copy of its operands into its results. What
     the planner charges for an op it considers (``work_seconds``)."""
 
     def nbytes(shape: tuple[int, ...], t: Attribute) -> float:
@@ -989,6 +990,8 @@ def dist_op_work(op: Operation, operands: Sequence[tuple[tuple[int, ...], Attrib
         (si, ti), (su, tu) = tensors[0], tensors[1]
         bag = si[-1]
         return nbytes(si, ti) + nbytes(su, tu) * bag + out_bytes, float(math.prod(su) * bag), dtype
+    if name == "dist.reshape":
+        return 0.0, 0.0, dtype
     if name == "dist.sort":
         n = tensors[0][0][op.option("dim")] if tensors[0][0] else 1  # type: ignore[attr-defined]
         return 2.0 * in_bytes, float(math.prod(tensors[0][0])) * max(1.0, math.log2(max(n, 2))), _dtype(tensors[0][1])
