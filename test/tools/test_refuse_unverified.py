@@ -107,17 +107,17 @@ def test_distir_tune_reports_the_pass_instead_of_predicting(capsys, files, in_th
 
 
 def test_distir_import_names_a_partition_that_breaks_the_program(capsys, tmp_path, monkeypatch):
-    from distir.frontends import program
+    from distir.frontends import partition
     from distir.tools.importer import main
 
-    real = program.partition_module
+    real = partition.partition_module  # program.import_program imports it when it partitions
 
     def broken(module, spans=None):
         remarks = real(module, spans)
         BreakAnAllReduce().apply(None, module)
         return remarks
 
-    monkeypatch.setattr(program, "partition_module", broken)
+    monkeypatch.setattr(partition, "partition_module", broken)
     src = tmp_path / "sum.mlir"
     src.write_text(
         'module @m attributes {mhlo.num_partitions = 2 : i32} {\n'
