@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from distir.dialects.fast import clone
+from distir.dialects.fast import clone, walk
 from distir.tuning.explore import Candidate
 
 Times = np.ndarray
@@ -141,6 +141,7 @@ def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], boo
 
     by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
     out = set()
+    flat: dict[int, bool] = {}  # unpadded, per schedule asked about (many splits defer to one)
 
     def named(p) -> bool:  # a split along a dim it names (None: the pass picks one)
         return p.name == "split-allreduce" and getattr(p, "dim", None) is not None
@@ -152,7 +153,9 @@ def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], boo
         for outer in range(max(dims)):
             split = tuple(dataclasses.replace(p, dim=min(p.dim, outer)) if named(p) else p for p in c.passes)  # type: ignore[attr-defined]
             j = by_pipeline.get(pipeline_spec(split)) if split != c.passes else None
-            if j is not None and (unpadded is None or unpadded(candidates[j].module)):
+            if j is not None and j not in flat:
+                flat[j] = unpadded is None or unpadded(candidates[j].module)
+            if j is not None and flat[j]:
                 out.add(i)
                 break
     return out
@@ -162,7 +165,7 @@ def _stages(cand: Candidate) -> int:
     """The ops of the overlapped chain (its pipeline's stages)."""
     from distir.dialects import coll
 
-    for o in cand.module.walk():
+    for o in walk(cand.module):
         if isinstance(o, coll.OverlapOp):
             return max(1, sum(1 for x in o.body.block.ops if not isinstance(x, coll.YieldOp)))
     return 1
@@ -182,7 +185,7 @@ def _order_matters(cand: Candidate, ranks: int, fixed: dict[tuple, ModuleOp | No
     from distir.lowering.overlap_p2p import p2p_plan
 
     def overlaps(m: ModuleOp) -> list[coll.OverlapOp]:
-        return [o for o in m.walk() if isinstance(o, coll.OverlapOp)]
+        return [o for o in walk(m) if isinstance(o, coll.OverlapOp)]
 
     module = None if fixed is None else fixed.get(family)
     if module is not None and len(overlaps(module)) == len(overlaps(cand.module)):
@@ -200,7 +203,7 @@ def _order_matters(cand: Candidate, ranks: int, fixed: dict[tuple, ModuleOp | No
         return True
     mesh_ops = meshes(module)
     return any(
-        p2p_plan(o, mesh_ops) is not None for o in module.walk() if isinstance(o, coll.OverlapOp) and o.option("granularity") != "tile"
+        p2p_plan(o, mesh_ops) is not None for o in walk(module) if isinstance(o, coll.OverlapOp) and o.option("granularity") != "tile"
     )
 
 
