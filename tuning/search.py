@@ -137,9 +137,17 @@ def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], boo
     buffers), every other dim's are packed and unpacked around each NCCL call, which
     costs copies and saves nothing. An outer split with padded blocks moves padding
     and idles ranks instead, so it decides nothing."""
-    from distir.passes.pipeline import pipeline_spec
+    from distir.passes.pipeline import pass_spec, pipeline_spec
 
-    by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
+    specs: dict[int, str] = {}  # per pass, by id: the candidates share their first steps' passes
+    by_pipeline: dict[str, int] | None = None  # built when first asked (no split names a dim: never)
+
+    def pipeline(c: Candidate) -> str:  # ``c.pipeline``, each pass's spec made once
+        for p in c.passes:
+            if id(p) not in specs:
+                specs[id(p)] = pass_spec(p)
+        return ",".join([specs[id(p)] for p in c.passes])
+
     out = set()
     flat: dict[int, bool] = {}  # unpadded, per schedule asked about (many splits defer to one)
 
@@ -152,6 +160,8 @@ def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], boo
             continue
         for outer in range(max(dims)):
             split = tuple(dataclasses.replace(p, dim=min(p.dim, outer)) if named(p) else p for p in c.passes)  # type: ignore[attr-defined]
+            if by_pipeline is None:
+                by_pipeline = {pipeline(c): i for i, c in enumerate(candidates)}
             j = by_pipeline.get(pipeline_spec(split)) if split != c.passes else None
             if j is not None and j not in flat:
                 flat[j] = unpadded is None or unpadded(candidates[j].module)
