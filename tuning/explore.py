@@ -358,6 +358,10 @@ class Candidate:
     """``ok``, ``unchecked``, ``differs: ...`` (a distir bug) or ``not run: ...``."""
     parent: Candidate | None = field(default=None, repr=False, compare=False)
     """The schedule whose program the last pass transformed."""
+    variant_of: Candidate | None = field(default=None, repr=False, compare=False)
+    """An overlap at other chunks or another order (``_overlap_variant``): the program of
+    that application with its ``coll.overlap``'s options changed, nothing else (the same
+    types, meshes and structural name)."""
     verified: bool = field(default=False, repr=False, compare=False)
     """The exploration verified ``module`` (which it never changes after): its copies
     need not look at it again (``verified_clone``'s ``unchanged``)."""
@@ -456,7 +460,8 @@ def explore(
     """Every schedule of ``module`` (one function) reachable by ``transformations``, breadth
     first (module doc); ``as_slice`` names the state ``slice-state`` may keep sliced
     (default ``state_names``). ``progress`` is called with the number found so far.
-    ``fits`` (the tuner's sizes and ranks, ``sizes.fitting``): a program it rejects
+    ``fits`` (the tuner's sizes and ranks, ``sizes.fitting``; it reads the program's
+    types and meshes only, asked once for overlaps that differ in their options alone): a program it rejects
     cannot run at any size, so it is no schedule and is not transformed further (the
     transformations keep every dim they slice sliced); the program as written is
     always kept. ``stop()`` (a time budget) ends the exploration early, as
@@ -494,6 +499,15 @@ def explore(
             else:
                 unfit += 1
                 frontier = []
+    fit: dict[int, bool] = {}  # fits, per program asked about (by id of its candidate)
+
+    def fitted(c: Candidate) -> bool:
+        # an overlap variant has its base's types and meshes, all that ``fits`` reads
+        src = c.variant_of if c.variant_of is not None else c
+        if id(src) not in fit:
+            fit[id(src)] = fits(src.module)  # type: ignore[misc]
+        return fit[id(src)]
+
     for _ in range(max_depth):
         if truncated:
             break
@@ -505,9 +519,10 @@ def explore(
             names = printed_names(cand.module)  # once per program: its copies' names are these
             values = _values(cand.module, as_slice, names)
             wrapped: dict[tuple, Candidate | None] = {}
+            overlapped = any(isinstance(o, coll.OverlapOp) for o in walk(cand.module))
             for t in transformations:
                 for p in t.passes(cand.module, values):
-                    variant = _overlap_variant(p, cand, wrapped)
+                    variant = _overlap_variant(p, cand, wrapped, overlapped)
                     new = variant if variant is not None else _apply(p, cand, ctx, errors, names)
                     if p.name == "overlap" and variant is None:
                         wrapped.setdefault((p.granularity, tuple(p.targets)), new)  # type: ignore[attr-defined]
@@ -522,7 +537,7 @@ def explore(
                             truncated = True
                             break
                         seen[key] = new
-                        if fits is not None and not fits(new.module):
+                        if fits is not None and not fitted(new):
                             unfit += 1
                         else:
                             found.append(new)
@@ -544,19 +559,19 @@ def explore(
     return Exploration(found, truncated, errors, unfit, held)
 
 
-def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candidate | None]) -> Candidate | None:
+def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candidate | None], overlapped: bool) -> Candidate | None:
     """``overlap`` at another chunk count or order than an application already made on
     the same program and chain: the pass wraps the same chain whatever those are, so the
     result is that application with the options of its new ``coll.overlap`` changed
     (not applied or verified again). None when there is no such application, or when
-    the program already held overlaps."""
+    the program already held overlaps (``overlapped``)."""
     if p.name != "overlap" or p.granularity != "chunk":  # type: ignore[attr-defined]
         return None
     base = wrapped.get(("chunk", tuple(p.targets)))  # type: ignore[attr-defined]
-    if base is None or any(isinstance(o, coll.OverlapOp) for o in cand.module.walk()):
+    if base is None or overlapped:
         return None
     module = verified_clone(base.module, unchanged=base.verified)
-    for o in module.walk():
+    for o in walk(module):
         if isinstance(o, coll.OverlapOp):
             for name, value in (("chunks", p.chunks), ("order", p.order)):  # type: ignore[attr-defined]
                 kw = coll.OverlapOp.keyword(name)
@@ -564,7 +579,7 @@ def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candid
                     o.properties.pop(kw.prop, None)
                 else:
                     o.properties[kw.prop] = kw.to_attr(value)
-    return Candidate(module, (*cand.passes, p), parent=cand)
+    return Candidate(module, (*cand.passes, p), parent=cand, variant_of=base)
 
 
 def _verifies(cand: Candidate, p: ModulePass, errors: list[str]) -> bool:
@@ -729,7 +744,12 @@ def _arg_name(a: BlockArgument) -> str:
 
 def name_all(candidates: list[Candidate], original: func.FuncOp) -> None:
     """Give every candidate a unique name (module doc)."""
-    base = [structural_name(c.module) for c in candidates]
+    structural: dict[int, str] = {}  # an overlap variant's is its base's (``Candidate.variant_of``)
+    for c in candidates:
+        src = c.variant_of if c.variant_of is not None else c
+        if id(src) not in structural:
+            structural[id(src)] = structural_name(src.module)
+    base = [structural[id(c.variant_of if c.variant_of is not None else c)] for c in candidates]
     groups: dict[str, list[int]] = {}
     for i, b in enumerate(base):
         groups.setdefault(b, []).append(i)

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from distir.dialects.fast import clone
+from distir.dialects.fast import clone, walk
 from distir.tuning.explore import Candidate
 
 Times = np.ndarray
@@ -137,10 +137,19 @@ def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], boo
     buffers), every other dim's are packed and unpacked around each NCCL call, which
     costs copies and saves nothing. An outer split with padded blocks moves padding
     and idles ranks instead, so it decides nothing."""
-    from distir.passes.pipeline import pipeline_spec
+    from distir.passes.pipeline import pass_spec, pipeline_spec
 
-    by_pipeline = {c.pipeline: i for i, c in enumerate(candidates)}
+    specs: dict[int, str] = {}  # per pass, by id: the candidates share their first steps' passes
+    by_pipeline: dict[str, int] | None = None  # built when first asked (no split names a dim: never)
+
+    def pipeline(c: Candidate) -> str:  # ``c.pipeline``, each pass's spec made once
+        for p in c.passes:
+            if id(p) not in specs:
+                specs[id(p)] = pass_spec(p)
+        return ",".join([specs[id(p)] for p in c.passes])
+
     out = set()
+    flat: dict[int, bool] = {}  # unpadded, per schedule asked about (many splits defer to one)
 
     def named(p) -> bool:  # a split along a dim it names (None: the pass picks one)
         return p.name == "split-allreduce" and getattr(p, "dim", None) is not None
@@ -151,8 +160,12 @@ def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], boo
             continue
         for outer in range(max(dims)):
             split = tuple(dataclasses.replace(p, dim=min(p.dim, outer)) if named(p) else p for p in c.passes)  # type: ignore[attr-defined]
+            if by_pipeline is None:
+                by_pipeline = {pipeline(c): i for i, c in enumerate(candidates)}
             j = by_pipeline.get(pipeline_spec(split)) if split != c.passes else None
-            if j is not None and (unpadded is None or unpadded(candidates[j].module)):
+            if j is not None and j not in flat:
+                flat[j] = unpadded is None or unpadded(candidates[j].module)
+            if j is not None and flat[j]:
                 out.add(i)
                 break
     return out
@@ -162,7 +175,7 @@ def _stages(cand: Candidate) -> int:
     """The ops of the overlapped chain (its pipeline's stages)."""
     from distir.dialects import coll
 
-    for o in cand.module.walk():
+    for o in walk(cand.module):
         if isinstance(o, coll.OverlapOp):
             return max(1, sum(1 for x in o.body.block.ops if not isinstance(x, coll.YieldOp)))
     return 1
@@ -182,7 +195,7 @@ def _order_matters(cand: Candidate, ranks: int, fixed: dict[tuple, ModuleOp | No
     from distir.lowering.overlap_p2p import p2p_plan
 
     def overlaps(m: ModuleOp) -> list[coll.OverlapOp]:
-        return [o for o in m.walk() if isinstance(o, coll.OverlapOp)]
+        return [o for o in walk(m) if isinstance(o, coll.OverlapOp)]
 
     module = None if fixed is None else fixed.get(family)
     if module is not None and len(overlaps(module)) == len(overlaps(cand.module)):
@@ -200,7 +213,7 @@ def _order_matters(cand: Candidate, ranks: int, fixed: dict[tuple, ModuleOp | No
         return True
     mesh_ops = meshes(module)
     return any(
-        p2p_plan(o, mesh_ops) is not None for o in module.walk() if isinstance(o, coll.OverlapOp) and o.option("granularity") != "tile"
+        p2p_plan(o, mesh_ops) is not None for o in walk(module) if isinstance(o, coll.OverlapOp) and o.option("granularity") != "tile"
     )
 
 

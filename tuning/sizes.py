@@ -35,7 +35,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.dist import TensorType
-from distir.dialects.fast import clone
+from distir.dialects.fast import clone, walk
 from distir.dialects.verifier import share_shapes
 
 MAX_SIZES = 64
@@ -114,7 +114,7 @@ def format_size(n: int) -> str:
 
 
 def _tensor_types(module: ModuleOp) -> Iterable[TensorType]:
-    for op in module.walk():
+    for op in walk(module):  # xDSL's walk, in the same order, at a fraction of its cost
         if isinstance(op, func.FuncOp):
             for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
                 if isinstance(t, TensorType):
@@ -181,7 +181,7 @@ def substitute(module: ModuleOp, mapping: Mapping[int, int]) -> ModuleOp:
     mapping = {d: s for d, s in mapping.items() if d != s}
     if not mapping:
         return out
-    for op in out.walk():
+    for op in walk(out):
         for r in op.results:
             _retype(r, mapping)
         for region in op.regions:
