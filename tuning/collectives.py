@@ -168,6 +168,8 @@ class _Cost:
 
 @lru_cache(maxsize=65536)
 def _cost(topology: Topology, kind: str, groups: tuple[tuple[int, ...], ...], algorithm: str) -> _Cost:
+    if kind == "send" and len(groups) > SEND_PAIRS_IN_NUMPY and all(len(g) == 2 for g in groups):
+        return _sends_cost(topology, groups)
     plans = [plan(topology, kind, g, algorithm) for g in groups]
     load: dict[tuple, float] = {}
     used: list[set[tuple]] = []
@@ -186,6 +188,45 @@ def _cost(topology: Topology, kind: str, groups: tuple[tuple[int, ...], ...], al
         per_byte = max((load[link] / _bandwidth(topology, link) for link in links), default=0.0)
         terms.append((p.latency, per_byte))
     return _Cost(tuple(terms))
+
+
+SEND_PAIRS_IN_NUMPY = 64
+"""Groups of sends with more pairs than this are priced by ``_sends_cost`` (an
+all-to-all over 256 devices is 65,280 pairs: 0.15 s each in Python)."""
+
+
+def _sends_cost(topology: Topology, pairs: tuple[tuple[int, ...], ...]) -> _Cost:
+    """``_cost`` of ``send`` groups that are all (source, destination) pairs, with
+    numpy: each pair's transfer loads the links ``_links`` names by 1, and its term is
+    its level's latency and the largest load per bandwidth of its links, as ``_cost``
+    computes them (the same floats); the terms are kept once each (``_Cost`` takes
+    their largest values only)."""
+    import numpy as np
+
+    p = np.asarray(pairs, dtype=np.int64)
+    src, dst = p[:, 0], p[:, 1]
+    levels = len(topology.levels)
+    strides = np.asarray(topology.strides, dtype=np.int64)
+    differ = (src[:, None] // strides[None, :]) != (dst[:, None] // strides[None, :])
+    level = np.argmax(differ, axis=1)  # the outermost differing level (src != dst: one differs)
+    ranks = topology.ranks
+
+    def code(kind: int, lv, unit, way: int):
+        return ((kind * levels + lv) * ranks + unit) * 2 + way
+
+    sib_out = code(0, level, src // strides[level], 0)
+    sib_in = code(0, level, dst // strides[level], 1)
+    ups = [(lv, code(1, lv, src // strides[lv], 0), code(1, lv, dst // strides[lv], 1), level < lv)
+           for lv in range(levels) if topology.levels[lv].uplink_GBps is not None]
+    used = [sib_out, sib_in] + [c[m] for _, a, b, m in ups for c in (a, b)]
+    load = np.bincount(np.concatenate(used), minlength=2 * 2 * levels * ranks).astype(np.float64)
+    sib_bw = np.asarray([lv.bandwidth for lv in topology.levels], dtype=np.float64)[level]
+    per_byte = np.maximum(load[sib_out] / sib_bw, load[sib_in] / sib_bw)
+    for lv, a, b, m in ups:
+        bw = topology.levels[lv].uplink_GBps * 1e9
+        per_byte = np.where(m, np.maximum(per_byte, np.maximum(load[a] / bw, load[b] / bw)), per_byte)
+    latency = np.asarray([lv.latency for lv in topology.levels], dtype=np.float64)[level]
+    return _Cost(tuple(dict.fromkeys(zip(latency.tolist(), per_byte.tolist()))))
 
 
 def plan(topology: Topology, kind: str, group: Sequence[int], algorithm: str = "ring") -> GroupPlan:

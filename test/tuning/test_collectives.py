@@ -119,3 +119,36 @@ def test_trivial_groups_cost_nothing():
 def test_bad_requests_are_diagnostics(args, message):
     with pytest.raises(InputRejected, match=message):
         collective_time(A100x4, *args)
+
+
+@pytest.mark.parametrize("name,nodes", [("dgx2", 16), ("p2-a100", 4), ("dgx2", 1)])
+def test_a_large_group_of_sends_is_priced_as_each_send_is(monkeypatch, name, nodes):
+    """An all-to-all's sends (every ordered pair of each group: 65,280 pairs over 256
+    devices) are priced with numpy (``_sends_cost``) as the general path prices each
+    send: the same latency, seconds per byte and time at every size."""
+    import random
+
+    from distir.tuning import collectives
+
+    topology = get_topology(name, nodes)
+    n = topology.ranks
+    rng = random.Random(7)
+    priced = 0
+    for k in (n, 16, 4):
+        perm = list(range(n))
+        if k < n:
+            rng.shuffle(perm)
+        groups = [perm[i : i + k] for i in range(0, n - n % k, k)]
+        pairs = tuple((a, b) for g in groups for a in g for b in g if a != b)
+        if len(pairs) <= collectives.SEND_PAIRS_IN_NUMPY:
+            continue  # the general path's already
+        priced += 1
+        fast = collectives._cost.__wrapped__(topology, "send", pairs, "ring")
+        with monkeypatch.context() as m:
+            m.setattr(collectives, "SEND_PAIRS_IN_NUMPY", len(pairs))
+            each = collectives._cost.__wrapped__(topology, "send", pairs, "ring")
+        assert len(each.terms) == len(pairs)  # the general path: a term per send
+        assert (fast.latency, fast.per_byte) == (each.latency, each.per_byte)
+        assert [fast(b) for b in (0, 1, 4096, 1e6, 3.3e9)] == [each(b) for b in (0, 1, 4096, 1e6, 3.3e9)]
+        assert set(fast.terms) == set(each.terms)
+    assert priced >= 2
