@@ -890,7 +890,12 @@ def send_seconds(
         if stream_from is False:
             return lambda b: a + extra + beta * np.asarray(b, dtype=np.float64)
         return lambda b: a + extra + beta * np.asarray(b, dtype=np.float64) * copy_traffic(b, stream_from)
-    lat, per_byte = collective_cost(topology, "send", pairs, "ring")
+    return _fastest_protocol(*collective_cost(topology, "send", pairs, "ring"), options, extra)
+
+
+def _fastest_protocol(lat: float, per_byte: float, options: ModelOptions, extra: float) -> Callable[[np.ndarray], np.ndarray]:
+    """``extra`` plus the time of the fastest of NCCL's protocols for a transfer of
+    ``lat + nbytes * per_byte`` at the simple protocol."""
     choices = [(lat * p.latency, per_byte / p.bandwidth) for p in options.protocols]
 
     def cost(nbytes: np.ndarray) -> np.ndarray:
@@ -908,12 +913,23 @@ def all_to_all_seconds(
     (``dialects/collectives/all_to_all.py``): one group of sends in which every member
     sends each other member of its group its block (``nbytes / n``) at once
     (``send_seconds`` of all those pairs; the copy of a rank's own block is a kernel)."""
-    pairs = [(a, b) for g in groups for a in g for b in g if a != b]
-    if not pairs:
+    key = tuple(tuple(int(d) for d in g) for g in groups)
+    if not any(len(g) > 1 for g in key):
         return lambda b: np.zeros_like(np.asarray(b, dtype=np.float64))
-    n = max(len(g) for g in groups)
-    seconds = send_seconds(topology, pairs, options, extra)
+    n = max(len(g) for g in key)
+    if isinstance(topology, CalibratedTopology):
+        seconds = send_seconds(topology, [(0, 1)], options, extra)  # alpha and beta: the pairs do not matter
+    else:
+        seconds = _fastest_protocol(*_all_to_all_cost(topology, key), options, extra)
     return lambda nbytes: seconds(np.asarray(nbytes, dtype=np.float64) / n)
+
+
+@lru_cache(maxsize=4096)
+def _all_to_all_cost(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> tuple[float, float]:
+    """``collective_cost`` of the sends of an all-to-all of ``groups`` (every ordered
+    pair of each group), once per topology and groups: over 256 devices they are 65,280
+    pairs, which a planner prices for every all-to-all it considers."""
+    return collective_cost(topology, "send", [(a, b) for g in groups for a in g for b in g if a != b], "ring")
 
 
 def element_flops(ops: Sequence[Operation], varying: Sequence[SSAValue]) -> float:
