@@ -367,6 +367,12 @@ class Candidate:
     need not look at it again (``verified_clone``'s ``unchanged``)."""
 
     @property
+    def shaped_as(self) -> Candidate:
+        """The candidate whose program has this one's types, meshes and structural name:
+        an overlap variant's base (``variant_of``), else itself."""
+        return self.variant_of if self.variant_of is not None else self
+
+    @property
     def pipeline(self) -> str:
         return pipeline_spec(self.passes)
 
@@ -502,8 +508,7 @@ def explore(
     fit: dict[int, bool] = {}  # fits, per program asked about (by id of its candidate)
 
     def fitted(c: Candidate) -> bool:
-        # an overlap variant has its base's types and meshes, all that ``fits`` reads
-        src = c.variant_of if c.variant_of is not None else c
+        src = c.shaped_as  # its types and meshes are all that ``fits`` reads
         if id(src) not in fit:
             fit[id(src)] = fits(src.module)  # type: ignore[misc]
         return fit[id(src)]
@@ -744,12 +749,11 @@ def _arg_name(a: BlockArgument) -> str:
 
 def name_all(candidates: list[Candidate], original: func.FuncOp) -> None:
     """Give every candidate a unique name (module doc)."""
-    structural: dict[int, str] = {}  # an overlap variant's is its base's (``Candidate.variant_of``)
+    structural: dict[int, str] = {}  # an overlap variant's is its base's (``Candidate.shaped_as``)
     for c in candidates:
-        src = c.variant_of if c.variant_of is not None else c
-        if id(src) not in structural:
-            structural[id(src)] = structural_name(src.module)
-    base = [structural[id(c.variant_of if c.variant_of is not None else c)] for c in candidates]
+        if id(c.shaped_as) not in structural:
+            structural[id(c.shaped_as)] = structural_name(c.shaped_as.module)
+    base = [structural[id(c.shaped_as)] for c in candidates]
     groups: dict[str, list[int]] = {}
     for i, b in enumerate(base):
         groups.setdefault(b, []).append(i)
