@@ -1701,6 +1701,8 @@ class ReshapeOp(DistOp):
         """``blocks_error`` once per (type, shape, sizes): it visits every rank, and a
         model's layers reshape the same types again and again."""
         a, ps = t.get_shape(), t.get_placements()
+        if math.prod(a) != math.prod(shape):  # no reshape at all (sizes substituted unevenly: the tuner's checks)
+            return f"shapes {list(a)} and {list(shape)} have different element counts"
         for gi, gj in reshape_groups(a, shape):
             ii = [d for d in gi if a[d] > 1]
             jj = [d for d in gj if shape[d] > 1]

@@ -148,10 +148,7 @@ def _rule_error(op: Operation, grids: Mapping[str, layout.MeshGrid], ranks: int)
     not hold for this run's sizes, or None."""
     if isinstance(op, dist.ReshapeOp):
         t, r = op.input.type, op.result.type
-        try:
-            return dist.ReshapeOp.blocks_error(t, r.get_shape(), grid_of(grids, t).sizes)  # type: ignore[union-attr, arg-type]
-        except dist.RuleError as e:  # not a reshape at all (a program whose sizes were substituted unevenly)
-            return str(e)
+        return dist.ReshapeOp.blocks_error(t, r.get_shape(), grid_of(grids, t).sizes)  # type: ignore[union-attr, arg-type]
     if isinstance(op, dist.RemeshOp):
         t, r = op.input.type, op.result.type
         return dist.remesh_blocks_error(t, dist.lookup_mesh(op, t), r, dist.lookup_mesh(op, r), ranks)  # type: ignore[arg-type]
