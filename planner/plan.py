@@ -45,7 +45,7 @@ from xdsl.dialects.builtin import ModuleOp
 from distir.dialects import coll
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.fast import Kinds, walk
-from distir.passes.support import gc_paused
+from distir.passes.support import collections_of_new_objects, gc_paused
 from distir.planner import ilp
 from distir.planner.costs import Costs, ShapeCosts
 from distir.planner.graph import Graph, PlanError, read_graph
@@ -212,6 +212,7 @@ class PlanResult:
 
 
 @gc_paused()  # a quarter of a GPT plan's CPU went to full collections over the IR's cycles
+@collections_of_new_objects()  # the collection after each tuning scans the tuner's copies only
 def plan(
     module: ModuleOp,
     ranks: int,

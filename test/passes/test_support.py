@@ -1,7 +1,11 @@
 """The passes' shared helpers (passes/support.py) that the other tests do not reach
-through a pass: ``clone``, the one-walk copy of a program."""
+through a pass: ``clone``, the one-walk copy of a program, and
+``collections_of_new_objects``, the planner's collections that leave the caller's objects alone."""
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 from xdsl.dialects.builtin import ModuleOp, i32
 from xdsl.dialects.test import TestOp as Op  # (not named Test*: pytest would collect it)
@@ -9,6 +13,7 @@ from xdsl.ir import Operation, SSAValue
 
 from distir.dialects.context import parse_module
 from distir.dialects.fast import clone
+from distir.passes.support import collections_of_new_objects
 
 MAP_PROGRAM = """
 dist.mesh @m shape = [2]
@@ -87,3 +92,44 @@ def test_clone_keeps_what_xdsls_copy_keeps_of_names_properties_and_locations():
     assert mm.results[0].name_hint == "x_1"
     assert next(o for o in mine.walk() if o.name == "dist.matmul").results[0].name_hint == "x"
     assert next(o for o in mine.walk() if o.name == "func.func").sym_name == f.sym_name
+
+
+class _Node:
+    """A cyclic object: only the collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _tracked(obj) -> bool:
+    """Whether a collection would scan ``obj`` (frozen objects are in no generation)."""
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_collections_inside_scan_only_the_objects_made_inside_and_give_the_rest_back():
+    before = _Node()
+    with collections_of_new_objects():
+        inside = _Node()
+        assert not _tracked(before) and _tracked(inside)
+        dead = weakref.ref(inside)
+        del inside
+        gc.collect()
+        assert dead() is None  # garbage made inside is collected inside
+        doomed = weakref.ref(before)
+        del before  # garbage that was alive on entry: collected after, as usual
+        gc.collect()
+        assert doomed() is not None
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert doomed() is None
+
+
+def test_collections_of_new_objects_leaves_the_callers_frozen_objects_frozen():
+    gc.freeze()
+    try:
+        kept = _Node()
+        with collections_of_new_objects():
+            assert _tracked(kept)  # nothing more is frozen
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -820,8 +820,24 @@ def test_each_program_is_tuned_once_and_only_the_picks_are_checked():
         checks.append(cand.pipeline)
         return check(self, cand)
 
+    import gc
+
+    held = program("mlp.mlir")  # an object of the caller's, alive through the plan
+    frozen: list[int] = []  # objects the collections during the plan leave aside
+
+    def collecting(phase, info):
+        if phase == "start":
+            frozen.append(gc.get_freeze_count())
+
+    gc.callbacks.append(collecting)
+    try:
+        with mock.patch.object(tuner, "tune", tuning), mock.patch.object(explore.Checker, "__call__", checking):
+            result = plan(program("mlp.mlir"), 4, SLOW, topology_name=str(HERE / "slow.toml"))
+    finally:
+        gc.callbacks.remove(collecting)
+    # the collection after each tuning scans the tuner's copies, not what the caller holds
+    assert frozen and min(frozen) > len(list(held.walk())) and gc.get_freeze_count() == 0
     with mock.patch.object(tuner, "tune", tuning), mock.patch.object(explore.Checker, "__call__", checking):
-        result = plan(program("mlp.mlir"), 4, SLOW, topology_name=str(HERE / "slow.toml"))
         assert len(texts) == len(set(texts)) >= result.evaluated > 1
         assert len(checks) <= len(texts)
         # a program tuned before takes the same schedule without tuning again
