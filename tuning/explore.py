@@ -18,7 +18,9 @@ transformation proposes only the places that pass cheap necessary conditions of 
 pass (``_values``); a request the pass then refuses is simply not a step. Programs that
 are structurally equal (the same IR up to the names of values: ``structure_key``, which
 walks the ops and never prints) are one schedule, reached by the shortest pipeline;
-every new program is verified. A program is printed once, for the names its
+every new program is verified. An overlap at other chunks or in another order than the
+first made on a chain is that program with its ``coll.overlap``'s options changed: its
+copy is made only when asked for (most are named, keyed and bounded, never lowered). A program is printed once, for the names its
 transformations target, and the copies the passes rewrite reuse those names. ``TRANSFORMATIONS`` is data: a
 new pass is one more ``Transformation``.
 
@@ -345,12 +347,16 @@ def _starts_chain(op: Operation) -> bool:
 # ======================================================================================
 
 
-@dataclass
+@dataclass(eq=False)
 class Candidate:
     """A schedule: the program, the passes that produce it from the original, its name
-    and the result of its interpreter check."""
+    and the result of its interpreter check. Two candidates are equal when they are one
+    (their programs are distinct objects)."""
 
-    module: ModuleOp
+    built: ModuleOp | None
+    """The program, or None until ``module`` makes it (``make``: an overlap variant, which
+    the exploration names and keys without a copy of its own; or a pipeline the tuner's
+    search was cut short before building, which stays None)."""
     passes: tuple[ModulePass, ...]
     name: str = ""
     original: bool = False
@@ -365,6 +371,17 @@ class Candidate:
     verified: bool = field(default=False, repr=False, compare=False)
     """The exploration verified ``module`` (which it never changes after): its copies
     need not look at it again (``verified_clone``'s ``unchanged``)."""
+    make: Callable[[], ModuleOp] | None = field(default=None, repr=False, compare=False)
+    """Makes the program the first time ``module`` is asked for (``built`` is None)."""
+    options: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    """An overlap variant's: the properties of its ``coll.overlap`` (``overlap_properties``)."""
+
+    @property
+    def module(self) -> ModuleOp:
+        """The program (made now if it was not: ``make``)."""
+        if self.built is None and self.make is not None:
+            self.built, self.make = self.make(), None
+        return self.built  # type: ignore[return-value]
 
     @property
     def shaped_as(self) -> Candidate:
@@ -391,11 +408,19 @@ class Candidate:
         last = self.passes[-1] if self.passes else None
         return last if last is not None and last.name == "overlap" else None
 
+    def overlap_properties(self) -> list[dict[str, Any]]:
+        """The properties of each ``coll.overlap`` of the program, in program order,
+        without making a variant's program."""
+        if self.options is not None and self.built is None:
+            return [dict(self.options)]
+        return [dict(o.properties) for o in walk(self.module) if isinstance(o, coll.OverlapOp)]
+
     def check_key(self) -> str:
         """What the interpreter check sees: the structure without the overlaps' chunks,
         order and granularity (an overlap means exactly its chain: schedules that differ
-        only in those pass or fail the check together)."""
-        return structure_key(self.module, _OVERLAP_OPTIONS)
+        only in those pass or fail the check together). An overlap variant's is its
+        base's."""
+        return structure_key(self.shaped_as.module, _OVERLAP_OPTIONS)
 
 
 _OVERLAP_OPTIONS = {coll.OverlapOp.name: {coll.OverlapOp.keyword(k).prop for k in ("chunks", "order", "granularity")}}
@@ -416,7 +441,9 @@ class Exploration:
     """The ops of the candidates' programs, all together (``explore``'s ``max_ops``)."""
 
 
-def structure_key(module: Operation, ignore: Mapping[str, Collection[str]] | None = None) -> tuple:
+def structure_key(
+    module: Operation, ignore: Mapping[str, Collection[str]] | None = None, replace: Mapping[str, dict[str, Any]] | None = None
+) -> tuple:
     """The program's structure up to the names of its values and blocks: equal exactly for
     programs that print alike once SSA names are replaced by their order of appearance.
     Computed by walking the ops, never by printing (the exploration takes one key per
@@ -425,7 +452,8 @@ def structure_key(module: Operation, ignore: Mapping[str, Collection[str]] | Non
     properties and attributes (by name), and its regions' blocks with their argument
     types. The whole tuple is the key (a dictionary compares keys whose hashes collide:
     two programs never share one). ``ignore`` names, per op name, properties left out
-    (``Candidate.check_key``)."""
+    (``Candidate.check_key``); ``replace`` gives, per op name, the properties to read
+    instead of the op's own (an overlap variant's key, read from its base's program)."""
     values: dict[SSAValue, int] = {}
     blocks: dict[Block, int] = {}
     number = values.setdefault
@@ -437,6 +465,8 @@ def structure_key(module: Operation, ignore: Mapping[str, Collection[str]] | Non
 
     def op_key(op: Operation) -> tuple:
         props = op.properties
+        if replace and op.name in replace:
+            props = replace[op.name]
         if ignore and props and (drop := ignore.get(op.name)):
             props = {k: v for k, v in props.items() if k not in drop}
         return (
@@ -533,11 +563,15 @@ def explore(
                         wrapped.setdefault((p.granularity, tuple(p.targets)), new)  # type: ignore[attr-defined]
                     if new is None:
                         continue
-                    key = structure_key(new.module)
-                    if key not in seen and not _verifies(new, p, errors):
+                    if variant is not None:  # its base's program with its own overlap options
+                        assert variant.variant_of is not None and variant.options is not None
+                        key = structure_key(variant.variant_of.module, replace={coll.OverlapOp.name: variant.options})
+                    else:
+                        key = structure_key(new.module)
+                    if key not in seen and variant is None and not _verifies(new, p, errors):
                         continue
                     if key not in seen:
-                        n = len(walk(new.module))
+                        n = len(walk(new.shaped_as.module))  # a variant's copy, once made, has as many
                         if len(found) >= max_schedules or (max_ops is not None and held + n > max_ops):
                             truncated = True
                             break
@@ -569,22 +603,32 @@ def _overlap_variant(p: ModulePass, cand: Candidate, wrapped: dict[tuple, Candid
     the same program and chain: the pass wraps the same chain whatever those are, so the
     result is that application with the options of its new ``coll.overlap`` changed
     (not applied or verified again). None when there is no such application, or when
-    the program already held overlaps (``overlapped``)."""
+    the program already held overlaps (``overlapped``). The variant's program is made
+    only when asked for (``Candidate.make``: most variants are named, keyed and bounded,
+    never lowered); ``Candidate.options`` are its overlap's properties meanwhile."""
     if p.name != "overlap" or p.granularity != "chunk":  # type: ignore[attr-defined]
         return None
     base = wrapped.get(("chunk", tuple(p.targets)))  # type: ignore[attr-defined]
     if base is None or overlapped:
         return None
-    module = verified_clone(base.module, unchanged=base.verified)
-    for o in walk(module):
-        if isinstance(o, coll.OverlapOp):
-            for name, value in (("chunks", p.chunks), ("order", p.order)):  # type: ignore[attr-defined]
-                kw = coll.OverlapOp.keyword(name)
-                if kw.default is not REQUIRED and value == kw.default:
-                    o.properties.pop(kw.prop, None)
-                else:
-                    o.properties[kw.prop] = kw.to_attr(value)
-    return Candidate(module, (*cand.passes, p), parent=cand, variant_of=base)
+    (op,) = [o for o in walk(base.module) if isinstance(o, coll.OverlapOp)]  # the one it wrapped
+    options = dict(op.properties)
+    for name, value in (("chunks", p.chunks), ("order", p.order)):  # type: ignore[attr-defined]
+        kw = coll.OverlapOp.keyword(name)
+        if kw.default is not REQUIRED and value == kw.default:
+            options.pop(kw.prop, None)
+        else:
+            options[kw.prop] = kw.to_attr(value)
+
+    def make() -> ModuleOp:
+        module = verified_clone(base.module, unchanged=base.verified)
+        for o in walk(module):
+            if isinstance(o, coll.OverlapOp):
+                o.properties = dict(options)
+                o.verify()  # its options (what changed): a refusal is a distir bug, raised
+        return module
+
+    return Candidate(None, (*cand.passes, p), parent=cand, variant_of=base, verified=True, make=make, options=options)
 
 
 def _verifies(cand: Candidate, p: ModulePass, errors: list[str]) -> bool:
@@ -720,8 +764,9 @@ def structural_name(module: ModuleOp) -> str:
 
 
 def _details(cand: Candidate, original: func.FuncOp) -> dict[str, str]:
-    """What distinguishes schedules of one structure."""
-    f = _function(cand.module)
+    """What distinguishes schedules of one structure (an overlap variant's, from its
+    base's program and its own overlap options)."""
+    f = _function(cand.shaped_as.module)
     out: dict[str, str] = {}
     sliced = [
         _arg_name(a)
@@ -735,6 +780,10 @@ def _details(cand: Candidate, original: func.FuncOp) -> dict[str, str]:
         for o in f.walk()
         if isinstance(o, coll.OverlapOp)
     ]
+    if cand.variant_of is not None:  # its one overlap, at its own chunks and order
+        step = cand.overlap
+        assert step is not None and len(ols) == 1
+        ols = [f"{step.chunks} {step.order}"]  # type: ignore[attr-defined]
     if ols:
         out["overlap"] = "; ".join(ols)
     dims = [str(o.option("dim")) for o in f.walk() if isinstance(o, (coll.ReduceScatterOp, coll.FusedAllReduceOp, coll.FusedReduceScatterOp))]

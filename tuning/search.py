@@ -164,7 +164,7 @@ def _strided(candidates: Sequence[Candidate], unpadded: Callable[[ModuleOp], boo
                 by_pipeline = {pipeline(c): i for i, c in enumerate(candidates)}
             j = by_pipeline.get(pipeline_spec(split)) if split != c.passes else None
             if j is not None and j not in flat:
-                flat[j] = unpadded is None or unpadded(candidates[j].module)
+                flat[j] = unpadded is None or unpadded(candidates[j].shaped_as.module)  # its types
             if j is not None and flat[j]:
                 out.add(i)
                 break
@@ -175,7 +175,7 @@ def _stages(cand: Candidate) -> int:
     """The ops of the overlapped chain (its pipeline's stages)."""
     from distir.dialects import coll
 
-    for o in walk(cand.module):
+    for o in walk(cand.shaped_as.module):  # a variant's chain is its base's
         if isinstance(o, coll.OverlapOp):
             return max(1, sum(1 for x in o.body.block.ops if not isinstance(x, coll.YieldOp)))
     return 1
@@ -197,12 +197,15 @@ def _order_matters(cand: Candidate, ranks: int, fixed: dict[tuple, ModuleOp | No
     def overlaps(m: ModuleOp) -> list[coll.OverlapOp]:
         return [o for o in walk(m) if isinstance(o, coll.OverlapOp)]
 
+    options = cand.overlap_properties()  # a variant's program is not made for this
     module = None if fixed is None else fixed.get(family)
-    if module is not None and len(overlaps(module)) == len(overlaps(cand.module)):
-        for mine, theirs in zip(overlaps(module), overlaps(cand.module)):
-            mine.properties = dict(theirs.properties)
+    if module is not None and len(overlaps(module)) == len(options):
+        for mine, theirs in zip(overlaps(module), options):
+            mine.properties = theirs
     elif fixed is None or family not in fixed or module is not None:
-        module = clone(cand.module)
+        module = clone(cand.shaped_as.module)
+        for mine, theirs in zip(overlaps(module), options):
+            mine.properties = dict(theirs)
         try:
             FixMeshSizesPass(ranks=ranks).apply(Context(), module)
         except Exception:  # noqa: BLE001 - a program that cannot be fixed is evaluated on its own
