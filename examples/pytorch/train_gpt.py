@@ -165,6 +165,24 @@ def init_process_group(launcher: str, rank: int, ranks: int) -> None:
         dist.init_process_group("gloo")
 
 
+def leave(code: int) -> None:
+    """End this rank with exit status ``code`` once its work is done: Python's exit
+    handlers run (distir's among them), the output is flushed, and the process ends
+    without finalizing the interpreter. A gloo worker thread may still be letting go of
+    the last exchange's tensors after ``destroy_process_group`` (it takes the GIL to do
+    so); if the interpreter is finalizing by then, Python ends that thread inside a C++
+    destructor and the finished rank aborts ("terminate called without an active
+    exception", SIGABRT), so that its launcher reports the job failed. A known torch
+    problem (pytorch/pytorch#179291); seen here about once per run of distir's suite
+    with three test processes on two cores, also with DDP alone."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def make_optimizer(args, model: nn.Module, launcher: str):
     """(model to call, optimizer)."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -276,4 +294,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -63,3 +63,31 @@ def test_settle_waits_for_a_thread_that_still_holds_a_tensor():
     torch_comm._settle()
     assert torch_comm._HANDED[0]() is None, "_settle returned while the tensor was still held"
     t.join()
+
+
+LEAVING = """
+import atexit, sys
+from distir.examples.pytorch import train_gpt as T
+
+class Finalized:
+    def __del__(self):
+        print("finalized", flush=True)
+
+kept = Finalized()  # a module global: destroyed only when the interpreter finalizes
+print("done")
+atexit.register(lambda: print("exit handler"))  # unflushed (a pipe): leave flushes both
+T.leave(3)
+"""
+
+
+def test_a_launched_rank_leaves_after_the_exit_handlers_without_finalizing():
+    """``train_gpt.leave``, how the example and the launched test scripts end a rank:
+    Python's exit handlers run (distir's ``_settle``, MPI's ``leave``), the output is
+    flushed, and the interpreter does not finalize (where a gloo thread still dropping a
+    tensor aborts the finished rank), with the status asked for."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", LEAVING], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "done\nexit handler\n", proc.stdout  # and not "finalized"

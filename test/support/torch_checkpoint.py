@@ -108,4 +108,4 @@ def main(mode: str, directory: str) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    T.leave(main(sys.argv[1], sys.argv[2]))

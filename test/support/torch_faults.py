@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from distir.examples.pytorch import train_gpt as T
+
 KILL_POINTS = ("agreement", "update", "broadcast", "timer")
 """Where ``kill:K`` strikes: in the step's agreement of the ranks (its first collective),
 in the group's update (the fused collective), in a broadcast (a rebound parameter makes
@@ -248,4 +250,4 @@ def finish(comm) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2])))
+    T.leave(main(sys.argv[1], Path(sys.argv[2])))

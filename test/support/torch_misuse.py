@@ -15,6 +15,7 @@ import sys
 import torch
 
 from distir.dialects.diagnostics import InputRejected
+from distir.examples.pytorch import train_gpt as T
 
 
 def scenario(case: str, rank: int, comm) -> None:
@@ -57,4 +58,4 @@ def main(cases: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    T.leave(main(sys.argv[1]))

@@ -293,4 +293,4 @@ def compare(report: dict, algorithm: str, tol: float = 1e-5) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    sys.exit(main(sys.argv[1:]))
+    T.leave(main(sys.argv[1:]))
