@@ -1,6 +1,6 @@
 """Runs the lit/FileCheck suite (test/**/*.mlir) once and reports each file as a test.
 
-The RUN lines' distir tools run in a warm server (``support/zygote.py``: each is a fork
+The RUN lines' distir tools and FileCheck run in a warm server (``support/zygote.py``: each is a fork
 of a process that has imported them, rather than a new Python process importing NumPy,
 xDSL and distir: the suite's CPU time is mostly those imports)."""
 
@@ -66,6 +66,9 @@ SHIMMED_RUNS = [
     (["distir-opt", "-"], 'func.func @f() { "x"() : () -> () }\n'),
     (["distir-opt", "--no-such-flag"], None),
     (["distir-import", "%examples/adam.mlir"], None),
+    (["filecheck", "%examples/adam.mlir"], "no CHECK line to match\n"),
+    (["filecheck", "%tests/passes/fuse-maps.mlir"], "what fuse-maps does not print\n"),
+    (["filecheck", "--version"], None),
 ]
 
 
@@ -74,7 +77,7 @@ def test_a_shimmed_tool_does_what_the_installed_tool_does(argv, stdin, tool_serv
     """The lit suite's shims (the tools run in the warm server) print what the installed
     tools print, on stdout and stderr, and exit as they do: what lit checks is what
     users run."""
-    args = [a.replace("%examples", str(HERE.parent / "examples")) for a in argv[1:]]
+    args = [a.replace("%examples", str(HERE.parent / "examples")).replace("%tests", str(HERE)) for a in argv[1:]]
     shim = Path(tool_server["DISTIR_TOOL_SHIMS"]) / argv[0]
     real = subprocess.run([str(BIN / argv[0]), *args], input=stdin, capture_output=True, text=True, cwd=tmp_path)
     shimmed = subprocess.run([str(shim), *args], input=stdin, capture_output=True, text=True, cwd=tmp_path, env=tool_server)
