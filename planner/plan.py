@@ -32,7 +32,6 @@
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -45,7 +44,7 @@ from xdsl.dialects.builtin import ModuleOp
 from distir.dialects import coll
 from distir.dialects.diagnostics import InputRejected
 from distir.dialects.fast import Kinds, walk
-from distir.passes.support import collections_of_new_objects, gc_paused
+from distir.passes.support import collect_garbage, collections_of_new_objects, gc_paused
 from distir.planner import ilp
 from distir.planner.costs import Costs, ShapeCosts
 from distir.planner.graph import Graph, PlanError, read_graph
@@ -556,7 +555,7 @@ def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None
                 name = result.best.get(result.sizes[0])
                 pick = None if name is None else (name, result.by_name(name).pipeline)
                 del result
-                gc.collect()  # the exploration's copies (one collection per plan tuned)
+                collect_garbage()  # the exploration's copies (one collection per plan tuned)
                 if tuned is not None:
                     tuned[text] = pick
             else:

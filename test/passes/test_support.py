@@ -13,7 +13,7 @@ from xdsl.ir import Operation, SSAValue
 
 from distir.dialects.context import parse_module
 from distir.dialects.fast import clone
-from distir.passes.support import collections_of_new_objects
+from distir.passes.support import collect_garbage, collections_of_new_objects
 
 MAP_PROGRAM = """
 dist.mesh @m shape = [2]
@@ -133,3 +133,21 @@ def test_collections_of_new_objects_leaves_the_callers_frozen_objects_frozen():
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_collection_inside_sets_its_survivors_aside_until_leaving():
+    # the planner collects after each plan it tunes: what survives one collection (its
+    # plans, graph, integer programs) is not scanned again by the next
+    with collections_of_new_objects():
+        survivor = _Node()
+        collect_garbage()
+        assert not _tracked(survivor)
+        later = _Node()
+        dead = weakref.ref(later)
+        del later
+        collect_garbage()
+        assert dead() is None
+    assert gc.get_freeze_count() == 0 and _tracked(survivor)
+    outside = _Node()
+    collect_garbage()  # outside: a plain collection, nothing set aside
+    assert gc.get_freeze_count() == 0 and _tracked(outside)
