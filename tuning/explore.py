@@ -411,7 +411,7 @@ class Candidate:
     def overlap_properties(self) -> list[dict[str, Any]]:
         """The properties of each ``coll.overlap`` of the program, in program order,
         without making a variant's program."""
-        if self.options is not None and self.built is None:
+        if self.options is not None:  # a variant's one overlap
             return [dict(self.options)]
         return [dict(o.properties) for o in walk(self.module) if isinstance(o, coll.OverlapOp)]
 

@@ -12,12 +12,13 @@ on every rank and writes rank 0's largest differences.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from distir.examples.pytorch import train_gpt as T
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,11 +109,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
     # The run is over (results written, peers past the barrier, gloo torn down): leave
-    # without the interpreter's teardown of torch.compile's C++ worker threads, which
-    # once aborted a finished rank under CI's load ("terminate called without an active
-    # exception", SIGABRT; 2026-11-28, not reproduced in 6 runs since)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    # without the interpreter's teardown of torch's C++ worker threads, which once
+    # aborted a finished rank under CI's load (``train_gpt.leave``)
+    T.leave(main(sys.argv[1:]))
