@@ -2,12 +2,14 @@
 kernels (``numba_codegen.cuda_source``), the fixed kernels of ``cuda_kernels.py`` and
 CUDA streams and events. It runs in numba's CUDA simulator too (``NUMBA_ENABLE_CUDASIM=1``
 set before numba.cuda is first imported), where every launch completes at once; there
-``host_view`` gives the numpy array behind a device array.
+``host_view`` gives the numpy array behind a device array, and a block's threads meet
+at a barrier instead of numba's polling (``_adapt_simulator``).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +41,123 @@ def _cuda():
         config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     except ImportError:
         pass
+    if simulated():
+        _adapt_simulator()
     return cuda
+
+
+_SIMULATOR_LOCK = threading.Lock()
+_NUMBA_SHARED_ARRAY: Any = None
+"""numba's ``FakeCUDAShared.array``, once ``_adapt_simulator`` replaced it (it still
+gives dynamic shared memory)."""
+
+
+def _adapt_simulator() -> None:
+    """Two changes to numba-cuda's CUDA simulator (once per process), where distir's
+    kernels run without a GPU (every GPU thread a Python thread):
+
+    - A block's threads meet at ``syncthreads`` at a barrier (``_BlockBarrier``), and
+      the launching thread joins them. numba's block manager polls every thread in a
+      loop that holds the interpreter lock until the 5 ms switch interval takes it
+      away: most of a launch was that loop (the Megatron MLP's four matmul launches of
+      16 x 16 threads: 3.8 s, 1.5 s at the barrier). As there, a thread that has
+      returned no longer counts at the barrier, and a thread's exception is raised by
+      the launch (once the block's other threads are done).
+    - ``cuda.shared.array`` (``_shared_array``)."""
+    from numba.cuda.simulator import kernel, kernelapi
+
+    global _NUMBA_SHARED_ARRAY
+    with _SIMULATOR_LOCK:  # rank threads may make their first streams at once
+        if _NUMBA_SHARED_ARRAY is not None:
+            return
+        _NUMBA_SHARED_ARRAY = kernelapi.FakeCUDAShared.array
+        kernel.BlockManager.run = _run_block
+        kernel.BlockThread.syncthreads = _syncthreads
+        kernelapi.FakeCUDAShared.array = _shared_array
+
+
+class _BlockBarrier:
+    """``syncthreads`` for the threads of one simulated block, of which ``leave`` takes
+    one that returned."""
+
+    def __init__(self, parties: int):
+        self.cond = threading.Condition()
+        self.parties = parties
+        self.waiting = 0
+        self.generation = 0
+
+    def wait(self) -> None:
+        with self.cond:
+            generation = self.generation
+            self.waiting += 1
+            if self.waiting == self.parties:
+                self._release()
+            else:
+                while generation == self.generation:
+                    self.cond.wait()
+
+    def leave(self) -> None:
+        with self.cond:
+            self.parties -= 1
+            if self.parties and self.waiting == self.parties:
+                self._release()
+
+    def _release(self) -> None:
+        self.waiting = 0
+        self.generation += 1
+        self.cond.notify_all()
+
+
+def _run_block(manager, grid_point, *args) -> None:
+    """``BlockManager.run``: the block's threads, meeting at a ``_BlockBarrier``."""
+    from numba.cuda.simulator.kernel import BlockThread
+
+    barrier = _BlockBarrier(math.prod(manager._block_dim))
+
+    def thread_body() -> None:
+        try:
+            manager._f(*args)
+        finally:
+            barrier.leave()
+
+    threads = []
+    for block_point in np.ndindex(*manager._block_dim):
+        t = BlockThread(thread_body, manager, grid_point, block_point, manager._debug)
+        t.block_barrier = barrier
+        threads.append(t)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for t in threads:
+        if t.exception:
+            raise t.exception[0].with_traceback(t.exception[1])
+
+
+def _syncthreads(thread) -> None:
+    thread.block_barrier.wait()
+
+
+def _shared_array(shared, shape, dtype, alignment=None):
+    """``FakeCUDAShared.array``: a block's threads get one array per call site (file and
+    line), looked up in a dict and stored when missing; numba's own did both without a
+    lock, and two threads switched between them each got an array of their own (the
+    tiled matmul then read tiles its block never wrote: wrong results, seen when the
+    threads switch often). Here under a lock, the caller found from its frame (numba
+    formats the whole stack to find it: 15% of a simulated matmul launch)."""
+    from numba.cuda.simulator import kernelapi
+
+    if shape == 0 or alignment is not None:  # dynamic shared memory, or numba's error
+        return _NUMBA_SHARED_ARRAY(shared, shape, dtype, alignment)
+    if isinstance(dtype, kernelapi.types.Type):
+        dtype = kernelapi.numpy_support.as_dtype(dtype)
+    caller = sys._getframe(1)
+    key = (caller.f_code.co_filename, caller.f_lineno)
+    with _SIMULATOR_LOCK:
+        got = shared._allocations.get(key)
+        if got is None:
+            got = shared._allocations[key] = np.empty(shape, dtype)
+    return got
 
 
 def simulated() -> bool:

@@ -35,6 +35,86 @@ def simulate(code: str) -> None:
     assert proc.stdout.strip().endswith("OK"), proc.stdout
 
 
+def test_a_simulated_block_meets_at_syncthreads_without_its_returned_threads():
+    """The simulator's blocks meet at a barrier (``runtime/cuda.py``): threads that
+    returned do not hold the others at ``syncthreads``, ``syncthreads_count`` counts
+    the threads that meet, every block of the grid runs, and a thread's exception
+    (here before the barrier the others wait at) is raised by the launch, naming the
+    thread."""
+    simulate(
+        """
+        import numba
+
+        @cuda.jit
+        def rotate(out):
+            t = cuda.threadIdx.x
+            b = cuda.blockIdx.x
+            if t >= 8:
+                return
+            sh = cuda.shared.array(8, numba.float32)
+            sh[t] = t + 10 * b
+            cuda.syncthreads()
+            out[b, t] = sh[(t + 1) % 8]
+            out[b, 8 + t] = cuda.syncthreads_count(t % 2)
+
+        out = np.zeros((3, 16), np.float32)
+        rotate[3, 16](out)
+        want = np.array([[(t + 1) % 8 + 10 * b for t in range(8)] + [4] * 8 for b in range(3)], np.float32)
+        assert (out == want).all(), out
+
+        @cuda.jit
+        def fails(out):
+            t = cuda.threadIdx.x
+            if t == 3:
+                raise ValueError("thread three")
+            cuda.syncthreads()
+            out[t] = 1
+
+        try:
+            fails[1, 8](np.zeros(8, np.float32))
+        except ValueError as e:
+            assert "thread three" in str(e) and "tid=[3, 0, 0]" in str(e), e
+        else:
+            raise AssertionError("the launch did not raise")
+        print("OK")
+        """
+    )
+
+
+def test_a_blocks_threads_share_each_shared_array():
+    """In the simulator, every thread of a block that calls ``cuda.shared.array`` at one
+    line gets the same array, even when threads switch at every few instructions
+    (numba-cuda's lookup-then-store gave some threads arrays of their own: 4 blocks of
+    100 here, wrong tiled products in the suite); two lines give two arrays."""
+    simulate(
+        """
+        import sys, threading
+        from numba.cuda.simulator import kernelapi
+        sys.setswitchinterval(1e-6)
+        split = 0
+        for block in range(300):
+            shared = kernelapi.FakeCUDAShared(0)
+            got = []
+            start = threading.Barrier(16)
+            def thread():
+                start.wait()
+                got.append(id(shared.array((16, 16), np.float32)))
+            threads = [threading.Thread(target=thread) for _ in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            split += len(set(got)) != 1
+        assert split == 0, f"{split} of 300 blocks' threads got arrays of their own"
+        a = shared.array((2,), np.float32)
+        b = shared.array((2,), np.float32)
+        again = [shared.array((3,), np.float32) for _ in range(2)]
+        assert a is not b and again[0] is again[1]
+        print("OK")
+        """
+    )
+
+
 def test_matmul_in_tile_order_with_ready_flags():
     """Tiles computed in a permuted order (batch 1 first) give the same product, and the
     ready flags count finished elements per batch (which 0), per row block (which 1) or
