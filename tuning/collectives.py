@@ -195,9 +195,30 @@ SEND_PAIRS_IN_NUMPY = 64
 all-to-all over 256 devices is 65,280 pairs: 0.15 s each in Python)."""
 
 
-def _sends_cost(topology: Topology, pairs: tuple[tuple[int, ...], ...]) -> _Cost:
-    """``_cost`` of ``send`` groups that are all (source, destination) pairs, with
-    numpy: each pair's transfer loads the links ``_links`` names by 1, and its term is
+def all_to_all_cost(topology: Topology, groups: Iterable[Sequence[int]]) -> tuple[float, float]:
+    """``collective_cost`` of the sends of an all-to-all of ``groups``: every ordered
+    pair of distinct members of each group, at once (``(latency_s, seconds_per_byte)``,
+    the same floats). The groups are checked, not each of their pairs, and many pairs
+    (65,280 over 256 devices) are made and priced with numpy (``_sends_cost``): a
+    planner prices an all-to-all on each mesh it considers, and making and checking
+    the pairs one by one took longer than pricing them."""
+    key = _groups_key(topology, groups)
+    if sum(len(g) * (len(g) - 1) for g in key) <= SEND_PAIRS_IN_NUMPY:
+        return collective_cost(topology, "send", [(a, b) for g in key for a in g for b in g if a != b], "ring")
+    import numpy as np
+
+    parts = []
+    for g in key:
+        members = np.asarray(g, dtype=np.int64)
+        src, dst = np.repeat(members, len(g)), np.tile(members, len(g))
+        parts.append(np.stack([src, dst], axis=1)[src != dst])
+    c = _sends_cost(topology, np.concatenate(parts))
+    return c.latency, c.per_byte
+
+
+def _sends_cost(topology: Topology, pairs) -> _Cost:
+    """``_cost`` of ``send`` groups that are all (source, destination) pairs (a tuple of
+    pairs or an array of shape (n, 2)), with numpy: each pair's transfer loads the links ``_links`` names by 1, and its term is
     its level's latency and the largest load per bandwidth of its links, as ``_cost``
     computes them (the same floats); the terms are kept once each (``_Cost`` takes
     their largest values only)."""

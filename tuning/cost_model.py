@@ -82,7 +82,7 @@ from distir.dialects.dist import element_bytes, resolve_grids
 from distir.dialects.fast import clone, walk
 from distir.dialects.rt import TargetAttr
 from distir.lowering.target import STREAM_FROM, get_target, planned_target
-from distir.tuning.collectives import collective_cost
+from distir.tuning.collectives import all_to_all_cost, collective_cost
 from distir.tuning.topology import Topology
 
 # ======================================================================================
@@ -929,7 +929,7 @@ def _all_to_all_cost(topology: Topology, groups: tuple[tuple[int, ...], ...]) ->
     """``collective_cost`` of the sends of an all-to-all of ``groups`` (every ordered
     pair of each group), once per topology and groups: over 256 devices they are 65,280
     pairs, which a planner prices for every all-to-all it considers."""
-    return collective_cost(topology, "send", [(a, b) for g in groups for a in g for b in g if a != b], "ring")
+    return all_to_all_cost(topology, groups)
 
 
 def element_flops(ops: Sequence[Operation], varying: Sequence[SSAValue]) -> float:

@@ -152,3 +152,28 @@ def test_a_large_group_of_sends_is_priced_as_each_send_is(monkeypatch, name, nod
         assert [fast(b) for b in (0, 1, 4096, 1e6, 3.3e9)] == [each(b) for b in (0, 1, 4096, 1e6, 3.3e9)]
         assert set(fast.terms) == set(each.terms)
     assert priced >= 2
+
+
+@pytest.mark.parametrize("name,nodes", [("dgx2", 16), ("p2-a100", 4), ("dgx2", 1)])
+def test_an_all_to_all_costs_what_its_pairs_of_sends_cost(name, nodes):
+    """``all_to_all_cost`` (the pairs made with numpy, the groups checked once) gives the
+    floats ``collective_cost`` gives for the list of every ordered pair of each group,
+    for groups of every size (a few pairs: the general path) and in any order; a
+    group naming a device twice or one out of range is still refused."""
+    import random
+
+    from distir.tuning.collectives import all_to_all_cost
+
+    topology = get_topology(name, nodes)
+    n = topology.ranks
+    rng = random.Random(11)
+    for k in (n, 16, 8, 2):
+        perm = list(range(n))
+        rng.shuffle(perm)
+        groups = [perm[i : i + k] for i in range(0, n - n % k, k)]
+        pairs = [(a, b) for g in groups for a in g for b in g if a != b]
+        assert all_to_all_cost(topology, groups) == collective_cost(topology, "send", pairs), (k, len(pairs))
+    with pytest.raises(InputRejected, match="twice"):
+        all_to_all_cost(topology, [[0, 1, 1]])
+    with pytest.raises(InputRejected, match="out of range"):
+        all_to_all_cost(topology, [[0, n]])
