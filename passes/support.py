@@ -182,6 +182,20 @@ def collect_garbage() -> None:
         gc.freeze()
 
 
+def set_aside() -> bool:
+    """Inside ``collections_of_new_objects``: every object alive now is set aside too
+    (``gc.freeze``: moved, not scanned), so that the next collection scans only what is
+    made after it; whether it did (outside, it does nothing). The planner sets its plan
+    aside before it lowers a copy of the plan's program to predict it, and collects
+    after: the copy, garbage by then, is scanned alone, where the one collection when
+    the plan ended scanned every object the plan made (0.7 s of a 10 s plan of the
+    24-layer GPT step at 256 ranks, 557,000 of its 1.44 million objects garbage: the
+    two copies)."""
+    if _SETTING_ASIDE:
+        gc.freeze()
+    return _SETTING_ASIDE
+
+
 @contextlib.contextmanager
 def returns_split(module: ModuleOp):
     """Inside, every ``func.return`` reads each value through its own one-operand

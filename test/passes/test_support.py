@@ -13,7 +13,7 @@ from xdsl.ir import Operation, SSAValue
 
 from distir.dialects.context import parse_module
 from distir.dialects.fast import clone
-from distir.passes.support import collect_garbage, collections_of_new_objects
+from distir.passes.support import collect_garbage, collections_of_new_objects, set_aside
 
 MAP_PROGRAM = """
 dist.mesh @m shape = [2]
@@ -134,6 +134,23 @@ def test_collections_of_new_objects_leaves_the_callers_frozen_objects_frozen():
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_set_aside_leaves_the_next_collection_the_objects_made_after_it():
+    # the planner sets its plan aside before it lowers a copy to predict it: the
+    # collection after scans the copy alone
+    assert set_aside() is False and gc.get_freeze_count() == 0  # outside: nothing
+    with collections_of_new_objects():
+        kept = _Node()
+        assert set_aside() is True
+        assert not _tracked(kept)
+        copy = _Node()
+        dead = weakref.ref(copy)
+        assert _tracked(copy)
+        del copy
+        collect_garbage()
+        assert dead() is None
+    assert gc.get_freeze_count() == 0 and _tracked(kept)
 
 
 def test_a_collection_inside_sets_its_survivors_aside_until_leaving():

@@ -799,6 +799,30 @@ def test_a_machine_the_reduction_synthesis_refuses_leaves_the_plain_plan():
     verify_module(synthesized.module)
 
 
+def test_each_predictions_copy_is_collected_alone():
+    """The lowered copy of a plan's program made to predict it is collected right after,
+    with the plan set aside (``passes.support.set_aside``): a collection per plan
+    evaluated, none of them scanning the plans' programs or the caller's objects."""
+    import gc
+
+    frozen: list[int] = []
+
+    def collecting(phase, info):
+        if phase == "start":
+            frozen.append(gc.get_freeze_count())
+
+    held = program("mlp.mlir")
+    gc.callbacks.append(collecting)
+    try:
+        result = plan(held, 4, SLOW, topology_name=str(HERE / "slow.toml"), tune=False, top=2)
+    finally:
+        gc.callbacks.remove(collecting)
+    programs = sum(len(list(p.module.walk())) for p in result.plans)
+    assert result.evaluated >= 2 and len(frozen) >= result.evaluated
+    assert min(frozen) > programs + len(list(held.walk()))  # the plans and the caller's, aside
+    assert gc.get_freeze_count() == 0
+
+
 def test_each_program_is_tuned_once_and_only_the_picks_are_checked():
     """The candidates are tuned for their schedule, each distinct program once (by its
     text), and the tuner checks on the interpreter only the schedules it picks (the
