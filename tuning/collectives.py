@@ -218,10 +218,10 @@ def all_to_all_cost(topology: Topology, groups: Iterable[Sequence[int]]) -> tupl
 
 def _sends_cost(topology: Topology, pairs) -> _Cost:
     """``_cost`` of ``send`` groups that are all (source, destination) pairs (a tuple of
-    pairs or an array of shape (n, 2)), with numpy: each pair's transfer loads the links ``_links`` names by 1, and its term is
-    its level's latency and the largest load per bandwidth of its links, as ``_cost``
-    computes them (the same floats); the terms are kept once each (``_Cost`` takes
-    their largest values only)."""
+    pairs or an array of shape (n, 2)), with numpy: each pair's transfer loads the
+    links ``_links`` names by 1, and its term is its level's latency and the largest
+    load per bandwidth of its links, as ``_cost`` computes them (the same floats); the
+    terms are kept once each (``_Cost`` takes their largest values only)."""
     import numpy as np
 
     p = np.asarray(pairs, dtype=np.int64)
