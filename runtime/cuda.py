@@ -41,8 +41,6 @@ def _cuda():
         config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     except ImportError:
         pass
-    if simulated():
-        _adapt_simulator()
     return cuda
 
 
@@ -53,7 +51,8 @@ gives dynamic shared memory)."""
 
 
 def _adapt_simulator() -> None:
-    """Two changes to numba-cuda's CUDA simulator (once per process), where distir's
+    """Two changes to numba-cuda's CUDA simulator (once per process, by the first
+    simulated ``CudaDevice``: every launch is the device's), where distir's
     kernels run without a GPU (every GPU thread a Python thread):
 
     - A block's threads meet at ``syncthreads`` at a barrier (``_BlockBarrier``), and
@@ -67,7 +66,7 @@ def _adapt_simulator() -> None:
     from numba.cuda.simulator import kernel, kernelapi
 
     global _NUMBA_SHARED_ARRAY
-    with _SIMULATOR_LOCK:  # rank threads may make their first streams at once
+    with _SIMULATOR_LOCK:  # rank threads may make their devices at once
         if _NUMBA_SHARED_ARRAY is not None:
             return
         _NUMBA_SHARED_ARRAY = kernelapi.FakeCUDAShared.array
@@ -230,6 +229,8 @@ class CudaDevice:
     def __init__(self):
         self._kernels: dict[int, tuple[Any, list[tuple[str, Any, bool]]]] = {}
         self.simulated = simulated()
+        if self.simulated:
+            _adapt_simulator()
         self._sim_lock = threading.RLock()
         self._bf16: list[tuple[int, int]] = []
         self._temps: dict[tuple, Any] = {}
