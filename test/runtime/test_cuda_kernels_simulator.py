@@ -1,14 +1,19 @@
 """The fixed CUDA kernels of the runtime, run in numba's CUDA simulator against numpy: the
 tiled matmul in a permuted tile order with its per-chunk ready flags, the flag wait,
 strided copies, block copies (``rt.copy_blocks``), tensor reductions and embedding bags.
-Each check runs in a subprocess (the simulator must be chosen before numba.cuda is
-imported)."""
+The checks run in a subprocess (the simulator must be chosen before numba.cuda is
+imported), one for the file: each check is a fresh namespace there (its own device,
+stream and generator); starting Python, numba and the simulator took ~1 s of CPU per
+check when each had its own."""
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -28,11 +33,60 @@ rng = np.random.default_rng(0)
 """
 
 
+SERVER = """
+import contextlib, io, json, sys, traceback
+interval = sys.getswitchinterval()
+for line in sys.stdin:
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(json.loads(line), "<check>", "exec"), {"__name__": "__check__"})
+        error = None
+    except BaseException:
+        error = traceback.format_exc()
+    sys.setswitchinterval(interval)  # a check may change it
+    print(json.dumps({"out": out.getvalue(), "error": error}), flush=True)
+"""
+"""The simulator's process: runs each check it reads (a JSON string per line) in a fresh
+namespace and answers what it printed and the traceback of what it raised."""
+
+TIMEOUT = 600
+_server: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def simulator_process():
+    """The file's simulator process, ended with the file."""
+    yield
+    if "proc" in _server:
+        proc = _server.pop("proc")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        _server.pop("stderr").close()
+
+
 def simulate(code: str) -> None:
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().endswith("OK"), proc.stdout
+    """Run ``PRELUDE`` + ``code`` in the simulator's process; it must print ``OK``."""
+    if "proc" not in _server:
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        _server["stderr"] = tempfile.TemporaryFile("w+")  # read when a check fails (a pipe could fill)
+        _server["proc"] = subprocess.Popen(
+            [sys.executable, "-c", SERVER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=_server["stderr"], text=True
+        )
+    proc = _server["proc"]
+    proc.stdin.write(json.dumps(PRELUDE + textwrap.dedent(code)) + "\n")
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT)
+    line = proc.stdout.readline() if ready else ""
+    if not line:  # ended, or hung: the next check starts a new process
+        proc.kill()
+        _server.pop("proc")
+        err = _server.pop("stderr")
+        err.seek(0)
+        pytest.fail(f"the simulator's process {'ended' if ready else f'did not answer in {TIMEOUT} s'}:\n{err.read()[-3000:]}")
+    reply = json.loads(line)
+    assert reply["error"] is None, reply["error"][-3000:]
+    assert reply["out"].strip().endswith("OK"), reply["out"]
 
 
 def test_a_simulated_block_meets_at_syncthreads_without_its_returned_threads():
