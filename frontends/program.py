@@ -89,12 +89,22 @@ def import_program(text: str, name: str, source: str = "auto") -> Imported:
     return Imported(module, spans, remarks, kind)
 
 
-def read_program(text: str, name: str, ctx: Context, implicit_module: bool = True) -> tuple[ModuleOp, dict[Operation, Span]]:
-    """The module of a program file in any form (distir IR is parsed, not verified, as
-    ``parse_source`` does; an imported program is partitioned and verified)."""
+def read_program(
+    text: str, name: str, ctx: Context, implicit_module: bool = True, verify: bool = False, line_offset: int = 0
+) -> tuple[ModuleOp, dict[Operation, Span]]:
+    """The module of a program file in any form: an imported program is partitioned and
+    verified; distir IR is parsed (as ``parse_source`` does) and verified when ``verify``
+    (diagnostics at lines after ``line_offset``). A tool verifies once: an imported
+    program was verified by ``import_program`` after its partition (the tools verified
+    it again, every op)."""
     if detect(text) == "distir":
         from distir.dialects.frontend import parse_source
 
-        return parse_source(text, name, ctx, implicit_module)
+        module, spans = parse_source(text, name, ctx, implicit_module)
+        if verify:
+            from distir.dialects.verifier import verify_module
+
+            verify_module(module, spans, line_offset)
+        return module, spans
     imported = import_program(text, name)
     return imported.module, imported.spans

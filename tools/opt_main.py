@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from distir.dialects.frontend import decode_source
-from distir.dialects.verifier import verify_module
 from distir.frontends.program import read_program
 from distir.tools.diagnostics import Exit, InputRejected, argparse_error, check_text, distir_version, open_output
 
@@ -147,10 +146,9 @@ class DistirOptMain(xDSLOptMain):
 
     def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
         name = self.get_input_name()
-        module, spans = read_program(decode_source(chunk.read(), name), name, self.ctx, not self.args.no_implicit_module)
+        text = decode_source(chunk.read(), name)
+        module, spans = read_program(text, name, self.ctx, not self.args.no_implicit_module, not self.args.disable_verify, start_offset)
         self._spans, self._line_offset = spans, start_offset
-        if not self.args.disable_verify:
-            verify_module(module, spans, start_offset)
         return module
 
     def apply_passes(self, prog):

@@ -121,14 +121,12 @@ def read_module(path: str, data: bytes | None = None) -> ModuleOp:
     from distir.dialects.context import make_context
     from distir.dialects.frontend import decode_source
     from distir.frontends.program import read_program
-    from distir.dialects.verifier import verify_module
 
     name = "<stdin>" if path == "-" else path
     if data is None:
         data = read_source(path)
     try:
-        module, spans = read_program(decode_source(data, name), name, make_context())
-        verify_module(module, spans)
+        module, _ = read_program(decode_source(data, name), name, make_context(), verify=True)
     except (ParseError, VerifyException) as e:
         raise _Located(str(e)) from None
     return module
