@@ -383,7 +383,8 @@ def _best_lines(console, result) -> None:
     for size in result.sizes:
         name = result.best.get(size)
         if name is None:
-            console.print(f"best: {format_size(size)}: none (no schedule runs at this size)")
+            why = f"none evaluated here before the search was cut short: {result.cut_short}" if result.cut_short else "no schedule runs at this size"
+            console.print(f"best: {format_size(size)}: none ({why})")
             continue
         s = result.by_name(name)
         sp = result.speedup(s, size)

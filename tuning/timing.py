@@ -52,13 +52,16 @@ def time_programs(
     statistic: str = "best",
     max_rounds: int = MAX_ROUNDS,
     samples: dict[str, list[float]] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, float | None]:
     """The best (or, with ``statistic="median"``, the median) step time of each program
     over its rounds: at least ``rounds``, more until ``min_time`` seconds have passed, at
-    most ``max_rounds`` (module doc)."""
+    most ``max_rounds`` (module doc). ``stop()`` (``local``: asked before each program is
+    built and warmed up) ends the timing early: the programs warmed up by then are timed
+    as usual, the others are left out of the result (distir-tune's Ctrl-C)."""
     limits = (rounds, min_time, max(rounds, max_rounds))
     if backend == "local":
-        return _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic, samples)
+        return _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic, samples, stop or (lambda: False))
     if backend == "mpi":
         return _time_mpi(programs, ranks, limits, warmup, progress, samples)
     raise InputRejected(f"--backend {backend}: the tuner times on 'local' or 'mpi' (use --model for a topology)")
@@ -101,10 +104,12 @@ def spread(samples: Sequence[float]) -> float | None:
     return (statistics.median(samples) - best) / best
 
 
-def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic="best", samples=None) -> dict[str, float | None]:
+def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic="best", samples=None, stop=lambda: False) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     built = []
     for name, module in programs:
+        if stop():
+            break
         try:
             built.append((name, build(module, ranks)))
         except InputRejected:
@@ -114,22 +119,26 @@ def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statis
     for name, program in built:
         size = _footprint(program)
         if batch and used + size > memory_budget:
-            out.update(_run_local_batch(batch, limits, warmup, progress, statistic, samples))
+            out.update(_run_local_batch(batch, limits, warmup, progress, statistic, samples, stop))
             batch, used = [], 0
+            if stop():
+                break
         batch.append((name, program))
         used += size
     if batch:
-        out.update(_run_local_batch(batch, limits, warmup, progress, statistic, samples))
-    return {name: out.get(name) for name, _ in programs}
+        out.update(_run_local_batch(batch, limits, warmup, progress, statistic, samples, stop))
+    return {name: out[name] for name, _ in programs if name in out}
 
 
-def _run_local_batch(batch, limits, warmup, progress, statistic="best", samples=None) -> dict[str, float | None]:
+def _run_local_batch(batch, limits, warmup, progress, statistic="best", samples=None, stop=lambda: False) -> dict[str, float | None]:
     from distir.runtime.local import LocalRunner
 
     runners = {}
     out: dict[str, float | None] = {}
     try:
         for name, program in batch:
+            if stop():
+                break
             if progress is not None:
                 progress(name)
             runner = LocalRunner(program)

@@ -429,7 +429,9 @@ class _Evaluator:
     def time(self, idxs: Sequence[int], backend: str, rounds: int, shares: dict[int, int]) -> None:
         """Time the schedules ``idxs`` that passed their check at every size they fit (one
         of each group that lowers to the same program: ``shares``) on ``backend``; the
-        limits are checked between sizes (``max_schedules`` caps the schedules timed)."""
+        limits are checked between sizes and, on ``local``, between programs
+        (``max_schedules`` caps the schedules timed): a schedule cut off at a size is not
+        timed (not evaluated), rather than not applicable there."""
         from distir.tuning.timing import spread, time_programs
 
         cands = self.ex.candidates
@@ -451,9 +453,11 @@ class _Evaluator:
             # a size the schedule's slicing does not divide is not applicable: not built
             programs = [(cands[i].name, at_size(cands[i].module, self.d, s)) for i in usable if fit[i][k]]
             samples: dict[str, list[float]] = {}
-            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick, samples=samples)
-            self.evaluated += len(programs)
+            times = time_programs(programs, self.ranks, backend, rounds=rounds, progress=tick, samples=samples, stop=self.limits.stop)
+            self.evaluated += len(times)
             for i in usable:
+                if fit[i][k] and cands[i].name not in times:
+                    continue  # cut off by the limits before it was timed
                 self.results[i][1][s] = times.get(cands[i].name) if fit[i][k] else None
                 self.spreads.setdefault(i, {})[s] = spread(samples.get(cands[i].name, [])) if fit[i][k] else None
                 self.done.add(i)

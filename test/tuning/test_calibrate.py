@@ -136,6 +136,16 @@ def test_timing_frees_each_batch_before_the_next():
     assert not any(t.name.startswith("rank") for t in threading.enumerate())
 
 
+@pytest.mark.parametrize("memory_budget", [1 << 30, 1], ids=["one batch", "a batch each"])
+def test_timing_stops_before_the_next_program_once_asked(memory_budget):
+    # distir-tune's Ctrl-C: the programs warmed up before it are timed, the rest left out
+    progs = [(f"p{i}", parse_module(collective_program("all_reduce", 64))) for i in range(4)]
+    warmed: list[str] = []
+    times = time_programs(progs, 2, "local", rounds=1, min_time=0.0, memory_budget=memory_budget, progress=warmed.append, stop=lambda: len(warmed) >= 2)
+    assert warmed == ["p0", "p1"]
+    assert set(times) == {"p0", "p1"} and all(t is not None and t > 0 for t in times.values())
+
+
 @pytest.mark.mpi
 def test_mpi_timing_harness():
     ok = parse_module(collective_program("all_reduce", 64))
