@@ -2,7 +2,8 @@
 
 The ```sh blocks of the pages under docs/ (as test_readme.py does for the README): each
 block runs here, its commands in order, in a fresh directory that sees the repository's
-``examples/`` and ``bench/``, with this interpreter's console scripts first on ``PATH``.
+``examples/`` and ``bench/``, with this interpreter's console scripts first on ``PATH``
+(distir's tools through the tests' warm server: ``support/tools.py``).
 Installation steps (``python -m venv``, ``. .venv/bin/activate``, ``pip install``) are
 left out, as in the README's test.
 
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import tools
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -70,7 +72,7 @@ def tool_of(command: str) -> str:
 def test_docs_block_runs(page, index, commands, tmp_path):
     for name in ("examples", "bench"):
         (tmp_path / name).symlink_to(ROOT / name)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", COLUMNS="100")
+    env = dict(os.environ, PATH=os.pathsep.join([tools.folder(), str(Path(sys.executable).parent), os.environ.get("PATH", "")]), COLUMNS="100")
     for cmd in commands:
         r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, f"docs/{page} block {index}: `{cmd}` exited {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"

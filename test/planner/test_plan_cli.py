@@ -12,16 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import tools
 from support.tool_output import without_progress
 
 HERE = Path(__file__).parent
 INPUTS = HERE / "inputs"
-BIN = Path(sys.executable).parent
 SLOW = str(HERE / "slow.toml")
 
 
 def tool(name: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / name), *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([tools.path(name), *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

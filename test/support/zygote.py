@@ -14,10 +14,19 @@ descriptors; the child sends back its exit status, which the shim exits with.
 The child is a fresh copy of a process that has only imported modules: what a tool
 does (its options, outputs, diagnostics, exit status, files) is what the installed
 tool does. The shims are used only while ``test_lit.py`` runs lit (``DISTIR_ZYGOTE``
-names the server's socket); ``lit test`` run by hand, CI's other tests and users run
-the installed tools. A shim that cannot reach the server runs the installed tool.
+names the server's socket) and where a pytest test runs a tool for what it computes
+(``support/tools.py``); ``lit test`` run by hand, the tests of the command lines
+themselves (``test_cli_conformance.py``, signals, start-up) and users run the
+installed tools. A shim that cannot reach the server (or hand it its standard
+streams: a closed one) runs the installed tool.
 
-    python test/support/zygote.py SOCKET      # serve until terminated
+With ``--same-environment`` (``support/tools.py``'s server) the server runs a tool only
+when the shim's environment is the server's (but for ``VOLATILE``): a module imported
+before the fork read its environment variables then (numba's ``NUMBA_*``, XLA's flags),
+so a tool run with other variables is answered ``exec`` and the shim runs the
+installed tool. The server ends when the process that started it does.
+
+    python test/support/zygote.py SOCKET [--same-environment]     # serve until terminated
 """
 
 from __future__ import annotations
@@ -33,9 +42,12 @@ TOOLS = {
     "distir-opt": "distir.tools.opt",
     "distir-import": "distir.tools.importer",
     "distir-run": "distir.tools.run",
+    "distir-tune": "distir.tools.tune",
+    "distir-plan": "distir.tools.plan",
+    "distir-synth": "distir.tools.synth",
     "filecheck": "filecheck.main",
 }
-"""The tools the lit suite's RUN lines call, and the modules of their ``main``: distir's
+"""The tools the tests run in the server, and the modules of their ``main``: distir's
 and FileCheck's (``filecheck``, a Python package too: 171 of the 174 RUN lines pipe into
 it, 0.07 s of CPU each to start)."""
 
@@ -50,6 +62,9 @@ WARM = (
     "distir.frontends.stablehlo", "distir.frontends.sdy", "distir.frontends.partition",
     "distir.runtime.interpreter", "distir.runtime.npz", "distir.runtime.equivalence",
     "difflib", "decimal", "fractions", "pickle", "subprocess", "psutil", "ml_dtypes", "hashlib",
+    # distir-tune's, distir-plan's and distir-synth's (the planner's integer programs:
+    # scipy.optimize, 0.35 s), and numba for the kernels of the local and mpi backends
+    "distir.tuning.tuner", "distir.planner.plan", "distir.synthesis.synthesize_reductions", "scipy.optimize", "numba",
 )
 """What the server imports before it serves: what the tools import when they start and
 when they run."""
@@ -61,14 +76,16 @@ SHIM = """#!{python} -SE
 import json, os, socket, sys
 
 REAL = {real!r}
+request = {{"tool": {tool!r}, "argv": [{tool!r}, *sys.argv[1:]], "cwd": os.getcwd(), "env": dict(os.environ)}}
 try:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(os.environ["DISTIR_ZYGOTE"])
-except (KeyError, OSError):
+    socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
+    reply = s.recv(64)
+except (KeyError, OSError):  # no server, or a standard stream is closed
+    reply = b"exec"
+if reply == b"exec":
     os.execv(REAL, [REAL, *sys.argv[1:]])
-request = {{"tool": {tool!r}, "argv": [{tool!r}, *sys.argv[1:]], "cwd": os.getcwd(), "env": dict(os.environ)}}
-socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
-reply = s.recv(64)
 if not reply:
     sys.stderr.write("{tool}: the test server's child ended without an exit status\\n")
     sys.exit(1)
@@ -87,26 +104,50 @@ def write_shims(folder: Path, bindir: Path) -> Path:
     return folder
 
 
-def serve(path: str) -> None:
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "PWD", "OLDPWD", "_", "SHLVL", "PATH", "COLUMNS", "LINES"})
+"""Variables that differ from test to test or from a shell's and that nothing reads at
+import (the tools read the terminal's width and look up programs when they run)."""
+
+
+def _environment(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in VOLATILE}
+
+
+def serve(path: str, same_environment: bool = False) -> None:
     import importlib
 
+    mine = _environment(dict(os.environ))  # what the tool's process would start with
     for name in WARM:
         importlib.import_module(name)
+    parent = os.getppid()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     server.bind(path)
     server.listen(64)
+    server.settimeout(5)
     print("ready", flush=True)
     while True:
-        conn, _ = server.accept()
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # the test process ended without stopping it
+                return
+            continue
+        conn.settimeout(None)
         try:
             message, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST, 3)
         except OSError:
             conn.close()
             continue
-        if len(fds) == 3 and message and os.fork() == 0:
+        request = json.loads(message) if message else None
+        if request is not None and same_environment and _environment(request["env"]) != mine:
+            try:
+                conn.send(b"exec")  # the shim runs the installed tool
+            except OSError:
+                pass
+        elif len(fds) == 3 and request is not None and os.fork() == 0:
             server.close()
-            _run(conn, json.loads(message), fds)  # does not return
+            _run(conn, request, fds)  # does not return
         conn.close()  # the child holds its own copies: a pipe's end closes when the tool's does
         for fd in fds:
             os.close(fd)
@@ -159,5 +200,7 @@ def _status(value) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no BLAS threads in a process that forks
-    serve(sys.argv[1])
+    same = "--same-environment" in sys.argv[2:]
+    if not same:  # lit's: no BLAS threads in a process that forks (OpenBLAS also stops its threads at a fork)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    serve(sys.argv[1], same)

@@ -6,15 +6,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import tools
 from support.imports import HEAVY, imported_by, packages
 
 ROOT = Path(__file__).parents[2]
-OPT = str(Path(sys.executable).parent / "distir-opt")
 PRIMS = str(ROOT / "examples" / "primitives.mlir")
 
 
 def opt(*args, stdin=None):
-    return subprocess.run([OPT, *args], input=stdin, capture_output=True, text=True)
+    return subprocess.run([tools.path("distir-opt"), *args], input=stdin, capture_output=True, text=True)
 
 
 def test_reads_file_and_stdin_alike():

@@ -6,10 +6,10 @@ optimizer state in 1/N of the memory."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import tools
 
 from distir.dialects.context import parse_module
 from distir.runtime import equivalent, run_function
@@ -17,7 +17,6 @@ from distir.tuning.schedule import PAPER_SCHEDULES, Schedule, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-DISTIR_OPT = Path(sys.executable).parent / "distir-opt"
 
 # Shapes small enough for the interpreter that keep every sliced dim divisible by 8
 # (the tensor-parallel axis of the pipeline has at most 4 ranks).
@@ -64,7 +63,7 @@ def test_example_file_is_the_api_output(ps):
 def test_distir_opt_gives_the_api_output(ps):
     s = ps.run()
     out = subprocess.run(
-        [str(DISTIR_OPT), str(EXAMPLES / ps.example), "-p", s.pipeline()], capture_output=True, text=True
+        [tools.path("distir-opt"), str(EXAMPLES / ps.example), "-p", s.pipeline()], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == s.text().strip()
