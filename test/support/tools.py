@@ -37,11 +37,18 @@ def installed(tool: str) -> str:
 
 
 def path(tool: str) -> str:
-    """What to run ``tool`` with: its shim in the warm server, or the installed tool."""
+    """What to run ``tool`` with: its shim in the warm server, or the installed tool. The
+    server is started again when this process's environment changed since it started
+    (a test module that sets ``XLA_FLAGS`` for jax, say): it serves only runs in the
+    environment it started with."""
     if tool not in zygote.TOOLS or os.environ.get("DISTIR_TEST_TOOLS") == "installed":
         return installed(tool)
-    if "shims" not in _state:
+    env = {k: v for k, v in os.environ.items() if k not in zygote.VOLATILE}
+    if _state.get("env") != env:
+        if "server" in _state:
+            _stop(_state.pop("server"), _state.pop("work"))
         _start()
+        _state["env"] = env
     return str(_state["shims"] / tool) if _state["shims"] is not None else installed(tool)
 
 
@@ -65,10 +72,14 @@ def _start() -> None:
         _state["shims"] = None  # the installed tools, then
         return
     _state["shims"] = zygote.write_shims(work / "shims", BIN)
-    atexit.register(_stop, server, work)
+    _state["server"], _state["work"] = server, work
+    if not _state.get("registered"):
+        atexit.register(lambda: _stop(_state.pop("server"), _state.pop("work")) if "server" in _state else None)
+        _state["registered"] = True
 
 
 def _stop(server: subprocess.Popen, work: Path) -> None:
+    os.environ.pop("DISTIR_ZYGOTE", None)
     server.terminate()
     server.wait(timeout=30)
     for f in sorted(work.rglob("*"), reverse=True):

@@ -104,9 +104,10 @@ def write_shims(folder: Path, bindir: Path) -> Path:
     return folder
 
 
-VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "PWD", "OLDPWD", "_", "SHLVL", "PATH", "COLUMNS", "LINES"})
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "PWD", "OLDPWD", "_", "SHLVL", "PATH", "COLUMNS", "LINES", "DISTIR_ZYGOTE", "DISTIR_TOOL_SHIMS"})
 """Variables that differ from test to test or from a shell's and that nothing reads at
-import (the tools read the terminal's width and look up programs when they run)."""
+import (the tools read the terminal's width and look up programs when they run; the
+shims read the server's socket)."""
 
 
 def _environment(env: dict[str, str]) -> dict[str, str]:
