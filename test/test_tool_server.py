@@ -45,7 +45,7 @@ def seconds(text: str) -> str:
 def test_a_plan_through_the_server_is_the_installed_tools(tmp_path):
     # its table says how long each phase took and, past 5 s, how far it is: the program it
     # writes and its exit status are what compare
-    argv = [str(EX / "mlp_step.mlir"), "--ranks", "2", "--model", "p2-a100", "--nodes", "1", "--top", "1"]
+    argv = [str(ROOT / "test" / "planner" / "inputs" / "mlp_sgd.mlir"), "--ranks", "2", "--model", "p2-a100", "--nodes", "1", "--top", "1"]
     for how, exe in (("shim", tools.path("distir-plan")), ("real", tools.installed("distir-plan"))):
         r = subprocess.run([exe, *argv, "-o", f"{how}.mlir"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
         assert r.returncode == 0 and "best plans on 2 ranks" in r.stdout, r.stderr
