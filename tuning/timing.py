@@ -104,7 +104,7 @@ def spread(samples: Sequence[float]) -> float | None:
     return (statistics.median(samples) - best) / best
 
 
-def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic="best", samples=None, stop=lambda: False) -> dict[str, float | None]:
+def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statistic, samples, stop) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     built = []
     for name, module in programs:
@@ -130,7 +130,7 @@ def _time_local(programs, ranks, limits, warmup, memory_budget, progress, statis
     return {name: out[name] for name, _ in programs if name in out}
 
 
-def _run_local_batch(batch, limits, warmup, progress, statistic="best", samples=None, stop=lambda: False) -> dict[str, float | None]:
+def _run_local_batch(batch, limits, warmup, progress, statistic, samples, stop) -> dict[str, float | None]:
     from distir.runtime.local import LocalRunner
 
     runners = {}

@@ -43,7 +43,7 @@ def path(tool: str) -> str:
     environment it started with."""
     if tool not in zygote.TOOLS or os.environ.get("DISTIR_TEST_TOOLS") == "installed":
         return installed(tool)
-    env = {k: v for k, v in os.environ.items() if k not in zygote.VOLATILE}
+    env = zygote.environment(os.environ)
     if _state.get("env") != env:
         if "server" in _state:
             _stop(_state.pop("server"), _state.pop("work"))

@@ -110,14 +110,15 @@ import (the tools read the terminal's width and look up programs when they run; 
 shims read the server's socket)."""
 
 
-def _environment(env: dict[str, str]) -> dict[str, str]:
+def environment(env) -> dict[str, str]:
+    """``env`` without ``VOLATILE``: what the server compares."""
     return {k: v for k, v in env.items() if k not in VOLATILE}
 
 
 def serve(path: str, same_environment: bool = False) -> None:
     import importlib
 
-    mine = _environment(dict(os.environ))  # what the tool's process would start with
+    mine = environment(os.environ)  # what the tool's process would start with
     for name in WARM:
         importlib.import_module(name)
     parent = os.getppid()
@@ -141,7 +142,7 @@ def serve(path: str, same_environment: bool = False) -> None:
             conn.close()
             continue
         request = json.loads(message) if message else None
-        if request is not None and same_environment and _environment(request["env"]) != mine:
+        if request is not None and same_environment and environment(request["env"]) != mine:
             try:
                 conn.send(b"exec")  # the shim runs the installed tool
             except OSError:
