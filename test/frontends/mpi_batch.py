@@ -19,13 +19,17 @@ from mpi4py import MPI
 
 from distir.tools import run
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/, for support/
+from support.batch_gc import one_job  # noqa: E402
+
 
 def main(jobs_path: str, report_path: str) -> int:
     rank = MPI.COMM_WORLD.Get_rank()
     report: dict[str, int] = {}
     for job in json.loads(Path(jobs_path).read_text()):
         print(f"mpi_batch: job {job['id']}", file=sys.stderr, flush=True)
-        report[job["id"]] = run.main(job["argv"])
+        with one_job():
+            report[job["id"]] = run.main(job["argv"])
         if rank == 0:
             Path(report_path).write_text(json.dumps(report))
         MPI.COMM_WORLD.Barrier()

@@ -14,6 +14,7 @@ memory; ``fused``: fused all-reduces as one zero-copy kernel) and the others.
 
 import json
 import sys
+from pathlib import Path
 
 from mpi4py import MPI
 
@@ -23,6 +24,9 @@ from distir.runtime.equivalence import compare_outputs
 from distir.runtime.executor import LoweredProgram
 from distir.runtime.interpreter import interpret
 from distir.runtime.mpi import MpiRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/, for support/
+from support.batch_gc import one_job  # noqa: E402
 
 PATHS: dict[str, int] = {}
 
@@ -44,6 +48,27 @@ tiles.run_shared = _count("tiles")(tiles.run_shared)
 host.HostDevice.zero_copy_fused = _count("fused")(host.HostDevice.zero_copy_fused)
 
 
+def run_job(job: dict, comm, every: bool) -> dict[str, dict]:
+    """The job on ``comm``; rank 0's report entry for it (the other ranks': none)."""
+    module = parse_module(job["text"])
+    PATHS.clear()
+    try:
+        program = LoweredProgram.build(module, job["func"], job["ranks"])
+        runner = MpiRunner(program, shared_memory=job.get("shared_memory", True), comm=comm)
+        inputs = program.prepare_inputs({}, job["seed"])
+        runner.bind(inputs)
+        got = runner.outputs(runner.step())
+        if every:
+            runner.close()
+        if comm.Get_rank() == 0:
+            want = interpret(module, job["func"], inputs, job["ranks"], job["seed"])
+            c = compare_outputs(want, got, "interpret", "mpi")
+            return {job["id"]: {"ok": c.ok, "message": c.message, "paths": dict(PATHS)}}
+    except Exception as e:  # noqa: BLE001 - reported per job
+        return {job["id"]: {"ok": False, "message": f"{type(e).__name__}: {e}"}}
+    return {}
+
+
 def main(jobs_path: str, report_path: str, every: bool = False) -> int:
     world = MPI.COMM_WORLD
     jobs = json.load(open(jobs_path))
@@ -58,22 +83,8 @@ def main(jobs_path: str, report_path: str, every: bool = False) -> int:
         comm = comms[n]
         if comm == MPI.COMM_NULL:
             continue
-        module = parse_module(job["text"])
-        PATHS.clear()
-        try:
-            program = LoweredProgram.build(module, job["func"], job["ranks"])
-            runner = MpiRunner(program, shared_memory=job.get("shared_memory", True), comm=comm)
-            inputs = program.prepare_inputs({}, job["seed"])
-            runner.bind(inputs)
-            got = runner.outputs(runner.step())
-            if every:
-                runner.close()
-            if comm.Get_rank() == 0:
-                want = interpret(module, job["func"], inputs, job["ranks"], job["seed"])
-                c = compare_outputs(want, got, "interpret", "mpi")
-                report[job["id"]] = {"ok": c.ok, "message": c.message, "paths": dict(PATHS)}
-        except Exception as e:  # noqa: BLE001 - reported per job
-            report[job["id"]] = {"ok": False, "message": f"{type(e).__name__}: {e}"}
+        with one_job():
+            report.update(run_job(job, comm, every))
     if world.Get_rank() == 0:
         json.dump(report, open(report_path, "w"))
     return 0

@@ -1,0 +1,32 @@
+"""Garbage collection in the test helpers that run many jobs in one process
+(``runtime/mpi_batch.py``, ``frontends/mpi_batch.py``): none inside a job, one
+collection after it that scans only what the job made.
+
+A batch process keeps what every job leaves alive (imported modules, compiled kernels,
+caches) and makes each job's program, a graph of cyclic garbage once the job ends.
+CPython's automatic collections walked the survivors of the jobs before, again and
+again: 9-12% of a batch's CPU (the 36 JAX programs at 4 ranks: 29.7 -> 26 s of busy
+CPU with no collection at all). After each job, ``gc.collect()`` frees its garbage and
+``gc.freeze()`` sets what survives aside, so the next job's collection scans only the
+next job's objects; garbage is collected once per job, as a tool that runs one program
+per process frees it when it exits."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def one_job() -> Iterator[None]:
+    """A job of a batch: no automatic collection inside, its garbage collected after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        gc.freeze()
+        if was:
+            gc.enable()
