@@ -12,6 +12,7 @@ the host run.
 
 import json
 import sys
+from pathlib import Path
 
 from distir.dialects.context import parse_module
 from distir.runtime.cuda import CudaDevice, simulated
@@ -20,6 +21,9 @@ from distir.runtime.executor import LoweredProgram
 from distir.runtime.interpreter import interpret
 from distir.runtime.local import LocalRunner
 from distir.runtime.recording import HostViewComm, RecordingComm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/, for support/
+from support.batch_gc import one_job  # noqa: E402
 
 
 def run(program, inputs, device=None):
@@ -38,22 +42,29 @@ def run(program, inputs, device=None):
     return out, [[str(c) for c in log] for log in logs]
 
 
+def run_job(job):
+    """The job's report entry: its outputs on the simulated device against the
+    interpreter's, and its NCCL calls against the host run's."""
+    try:
+        module = parse_module(job["text"])
+        program = LoweredProgram.build(module, job["func"], job["ranks"])
+        inputs = program.prepare_inputs({}, job["seed"])
+        got, calls = run(program, inputs, CudaDevice())
+        _, host_calls = run(program, inputs)
+        want = interpret(module, job["func"], inputs, job["ranks"], job["seed"])
+        c = compare_outputs(want, got, "interpret", "nccl (simulated)")
+        same = calls == host_calls
+        return {job["id"]: {"ok": c.ok and same, "message": c.message if not c.ok else ("" if same else f"calls differ: {calls} vs {host_calls}")}}
+    except Exception as e:  # noqa: BLE001 - reported per job
+        return {job["id"]: {"ok": False, "message": f"{type(e).__name__}: {e}"}}
+
+
 def main(jobs_path, report_path):
     assert simulated(), "set NUMBA_ENABLE_CUDASIM=1"
     report = {}
     for job in json.load(open(jobs_path)):
-        try:
-            module = parse_module(job["text"])
-            program = LoweredProgram.build(module, job["func"], job["ranks"])
-            inputs = program.prepare_inputs({}, job["seed"])
-            got, calls = run(program, inputs, CudaDevice())
-            _, host_calls = run(program, inputs)
-            want = interpret(module, job["func"], inputs, job["ranks"], job["seed"])
-            c = compare_outputs(want, got, "interpret", "nccl (simulated)")
-            same = calls == host_calls
-            report[job["id"]] = {"ok": c.ok and same, "message": c.message if not c.ok else ("" if same else f"calls differ: {calls} vs {host_calls}")}
-        except Exception as e:  # noqa: BLE001 - reported per job
-            report[job["id"]] = {"ok": False, "message": f"{type(e).__name__}: {e}"}
+        with one_job():
+            report.update(run_job(job))
     json.dump(report, open(report_path, "w"))
     return 0
 
