@@ -498,6 +498,7 @@ def _count_ops(module: ModuleOp) -> int:
     return sum(1 for _ in walk(module))
 
 
+@collections_of_new_objects()  # called alone too: its collection scans the tuner's copies, not the caller's objects
 def schedule(pl: Plan, ranks: int, topology: Topology, topology_name: str | None, tune: bool,
              rebuild: Callable[[], ModuleOp] | None = None, verify: bool = True,
              tuned: dict[str, tuple[str, str] | None] | None = None) -> None:

@@ -868,8 +868,14 @@ def test_each_program_is_tuned_once_and_only_the_picks_are_checked():
         best = result.best
         tuned: dict = {}
         again = [Plan(best.mesh, best.module.clone(), best.strategies, best.estimate_s) for _ in range(2)]
-        del texts[:]
-        for pl in again:
-            schedule(pl, 4, SLOW, None, True, tuned=tuned)
+        del texts[:], frozen[:]
+        gc.callbacks.append(collecting)
+        try:
+            for pl in again:
+                schedule(pl, 4, SLOW, None, True, tuned=tuned)
+        finally:
+            gc.callbacks.remove(collecting)
         assert len(texts) == 1 and len(tuned) == 1
+        # called alone, its collection after the tuning leaves the caller's objects aside too
+        assert frozen and min(frozen) > len(list(held.walk())) and gc.get_freeze_count() == 0
         assert again[0].pipeline == again[1].pipeline and str(again[0].module) == str(again[1].module)
