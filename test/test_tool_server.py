@@ -25,6 +25,7 @@ RUNS = [
     ["distir-tune", str(EX / "sgd.mlir"), "--model", "dgx2", "--ranks", "4", "--sizes", "2^10,2^20"],
     ["distir-synth", "--help"],
     ["distir-import", str(ROOT / "test" / "frontends" / "sdy-collectives.mlir")],
+    ["xdsl-opt", str(EX / "adam.mlir")],
 ]
 
 

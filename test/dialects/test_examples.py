@@ -3,22 +3,22 @@ IR (custom and generic form), and stock xdsl-opt parses it too; distir-opt print
 generic form and reads a program from stdin."""
 
 import subprocess
-import sys
 from io import StringIO
 from pathlib import Path
 
 import pytest
+from support import tools
 from xdsl.printer import Printer
 
 from distir.dialects.context import parse_module
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.mlir") if p.name != "invalid.mlir")
-BIN = Path(sys.executable).parent
 
 
 def run(tool, *args, stdin=None):
-    return subprocess.run([str(BIN / tool), *args], input=stdin, capture_output=True, text=True)
+    """The tool (through the tests' warm server: ``support/tools.py``) on ``args``."""
+    return subprocess.run([tools.path(tool), *args], input=stdin, capture_output=True, text=True)
 
 
 def test_contract_examples_are_present():
