@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import tools
 from xdsl.utils.exceptions import DiagnosticException
 
 from distir.dialects.context import parse_module
@@ -14,12 +15,12 @@ from distir.frontends.export import export_module, float_literal, literal
 from distir.frontends.export_sdy import dense
 
 ROOT = Path(__file__).parents[2]
-OPT = str(Path(sys.executable).parent / "distir-opt")
 ADAM = str(ROOT / "examples" / "adam.mlir")
 
 
 def opt(*args, stdin=None):
-    return subprocess.run([OPT, *args], input=stdin, capture_output=True, text=True)
+    """distir-opt on ``args`` (through the tests' warm server: ``support/tools.py``)."""
+    return subprocess.run([tools.path("distir-opt"), *args], input=stdin, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("target,first", [("sdy", "module @distir attributes {mhlo.num_partitions = 4"), ("mesh", "module {")])

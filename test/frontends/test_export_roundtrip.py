@@ -23,11 +23,11 @@ accept as a reshape (``restacked``).
 
 import functools
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from export_programs import RANDOM, UNEVEN_DRAWN, UNEVEN_RANDOM, runs, text_of
+from support import tools
 
 from distir.dialects import layout
 from distir.dialects.context import make_context, parse_module
@@ -40,7 +40,6 @@ from distir.runtime.equivalence import equivalent
 RUNS = [(n, f, r) for n, f, r in runs() if n in RANDOM or r in (1, 2, 4) or n.startswith(("imported/", "uneven/"))]
 RUNS += [(n, f, r) for n, (_, f, r) in UNEVEN_RANDOM.items()]
 LOCAL = [(n, f, r) for n, f, r in RUNS if not n.startswith(("schedules/", "imported/"))]
-BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -103,10 +102,10 @@ def cli_round_trip(tmp_path_factory):
         original = d / f"{example}.mlir"
         original.write_text(str(module))
         sdy = d / f"{example}.sdy.mlir"
-        r = subprocess.run([BIN / "distir-opt", original, "-p", "fix-mesh-sizes{ranks=4}", "--emit", "sdy", "-o", sdy], capture_output=True, text=True)
+        r = subprocess.run([tools.path("distir-opt"), original, "-p", "fix-mesh-sizes{ranks=4}", "--emit", "sdy", "-o", sdy], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         back = d / f"{example}.back.mlir"
-        r = subprocess.run([BIN / "distir-import", sdy, "-o", back], capture_output=True, text=True)
+        r = subprocess.run([tools.path("distir-import"), sdy, "-o", back], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         return original, back
 
@@ -117,7 +116,7 @@ def cli_round_trip(tmp_path_factory):
 @pytest.mark.parametrize("example", CLI_EXAMPLES)
 def test_distir_import_and_run_compare(cli_round_trip, example, backend):
     original, back = cli_round_trip(example)
-    r = subprocess.run([BIN / "distir-run", original, "--ranks", "4", "--backend", backend, "--compare", back], capture_output=True, text=True)
+    r = subprocess.run([tools.path("distir-run"), original, "--ranks", "4", "--backend", backend, "--compare", back], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "results agree" in r.stdout
 
