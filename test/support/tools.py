@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,6 +83,4 @@ def _stop(server: subprocess.Popen, work: Path) -> None:
     os.environ.pop("DISTIR_ZYGOTE", None)
     server.terminate()
     server.wait(timeout=30)
-    for f in sorted(work.rglob("*"), reverse=True):
-        f.rmdir() if f.is_dir() else f.unlink()
-    work.rmdir()
+    shutil.rmtree(work)
